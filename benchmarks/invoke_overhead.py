@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Warm-call overhead of the platform, side by side in one run (all numbers measured here).
+
+Systems, each serving a no-op that answers "ok":
+  gateway   — GET /function/hello through the nearfaas gateway to a warm Python worker
+  worker    — the same warm worker, called directly (no gateway hop)
+  baseline  — a plain Python http.server (ThreadingHTTPServer, keep-alive, TCP_NODELAY)
+at 1 and 8 concurrent clients, several repeats each; then cold starts (scale to zero, call).
+
+Load comes from `wrk` (C, keep-alive) when installed, so the client costs little CPU on this
+2-core box; otherwise from a Python client, which is recorded in the result.
+
+    python benchmarks/invoke_overhead.py [--duration 5] [--repeats 3] [--cold 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result  # noqa: E402
+
+TARGET_P50_MS = 0.5
+TARGET_RPS_8 = 3000
+
+
+class _Ok(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args):
+        pass
+
+
+def start_baseline() -> tuple[subprocess.Popen, str]:
+    """The baseline runs in its own process, like the worker, so it gets no help from ours."""
+    code = (
+        "import sys; sys.path.insert(0, %r); from invoke_overhead import _Ok; "
+        "from http.server import ThreadingHTTPServer; s = ThreadingHTTPServer(('127.0.0.1', 0), _Ok); "
+        "print(s.server_address[1], flush=True); s.serve_forever()" % str(Path(__file__).resolve().parent)
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())
+    return proc, f"http://127.0.0.1:{port}/"
+
+
+def run_wrk(url: str, clients: int, duration: float) -> dict:
+    threads = min(clients, 2)
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{clients}", f"-d{duration:g}s", "--latency", url],
+                         capture_output=True, text=True, check=True).stdout
+    pct = {}
+    for label, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
+        pct[label] = float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"p50_ms": pct["50"], "p99_ms": pct["99"], "rps": rps, "errors": int(errors.group(1)) if errors else 0}
+
+
+def run_python_client(url: str, clients: int, duration: float) -> dict:
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    deadline = time.perf_counter() + duration
+
+    def client():
+        conn = http.client.HTTPConnection(parts.hostname, parts.port)
+        mine = []
+        while time.perf_counter() < deadline:
+            t0 = time.perf_counter()
+            conn.request("GET", parts.path or "/")
+            resp = conn.getresponse()
+            resp.read()
+            mine.append(time.perf_counter() - t0)
+            if resp.status != 200:
+                errors[0] += 1
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    return {"p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
+            "rps": len(latencies) / elapsed, "errors": errors[0]}
+
+
+def warm_calls(systems: dict[str, str], duration: float, repeats: int, load) -> dict:
+    results = {}
+    for clients in (1, 8):
+        for name, url in systems.items():
+            load(url, clients, 1.0)  # warm-up: connections, caches
+            runs = [load(url, clients, duration) for _ in range(repeats)]
+            results[f"{name}@{clients}"] = {
+                "system": name, "clients": clients, "runs": runs,
+                "p50_ms": median([r["p50_ms"] for r in runs]), "p99_ms": median([r["p99_ms"] for r in runs]),
+                "rps": median([r["rps"] for r in runs]), "errors": sum(r["errors"] for r in runs),
+            }
+            r = results[f"{name}@{clients}"]
+            print(f"  {name:<9} clients={clients}  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['rps']:,.0f} req/s", flush=True)
+    return results
+
+
+def _post(url: str, body: dict) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+def _available(gw: str, name: str) -> int:
+    return json.loads(urllib.request.urlopen(f"{gw}/system/function/{name}", timeout=5).read())["availableReplicas"]
+
+
+def cold_starts(gw: str, count: int) -> dict:
+    """Scale to zero, then call: the call pays spawn + import + init (node-measured)."""
+    cold, end_to_end = [], []
+    for _ in range(count):
+        _post(f"{gw}/system/scale-function/hello", {"replicas": 0})
+        deadline = time.monotonic() + 10
+        while _available(gw, "hello") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        t0 = time.perf_counter()
+        with urllib.request.urlopen(f"{gw}/function/hello", timeout=60) as resp:
+            resp.read()
+            elapsed = time.perf_counter() - t0
+            assert resp.headers["X-Nearfaas-Start"] == "cold", resp.headers
+            timing = dict(p.split("=") for p in resp.headers["X-Nearfaas-Timing"].split(";")[1:])
+        cold.append(float(timing["cold_start"]) * 1e3)
+        end_to_end.append(elapsed * 1e3)
+    _post(f"{gw}/system/scale-function/hello", {"replicas": 1})
+    return {"count": count, "cold_start_p50_ms": percentile(cold, 50), "cold_start_p95_ms": percentile(cold, 95),
+            "cold_call_p50_ms": percentile(end_to_end, 50), "cold_call_p95_ms": percentile(end_to_end, 95),
+            "samples_ms": [round(c, 2) for c in cold]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cold", type=int, default=15, help="cold starts to measure")
+    args = parser.parse_args()
+    load = run_wrk if shutil.which("wrk") else run_python_client
+    generator = "wrk" if load is run_wrk else "python http.client threads"
+    print(f"load generator: {generator}")
+    baseline, baseline_url = start_baseline()
+    try:
+        with scratch_cluster() as (layout, state):
+            gw = layout["gateway_url"]
+            _post(f"{gw}/system/functions", {"service": "hello", "lang": "python3-http", "handler": str(ROOT / "examples" / "hello"),
+                                             "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}})
+            deadline = time.monotonic() + 30
+            while not _available(gw, "hello"):
+                assert time.monotonic() < deadline, "hello never warmed up"
+                time.sleep(0.05)
+            status = json.loads(urllib.request.urlopen(f"{gw}/system/function/hello").read())
+            worker_url = status["instances"][0]["url"] + "/"
+            systems = {"gateway": f"{gw}/function/hello", "worker": worker_url, "baseline": baseline_url}
+            print("warm no-op calls (measured):")
+            warm = warm_calls(systems, args.duration, args.repeats, load)
+            print("cold starts (measured):")
+            cold = cold_starts(gw, args.cold)
+            print(f"  cold start p50 {cold['cold_start_p50_ms']:.0f} ms, p95 {cold['cold_start_p95_ms']:.0f} ms; "
+                  f"cold call p50 {cold['cold_call_p50_ms']:.0f} ms, p95 {cold['cold_call_p95_ms']:.0f} ms")
+    finally:
+        baseline.terminate()
+    g1, g8 = warm["gateway@1"], warm["gateway@8"]
+    targets = {
+        "gateway_p50_ms_at_1_client": {"target": f"<= {TARGET_P50_MS}", "measured": g1["p50_ms"], "met": g1["p50_ms"] <= TARGET_P50_MS,
+                                       "off_by": f"{g1['p50_ms'] / TARGET_P50_MS:.2f}x the target"},
+        "gateway_rps_at_8_clients": {"target": f">= {TARGET_RPS_8}", "measured": g8["rps"], "met": g8["rps"] >= TARGET_RPS_8,
+                                     "off_by": f"{g8['rps'] / TARGET_RPS_8:.2f}x the target"},
+    }
+    ratios = {f"gateway_vs_{other}@{c}": {"p50": warm[f"gateway@{c}"]["p50_ms"] / warm[f"{other}@{c}"]["p50_ms"],
+                                           "rps": warm[f"gateway@{c}"]["rps"] / warm[f"{other}@{c}"]["rps"]}
+              for other in ("worker", "baseline") for c in (1, 8)}
+    result = {"benchmark": "invoke_overhead", "label": "measured", "load_generator": generator,
+              "duration_s": args.duration, "repeats": args.repeats, "machine": machine_facts(),
+              "warm": warm, "ratios": ratios, "cold": cold, "targets": targets}
+    path = write_result("invoke_overhead", result)
+    for name, t in targets.items():
+        print(f"target {name}: {t['target']}, measured {t['measured']:.3f} -> {'MET' if t['met'] else 'MISSED'} ({t['off_by']})")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,409 @@
+"""The one nearfaas command line.
+
+    nearfaas up                      start a local cluster (gateway + storage + compute nodes)
+    nearfaas deploy -f stack.yml     deploy the functions of an OpenFaaS stack file
+    nearfaas put ./cat.jpg s3://photos/cat.jpg
+    nearfaas invoke resize --input s3://photos/cat.jpg
+    nearfaas down                    stop everything, leave no process behind
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err = Console(stderr=True)
+
+STATE_HELP = "state directory of the local cluster (objects, logs, pids) [env NEARFAAS_STATE; default .nearfaas]"
+
+
+def _state(state: str | None) -> Path:
+    return Path(state or os.environ.get("NEARFAAS_STATE") or ".nearfaas")
+
+
+def _gateway(state: str | None, gateway: str | None) -> str:
+    if gateway or os.environ.get("NEARFAAS_GATEWAY"):
+        return (gateway or os.environ["NEARFAAS_GATEWAY"]).rstrip("/")
+    from nearfaas.cluster.launcher import read_layout
+
+    layout = read_layout(_state(state))
+    if not layout:
+        raise click.ClickException(f"no cluster found in {_state(state)}; start one with `nearfaas up` or pass --gateway URL")
+    return layout["gateway_url"]
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+def _http(method: str, url: str, body=None, headers=None, timeout: float = 60.0):
+    import requests
+
+    try:
+        return requests.request(method, url, json=body if not isinstance(body, (bytes, str)) else None,
+                                data=body if isinstance(body, (bytes, str)) else None, headers=headers, timeout=timeout)
+    except requests.ConnectionError:
+        _fail(f"cannot reach the gateway at {url}; is the cluster up? (`nearfaas status`)")
+
+
+def _s3(state, gateway):
+    from nearfaas.client import s3_client
+
+    return s3_client(_gateway(state, gateway), state_dir=_state(state))
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    parts = urlsplit(uri)
+    if parts.scheme != "s3" or not parts.netloc:
+        _fail(f"{uri!r} is not an s3://bucket/key URI")
+    return parts.netloc, parts.path.lstrip("/")
+
+
+common_state = click.option("--state", default=None, help=STATE_HELP)
+common_gateway = click.option("--gateway", default=None, help="gateway URL [env NEARFAAS_GATEWAY; default: from the state dir]")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="nearfaas")
+def main() -> None:
+    """nearfaas: a serverless platform that runs each function where its data lives.
+
+    \b
+    Quick start:
+      nearfaas up                                  # gateway + 2 storage nodes + 1 compute node
+      nearfaas deploy -f examples/stack.yml        # OpenFaaS stack file, Python handlers
+      nearfaas put photo.jpg s3://photos/cat.jpg   # any S3 client works: boto3, aws-cli
+      nearfaas invoke wordcount --input s3://photos/cat.jpg
+      nearfaas status                              # nodes, functions, replicas
+      nearfaas down
+
+    The gateway speaks the OpenFaaS REST API (/system/*, /function/<name>) and the S3 API on the
+    same port. Every number it reports is measured on this machine unless labelled modelled.
+    """
+
+
+# -- cluster -------------------------------------------------------------------------------------
+@main.command()
+@click.option("-c", "--config", "config", type=click.Path(exists=True, dir_okay=False), help="cluster YAML (default: built-in 3-node layout)")
+@common_state
+@click.option("--port", type=int, default=None, help="gateway port (0 = pick a free one); overrides the cluster file")
+def up(config, state, port):
+    """Start a local cluster: each node and the gateway are separate OS processes on 127.0.0.1."""
+    from nearfaas.cluster.launcher import ClusterError, up as cluster_up
+    from nearfaas.spec.cluster import load_cluster
+    from nearfaas.spec.errors import SpecError
+
+    try:
+        spec = load_cluster(config)
+    except SpecError as exc:
+        _fail(f"invalid cluster file {config}:\n{exc}")
+    if port is not None:
+        spec.gateway.port = port
+    state_dir = _state(state) if state or os.environ.get("NEARFAAS_STATE") else Path(spec.state_dir)
+    try:
+        with console.status("starting cluster...") as status:
+            layout = cluster_up(spec, state_dir, on_step=lambda m: status.update(m))
+    except ClusterError as exc:
+        _fail(str(exc))
+    for node in layout["nodes"]:
+        console.print(f"  [green]✓[/] {node['kind']:<8} {node['name']:<12} class={node['class']:<9} {node['url']}")
+    console.print(f"gateway: [bold]{layout['gateway_url']}[/]   (state: {state_dir})")
+    click.echo(layout["gateway_url"])
+
+
+@main.command()
+@common_state
+def down(state):
+    """Stop every process the cluster started (workers included)."""
+    from nearfaas.cluster.launcher import down as cluster_down
+
+    stopped = cluster_down(_state(state))
+    console.print(f"stopped {stopped} process(es); cluster in {_state(state)} is down")
+
+
+@main.command()
+@common_state
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output (includes gateway_url)")
+def status(state, as_json):
+    """Nodes, their health, deployed functions and replicas."""
+    from nearfaas.cluster.launcher import status as cluster_status
+
+    info = cluster_status(_state(state))
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    if not info.get("running"):
+        console.print(f"no cluster is running from {info['state_dir']}; start one with `nearfaas up`")
+        return
+    console.print(f"gateway {info['gateway_url']}  {'[green]healthy[/]' if info['gateway']['healthy'] else '[red]down[/]'}")
+    nodes = Table("node", "kind", "class", "health", "workers", "objects", "url", title="nodes")
+    for n in info["nodes"]:
+        nodes.add_row(n["name"], n["kind"], n["class"], "[green]up[/]" if n["healthy"] else "[red]down[/]",
+                      str(n.get("workers", "-")), str((n.get("store") or {}).get("objects", "-")), n["url"])
+    console.print(nodes)
+    functions = Table("function", "replicas", "available", "invocations", "placement", title="functions")
+    for f in info["functions"]:
+        functions.add_row(f["name"], str(f["replicas"]), str(f["available"]), str(f["invocations"]), str(f["placement"]))
+    console.print(functions)
+
+
+# -- functions -----------------------------------------------------------------------------------
+@main.command()
+@click.option("-f", "--file", "stack_file", required=True, type=click.Path(exists=True, dir_okay=False), help="OpenFaaS stack.yml")
+@click.option("--filter", "only", multiple=True, help="deploy only these functions (repeatable)")
+@click.option("--wait/--no-wait", default=True, help="wait until each function has a warm replica")
+@common_state
+@common_gateway
+def deploy(stack_file, only, wait, state, gateway):
+    """Deploy the functions of an OpenFaaS stack.yml (handlers in python3-http style)."""
+    from nearfaas.spec.errors import SpecError
+    from nearfaas.spec.stack import load_stack
+
+    try:
+        stack = load_stack(Path(stack_file))
+    except SpecError as exc:
+        _fail(f"{stack_file} is not valid:\n{exc}")
+    for warning in stack.warnings:
+        err.print(f"[yellow]warning[/]: {warning}")
+    url = _gateway(state, gateway)
+    names = [n for n in stack.functions if not only or n in only]
+    for name in names:
+        resp = _http("POST", f"{url}/system/functions", deployment_body(stack.functions[name]))
+        if resp.status_code >= 300:
+            _fail(f"deploying {name} failed ({resp.status_code}): {resp.text.strip()}")
+        console.print(f"[green]deployed[/] {name}")
+    if wait:
+        for name in names:
+            _wait_warm(url, name, stack.functions[name].scale_min)
+
+
+def deployment_body(fn) -> dict:
+    """An OpenFaaS FunctionDeployment for a parsed FunctionSpec (plus nearfaas's own fields)."""
+    d = fn.to_dict()
+    return {"service": fn.name, "lang": fn.lang, "handler": str(fn.handler_dir), "envVars": fn.environment,
+            "labels": fn.labels, "annotations": fn.annotations, "secrets": fn.secrets, "limits": fn.limits or None,
+            "constraints": fn.constraints, "x-nearfaas": d.get("x")}
+
+
+def _wait_warm(url: str, name: str, want: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    with console.status(f"waiting for {name} to warm up..."):
+        while time.monotonic() < deadline:
+            resp = _http("GET", f"{url}/system/function/{name}")
+            if resp.status_code == 200 and resp.json()["availableReplicas"] >= min(want, 1):
+                return
+            time.sleep(0.1)
+    err.print(f"[yellow]warning[/]: {name} has no warm replica after {timeout:g}s; the first call will show why (`nearfaas logs {name}`)")
+
+
+@main.command()
+@click.argument("names", nargs=-1, required=True)
+@common_state
+@common_gateway
+def remove(names, state, gateway):
+    """Remove deployed functions (their workers are stopped)."""
+    url = _gateway(state, gateway)
+    for name in names:
+        resp = _http("DELETE", f"{url}/system/functions", {"functionName": name})
+        if resp.status_code >= 300:
+            _fail(f"removing {name}: {resp.text.strip()}")
+        console.print(f"removed {name}")
+
+
+@main.command("list")
+@common_state
+@common_gateway
+@click.option("--json", "as_json", is_flag=True)
+def list_functions(state, gateway, as_json):
+    """List deployed functions."""
+    functions = _http("GET", f"{_gateway(state, gateway)}/system/functions").json()
+    if as_json:
+        click.echo(json.dumps(functions, indent=2))
+        return
+    table = Table("function", "invocations", "replicas", "available", "accelerator", "placement")
+    for f in functions:
+        x = f.get("x-nearfaas") or {}
+        table.add_row(f["name"], str(f["invocationCount"]), str(f["replicas"]), str(f["availableReplicas"]),
+                      str(x.get("accelerator") or "-"), str(x.get("placement")))
+    console.print(table)
+
+
+@main.command()
+@click.argument("name")
+@click.option("-d", "--data", default=None, help="request body; @file reads a file, - reads stdin")
+@click.option("--input", "input_uri", default=None, help="pass an object reference: s3://bucket/key (sent as {\"input\": ...})")
+@click.option("--async", "is_async", is_flag=True, help="queue the call (202) instead of waiting")
+@click.option("--callback", default=None, help="with --async: URL that receives the result")
+@click.option("-v", "--verbose", is_flag=True, help="print the timing breakdown and placement headers")
+@common_state
+@common_gateway
+def invoke(name, data, input_uri, is_async, callback, verbose, state, gateway):
+    """Call a function and print its answer."""
+    body: bytes = b""
+    headers = {}
+    if input_uri:
+        bucket, key = _split_s3(input_uri)
+        body = json.dumps({"input": {"bucket": bucket, "key": key}}).encode()
+        headers["Content-Type"] = "application/json"
+    elif data == "-":
+        body = sys.stdin.buffer.read()
+    elif data and data.startswith("@"):
+        body = Path(data[1:]).read_bytes()
+    elif data:
+        body = data.encode()
+    if callback:
+        headers["X-Callback-Url"] = callback
+    url = _gateway(state, gateway)
+    path = "async-function" if is_async else "function"
+    resp = _http("POST", f"{url}/{path}/{name}", body, headers, timeout=600)
+    if verbose or resp.status_code >= 400:
+        for h in ("X-Call-Id", "X-Nearfaas-Start", "X-Nearfaas-Node", "X-Nearfaas-Placement", "X-Nearfaas-Timing", "X-Duration-Seconds"):
+            if h in resp.headers:
+                err.print(f"[dim]{h}: {resp.headers[h]}[/]")
+    sys.stdout.buffer.write(resp.content)
+    if resp.content and not resp.content.endswith(b"\n"):
+        sys.stdout.buffer.write(b"\n")
+    if resp.status_code >= 400:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("name")
+@click.option("--tail", type=int, default=100, show_default=True, help="last N lines (0 = all)")
+@click.option("--since", default=None, help="RFC 3339 time, e.g. 2026-01-02T15:04:05Z")
+@common_state
+@common_gateway
+def logs(name, tail, since, state, gateway):
+    """Print a function's stdout/stderr from every node."""
+    params = f"name={name}&tail={tail}" + (f"&since={since}" if since else "")
+    resp = _http("GET", f"{_gateway(state, gateway)}/system/logs?{params}")
+    if resp.status_code >= 300:
+        _fail(resp.text.strip())
+    for line in resp.text.splitlines():
+        record = json.loads(line)
+        console.print(f"[dim]{record['timestamp']} {record['instance']}[/] {record['text']}", highlight=False, markup=False)
+
+
+# -- objects -------------------------------------------------------------------------------------
+@main.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.argument("target")
+@common_state
+@common_gateway
+def put(source, target, state, gateway):
+    """Upload a file: nearfaas put FILE s3://bucket/key (the bucket is created if missing)."""
+    bucket, key = _split_s3(target)
+    key = key or Path(source).name
+    client = _s3(state, gateway)
+    _ensure_bucket(client, bucket)
+    size = Path(source).stat().st_size
+    from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+    with Progress(*Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task(f"put {key}", total=size)
+        client.upload_file(source, bucket, key, Callback=lambda n: progress.advance(task, n))
+    console.print(f"uploaded {size} bytes to s3://{bucket}/{key}")
+
+
+def _ensure_bucket(client, bucket: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except ClientError:
+        try:
+            client.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            _fail(f"cannot create bucket {bucket!r}: {exc.response['Error'].get('Message')}")
+        err.print(f"created bucket {bucket}")
+
+
+@main.command()
+@click.argument("source")
+@click.argument("target", required=False)
+@common_state
+@common_gateway
+def get(source, target, state, gateway):
+    """Download an object: nearfaas get s3://bucket/key [FILE] (stdout without FILE)."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = _split_s3(source)
+    client = _s3(state, gateway)
+    try:
+        if target:
+            client.download_file(bucket, key, target)
+            console.print(f"wrote s3://{bucket}/{key} to {target}")
+        else:
+            sys.stdout.buffer.write(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except ClientError as exc:
+        _fail(f"s3://{bucket}/{key}: {exc.response['Error'].get('Code')} {exc.response['Error'].get('Message', '')}")
+
+
+@main.command()
+@click.argument("uri", required=False)
+@common_state
+@common_gateway
+def ls(uri, state, gateway):
+    """List buckets, or objects under s3://bucket/prefix."""
+    client = _s3(state, gateway)
+    if not uri:
+        for b in client.list_buckets().get("Buckets", []):
+            console.print(f"{b['CreationDate']:%Y-%m-%d %H:%M:%S}  {b['Name']}")
+        return
+    bucket, prefix = _split_s3(uri if "://" in uri else f"s3://{uri}")
+    from botocore.exceptions import ClientError
+
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            for cp in page.get("CommonPrefixes", []):
+                console.print(f"{'PRE':>30}  {cp['Prefix']}")
+            for obj in page.get("Contents", []):
+                console.print(f"{obj['LastModified']:%Y-%m-%d %H:%M:%S} {obj['Size']:>10}  {obj['Key']}", highlight=False)
+    except ClientError as exc:
+        _fail(f"{uri}: {exc.response['Error'].get('Code')}")
+
+
+# -- secrets -------------------------------------------------------------------------------------
+@main.group()
+def secret():
+    """Secrets, mounted into workers as files (context.secrets["name"])."""
+
+
+@secret.command("create")
+@click.argument("name")
+@click.option("--from-literal", "literal", default=None)
+@click.option("--from-file", "from_file", type=click.Path(exists=True, dir_okay=False), default=None)
+@common_state
+@common_gateway
+def secret_create(name, literal, from_file, state, gateway):
+    """Create or replace a secret."""
+    if (literal is None) == (from_file is None):
+        _fail("give exactly one of --from-literal VALUE or --from-file PATH")
+    value = literal if literal is not None else Path(from_file).read_text()
+    resp = _http("PUT", f"{_gateway(state, gateway)}/system/secrets", {"name": name, "value": value})
+    if resp.status_code >= 300:
+        _fail(resp.text.strip())
+    console.print(f"secret {name} stored")
+
+
+@main.command()
+@click.option("--keep", is_flag=True, help="leave the cluster running afterwards")
+@common_state
+def demo(keep, state):
+    """Bring up a cluster, deploy the example stack, run a function on an object, shut down."""
+    from nearfaas.cluster.demo import run_demo
+
+    sys.exit(run_demo(_state(state) if state else Path(".nearfaas-demo"), keep=keep, console=console))
+
+
+if __name__ == "__main__":
+    main()

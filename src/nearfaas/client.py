@@ -1,0 +1,27 @@
+"""Clients for a running cluster: a boto3 S3 client configured for the gateway."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def s3_client(gateway_url: str, state_dir: Path | None = None, access_key: str | None = None, secret_key: str | None = None):
+    """A boto3 S3 client for the cluster. Keys come from the cluster's layout when it set any;
+    a cluster in local mode accepts any (boto3 insists on having some to sign with)."""
+    import boto3
+    from botocore.config import Config
+
+    if access_key is None and state_dir is not None:
+        from nearfaas.cluster.launcher import read_layout
+
+        auth = (read_layout(Path(state_dir)) or {}).get("auth")
+        if auth:
+            access_key, secret_key = auth["access_key"], auth["secret_key"]
+    return boto3.client(
+        "s3",
+        endpoint_url=gateway_url,
+        aws_access_key_id=access_key or "nearfaas",
+        aws_secret_access_key=secret_key or "nearfaas",
+        region_name="us-east-1",
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2, "mode": "standard"}),
+    )

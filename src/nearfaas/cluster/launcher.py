@@ -1,0 +1,265 @@
+"""Bring a local cluster up and down: one OS process per node plus the gateway.
+
+The layout (ports, URLs, pids) is written to ``<state>/cluster.json`` so every later command,
+and the gateway itself, reads one source of truth. ``down`` leaves no process behind: it stops
+what it started, then sweeps any process whose command line names this state directory (a
+worker orphaned by a node that was ``kill -9``-ed, say).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from nearfaas.spec.cluster import ClusterSpec
+
+READY_TIMEOUT_S = 30.0
+
+
+class ClusterError(Exception):
+    pass
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def layout_path(state_dir: Path) -> Path:
+    return state_dir / "cluster.json"
+
+
+def read_layout(state_dir: Path) -> dict | None:
+    try:
+        return json.loads(layout_path(state_dir).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def is_running(state_dir: Path) -> bool:
+    layout = read_layout(state_dir)
+    return bool(layout) and any(_alive(p["pid"]) for p in layout.get("processes", []))
+
+
+def _get(url: str, timeout: float = 1.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read()
+
+
+def _wait_ready(url: str, process: subprocess.Popen, name: str, log: Path) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log.read_text(errors="replace").strip().splitlines()[-10:] if log.exists() else []
+            raise ClusterError(f"{name} exited with code {process.returncode} while starting; its log ({log}) ends:\n" + "\n".join(tail))
+        try:
+            _get(url, timeout=0.5)
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise ClusterError(f"{name} did not answer {url} within {READY_TIMEOUT_S:g}s; see {log}")
+
+
+def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict:
+    state_dir = state_dir.resolve()
+    if is_running(state_dir):
+        layout = read_layout(state_dir)
+        raise ClusterError(f"a cluster is already running from {state_dir} at {layout['gateway_url']}; run `nearfaas down` first")
+    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    host = spec.host
+    gateway_port = spec.gateway.port or _free_port(host)
+    if spec.gateway.port and _port_in_use(host, gateway_port):
+        raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
+    gateway_url = f"http://{host}:{gateway_port}"
+    nodes = []
+    for node in spec.nodes:
+        port = node.port or _free_port(host)
+        nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}"})
+    layout = {
+        "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
+        "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
+        "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
+        "invoke_max_body": spec.gateway.invoke_max_body,
+        "auth": {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key} if spec.auth else None,
+        "state_dir": str(state_dir), "processes": [], "started": time.time(),
+    }
+    _write_layout(state_dir, layout)
+    env = _child_env()
+    started: list[tuple[str, subprocess.Popen, str, Path]] = []
+    try:
+        for node in nodes:
+            on_step(f"starting {node['kind']} node {node['name']} ({node['class']}) on {node['url']}")
+            started.append(_spawn(node["name"], _node_command(layout, node), state_dir, env, f"{node['url']}/_nearfaas/health"))
+        on_step(f"starting gateway on {gateway_url}")
+        started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
+                              state_dir, env, f"{gateway_url}/healthz"))
+        layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
+        _write_layout(state_dir, layout)
+        for name, proc, url, log in started:
+            _wait_ready(url, proc, name, log)
+            on_step(f"{name} is ready")
+    except BaseException:
+        for _, proc, _, _ in started:
+            _stop_group(proc.pid)
+        layout["processes"] = []
+        _write_layout(state_dir, layout)
+        raise
+    return layout
+
+
+def _child_env() -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _node_command(layout: dict, node: dict) -> list[str]:
+    return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
+            "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
+            "--state", layout["state_dir"], "--gateway", layout["gateway_url"]]
+
+
+def restart_node(state_dir: Path, name: str) -> int:
+    """Start one node again on its old port (after a crash, say); returns its pid."""
+    state_dir = state_dir.resolve()
+    layout = read_layout(state_dir)
+    node = next((n for n in (layout or {}).get("nodes", []) if n["name"] == name), None)
+    if node is None:
+        raise ClusterError(f"no node named {name!r} in {state_dir}")
+    for proc in layout["processes"]:
+        if proc["name"] == name and _alive(proc["pid"]):
+            raise ClusterError(f"node {name} is still running (pid {proc['pid']})")
+    _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(), f"{node['url']}/_nearfaas/health")
+    layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
+    _write_layout(state_dir, layout)
+    _wait_ready(url, proc, name, log)
+    return proc.pid
+
+
+def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str):
+    log = state_dir / "logs" / f"{name}.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True, cwd=state_dir)
+    return name, proc, ready_url, log
+
+
+def _write_layout(state_dir: Path, layout: dict) -> None:
+    path = layout_path(state_dir)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the S3 secret key
+    with os.fdopen(fd, "w") as f:
+        json.dump(layout, f, indent=2)
+    os.replace(tmp, path)
+
+
+def _stop_group(pid: int, timeout: float = 5.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        if not _alive(pid):
+            return
+
+
+def processes_of(state_dir: Path) -> list[int]:
+    """Every live process whose command line names this state directory."""
+    marker = str(state_dir.resolve()).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker in f.read() and _alive(int(entry)):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def down(state_dir: Path) -> int:
+    """Stop the cluster; returns how many processes were stopped."""
+    state_dir = state_dir.resolve()
+    layout = read_layout(state_dir) or {}
+    stopped = 0
+    # The gateway first, so nothing new is routed to nodes that are going away.
+    for proc in sorted(layout.get("processes", []), key=lambda p: p["name"] != "gateway"):
+        if _alive(proc["pid"]):
+            _stop_group(proc["pid"])
+            stopped += 1
+    for pid in processes_of(state_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            stopped += 1
+        except ProcessLookupError:
+            pass
+    if layout:
+        layout["processes"] = []
+        _write_layout(state_dir, layout)
+    return stopped
+
+
+def status(state_dir: Path) -> dict:
+    state_dir = state_dir.resolve()
+    layout = read_layout(state_dir)
+    if not layout:
+        return {"running": False, "state_dir": str(state_dir)}
+    pids = {p["name"]: p["pid"] for p in layout.get("processes", [])}
+    nodes = []
+    for node in layout["nodes"]:
+        entry = {k: node[k] for k in ("name", "kind", "class", "url")} | {"pid": pids.get(node["name"]), "healthy": False}
+        try:
+            health = json.loads(_get(f"{node['url']}/_nearfaas/health"))
+            entry.update(healthy=True, workers=len(health.get("workers", [])), store=health.get("store"))
+        except (OSError, ValueError):
+            pass
+        nodes.append(entry)
+    functions = []
+    gateway_ok = False
+    try:
+        functions = [{"name": f["name"], "replicas": f["replicas"], "available": f["availableReplicas"],
+                      "invocations": f["invocationCount"], "placement": (f.get("x-nearfaas") or {}).get("placement")}
+                     for f in json.loads(_get(f"{layout['gateway_url']}/system/functions"))]
+        gateway_ok = True
+    except (OSError, ValueError):
+        pass
+    return {"running": gateway_ok or any(n["healthy"] for n in nodes), "gateway_url": layout["gateway_url"],
+            "gateway": {"pid": pids.get("gateway"), "healthy": gateway_ok}, "state_dir": str(state_dir),
+            "nodes": nodes, "functions": functions}

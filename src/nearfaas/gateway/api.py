@@ -1,0 +1,363 @@
+"""The OpenFaaS REST API of the gateway: /system/*, /function/*, /async-function/*.
+
+Shapes follow the OpenFaaS gateway's swagger (FunctionDeployment, FunctionStatus, ...), so the
+faas-cli and existing clients work; nearfaas's own fields ride along as ``handler``, ``lang`` and
+``x-nearfaas``. Everything a client gets wrong is a 4xx that names the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import re
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from nearfaas import __version__
+from nearfaas.gateway.invoker import CallError, Invoker
+from nearfaas.gateway.nodes import NodeDirectory
+from nearfaas.spec.errors import SpecError
+from nearfaas.spec.stack import FunctionSpec, parse_stack
+from nearfaas.telemetry.metrics import GatewayMetrics
+
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
+
+
+def _rfc3339(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _error(status: int, message: str, layer: str = "gateway", headers: dict | None = None) -> web.Response:
+    return web.Response(status=status, text=message + "\n", headers={"X-Nearfaas-Layer": layer, **(headers or {})})
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise web.HTTPBadRequest(text="request body must be a JSON object\n")
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="request body must be a JSON object\n")
+    return body
+
+
+class FunctionStore:
+    """Deployed function specs, persisted so a restarted gateway knows what it was running."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def load(self) -> list[dict]:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+
+    def save(self, specs: list[dict]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(specs, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class AsyncQueue:
+    """Async invocations: accepted with 202 at once, run by a bounded set of consumers."""
+
+    def __init__(self, invoker: Invoker, session_getter, metrics: GatewayMetrics, depth: int = 10_000, consumers: int = 16):
+        self.invoker, self.session_getter, self.metrics = invoker, session_getter, metrics
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=depth)
+        self.consumers = consumers
+        self.tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        self.tasks = [asyncio.get_running_loop().create_task(self._consume()) for _ in range(self.consumers)]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+    def submit(self, item: dict) -> None:
+        self.queue.put_nowait(item)  # raises QueueFull -> 429 at the caller
+        self.metrics.async_queue.inc()
+
+    async def _consume(self) -> None:
+        while True:
+            item = await self.queue.get()
+            try:
+                await self._run(item)
+            except Exception as exc:  # a callback target that misbehaves must not kill the consumer
+                print(json.dumps({"event": "async-error", "call_id": item["call_id"], "error": repr(exc)}), flush=True)
+            finally:
+                self.metrics.async_queue.dec()
+
+    async def _run(self, item: dict) -> None:
+        started = time.perf_counter()
+        try:
+            result = await self.invoker.invoke(item["name"], "POST", item["path"], item["query"], item["headers"], item["body"], item["call_id"])
+            status, headers, body = result.status, result.headers, result.body
+        except CallError as exc:
+            status, headers, body = exc.status, {"X-Nearfaas-Layer": exc.layer}, (str(exc) + "\n").encode()
+        if not item.get("callback"):
+            return
+        headers = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+        headers.update({"X-Call-Id": item["call_id"], "X-Function-Status": str(status), "X-Function-Name": item["name"],
+                        "X-Duration-Seconds": f"{time.perf_counter() - started:.6f}"})
+        async with self.session_getter().post(item["callback"], data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+            await resp.read()
+
+
+class OpenFaaSAPI:
+    def __init__(self, invoker: Invoker, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int):
+        self.invoker, self.nodes, self.metrics = invoker, nodes, metrics
+        self.state_dir = state_dir
+        self.store = FunctionStore(state_dir / "gateway" / "functions.json")
+        self.secrets_dir = state_dir / "secrets"
+        self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.invoke_max_body = invoke_max_body
+        self.queue = AsyncQueue(invoker, lambda: nodes.session, metrics)
+
+    def routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/metrics", self.metrics_endpoint)
+        r.add_get("/system/info", self.info)
+        r.add_get("/system/functions", self.list_functions)
+        r.add_post("/system/functions", self.deploy)
+        r.add_put("/system/functions", self.update)
+        r.add_delete("/system/functions", self.delete)
+        r.add_get("/system/function/{name}", self.get_function)
+        r.add_post("/system/scale-function/{name}", self.scale)
+        r.add_get("/system/logs", self.logs)
+        r.add_get("/system/secrets", self.list_secrets)
+        r.add_post("/system/secrets", self.put_secret)
+        r.add_put("/system/secrets", self.put_secret)
+        r.add_delete("/system/secrets", self.delete_secret)
+        r.add_get("/system/openapi.json", self.openapi)
+        r.add_route("*", "/function/{name}", self.invoke)
+        r.add_route("*", "/function/{name}/{path:.*}", self.invoke)
+        r.add_post("/async-function/{name}", self.invoke_async)
+        r.add_post("/async-function/{name}/{path:.*}", self.invoke_async)
+
+    async def restore(self) -> None:
+        for spec in self.store.load():
+            self.invoker.deploy(spec)
+        self.queue.start()
+
+    def _persist(self) -> None:
+        self.store.save([s.spec for s in self.invoker.functions.values()])
+
+    # -- meta --------------------------------------------------------------------------------------
+    async def healthz(self, request):
+        return web.Response(text="OK")
+
+    async def metrics_endpoint(self, request):
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def info(self, request):
+        return web.json_response({
+            "provider": {"provider": "nearfaas", "orchestration": "nearfaas-local", "version": {"release": __version__, "sha": "", "commit_message": ""}},
+            "version": {"release": __version__, "sha": "", "commit_message": ""},
+            "arch": platform.machine(),
+        })
+
+    async def openapi(self, request):
+        import yaml
+
+        text = (Path(__file__).with_name("openapi.yaml")).read_text()
+        return web.json_response(yaml.safe_load(text))
+
+    # -- functions ---------------------------------------------------------------------------------
+    def _status(self, name: str) -> dict:
+        state = self.invoker.functions[name]
+        spec = FunctionSpec.from_dict(state.spec)
+        return {
+            "name": name, "image": "", "namespace": "openfaas-fn", "envProcess": "handler.handle",
+            "envVars": spec.environment, "constraints": spec.constraints, "secrets": spec.secrets,
+            "labels": spec.labels, "annotations": spec.annotations, "limits": spec.limits or None, "requests": None,
+            "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
+            "replicas": state.desired, "availableReplicas": len(state.instances),
+            "createdAt": _rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
+            "x-nearfaas": state.spec.get("x"),
+            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls} for i in state.instances.values()],
+        }
+
+    async def list_functions(self, request):
+        return web.json_response([self._status(n) for n in sorted(self.invoker.functions)])
+
+    async def get_function(self, request):
+        name = request.match_info["name"]
+        if name not in self.invoker.functions:
+            return _error(404, f"function {name!r} not found")
+        return web.json_response(self._status(name))
+
+    def _spec_from_request(self, body: dict) -> dict:
+        """An OpenFaaS FunctionDeployment (+ handler/lang/x-nearfaas) as a validated spec dict."""
+        name = body.get("service")
+        if not isinstance(name, str) or not name:
+            raise SpecErrorResponse("service: required, the function's name (e.g. \"resize\")")
+        fn = {k: body[k] for k in ("lang", "handler", "image", "labels", "annotations", "secrets", "limits", "requests",
+                                   "constraints", "x-nearfaas") if body.get(k) is not None}
+        env = {}
+        for field in ("envVars", "environment"):
+            value = body.get(field)
+            if value is not None and not isinstance(value, dict):
+                raise SpecErrorResponse(f"{field}: must be a map of names to strings")
+            env.update(value or {})
+        if env:
+            fn["environment"] = env
+        fn.setdefault("lang", "python3-http")
+        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path(body.get("base_dir") or "/"))
+        return stack.functions[name].to_dict()
+
+    async def deploy(self, request, update: bool = False):
+        body = await _json_body(request)
+        try:
+            spec = self._spec_from_request(body)
+        except SpecError as exc:
+            return _error(400, f"invalid function deployment:\n{exc}", "spec")
+        except SpecErrorResponse as exc:
+            return _error(400, f"invalid function deployment: {exc}", "spec")
+        exists = spec["name"] in self.invoker.functions
+        if update and not exists:
+            return _error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")
+        self.invoker.deploy(spec)
+        self._persist()
+        return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
+
+    async def update(self, request):
+        return await self.deploy(request, update=True)
+
+    async def delete(self, request):
+        body = await _json_body(request)
+        name = body.get("functionName")
+        if not isinstance(name, str):
+            return _error(400, "functionName: required, the name of the function to delete")
+        if not await self.invoker.remove(name):
+            return _error(404, f"function {name!r} not found")
+        self._persist()
+        return web.Response(status=202, text=f"removed {name}\n")
+
+    async def scale(self, request):
+        name = request.match_info["name"]
+        body = await _json_body(request)
+        replicas = body.get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            return _error(400, "replicas: required, a non-negative integer")
+        state = self.invoker.functions.get(name)
+        if state is None:
+            return _error(404, f"function {name!r} not found")
+        limit = int(state.spec.get("scale_max", 5))
+        if replicas > limit:
+            return _error(400, f"replicas: {replicas} exceeds com.openfaas.scale.max={limit} of {name!r}")
+        asyncio.get_running_loop().create_task(self.invoker.scale(name, replicas))
+        return web.Response(status=202, text=f"scaling {name} to {replicas}\n")
+
+    async def logs(self, request):
+        name = request.query.get("name")
+        if not name:
+            return _error(400, "name: required query parameter, the function whose logs to read")
+        if name not in self.invoker.functions:
+            return _error(404, f"function {name!r} not found")
+        try:
+            tail = int(request.query.get("tail", "0") or 0)
+            since_raw = request.query.get("since")
+            since = dt.datetime.fromisoformat(since_raw.replace("Z", "+00:00")).timestamp() if since_raw else 0.0
+        except ValueError:
+            return _error(400, "tail must be an integer and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+        records = await self.nodes.logs(name, since, tail)
+        lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
+                             "timestamp": _rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
+        return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
+
+    # -- secrets -----------------------------------------------------------------------------------
+    async def list_secrets(self, request):
+        return web.json_response([{"name": p.name} for p in sorted(self.secrets_dir.iterdir()) if p.is_file()])
+
+    async def put_secret(self, request):
+        body = await _json_body(request)
+        name, value = body.get("name"), body.get("value", body.get("rawValue"))
+        if not isinstance(name, str) or not SECRET_NAME.match(name):
+            return _error(400, "name: required, lower-case letters, digits, '-', '_' or '.', at most 63 characters")
+        if not isinstance(value, str):
+            return _error(400, "value: required, the secret as a string")
+        tmp = self.secrets_dir / f".{name}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(value)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.secrets_dir / name)
+        return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}\n")
+
+    async def delete_secret(self, request):
+        body = await _json_body(request)
+        name = body.get("name")
+        if not isinstance(name, str) or not SECRET_NAME.match(name) or not (self.secrets_dir / name).is_file():
+            return _error(404, f"secret {name!r} not found")
+        (self.secrets_dir / name).unlink()
+        return web.Response(status=204)
+
+    # -- invocation --------------------------------------------------------------------------------
+    async def _read_invocation_body(self, request) -> bytes:
+        if request.content_length is not None and request.content_length > self.invoke_max_body:
+            raise CallError(413, f"request body of {request.content_length} bytes exceeds the {self.invoke_max_body}-byte limit "
+                                 f"for invocations; put large data in an object and pass {{\"bucket\": ..., \"key\": ...}}", "gateway")
+        body = await request.content.read(self.invoke_max_body + 1)
+        if len(body) > self.invoke_max_body:
+            raise CallError(413, f"request body exceeds the {self.invoke_max_body}-byte limit for invocations; pass an object reference instead", "gateway")
+        return body
+
+    async def invoke(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            body = await self._read_invocation_body(request)
+            result = await self.invoker.invoke(name, request.method, "/" + request.match_info.get("path", ""), request.query_string,
+                                               request.headers, body, request.get("call_id"))
+        except CallError as exc:
+            return _error(exc.status, str(exc), exc.layer, exc.headers)
+        return web.Response(status=result.status, headers=result.headers, body=result.body)
+
+    async def invoke_async(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.invoker.functions:
+            return _error(404, f"function {name!r} not found")
+        callback = request.headers.get("X-Callback-Url")
+        if callback and not re.match(r"^https?://[^\s/]+", callback):
+            return _error(400, "X-Callback-Url must be an absolute http(s) URL")
+        try:
+            body = await self._read_invocation_body(request)
+            self.queue.submit({"name": name, "path": "/" + request.match_info.get("path", ""), "query": request.query_string,
+                               "headers": dict(request.headers), "body": body, "call_id": request["call_id"], "callback": callback})
+        except CallError as exc:
+            return _error(exc.status, str(exc), exc.layer)
+        except asyncio.QueueFull:
+            return _error(429, "the async queue is full; retry later", headers={"Retry-After": "1"})
+        return web.Response(status=202, text=f"accepted {request['call_id']}\n")
+
+
+class SpecErrorResponse(Exception):
+    pass
+
+
+@web.middleware
+async def stamp_calls(request: web.Request, handler):
+    """Every response carries X-Call-Id and X-Duration-Seconds (set just before headers go out)."""
+    request["t0"] = time.perf_counter()
+    request["call_id"] = request.headers.get("X-Call-Id") or str(uuid.uuid4())
+    return await handler(request)
+
+
+async def on_prepare(request: web.Request, response: web.StreamResponse) -> None:
+    if "t0" in request:
+        response.headers.setdefault("X-Call-Id", request["call_id"])
+        response.headers.setdefault("X-Duration-Seconds", f"{time.perf_counter() - request['t0']:.6f}")

@@ -1,0 +1,124 @@
+"""The gateway process: OpenFaaS REST API, the cluster's S3 endpoint, invocation routing.
+
+Started by ``nearfaas up`` with the cluster layout it wrote to ``<state>/cluster.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+from pathlib import Path
+
+from aiohttp import web
+
+from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
+from nearfaas.gateway.cluster_backend import ClusterBackend
+from nearfaas.gateway.invoker import Invoker
+from nearfaas.gateway.nodes import Node, NodeDirectory
+from nearfaas.placement.policy import make_policy
+from nearfaas.s3.frontend import S3Frontend
+from nearfaas.s3.node_client import NodeClient
+from nearfaas.telemetry.metrics import GatewayMetrics
+
+
+class _StoreCollector:
+    """Per-node object-store counters, as last reported by each node's health poll."""
+
+    def __init__(self, nodes: NodeDirectory):
+        self.nodes = nodes
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        families = {
+            "bytes_in": CounterMetricFamily("nearfaas_object_bytes_in", "Object bytes written per storage node (measured)", labels=["node", "class"]),
+            "bytes_out": CounterMetricFamily("nearfaas_object_bytes_out", "Object bytes read per storage node (measured)", labels=["node", "class"]),
+            "objects": GaugeMetricFamily("nearfaas_objects", "Objects stored per storage node", labels=["node", "class"]),
+        }
+        up = GaugeMetricFamily("nearfaas_node_up", "1 when the node answered its last health poll", labels=["node", "kind", "class"])
+        for node in self.nodes.nodes.values():
+            up.add_metric([node.name, node.kind, node.cls], 1 if node.healthy else 0)
+            store = (node.status or {}).get("store") or {}
+            for field, family in families.items():
+                if field in store:
+                    family.add_metric([node.name, node.cls], store[field])
+        yield up
+        yield from families.values()
+
+
+def build_app(layout: dict, state_dir: Path) -> web.Application:
+    nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]])
+    metrics = GatewayMetrics()
+    metrics.add_collector(_StoreCollector(nodes))
+    replication = layout.get("replication", {})
+    factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
+    invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs)
+    api = OpenFaaSAPI(invoker, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)))
+    clients: dict[str, NodeClient] = {}
+
+    def client_for(name: str) -> NodeClient:
+        if name not in clients:
+            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session)
+        return clients[name]
+
+    backend = ClusterBackend(nodes, client_for, factor, dscs)
+    auth = None
+    if layout.get("auth"):
+        from nearfaas.s3.sigv4 import S3Auth
+
+        auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]})
+    s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)))
+
+    app = web.Application(middlewares=[stamp_calls], client_max_size=1024**3)
+    app.on_response_prepare.append(on_prepare)
+    api.routes(app)
+    s3.mount(app)
+
+    async def startup(app):
+        await nodes.start()
+        await api.restore()
+
+    async def cleanup(app):
+        await api.queue.stop()
+        await nodes.stop()
+
+    app.on_startup.append(startup)
+    app.on_cleanup.append(cleanup)
+    app["invoker"], app["nodes"], app["api"] = invoker, nodes, api
+    return app
+
+
+async def serve(args) -> None:
+    state_dir = Path(args.state)
+    layout = json.loads((state_dir / "cluster.json").read_text())
+    app = build_app(layout, state_dir)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, layout["host"], layout["gateway_port"], backlog=2048)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(json.dumps({"event": "ready", "gateway": layout["gateway_url"]}), flush=True)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="nearfaas gateway (started by `nearfaas up`)")
+    parser.add_argument("--state", required=True, help="state directory holding cluster.json")
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""The cluster's S3 endpoint: one StorageBackend over every storage node.
+
+Writes go to the object's replica set (rendezvous hashing) at once, streamed to all replicas in
+parallel; a write is acknowledged once every reachable replica has made it durable (and at
+least one has). Reads go to the first replica that has the object. Listings merge every node's
+sorted listing. The gateway never buffers an object body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import AsyncIterator, Callable
+
+from nearfaas.gateway.nodes import NodeDirectory
+from nearfaas.gateway.replicas import replicas_for
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend
+from nearfaas.s3.errors import S3Error
+
+log = logging.getLogger("nearfaas.gateway.s3")
+
+# The gateway's own routes live under these path prefixes, so no bucket may take their names.
+RESERVED_BUCKETS = {"system", "function", "async-function", "healthz", "metrics", "_nearfaas"}
+_TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
+
+
+class _Tee:
+    """Feeds one async byte stream to several consumers; a consumer that fails is dropped."""
+
+    def __init__(self, source: AsyncIterator[bytes], n: int):
+        self.source = source
+        self.queues = [asyncio.Queue(maxsize=_TEE_DEPTH) for _ in range(n)]
+        self.dead = [False] * n
+        self.error: BaseException | None = None
+
+    async def pump(self) -> None:
+        try:
+            async for chunk in self.source:
+                for i, q in enumerate(self.queues):
+                    if not self.dead[i]:
+                        await q.put(chunk)
+        except BaseException as exc:  # the client's body broke off: every replica must abort
+            self.error = exc
+        for i, q in enumerate(self.queues):
+            if not self.dead[i]:
+                await q.put(None)
+
+    async def stream(self, i: int) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self.queues[i].get()
+            if chunk is None:
+                if self.error is not None:
+                    raise self.error
+                return
+            yield chunk
+
+    def drop(self, i: int) -> None:
+        self.dead[i] = True
+        q = self.queues[i]
+        while not q.empty():  # unblock a pump waiting on this queue
+            q.get_nowait()
+
+
+def _unavailable(exc: BaseException) -> bool:
+    return isinstance(exc, S3Error) and exc.code == "ServiceUnavailable"
+
+
+class ClusterBackend:
+    def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool):
+        self.nodes = nodes
+        self.client_for = client_for
+        self.replication = replication
+        self.dscs_replica = dscs_replica
+        self._bucket_options: dict[str, dict] = {}
+
+    # -- placement ---------------------------------------------------------------------------------
+    async def _wants_dscs(self, bucket: str, options: dict | None = None) -> bool:
+        if options and "dscs_replica" in options:
+            return bool(options["dscs_replica"])
+        if bucket not in self._bucket_options:
+            self._bucket_options[bucket] = (await self.head_bucket(bucket)).options
+        return self.dscs_replica or bool(self._bucket_options[bucket].get("dscs_replica"))
+
+    async def replica_names(self, bucket: str, key: str, options: dict | None = None) -> list[str]:
+        ring = self.nodes.storage_ring()
+        return [n.name for n in replicas_for(ring, bucket, key, self.replication, await self._wants_dscs(bucket, options))]
+
+    def _read_order(self, preferred: list[str]) -> list[str]:
+        """The replica set first (healthy ones first), then every other storage node: an object
+        written while one of its replicas was down, or with another replica option, is still found."""
+        others = [n.name for n in self.nodes.storage_nodes() if n.name not in preferred]
+        healthy = {n.name for n in self.nodes.storage_nodes(healthy_only=True)}
+        return sorted(preferred, key=lambda n: n not in healthy) + others
+
+    # -- writes fanned out to replicas -------------------------------------------------------------
+    async def _fan_out(self, targets: list[str], body: AsyncIterator[bytes], write) -> list:
+        """Run ``write(client, stream)`` on every target with a tee of ``body``; returns successes."""
+        tee = _Tee(body, len(targets))
+
+        async def one(i: int, name: str):
+            try:
+                return await write(self.client_for(name), tee.stream(i))
+            except BaseException:
+                tee.drop(i)
+                raise
+
+        pump = asyncio.ensure_future(tee.pump())
+        results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
+        await pump
+        ok = [r for r in results if not isinstance(r, BaseException)]
+        failed = [(n, r) for n, r in zip(targets, results) if isinstance(r, BaseException)]
+        for name, exc in failed:
+            if not _unavailable(exc) or not ok:
+                if isinstance(exc, S3Error):
+                    raise exc
+                raise S3Error("InternalError", f"replica {name} failed: {exc!r}")
+            log.warning("degraded write: replica %s unavailable (%s); acknowledged by %d other(s)", name, exc, len(ok))
+        return ok
+
+    async def put_object(self, bucket, key, body, *, content_md5=None, content_type=None, metadata=None, options=None) -> ObjectInfo:
+        targets = await self.replica_names(bucket, key, options)
+        results = await self._fan_out(targets, body, lambda c, s: c.put_object(
+            bucket, key, s, content_md5=content_md5, content_type=content_type, metadata=metadata))
+        return results[0]
+
+    async def create_multipart_upload(self, bucket, key, *, content_type=None, metadata=None, upload_id=None) -> str:
+        upload_id = upload_id or uuid.uuid4().hex
+        targets = await self.replica_names(bucket, key)
+        results = await asyncio.gather(*(self.client_for(n).create_multipart_upload(
+            bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id) for n in targets), return_exceptions=True)
+        self._check(targets, results)
+        return upload_id
+
+    async def upload_part(self, bucket, key, upload_id, part_number, body, *, content_md5=None) -> str:
+        targets = await self.replica_names(bucket, key)
+        results = await self._fan_out(targets, body, lambda c, s: c.upload_part(bucket, key, upload_id, part_number, s, content_md5=content_md5))
+        return results[0]
+
+    async def complete_multipart_upload(self, bucket, key, upload_id, parts) -> ObjectInfo:
+        targets = await self.replica_names(bucket, key)
+        results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts) for n in targets),
+                                       return_exceptions=True)
+        return self._check(targets, results)[0]
+
+    async def abort_multipart_upload(self, bucket, key, upload_id) -> None:
+        targets = await self.replica_names(bucket, key)
+        results = await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in targets),
+                                       return_exceptions=True)
+        self._check(targets, results)
+
+    def _check(self, targets, results) -> list:
+        ok = [r for r in results if not isinstance(r, BaseException)]
+        for name, exc in zip(targets, results):
+            if isinstance(exc, BaseException) and (not _unavailable(exc) or not ok):
+                raise exc if isinstance(exc, S3Error) else S3Error("InternalError", f"replica {name} failed: {exc!r}")
+        return ok
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def _first(self, bucket: str, key: str, op):
+        order = self._read_order(await self.replica_names(bucket, key))
+        missing = None
+        for name in order:
+            try:
+                return await op(self.client_for(name))
+            except S3Error as exc:
+                if exc.code == "NoSuchKey":
+                    missing = exc
+                elif not _unavailable(exc):
+                    raise
+        if missing is not None:
+            raise missing
+        raise S3Error("ServiceUnavailable", f"no storage node holding s3://{bucket}/{key} is reachable; retry shortly")
+
+    async def get_object(self, bucket, key, byte_range=None) -> ObjectStream:
+        return await self._first(bucket, key, lambda c: c.get_object(bucket, key, byte_range))
+
+    async def head_object(self, bucket, key) -> ObjectInfo:
+        return await self._first(bucket, key, lambda c: c.head_object(bucket, key))
+
+    async def delete_object(self, bucket, key) -> None:
+        names = [n.name for n in self.nodes.storage_nodes()]
+        results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key) for n in names), return_exceptions=True)
+        for exc in results:
+            if isinstance(exc, S3Error) and exc.code == "NoSuchBucket":
+                raise exc
+        if all(_unavailable(r) for r in results):
+            raise S3Error("ServiceUnavailable", "no storage node is reachable")
+
+    async def list_objects(self, bucket, prefix="", delimiter="", max_keys=1000, start_after="") -> ListResult:
+        names = [n.name for n in self.nodes.storage_nodes(healthy_only=True)]
+        if not names:
+            raise S3Error("ServiceUnavailable", "no storage node is reachable")
+        pages = await asyncio.gather(*(self.client_for(n).list_objects(bucket, prefix, delimiter, max_keys, start_after) for n in names),
+                                     return_exceptions=True)
+        good = [p for p in pages if isinstance(p, ListResult)]
+        for p in pages:
+            if isinstance(p, S3Error) and not _unavailable(p):
+                raise p
+        if not good:
+            raise S3Error("ServiceUnavailable", "no storage node answered the listing")
+        # Each node returns its first max_keys entries after the marker; the merged first max_keys
+        # are therefore exact. Duplicates are replicas of the same object.
+        entries: dict[str, ObjectInfo | None] = {}
+        for page in good:
+            for info in page.contents:
+                entries.setdefault(info.key, info)
+            for cp in page.common_prefixes:
+                entries.setdefault(cp, None)
+        ordered = sorted(entries)
+        chosen = ordered[:max_keys]
+        truncated = len(ordered) > max_keys or any(p.is_truncated for p in good)
+        return ListResult(
+            contents=[entries[k] for k in chosen if entries[k] is not None],
+            common_prefixes=[k for k in chosen if entries[k] is None],
+            is_truncated=truncated,
+            next_marker=chosen[-1] if truncated and chosen else None,
+        )
+
+    # -- buckets -----------------------------------------------------------------------------------
+    async def _all_nodes(self, op) -> list:
+        names = [n.name for n in self.nodes.storage_nodes()]
+        results = await asyncio.gather(*(op(self.client_for(n)) for n in names), return_exceptions=True)
+        for name, r in zip(names, results):
+            if isinstance(r, BaseException):
+                raise r if isinstance(r, S3Error) else S3Error("InternalError", f"node {name} failed: {r!r}")
+        return results
+
+    async def list_buckets(self) -> list[BucketInfo]:
+        names = [n.name for n in self.nodes.storage_nodes(healthy_only=True)] or [n.name for n in self.nodes.storage_nodes()]
+        results = await asyncio.gather(*(self.client_for(n).list_buckets() for n in names), return_exceptions=True)
+        merged: dict[str, BucketInfo] = {}
+        for r in results:
+            if isinstance(r, list):
+                for b in r:
+                    merged.setdefault(b.name, b)
+        if not merged and all(isinstance(r, BaseException) for r in results):
+            raise S3Error("ServiceUnavailable", "no storage node is reachable")
+        return sorted(merged.values(), key=lambda b: b.name)
+
+    async def create_bucket(self, name, options=None) -> BucketInfo:
+        if name in RESERVED_BUCKETS:
+            raise S3Error("InvalidBucketName", f"bucket name {name!r} is reserved by the gateway's API; choose another name")
+        results = await self._all_nodes(lambda c: c.create_bucket(name, options))
+        self._bucket_options.pop(name, None)
+        return results[0]
+
+    async def head_bucket(self, name) -> BucketInfo:
+        last = None
+        for node in self._read_order([]):
+            try:
+                return await self.client_for(node).head_bucket(name)
+            except S3Error as exc:
+                if not _unavailable(exc):
+                    raise
+                last = exc
+        raise last or S3Error("ServiceUnavailable", "no storage node is reachable")
+
+    async def delete_bucket(self, name) -> None:
+        if (await self.list_objects(name, max_keys=1)).contents:
+            raise S3Error("BucketNotEmpty", resource=name)
+        await self._all_nodes(lambda c: c.delete_bucket(name))
+        self._bucket_options.pop(name, None)

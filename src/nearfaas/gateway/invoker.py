@@ -1,0 +1,303 @@
+"""Invocation: from a request for a function to an answer from a warm worker.
+
+The gateway proxies straight to a worker (as OpenFaaS's gateway proxies to a watchdog), so a
+warm call costs one hop. The node agents only start and stop workers. The gateway tracks each
+instance's in-flight calls, deduplicates concurrent cold starts, and keeps a backstop clock in
+case a worker cannot keep its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from nearfaas.gateway.nodes import NodeDirectory, NodeError
+from nearfaas.gateway.replicas import replicas_for
+from nearfaas.placement.policy import ClusterView, Invocation, NodeView, NoNodeAvailable
+from nearfaas.telemetry.metrics import GatewayMetrics
+
+BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
+_HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"}
+
+
+@dataclass
+class Instance:
+    id: str
+    node: str
+    url: str
+    inflight: int = 0
+    calls: int = 0
+
+
+@dataclass
+class FunctionState:
+    spec: dict
+    created: float = field(default_factory=time.time)
+    instances: dict[str, Instance] = field(default_factory=dict)
+    starting: dict[str, asyncio.Future] = field(default_factory=dict)
+    invocations: int = 0
+    desired: int = 1
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+
+@dataclass
+class CallResult:
+    status: int
+    headers: dict
+    body: bytes
+
+
+class CallError(Exception):
+    """A call that failed before or around the function: status, message and the layer to blame."""
+
+    def __init__(self, status: int, message: str, layer: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.layer, self.headers = status, layer, headers or {}
+
+
+def find_input_refs(spec: dict, body: bytes) -> list[tuple[str, str]]:
+    """Object references named by the function's ``x-nearfaas.inputs`` paths in a JSON body."""
+    if not body or body[:1] not in (b"{", b"["):
+        return []
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return []
+    refs = []
+    for path in (spec.get("x") or {}).get("inputs") or ["input"]:
+        value = document
+        for part in path.strip("/").replace("/", ".").split("."):
+            if not part:
+                continue
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None and isinstance(document, dict) and path in ("input", "/input"):
+            value = document  # the body itself may be the reference
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict) and isinstance(item.get("bucket"), str) and isinstance(item.get("key"), str):
+                refs.append((item["bucket"], item["key"]))
+    return refs
+
+
+class Invoker:
+    def __init__(self, nodes: NodeDirectory, policy, metrics: GatewayMetrics, replication: int, dscs_replica: bool):
+        self.nodes = nodes
+        self.policy = policy
+        self.metrics = metrics
+        self.replication = replication
+        self.dscs_replica = dscs_replica
+        self.functions: dict[str, FunctionState] = {}
+        nodes.on_poll.append(self._reconcile_node)
+
+    # -- placement -------------------------------------------------------------------------------
+    def _view(self, state: FunctionState, refs) -> ClusterView:
+        warm: dict[str, int] = {}
+        inflight: dict[str, int] = {}
+        for inst in state.instances.values():
+            warm[inst.node] = warm.get(inst.node, 0) + 1
+            inflight[inst.node] = inflight.get(inst.node, 0) + inst.inflight
+        nodes = tuple(NodeView(n.name, n.kind, n.cls, n.healthy, inflight.get(n.name, 0), warm.get(n.name, 0))
+                      for n in self.nodes.nodes.values())
+        ring = self.nodes.storage_ring()
+        replicas = {ref: [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)] for ref in refs}
+        return ClusterView(nodes, replicas)
+
+    def place(self, state: FunctionState, refs):
+        x = state.spec.get("x") or {}
+        invocation = Invocation(state.name, x.get("accelerator"), x.get("placement", "auto"), tuple(refs))
+        try:
+            decision = self.policy.place(invocation, self._view(state, refs))
+        except NoNodeAvailable as exc:
+            raise CallError(503, f"no node can run {state.name!r}: {exc}", "placement", {"Retry-After": "1"}) from None
+        self.metrics.placements.labels(state.name, decision.target, decision.reason).inc()
+        return decision
+
+    # -- instances -------------------------------------------------------------------------------
+    async def acquire(self, state: FunctionState, node: str) -> tuple[Instance, float | None]:
+        """A warm instance on ``node`` with room for one more call; cold-starts one if needed.
+
+        Returns the instance and the cold-start seconds (None when it was warm)."""
+        limit = int(state.spec.get("max_inflight", 0))
+        while True:
+            local = [i for i in state.instances.values() if i.node == node]
+            free = [i for i in local if not limit or i.inflight < limit]
+            if free:
+                return min(free, key=lambda i: i.inflight), None
+            total = len(state.instances) + sum(1 for f in state.starting.values() if not f.done())
+            can_grow = total < int(state.spec.get("scale_max", 5)) or not local
+            if node in state.starting:
+                await asyncio.shield(state.starting[node])
+                continue
+            if can_grow:
+                instance, seconds = await self._cold_start(state, node)
+                if not limit or instance.inflight < limit:
+                    return instance, seconds
+                continue
+            if not limit:
+                return min(local, key=lambda i: i.inflight), None
+            raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {len(local)} instance(s) "
+                                 f"and at its scale limit; retry later", "gateway", {"Retry-After": "1"})
+
+    async def _cold_start(self, state: FunctionState, node: str) -> tuple[Instance, float]:
+        future = asyncio.get_running_loop().create_future()
+        state.starting[node] = future
+        try:
+            timeout = 60.0 + 600.0  # handler import + a first-time requirements install
+            info = await self.nodes.start_worker(node, state.spec, timeout)
+            instance = Instance(info["id"], node, f"http://127.0.0.1:{info['port']}")
+            if state.name in self.functions and self.functions[state.name] is state:
+                state.instances[instance.id] = instance
+            else:  # removed while it started
+                await self.nodes.stop_worker(node, instance.id)
+                raise CallError(404, f"function {state.name!r} was removed", "gateway")
+            seconds = float(info["cold_start_seconds"])
+            self.metrics.cold_starts.labels(state.name, node).inc()
+            self.metrics.cold_start_seconds.labels(state.name).observe(seconds)
+            self.metrics.service_count.labels(state.name).set(len(state.instances))
+            future.set_result(instance)
+            return instance, seconds
+        except NodeError as exc:
+            future.set_result(None)
+            raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
+        except BaseException:
+            if not future.done():
+                future.set_result(None)
+            raise
+        finally:
+            state.starting.pop(node, None)
+
+    def drop_instance(self, state: FunctionState, instance: Instance, stop: bool) -> None:
+        if state.instances.pop(instance.id, None) is not None:
+            self.metrics.service_count.labels(state.name).set(len(state.instances))
+            if stop:
+                asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
+
+    def _reconcile_node(self, node) -> None:
+        """Forget instances that their node no longer runs (they exited or were killed)."""
+        alive = {w["id"] for w in node.status.get("workers", [])}
+        for state in self.functions.values():
+            for inst in [i for i in state.instances.values() if i.node == node.name and i.id not in alive]:
+                self.drop_instance(state, inst, stop=False)
+
+    # -- calls -----------------------------------------------------------------------------------
+    async def invoke(self, name: str, method: str, path: str, query: str, headers, body: bytes, call_id: str | None = None) -> CallResult:
+        call_id = call_id or str(uuid.uuid4())
+        started = time.perf_counter()
+        state = self.functions.get(name)
+        if state is None:
+            raise CallError(404, f"function {name!r} not found; deploy it first (nearfaas deploy -f stack.yml)", "gateway")
+        state.invocations += 1
+        gauge = self.metrics.inflight.labels(name)
+        gauge.inc()
+        try:
+            result = await self._invoke(state, method, path, query, headers, body, call_id, started)
+        except CallError as exc:
+            self.metrics.invocations.labels(name, str(exc.status)).inc()
+            raise
+        finally:
+            gauge.dec()
+        self.metrics.invocations.labels(name, str(result.status)).inc()
+        self.metrics.seconds.labels(name).observe(time.perf_counter() - started)
+        return result
+
+    async def _invoke(self, state, method, path, query, headers, body, call_id, started) -> CallResult:
+        refs = find_input_refs(state.spec, body)
+        decision = self.place(state, refs)
+        forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and not k.lower().startswith("x-nearfaas-")}
+        forward.update({"X-Nearfaas-Call-Id": call_id, "X-Nearfaas-Method": method, "X-Nearfaas-Path": path, "X-Nearfaas-Query": query})
+        if refs:
+            forward["X-Nearfaas-Input"] = json.dumps({"bucket": refs[0][0], "key": refs[0][1]})
+        exec_timeout = float(state.spec.get("exec_timeout", 10.0))
+        for attempt in (1, 2):
+            instance, cold_seconds = await self.acquire(state, decision.node)
+            instance.inflight += 1
+            instance.calls += 1
+            try:
+                async with self.nodes.session.post(instance.url, data=body, headers=forward,
+                                                   timeout=aiohttp.ClientTimeout(total=exec_timeout + BACKSTOP_MARGIN_S)) as resp:
+                    payload = await resp.read()
+                    status, reply_headers = resp.status, resp.headers
+                break
+            except aiohttp.ClientConnectorError:
+                # Never reached the worker (it exited a moment ago): safe to retry on another one.
+                self.drop_instance(state, instance, stop=False)
+                if attempt == 2:
+                    raise CallError(502, f"could not reach a worker of {state.name!r} on {decision.node}", "worker") from None
+            except asyncio.TimeoutError:
+                self.drop_instance(state, instance, stop=True)
+                raise CallError(504, f"gateway: {state.name!r} gave no answer within exec_timeout={exec_timeout:g}s "
+                                     f"+ {BACKSTOP_MARGIN_S:g}s; the worker on {decision.node} was stopped", "gateway") from None
+            except aiohttp.ClientError as exc:
+                self.drop_instance(state, instance, stop=True)
+                raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
+            finally:
+                instance.inflight -= 1
+        if reply_headers.get("X-Nearfaas-Error") == "exec-timeout":
+            self.drop_instance(state, instance, stop=False)  # it is exiting; the node reaps it
+        total = time.perf_counter() - started
+        exec_s = float(reply_headers.get("X-Nearfaas-Exec-Seconds", 0) or 0)
+        data_s = float(reply_headers.get("X-Nearfaas-Data-Seconds", 0) or 0)
+        cold = cold_seconds or 0.0
+        out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS}
+        out.update({
+            "X-Call-Id": call_id,
+            "X-Duration-Seconds": f"{total:.6f}",
+            "X-Nearfaas-Start": "cold" if cold_seconds is not None else "warm",
+            "X-Nearfaas-Node": decision.node,
+            "X-Nearfaas-Placement": f"{decision.target};{decision.reason}",
+            # Measured on this machine: stack = everything that is neither the handler nor a cold start.
+            "X-Nearfaas-Timing": f"measured;total={total:.6f};cold_start={cold:.6f};stack={max(0.0, total - exec_s - cold):.6f};"
+                                 f"data={data_s:.6f};compute={max(0.0, exec_s - data_s):.6f}",
+        })
+        return CallResult(status, out, payload)
+
+    # -- deployment ------------------------------------------------------------------------------
+    def deploy(self, spec: dict) -> FunctionState:
+        """Register or update a function; running instances of an old version are replaced."""
+        old = self.functions.get(spec["name"])
+        state = FunctionState(spec, desired=max(int(spec.get("scale_min", 1)), 0 if spec.get("scale_zero") else 1))
+        if old is not None:
+            state.created, state.invocations = old.created, old.invocations
+            for inst in list(old.instances.values()):
+                self.drop_instance(old, inst, stop=True)
+        self.functions[spec["name"]] = state
+        self.metrics.service_count.labels(state.name).set(0)
+        asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
+        return state
+
+    async def remove(self, name: str) -> bool:
+        state = self.functions.pop(name, None)
+        if state is None:
+            return False
+        for inst in list(state.instances.values()):
+            state.instances.pop(inst.id, None)
+        await self.nodes.stop_function(name)
+        try:
+            self.metrics.service_count.remove(name)
+        except KeyError:
+            pass
+        return True
+
+    async def scale(self, name: str, replicas: int) -> None:
+        """Start or stop instances until ``replicas`` are warm (placed as a reference-less call)."""
+        state = self.functions.get(name)
+        if state is None:
+            return
+        state.desired = replicas
+        try:
+            while len(state.instances) < state.desired and self.functions.get(name) is state:
+                node = self.place(state, []).node
+                await self._cold_start(state, node)
+        except CallError:
+            return  # surfaced at the next call, with the node's message
+        while len(state.instances) > state.desired:
+            victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
+            self.drop_instance(state, victim, stop=True)
+

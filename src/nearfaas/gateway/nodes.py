@@ -1,0 +1,127 @@
+"""The gateway's picture of its nodes: addresses, health, and their internal API.
+
+Health is polled (not pushed) so a node that dies is noticed without it having to say so; the
+same poll carries each node's worker list, which is how the gateway learns that a worker exited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from nearfaas.gateway.replicas import StorageNode
+
+HEALTH_INTERVAL_S = 1.0
+
+
+@dataclass
+class Node:
+    name: str
+    kind: str
+    cls: str
+    url: str
+    healthy: bool = False
+    last_seen: float = 0.0
+    last_error: str = ""
+    status: dict = field(default_factory=dict)
+
+
+class NodeError(Exception):
+    def __init__(self, node: str, status: int, message: str, layer: str = "node"):
+        super().__init__(message)
+        self.node, self.status, self.layer = node, status, layer
+
+
+class NodeDirectory:
+    def __init__(self, nodes: list[Node]):
+        self.nodes = {n.name: n for n in nodes}
+        self.session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task | None = None
+        self.on_poll = []  # callbacks(node) after each successful poll
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        await self.poll_all()
+        self._task = asyncio.get_running_loop().create_task(self._poll_forever())
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+        if self.session:
+            await self.session.close()
+
+    def storage_nodes(self, healthy_only: bool = False) -> list[Node]:
+        return [n for n in self.nodes.values() if n.kind == "storage" and (n.healthy or not healthy_only)]
+
+    def storage_ring(self) -> list[StorageNode]:
+        # Replica placement is over *all* storage nodes, healthy or not: a node that is down for a
+        # moment must not move every key it owns.
+        return [StorageNode(n.name, n.cls) for n in self.storage_nodes()]
+
+    async def _poll_forever(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_INTERVAL_S)
+            await self.poll_all()
+
+    async def poll_all(self) -> None:
+        await asyncio.gather(*(self._poll(n) for n in self.nodes.values()))
+
+    async def _poll(self, node: Node) -> None:
+        try:
+            async with self.session.get(f"{node.url}/_nearfaas/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                node.status = await resp.json()
+            node.healthy, node.last_seen, node.last_error = True, time.time(), ""
+            for callback in self.on_poll:
+                callback(node)
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            node.healthy, node.last_error = False, f"{type(exc).__name__}: {exc}"
+
+    # -- internal API ----------------------------------------------------------------------------
+    async def call(self, node_name: str, method: str, path: str, *, json=None, timeout: float = 30.0):
+        node = self.nodes[node_name]
+        try:
+            async with self.session.request(method, f"{node.url}{path}", json=json,
+                                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                body = await resp.json(content_type=None)
+                if resp.status >= 400:
+                    message = body.get("error", str(body)) if isinstance(body, dict) else str(body)
+                    raise NodeError(node_name, resp.status, message, (body or {}).get("layer", "node") if isinstance(body, dict) else "node")
+                return body
+        except asyncio.TimeoutError:
+            raise NodeError(node_name, 504, f"node {node_name} did not answer {method} {path} within {timeout:g}s", "node") from None
+        except aiohttp.ClientError as exc:
+            node.healthy = False
+            raise NodeError(node_name, 503, f"node {node_name} is unreachable: {exc}", "node") from None
+
+    async def start_worker(self, node_name: str, spec: dict, timeout: float) -> dict:
+        return await self.call(node_name, "POST", f"/_nearfaas/functions/{spec['name']}/workers", json=spec, timeout=timeout)
+
+    async def stop_worker(self, node_name: str, worker_id: str) -> None:
+        try:
+            await self.call(node_name, "DELETE", f"/_nearfaas/workers/{worker_id}", timeout=10)
+        except NodeError:
+            pass  # already gone, or the node is down: either way it serves no more calls
+
+    async def stop_function(self, name: str) -> None:
+        async def stop(node):
+            try:
+                await self.call(node, "DELETE", f"/_nearfaas/functions/{name}", timeout=10)
+            except NodeError:
+                pass
+
+        await asyncio.gather(*(stop(n) for n in self.nodes))
+
+    async def logs(self, name: str, since: float, tail: int) -> list[dict]:
+        async def fetch(node):
+            try:
+                return await self.call(node, "GET", f"/_nearfaas/logs/{name}?since={since}&tail={tail}", timeout=10)
+            except NodeError:
+                return []
+
+        records = [r for chunk in await asyncio.gather(*(fetch(n) for n in self.nodes)) for r in chunk]
+        records.sort(key=lambda r: r.get("timestamp", 0))
+        return records[-tail:] if tail else records

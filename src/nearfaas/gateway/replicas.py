@@ -1,0 +1,36 @@
+"""Where an object's replicas live: rendezvous (highest-random-weight) hashing.
+
+Every node scores every key; the top ``factor`` scores hold the replicas. Adding or removing a
+node moves only the keys that node wins or loses, and every gateway computes the same answer
+without a shared table. DSCS-Serverless (section 5.2) maps one replica of an acceleratable
+object to a DSCS drive: with ``dscs_replica`` the best-scoring dscs node is guaranteed a copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StorageNode:
+    name: str
+    cls: str  # "dscs" or "standard"
+
+
+def score(node: str, bucket: str, key: str) -> int:
+    digest = hashlib.blake2b(f"{node}\0{bucket}\0{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def replicas_for(nodes: list[StorageNode], bucket: str, key: str, factor: int, dscs_replica: bool = False) -> list[StorageNode]:
+    """The replica set in preference order (the first is the primary)."""
+    if not nodes:
+        return []
+    ranked = sorted(nodes, key=lambda n: score(n.name, bucket, key), reverse=True)
+    chosen = ranked[: max(1, min(factor, len(ranked)))]
+    if dscs_replica and not any(n.cls == "dscs" for n in chosen):
+        best_dscs = next((n for n in ranked if n.cls == "dscs"), None)
+        if best_dscs is not None:
+            chosen = chosen[:-1] + [best_dscs]
+    return chosen

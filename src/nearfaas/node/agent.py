@@ -1,0 +1,165 @@
+"""A node agent: one OS process per node of the cluster.
+
+A storage node serves its durable object store over the S3 API (the software analogue of a
+computational storage drive) *and* runs functions next to those objects; a compute node only
+runs functions. Both answer the gateway's small internal API under ``/_nearfaas/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from nearfaas.node.pool import PoolError, WorkerPools
+
+INTERNAL = "/_nearfaas"
+
+
+class NodeAgent:
+    def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str):
+        self.name, self.kind, self.cls = name, kind, cls
+        self.started = time.time()
+        self.store = None
+        self.s3 = None
+        store_root = None
+        if kind == "storage":
+            from nearfaas.node.objectstore import ObjectStore
+            from nearfaas.s3.frontend import S3Frontend
+            from nearfaas.s3.local_backend import LocalBackend
+
+            store_root = state_dir / "nodes" / name / "store"
+            self.store = ObjectStore(store_root)
+            # Nodes listen on loopback behind the gateway, which authenticates clients; the
+            # node accepts the gateway's unsigned internal calls (local mode).
+            self.s3 = S3Frontend(LocalBackend(self.store))
+        self.pools = WorkerPools(name, state_dir, gateway_url, store_root)
+        self.registry = CollectorRegistry()
+        self.registry.register(_NodeCollector(self))
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get(f"{INTERNAL}/health", self.health)
+        app.router.add_post(f"{INTERNAL}/functions/{{name}}/workers", self.start_worker)
+        app.router.add_delete(f"{INTERNAL}/functions/{{name}}", self.stop_function)
+        app.router.add_delete(f"{INTERNAL}/workers/{{id}}", self.stop_worker)
+        app.router.add_get(f"{INTERNAL}/logs/{{name}}", self.logs)
+        app.router.add_get("/metrics", self.metrics)
+        if self.s3 is not None:
+            self.s3.mount(app)
+
+    def describe(self) -> dict:
+        store = self.store.counters.snapshot() if self.store is not None else None
+        return {"name": self.name, "kind": self.kind, "class": self.cls, "pid": os.getpid(), "uptime_s": time.time() - self.started,
+                "workers": [w.describe() for w in self.pools.workers.values()], "store": store,
+                "cold_starts": self.pools.stats.cold_starts}
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response(self.describe())
+
+    async def start_worker(self, request: web.Request) -> web.Response:
+        try:
+            spec = await request.json()
+        except ValueError:
+            return web.json_response({"error": "body must be the function spec as JSON"}, status=400)
+        if not isinstance(spec, dict) or spec.get("name") != request.match_info["name"] or "handler_dir" not in spec:
+            return web.json_response({"error": "spec must be a JSON object whose name matches the URL and has handler_dir"}, status=400)
+        try:
+            worker = await self.pools.start(spec)
+        except PoolError as exc:
+            return web.json_response({"error": str(exc), "layer": "cold-start", "node": self.name}, status=exc.status)
+        return web.json_response(worker.describe() | {"node": self.name})
+
+    async def stop_worker(self, request: web.Request) -> web.Response:
+        found = await self.pools.stop(request.match_info["id"])
+        return web.json_response({"stopped": found}, status=200 if found else 404)
+
+    async def stop_function(self, request: web.Request) -> web.Response:
+        return web.json_response({"stopped": await self.pools.stop_function(request.match_info["name"])})
+
+    async def logs(self, request: web.Request) -> web.Response:
+        try:
+            since = float(request.query.get("since", 0))
+            tail = int(request.query.get("tail", 0))
+        except ValueError:
+            return web.json_response({"error": "since must be unix seconds and tail an integer"}, status=400)
+        return web.json_response(self.pools.read_logs(request.match_info["name"], since, tail))
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
+
+
+class _NodeCollector:
+    """Exports the node's own counters at scrape time; nothing to keep in sync."""
+
+    def __init__(self, agent: NodeAgent):
+        self.agent = agent
+
+    def collect(self):
+        labels = [self.agent.name, self.agent.cls]
+        cold = CounterMetricFamily("nearfaas_node_cold_starts", "Worker cold starts on this node (measured)", labels=["node", "class"])
+        cold.add_metric(labels, self.agent.pools.stats.cold_starts)
+        yield cold
+        warm = GaugeMetricFamily("nearfaas_node_workers", "Warm worker processes on this node", labels=["node", "class"])
+        warm.add_metric(labels, len(self.agent.pools.workers))
+        yield warm
+        if self.agent.store is not None:
+            stats = self.agent.store.counters.snapshot()
+            for field, kind, help_text in (("bytes_in", CounterMetricFamily, "Object bytes written to this node"),
+                                           ("bytes_out", CounterMetricFamily, "Object bytes read from this node"),
+                                           ("objects", GaugeMetricFamily, "Objects stored on this node")):
+                metric = kind(f"nearfaas_node_object_{field}", help_text, labels=["node", "class"])
+                metric.add_metric(labels, stats.get(field, 0))
+                yield metric
+
+
+async def serve(args) -> None:
+    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway)
+    app = web.Application(client_max_size=1024**3)
+    agent.routes(app)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, backlog=1024)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(json.dumps({"event": "ready", "node": args.name, "port": args.port}), flush=True)
+    await stop.wait()
+    await agent.pools.shutdown()
+    await runner.cleanup()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="nearfaas node agent (started by `nearfaas up`)")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--kind", choices=["storage", "compute"], required=True)
+    parser.add_argument("--class", dest="cls", default="standard")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--gateway", required=True)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

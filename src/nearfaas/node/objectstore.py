@@ -1,0 +1,500 @@
+"""A durable object store on one node's local disk (synchronous API).
+
+Layout under ``root``::
+
+    .lock                               flock: one ObjectStore per root at a time
+    tmp/                                files being written; emptied at start-up
+    buckets/<bucket>/.bucket.json       {"name", "created", "options"}
+    buckets/<bucket>/objects/<h[:2]>/<h>  one file per object, h = sha256(key) (objectfile.py)
+    uploads/<upload_id>/upload.json     a multipart upload in progress (multipart.py)
+    uploads/<upload_id>/part-00001      its parts, in the object file format
+
+Every mutation is made durable (fsync of the file, rename, fsync of the directory) before the
+call returns. An in-memory index per bucket (key -> ObjectInfo, sorted) is rebuilt at start-up
+from the object headers alone and serves HEAD and listing without touching the disk.
+
+Thread-safety: the methods may be called from several threads at once (the async backend runs
+them in an executor). One lock orders renames and index updates; fsyncs run outside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sortedcontainers import SortedDict
+
+from nearfaas.node.objectfile import (
+    AtomicObjectFile,
+    CorruptObjectFile,
+    bucket_dir,
+    data_offset_for,
+    fsync_dir,
+    header_from_info,
+    info_from_header,
+    key_digest,
+    make_dir_durable,
+    object_path,
+    read_header,
+    remove_tree_atomically,
+)
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo
+from nearfaas.s3.errors import S3Error
+from nearfaas.s3.validation import validate_bucket_name, validate_key, validate_metadata
+
+log = logging.getLogger(__name__)
+
+GiB = 1 << 30
+MiB = 1 << 20
+DEFAULT_MAX_OBJECT_SIZE = 5 * GiB
+DEFAULT_MIN_PART_SIZE = 5 * MiB
+DEFAULT_CONTENT_TYPE = "binary/octet-stream"
+
+
+@dataclass
+class StoreCounters:
+    """Totals since start-up (bytes) and the current object count, for the node's metrics."""
+
+    bytes_in: int = 0
+    bytes_out: int = 0
+    objects: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, objects: int = 0) -> None:
+        with self._lock:
+            self.bytes_in += bytes_in
+            self.bytes_out += bytes_out
+            self.objects += objects
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "objects": self.objects}
+
+
+class ObjectWriter:
+    """Streams one object into a temp file; commit() makes it visible atomically and durably.
+
+    Use as a context manager (or call abort()) so that a failure leaves nothing behind.
+    """
+
+    def __init__(self, store: ObjectStore, bucket: str, key: str, content_type: str, metadata: dict,
+                 *, compute_md5: bool = True):
+        self._store = store
+        self.bucket, self.key = bucket, key
+        self.content_type, self.metadata = content_type, metadata
+        sizing = {"key": key, "content_type": content_type, "metadata": metadata}
+        self._file = AtomicObjectFile(store.tmp_dir, data_offset_for(sizing))
+        self._md5 = hashlib.md5() if compute_md5 else None
+        self._done = False
+
+    @property
+    def size(self) -> int:
+        return self._file.size
+
+    def write(self, chunk: bytes | bytearray | memoryview) -> None:
+        self._check_open()
+        if self._file.size + len(chunk) > self._store.max_object_size:
+            self.abort()
+            raise S3Error(
+                "EntityTooLarge",
+                f"The object exceeds the maximum object size of {self._store.max_object_size} bytes.",
+                resource=self.key,
+            )
+        if self._md5 is not None:
+            self._md5.update(chunk)
+        self._file.write(chunk)
+
+    def copy_from(self, src_fd: int, src_offset: int, count: int) -> None:
+        self._check_open()
+        self._file.copy_from(src_fd, src_offset, count)
+
+    def commit(self, expected_md5: bytes | None = None, *, etag: str | None = None) -> ObjectInfo:
+        """Make the object durable and visible. `expected_md5` (raw 16 bytes, from Content-MD5)
+        is checked first: a mismatch discards the upload and raises BadDigest. `etag` overrides
+        the MD5 ETag (multipart objects)."""
+        self._check_open()
+        try:
+            digest = self._md5.digest() if self._md5 is not None else None
+            if expected_md5 is not None and digest is not None and expected_md5 != digest:
+                raise S3Error(
+                    "BadDigest",
+                    f"The Content-MD5 you specified ({expected_md5.hex()}) does not match the MD5 "
+                    f"of the {self.size} bytes received ({digest.hex()}).",
+                    resource=self.key,
+                )
+            if etag is None:
+                assert digest is not None, "an ETag is needed when MD5 is not computed"
+                etag = digest.hex()
+            info = ObjectInfo(
+                bucket=self.bucket, key=self.key, size=self._file.size, etag=etag,
+                last_modified=time.time(), content_type=self.content_type, metadata=self.metadata,
+            )
+            self._file.finish(header_from_info(info))
+            self._store._install(info, self._file)
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        return info
+
+    def abort(self) -> None:
+        if not self._done:
+            self._done = True
+            self._file.discard()
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise RuntimeError("this object writer was already committed or aborted")
+
+    def __enter__(self) -> ObjectWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.abort()
+
+
+class OpenObject:
+    """A consistent read handle: the header and data come from the same inode, even if the key
+    is overwritten or deleted while it is read."""
+
+    def __init__(self, fd: int, path: Path, data_offset: int, info: ObjectInfo, counters: StoreCounters):
+        self.fd, self.path, self.data_offset, self.info = fd, path, data_offset, info
+        self._counters = counters
+
+    def read(self, start: int, length: int) -> bytes:
+        """Up to `length` bytes from object offset `start`."""
+        length = max(0, min(length, self.info.size - start))
+        data = os.pread(self.fd, length, self.data_offset + start) if length else b""
+        self._counters.add(bytes_out=len(data))
+        return data
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> OpenObject:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class ObjectStore:
+    def __init__(self, root: str | Path, *, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
+                 min_part_size: int = DEFAULT_MIN_PART_SIZE):
+        from nearfaas.node.multipart import MultipartUploads  # multipart builds on this module
+
+        self.root = Path(root)
+        self.max_object_size = max_object_size
+        self.tmp_dir = self.root / "tmp"
+        self.counters = StoreCounters()
+        self._lock = threading.RLock()
+        self._buckets: dict[str, BucketInfo] = {}
+        self._index: dict[str, SortedDict] = {}
+        for sub in ("tmp", "buckets", "uploads"):
+            make_dir_durable(self.root / sub)
+        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise RuntimeError(f"another ObjectStore already holds {self.root}; close it first") from None
+        self._clear_tmp()
+        self._load_buckets()
+        self.uploads = MultipartUploads(self, self.root / "uploads", min_part_size=min_part_size)
+
+    def close(self) -> None:
+        """Release the root. Every committed write is already durable; nothing is flushed."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def _clear_tmp(self) -> None:
+        # Whatever is in tmp/ was never committed: a crash hit it before its rename.
+        for entry in self.tmp_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+    def _load_buckets(self) -> None:
+        for bdir in sorted((self.root / "buckets").iterdir()):
+            try:
+                validate_bucket_name(bdir.name)
+                meta = json.loads((bdir / ".bucket.json").read_text())
+                info = BucketInfo(name=bdir.name, created=float(meta["created"]), options=dict(meta.get("options") or {}))
+            except (S3Error, OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring %s: not a valid bucket directory (%s)", bdir, exc)
+                continue
+            self._buckets[info.name] = info
+            self._index[info.name] = self._scan_objects(info.name)
+            self.counters.add(objects=len(self._index[info.name]))
+
+    def _scan_objects(self, bucket: str) -> SortedDict:
+        index = SortedDict()
+        objects_dir = bucket_dir(self.root, bucket) / "objects"
+        if not objects_dir.is_dir():
+            make_dir_durable(objects_dir)
+            return index
+        for sub in objects_dir.iterdir():
+            for path in sub.iterdir() if sub.is_dir() else ():
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        _, fields = read_header(fd)
+                    finally:
+                        os.close(fd)
+                    if key_digest(fields["key"]) != path.name:
+                        raise CorruptObjectFile("file name is not the hash of its key")
+                    info = info_from_header(bucket, fields)
+                except (OSError, CorruptObjectFile, KeyError, TypeError) as exc:
+                    log.error("skipping unreadable object file %s: %s", path, exc)
+                    continue
+                index[info.key] = info
+        return index
+
+    # -- buckets ----------------------------------------------------------------------------
+
+    def list_buckets(self) -> list[BucketInfo]:
+        with self._lock:
+            return [self._buckets[name] for name in sorted(self._buckets)]
+
+    def create_bucket(self, name: str, options: dict | None = None) -> tuple[BucketInfo, bool]:
+        """Create a bucket; returns (info, created). Creating a bucket that exists is not an
+        error (S3 us-east-1 semantics): created is False and the original options are kept."""
+        validate_bucket_name(name)
+        with self._lock:
+            if name in self._buckets:
+                return self._buckets[name], False
+            info = BucketInfo(name=name, created=time.time(), options=dict(options or {}))
+            staging = self.tmp_dir / f"{uuid.uuid4().hex}.bucket"
+            os.mkdir(staging)
+            os.mkdir(staging / "objects")
+            meta = json.dumps({"name": name, "created": info.created, "options": info.options}).encode()
+            fd = os.open(staging / ".bucket.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, meta)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(staging)
+            os.rename(staging, bucket_dir(self.root, name))
+            fsync_dir(self.root / "buckets")
+            self._buckets[name] = info
+            self._index[name] = SortedDict()
+            return info, True
+
+    def head_bucket(self, name: str) -> BucketInfo:
+        validate_bucket_name(name)
+        with self._lock:
+            return self._require_bucket(name)
+
+    def delete_bucket(self, name: str) -> None:
+        validate_bucket_name(name)
+        with self._lock:
+            self._require_bucket(name)
+            if self._index[name]:
+                raise S3Error(
+                    "BucketNotEmpty",
+                    f"The bucket {name!r} still holds {len(self._index[name])} objects; delete them first.",
+                    resource=name,
+                )
+            remove_tree_atomically(bucket_dir(self.root, name), self.tmp_dir)
+            del self._buckets[name]
+            del self._index[name]
+        self.uploads.abort_all_in_bucket(name)
+
+    def _require_bucket(self, name: str) -> BucketInfo:
+        info = self._buckets.get(name)
+        if info is None:
+            raise S3Error("NoSuchBucket", f"The bucket {name!r} does not exist; create it first.", resource=name)
+        return info
+
+    # -- objects ----------------------------------------------------------------------------
+
+    def open_writer(self, bucket: str, key: str, *, content_type: str | None = None,
+                    metadata: dict | None = None, compute_md5: bool = True) -> ObjectWriter:
+        validate_bucket_name(bucket)
+        validate_key(key)
+        metadata = validate_metadata(metadata)
+        with self._lock:
+            self._require_bucket(bucket)
+        return ObjectWriter(self, bucket, key, content_type or DEFAULT_CONTENT_TYPE, metadata,
+                            compute_md5=compute_md5)
+
+    def put_object(self, bucket: str, key: str, data: bytes, *, content_type: str | None = None,
+                   metadata: dict | None = None, content_md5: bytes | None = None) -> ObjectInfo:
+        """Store a small object given in full (convenience; large bodies use open_writer)."""
+        with self.open_writer(bucket, key, content_type=content_type, metadata=metadata) as writer:
+            writer.write(data)
+            return writer.commit(content_md5)
+
+    def _install(self, info: ObjectInfo, file: AtomicObjectFile) -> None:
+        """The commit point of a write: rename into place, then index it."""
+        path = object_path(self.root, info.bucket, info.key)
+        with self._lock:
+            self._require_bucket(info.bucket)
+            make_dir_durable(path.parent)
+            file.install(path)
+            index = self._index[info.bucket]
+            is_new = info.key not in index
+            index[info.key] = info
+            self.counters.add(bytes_in=info.size, objects=1 if is_new else 0)
+        _fsync_dir_unless_gone(path.parent)
+
+    def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        validate_bucket_name(bucket)
+        validate_key(key)
+        with self._lock:
+            self._require_bucket(bucket)
+            info = self._index[bucket].get(key)
+        if info is None:
+            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
+        return info
+
+    def locate(self, bucket: str, key: str) -> tuple[Path, int, ObjectInfo]:
+        """(path, data_offset, info): the object's bytes are info.size bytes at data_offset."""
+        with self.open_object(bucket, key) as obj:
+            return obj.path, obj.data_offset, obj.info
+
+    def open_object(self, bucket: str, key: str) -> OpenObject:
+        info = self.head_object(bucket, key)
+        path = object_path(self.root, bucket, key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # deleted since the index lookup
+            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key) from None
+        try:
+            data_offset, fields = read_header(fd)
+            info = info_from_header(bucket, fields)
+        except CorruptObjectFile as exc:
+            os.close(fd)
+            log.error("object file %s is corrupt: %s", path, exc)
+            raise S3Error("InternalError", f"The stored object {key!r} is unreadable.") from None
+        return OpenObject(fd, path, data_offset, info, self.counters)
+
+    def get_object(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes start..end (inclusive) of a small object (convenience for tests and tools)."""
+        with self.open_object(bucket, key) as obj:
+            last = obj.info.size - 1 if end is None else min(end, obj.info.size - 1)
+            return obj.read(start, last - start + 1)
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        """Delete a key; deleting a missing key succeeds (S3 semantics)."""
+        validate_bucket_name(bucket)
+        validate_key(key)
+        path = object_path(self.root, bucket, key)
+        with self._lock:
+            self._require_bucket(bucket)
+            if self._index[bucket].pop(key, None) is None:
+                return
+            path.unlink(missing_ok=True)
+            self.counters.add(objects=-1)
+        _fsync_dir_unless_gone(path.parent)
+
+    def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
+                     start_after: str = "") -> ListResult:
+        """One page of keys in UTF-8 order, strictly after `start_after`.
+
+        With a delimiter, keys that share `prefix` + text + delimiter roll up into one common
+        prefix, which counts as one entry. When `start_after` is itself such a common prefix
+        (the marker of a previous page) its whole group is skipped, so no page repeats one.
+        """
+        validate_bucket_name(bucket)
+        with self._lock:
+            self._require_bucket(bucket)
+            index = self._index[bucket]
+            return _list_page(index, prefix, delimiter, max(0, max_keys), start_after)
+
+    # -- multipart (see multipart.py) -------------------------------------------------------
+
+    def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None,
+                                metadata: dict | None = None, upload_id: str | None = None) -> str:
+        return self.uploads.create(bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id)
+
+    def open_part_writer(self, bucket: str, key: str, upload_id: str, part_number: int):
+        return self.uploads.open_part_writer(bucket, key, upload_id, part_number)
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int, data: bytes,
+                    *, content_md5: bytes | None = None) -> str:
+        with self.open_part_writer(bucket, key, upload_id, part_number) as writer:
+            writer.write(data)
+            return writer.commit(content_md5)
+
+    def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
+                                  parts: list[tuple[int, str]]) -> ObjectInfo:
+        return self.uploads.complete(bucket, key, upload_id, parts)
+
+    def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        self.uploads.abort(bucket, key, upload_id)
+
+
+def _fsync_dir_unless_gone(path: Path) -> None:
+    # The fsync runs outside the lock; if the bucket was deleted meanwhile there is nothing left
+    # to make durable.
+    try:
+        fsync_dir(path)
+    except FileNotFoundError:
+        pass
+
+
+def _after_group(prefix_group: str) -> str:
+    """The smallest string greater than every string that starts with `prefix_group`."""
+    last = prefix_group[-1]
+    if ord(last) >= 0x10FFFF:
+        return prefix_group + "\U0010ffff" * 4  # unreachable with valid UTF-8 keys in practice
+    return prefix_group[:-1] + chr(ord(last) + 1)
+
+
+def _group_of(key: str, prefix: str, delimiter: str) -> str | None:
+    """The common prefix `key` rolls up into, or None when it is listed as itself."""
+    if not delimiter or not key.startswith(prefix):
+        return None
+    cut = key.find(delimiter, len(prefix))
+    return None if cut < 0 else key[: cut + len(delimiter)]
+
+
+def _list_page(index: SortedDict, prefix: str, delimiter: str, max_keys: int, start_after: str) -> ListResult:
+    if max_keys == 0:  # S3 answers max-keys=0 with an empty, untruncated page
+        return ListResult(contents=[], common_prefixes=[], is_truncated=False, next_marker=None)
+    keys = index.keys()
+    if start_after < prefix:
+        pos = index.bisect_left(prefix)
+    elif _group_of(start_after, prefix, delimiter) == start_after:
+        pos = index.bisect_left(_after_group(start_after))  # resume after a whole group
+    else:
+        pos = index.bisect_right(start_after)
+    contents: list[ObjectInfo] = []
+    groups: list[str] = []
+    last_entry: str | None = None
+    truncated = False
+    while pos < len(keys):
+        key = keys[pos]
+        if not key.startswith(prefix):
+            break  # keys are sorted: past the prefix range, nothing more can match
+        if len(contents) + len(groups) >= max_keys:
+            truncated = True
+            break
+        group = _group_of(key, prefix, delimiter)
+        if group is not None:
+            groups.append(group)
+            last_entry = group
+            pos = index.bisect_left(_after_group(group))
+        else:
+            contents.append(index[key])
+            last_entry = key
+            pos += 1
+    return ListResult(contents=contents, common_prefixes=groups, is_truncated=truncated,
+                      next_marker=last_entry if truncated else None)

@@ -1,0 +1,261 @@
+"""Warm worker processes on one node.
+
+The node agent owns process lifetimes: it spawns a worker (a cold start: spawn + import +
+handler init), learns its port from a ready pipe, watches it, and reaps it. Which node runs how
+many instances is the gateway's decision; this module only does what it is asked, quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COLD_START_TIMEOUT_S = 60.0
+PIP_TIMEOUT_S = 600.0
+
+
+class PoolError(Exception):
+    """A worker could not be started; the message says why and what to do."""
+
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class WorkerProcess:
+    id: str
+    function: str
+    port: int
+    process: asyncio.subprocess.Process
+    started: float
+    cold_start_seconds: float
+    handler_dir: str
+
+    def describe(self) -> dict:
+        return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
+                "started": self.started, "cold_start_seconds": self.cold_start_seconds}
+
+
+@dataclass
+class PoolStats:
+    cold_starts: int = 0
+    cold_start_seconds_total: float = 0.0
+    exits: dict = field(default_factory=dict)  # exit code -> count
+
+
+class WorkerPools:
+    def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None):
+        self.node = node
+        self.state_dir = state_dir
+        self.node_dir = state_dir / "nodes" / node
+        self.gateway_url = gateway_url
+        self.store_root = store_root
+        self.workers: dict[str, WorkerProcess] = {}
+        self.stats = PoolStats()
+        self._env_locks: dict[str, asyncio.Lock] = {}
+        (self.node_dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self, spec: dict) -> WorkerProcess:
+        name = spec["name"]
+        started = time.perf_counter()
+        extra_path = await self._ensure_requirements(spec)
+        secrets_dir = self._mount_secrets(spec)
+        spec_file = self.node_dir / "specs" / f"{name}.json"
+        spec_file.write_text(json.dumps(spec))
+        instance = f"{name}-{self.node}-{uuid.uuid4().hex[:6]}"
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, _package_root(), env.get("PYTHONPATH")) if p)
+        env.update({"NEARFAAS_FUNCTION": name, "NEARFAAS_NODE": self.node, "PYTHONUNBUFFERED": "1"})
+        read_fd, write_fd = os.pipe()
+        log = open(self.log_path(name), "ab")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "nearfaas.runtime.worker", "--spec", str(spec_file), "--node", self.node,
+                "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd),
+                *(["--store-root", str(self.store_root)] if self.store_root else []),
+                *(["--secrets-dir", str(secrets_dir)] if secrets_dir else []),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
+                cwd=spec["handler_dir"], start_new_session=True)
+        finally:
+            os.close(write_fd)
+            log.close()
+        try:
+            line = await asyncio.wait_for(_read_line(read_fd), COLD_START_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            _kill(process)
+            raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
+                            f"(handler import or init() is too slow)", status=504)
+        finally:
+            os.close(read_fd)
+        if not line.startswith("READY "):
+            await process.wait()
+            detail = line.removeprefix("FAILED ").strip()
+            try:
+                detail = "\n".join(json.loads(detail))
+            except ValueError:
+                detail = detail or self.tail_log(name, 8)
+            raise PoolError(f"cold start of {name!r} failed on {self.node}: the handler could not be loaded:\n{detail}")
+        elapsed = time.perf_counter() - started
+        worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"])
+        self.workers[instance] = worker
+        self.stats.cold_starts += 1
+        self.stats.cold_start_seconds_total += elapsed
+        asyncio.get_running_loop().create_task(self._reap(worker))
+        return worker
+
+    async def _reap(self, worker: WorkerProcess) -> None:
+        code = await worker.process.wait()
+        self.workers.pop(worker.id, None)
+        self.stats.exits[code] = self.stats.exits.get(code, 0) + 1
+
+    async def stop(self, worker_id: str) -> bool:
+        worker = self.workers.pop(worker_id, None)
+        if worker is None:
+            return False
+        await _terminate(worker.process)
+        return True
+
+    async def stop_function(self, name: str) -> int:
+        ids = [w.id for w in self.workers.values() if w.function == name]
+        await asyncio.gather(*(self.stop(i) for i in ids))
+        return len(ids)
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(self.stop(i) for i in list(self.workers)))
+
+    # -- per-function environment ----------------------------------------------------------------
+    async def _ensure_requirements(self, spec: dict) -> str | None:
+        """Install requirements.txt once per distinct content, shared by every node on this host."""
+        req = Path(spec["handler_dir"]) / "requirements.txt"
+        if not req.is_file() or not any(l.strip() and not l.strip().startswith("#") for l in req.read_text().splitlines()):
+            return None
+        digest = hashlib.sha256(req.read_bytes()).hexdigest()[:16]
+        target = self.state_dir / "envs" / digest
+        if (target / ".complete").exists():
+            return str(target)
+        lock = self._env_locks.setdefault(digest, asyncio.Lock())
+        async with lock:
+            if (target / ".complete").exists():
+                return str(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            lock_file = open(target.parent / f"{digest}.lock", "w")
+            try:
+                # Another node process on this host may be installing the same set: wait for it.
+                await asyncio.get_running_loop().run_in_executor(None, fcntl.flock, lock_file, fcntl.LOCK_EX)
+                if not (target / ".complete").exists():
+                    await self._pip_install(spec["name"], req, target)
+            finally:
+                lock_file.close()
+        return str(target)
+
+    async def _pip_install(self, name: str, req: Path, target: Path) -> None:
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(staging),
+            "-r", str(req), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(req.parent))
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            _kill(proc)
+            raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504)
+        with open(self.log_path(name), "ab") as log:
+            log.write(out)
+        if proc.returncode != 0:
+            tail = out.decode(errors="replace").strip().splitlines()[-6:]
+            raise PoolError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix requirements.txt:\n" + "\n".join(tail))
+        (staging / ".complete").touch()
+        staging.rename(target)
+
+    def _mount_secrets(self, spec: dict) -> Path | None:
+        names = spec.get("secrets") or []
+        if not names:
+            return None
+        source = self.state_dir / "secrets"
+        mount = self.node_dir / "secrets" / spec["name"]
+        shutil.rmtree(mount, ignore_errors=True)
+        mount.mkdir(parents=True, mode=0o700)
+        for secret in names:
+            if not (source / secret).is_file():
+                raise PoolError(f"function {spec['name']!r} lists secret {secret!r}, which does not exist; "
+                                f"create it with: nearfaas secret create {secret} --from-literal VALUE", status=400)
+            shutil.copyfile(source / secret, mount / secret)
+            os.chmod(mount / secret, 0o400)
+        return mount
+
+    # -- logs ------------------------------------------------------------------------------------
+    def log_path(self, name: str) -> Path:
+        return self.node_dir / "logs" / f"{name}.log"
+
+    def tail_log(self, name: str, lines: int) -> str:
+        path = self.log_path(name)
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def read_logs(self, name: str, since: float = 0.0, tail: int = 0) -> list[dict]:
+        """Log records of a function on this node: JSON lines from print(), raw lines from fd writes."""
+        path = self.log_path(name)
+        if not path.exists():
+            return []
+        records = []
+        mtime = path.stat().st_mtime
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                if not isinstance(record, dict) or "text" not in record:
+                    raise ValueError
+            except ValueError:
+                record = {"timestamp": mtime, "name": name, "instance": self.node, "stream": "raw", "text": line}
+            if record.get("timestamp", 0) >= since:
+                records.append(record)
+        return records[-tail:] if tail else records
+
+
+async def _read_line(fd: int) -> str:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", 0))
+    try:
+        return (await reader.readline()).decode(errors="replace")
+    finally:
+        transport.close()
+
+
+def _kill(process) -> None:
+    try:
+        os.killpg(process.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _terminate(process) -> None:
+    if process.returncode is not None:
+        return
+    try:
+        os.killpg(process.pid, 15)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        await asyncio.wait_for(process.wait(), 3.0)
+    except asyncio.TimeoutError:
+        _kill(process)
+        await process.wait()
+
+
+def _package_root() -> str:
+    """The folder that holds the nearfaas package, so workers import the same code as the node."""
+    return str(Path(__file__).resolve().parents[2])

@@ -1,0 +1,191 @@
+"""The function-side contract: what a ``handle(event, context)`` receives.
+
+Mirrors OpenFaaS's python3-http template (``event.body``, ``event.headers``, ``event.method``,
+``event.query``, ``event.path``) and adds what nearfaas is about: ``context.input`` (the object
+reference this call is about) and ``context.objects``, an object client that hands a co-located
+object to the handler as a read-only memory map instead of copying it through a socket.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import mmap
+import os
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    bucket: str
+    key: str
+
+    @classmethod
+    def parse(cls, value) -> "ObjectRef":
+        if isinstance(value, ObjectRef):
+            return value
+        if isinstance(value, dict) and isinstance(value.get("bucket"), str) and isinstance(value.get("key"), str):
+            return cls(value["bucket"], value["key"])
+        if isinstance(value, str) and "/" in value.removeprefix("s3://"):
+            bucket, _, key = value.removeprefix("s3://").partition("/")
+            return cls(bucket, key)
+        raise ValueError(f"not an object reference: {value!r}; use {{'bucket': ..., 'key': ...}} or 's3://bucket/key'")
+
+    def to_dict(self) -> dict:
+        return {"bucket": self.bucket, "key": self.key}
+
+
+@dataclass
+class Event:
+    body: bytes
+    headers: dict[str, str]
+    method: str = "POST"
+    query: dict[str, str] = field(default_factory=dict)
+    path: str = "/"
+
+    def json(self):
+        return json.loads(self.body or b"null")
+
+
+@dataclass
+class IOStats:
+    """Time and bytes spent moving object data, reported back as the data-movement column."""
+
+    read_seconds: float = 0.0
+    write_seconds: float = 0.0
+    bytes_read_local: int = 0
+    bytes_read_remote: int = 0
+    bytes_written: int = 0
+
+
+class ObjectClient:
+    """Reads and writes objects for a handler.
+
+    A read of an object that this node stores is a read-only ``mmap`` of the object's file
+    (no copy through any socket); any other read goes through the cluster's S3 endpoint.
+    """
+
+    def __init__(self, gateway: str, store_root: str | None, stats: IOStats | None = None, auth_headers=None):
+        self._gateway = urllib.parse.urlsplit(gateway)
+        self._store_root = Path(store_root) if store_root else None
+        self._conn: http.client.HTTPConnection | None = None
+        self.stats = stats or IOStats()
+        self._auth_headers = auth_headers  # callable(method, path, body) -> headers, when keys are set
+
+    # -- reads ---------------------------------------------------------------------------------
+    def get(self, ref, key: str | None = None) -> memoryview | bytes:
+        """The object's bytes: a memoryview over an mmap when local, else bytes fetched via S3."""
+        ref = ObjectRef(ref, key) if key is not None else ObjectRef.parse(ref)
+        started = time.perf_counter()
+        try:
+            local = self._map_local(ref)
+            if local is not None:
+                self.stats.bytes_read_local += len(local)
+                return local
+            data = self._request("GET", ref, None)
+            self.stats.bytes_read_remote += len(data)
+            return data
+        finally:
+            self.stats.read_seconds += time.perf_counter() - started
+
+    def is_local(self, ref) -> bool:
+        return self._locate(ObjectRef.parse(ref)) is not None
+
+    def _locate(self, ref: ObjectRef):
+        if self._store_root is None:
+            return None
+        from nearfaas.node.objectfile import locate_object
+
+        try:
+            return locate_object(self._store_root, ref.bucket, ref.key)
+        except Exception:  # an invalid name or a missing object: not local, let S3 answer
+            return None
+
+    def _map_local(self, ref: ObjectRef):
+        found = self._locate(ref)
+        if found is None:
+            return None
+        path, offset, info = found
+        if info.size == 0:
+            return memoryview(b"")
+        with open(path, "rb") as f:
+            # The object file is replaced by rename, never rewritten in place, so this mapping
+            # stays valid (and consistent) even if a new version lands while we read.
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        return memoryview(mapped)[offset : offset + info.size]
+
+    # -- writes --------------------------------------------------------------------------------
+    def put(self, ref, data: bytes | bytearray | memoryview, key: str | None = None, content_type: str = "application/octet-stream") -> dict:
+        ref = ObjectRef(ref, key) if key is not None else ObjectRef.parse(ref)
+        started = time.perf_counter()
+        try:
+            self._request("PUT", ref, bytes(data), {"Content-Type": content_type})
+            self.stats.bytes_written += len(data)
+            return ref.to_dict()
+        finally:
+            self.stats.write_seconds += time.perf_counter() - started
+
+    def _request(self, method: str, ref: ObjectRef, body: bytes | None, headers: dict | None = None) -> bytes:
+        path = "/" + urllib.parse.quote(ref.bucket) + "/" + urllib.parse.quote(ref.key, safe="/~")
+        headers = dict(headers or {})
+        if self._auth_headers:
+            headers.update(self._auth_headers(method, path, body or b""))
+        for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self._gateway.hostname, self._gateway.port, timeout=60)
+            try:
+                self._conn.request(method, path, body=body, headers=headers)
+                resp = self._conn.getresponse()
+                payload = resp.read()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+                continue
+            if resp.status >= 300:
+                raise ObjectError(resp.status, ref, payload)
+            return payload
+        raise AssertionError("unreachable")
+
+
+class ObjectError(Exception):
+    def __init__(self, status: int, ref: ObjectRef, body: bytes):
+        import re
+
+        code = re.search(rb"<Code>(.*?)</Code>", body or b"")
+        self.status = status
+        self.code = code.group(1).decode() if code else str(status)
+        super().__init__(f"{self.code} for s3://{ref.bucket}/{ref.key} (HTTP {status})")
+
+
+class Secrets:
+    """Secrets mounted as files, one per name, like /var/openfaas/secrets/<name>."""
+
+    def __init__(self, directory: str | None):
+        self.directory = Path(directory) if directory else None
+
+    def __getitem__(self, name: str) -> str:
+        if self.directory is None or not (self.directory / name).is_file():
+            raise KeyError(f"secret {name!r} is not mounted for this function; list it under 'secrets:' in stack.yml")
+        return (self.directory / name).read_text()
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+
+@dataclass
+class Context:
+    function: str
+    node: str
+    call_id: str
+    input: ObjectRef | None
+    objects: ObjectClient
+    secrets: Secrets
+    environment: dict[str, str] = field(default_factory=lambda: dict(os.environ))

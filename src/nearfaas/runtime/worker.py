@@ -1,0 +1,259 @@
+"""The function worker: our own watchdog (OpenFaaS's Go modules cannot be fetched here).
+
+One process per warm instance. It imports the handler once (the cold start), then serves calls
+over HTTP on 127.0.0.1 until it is told to stop. A call runs on a handler thread while the event
+loop keeps the clock: past ``exec_timeout`` the caller gets a 504 naming this layer and the
+process exits, so a runaway handler can never keep a worker; the node agent then replaces it.
+
+Run by the node agent as ``python -m nearfaas.runtime.worker --spec FILE --ready-fd N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+from aiohttp import web
+
+from nearfaas.runtime.context import Context, Event, IOStats, ObjectClient, ObjectRef, Secrets
+
+CLASSIC_LANGS = {"python3", "python3-flask"}
+# Hop-by-hop or framing headers that must not be copied from a handler's answer.
+_SKIP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
+
+
+class JsonLineWriter:
+    """Turns print() output into one JSON record per line, so /system/logs can say when and where."""
+
+    def __init__(self, fd: int, function: str, instance: str, stream: str):
+        self._fd, self._function, self._instance, self._stream = fd, function, instance, stream
+        self._buffer = ""
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._buffer += text
+            *lines, self._buffer = self._buffer.split("\n")
+            for line in lines:
+                self._emit(line)
+        return len(text)
+
+    def _emit(self, line: str) -> None:
+        record = {"timestamp": time.time(), "name": self._function, "instance": self._instance, "stream": self._stream, "text": line}
+        os.write(self._fd, (json.dumps(record) + "\n").encode())
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._buffer:
+                self._emit(self._buffer)
+                self._buffer = ""
+
+    def isatty(self) -> bool:
+        return False
+
+
+def load_handler(handler_dir: str):
+    path = os.path.join(handler_dir, "handler.py")
+    sys.path.insert(0, handler_dir)  # lets the handler import its sibling modules
+    spec = importlib.util.spec_from_file_location("handler", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["handler"] = module
+    spec.loader.exec_module(module)
+    handle = getattr(module, "handle", None)
+    if not callable(handle):
+        raise RuntimeError(f"{path} defines no callable handle(event, context)")
+    return module, handle
+
+
+def to_response(result) -> tuple[int, dict, bytes]:
+    """Map a handler's return value onto (status, headers, body), python3-http style."""
+    status, headers, body = 200, {}, result
+    if isinstance(result, dict) and ("statusCode" in result or "body" in result):
+        status = int(result.get("statusCode", 200))
+        headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        body = result.get("body", b"")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        payload = bytes(body)
+    elif isinstance(body, str):
+        payload = body.encode()
+        headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+    elif body is None:
+        payload = b""
+    else:
+        payload = json.dumps(body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    return status, headers, payload
+
+
+class Worker:
+    def __init__(self, spec: dict, node: str, gateway: str, store_root: str | None, secrets_dir: str | None, instance: str):
+        self.spec = spec
+        self.name = spec["name"]
+        self.node = node
+        self.instance = instance
+        self.exec_timeout = float(spec.get("exec_timeout", 10.0))
+        limit = int(spec.get("max_inflight", 0))
+        self.max_inflight = limit
+        self.inflight = 0
+        self.pool = ThreadPoolExecutor(max_workers=limit or 8, thread_name_prefix="handler")
+        self.gateway = gateway
+        self.store_root = store_root
+        self.secrets = Secrets(secrets_dir)
+        self.module, self.handle = load_handler(spec["handler_dir"])
+        self.is_async = inspect.iscoroutinefunction(self.handle)
+        self.classic = spec.get("lang") in CLASSIC_LANGS
+        self.dying = False
+
+    def _objects(self, stats: IOStats) -> ObjectClient:
+        # One client per call: its stats are the call's data-movement measurement.
+        return ObjectClient(self.gateway, self.store_root, stats)
+
+    def _run(self, event: Event, context: Context):
+        if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
+            return self.handle(event.body.decode("utf-8", errors="replace"))
+        return self.handle(event, context)
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/_/health":
+            return web.json_response({"status": "ok", "function": self.name, "inflight": self.inflight})
+        if self.dying:
+            return web.Response(status=503, text="worker is restarting after a timeout; retry")
+        if self.max_inflight and self.inflight >= self.max_inflight:
+            return web.Response(status=429, headers={"Retry-After": "1"}, text=f"function {self.name!r} is at max_inflight={self.max_inflight} on this worker")
+        self.inflight += 1
+        try:
+            return await self._call(request)
+        finally:
+            self.inflight -= 1
+
+    async def _call(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        h = request.headers
+        raw_input = h.get("X-Nearfaas-Input")
+        try:
+            ref = ObjectRef.parse(json.loads(raw_input)) if raw_input else None
+        except ValueError as exc:
+            return web.Response(status=400, text=f"bad X-Nearfaas-Input header: {exc}")
+        query = dict(p.split("=", 1) if "=" in p else (p, "") for p in h.get("X-Nearfaas-Query", "").split("&") if p)
+        event = Event(body=body, headers={k: v for k, v in h.items() if not k.lower().startswith("x-nearfaas-")},
+                      method=h.get("X-Nearfaas-Method", request.method), query=query, path=h.get("X-Nearfaas-Path", "/"))
+        stats = IOStats()
+        context = Context(function=self.name, node=self.node, call_id=h.get("X-Nearfaas-Call-Id", ""), input=ref,
+                          objects=self._objects(stats), secrets=self.secrets)
+        started = time.perf_counter()
+        try:
+            if self.is_async and not self.classic:
+                result = await asyncio.wait_for(self.handle(event, context), self.exec_timeout)
+            else:
+                future = asyncio.get_running_loop().run_in_executor(self.pool, self._run, event, context)
+                result = await asyncio.wait_for(future, self.exec_timeout)
+            status, headers, payload = to_response(result)
+        except asyncio.TimeoutError:
+            self._die_after_reply()
+            return web.Response(status=504, headers={"X-Nearfaas-Error": "exec-timeout", "X-Nearfaas-Layer": "worker"},
+                                text=f"function {self.name!r} exceeded exec_timeout={self.exec_timeout:g}s in the worker "
+                                     f"on node {self.node}; the worker was stopped and will be replaced")
+        except Exception as exc:  # the user's handler raised: report it, keep the worker
+            tb = traceback.format_exc()
+            print(tb, file=sys.stderr, flush=True)
+            return web.json_response(
+                {"error": f"handler raised {type(exc).__name__}: {exc}", "layer": "function", "function": self.name,
+                 "traceback": tb.strip().splitlines()[-6:]},
+                status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
+        elapsed = time.perf_counter() - started
+        data_s = stats.read_seconds + stats.write_seconds
+        out = {k: v for k, v in headers.items() if k.lower() not in _SKIP_HEADERS}
+        out.update({
+            "X-Nearfaas-Exec-Seconds": f"{elapsed:.6f}",
+            "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",
+            "X-Nearfaas-Bytes-Local": str(stats.bytes_read_local),
+            "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
+            "X-Nearfaas-Instance": self.instance,
+        })
+        return web.Response(status=status, headers=out, body=payload)
+
+    def _die_after_reply(self) -> None:
+        # The stuck thread cannot be killed from Python; the process can. Give the 504 a moment
+        # to reach the caller, then exit: the node agent sees it and starts a replacement.
+        self.dying = True
+        asyncio.get_running_loop().call_later(0.05, os._exit, 70)
+
+
+async def _main(args) -> None:
+    with open(args.spec) as f:
+        spec = json.load(f)
+    instance = args.instance
+    for stream, fd in (("stdout", 1), ("stderr", 2)):
+        setattr(sys, stream, JsonLineWriter(fd, spec["name"], instance, stream))
+    worker = Worker(spec, args.node, args.gateway, args.store_root, args.secrets_dir, instance)
+    init = getattr(worker.module, "init", None)
+    if callable(init):
+        init()  # optional one-time set-up (model load): part of the cold start, by design
+    server = web.Server(worker.serve, access_log=None)
+    runner = web.ServerRunner(server, handle_signals=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    os.write(args.ready_fd, f"READY {port}\n".encode())
+    os.close(args.ready_fd)
+    await asyncio.Event().wait()
+
+
+def _die_with_parent() -> None:
+    """A worker must not outlive its node agent (say, one killed with -9): ask Linux to SIGKILL
+    us when the parent goes, and check it has not gone already."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:
+        os._exit(0)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="nearfaas function worker (started by a node agent)")
+    parser.add_argument("--spec", required=True, help="JSON file with the function's spec")
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--gateway", required=True, help="cluster S3/gateway URL for remote objects")
+    parser.add_argument("--store-root", default=None, help="this node's object store, for zero-copy local reads")
+    parser.add_argument("--secrets-dir", default=None)
+    parser.add_argument("--instance", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        pass
+    except Exception:
+        # A cold start that fails (import error, bad handler) must say why on the ready pipe.
+        message = traceback.format_exc().strip().splitlines()
+        try:
+            os.write(args.ready_fd, ("FAILED " + json.dumps(message[-8:]) + "\n").encode())
+        except OSError:
+            pass
+        print("\n".join(message), file=sys.__stderr__)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The storage contract behind the S3 front end.
+
+One S3 protocol layer (``s3.frontend``) serves two worlds: a storage node, whose backend is
+its own durable on-disk store, and the gateway, whose backend routes every call to the nodes
+that hold the object. Both implement :class:`StorageBackend`, so parsing, authentication,
+XML and error bodies are written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import AsyncIterator, Protocol
+
+
+@dataclass(frozen=True)
+class BucketInfo:
+    name: str
+    created: float  # unix seconds
+    # Per-bucket options, e.g. {"dscs_replica": True}: one replica of every object must sit on a
+    # dscs-class node (DSCS-Serverless section 5.2).
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    bucket: str
+    key: str
+    size: int
+    etag: str  # without quotes; MD5 hex, or "<md5-of-md5s>-<n>" for multipart
+    last_modified: float  # unix seconds
+    content_type: str = "binary/octet-stream"
+    metadata: dict = field(default_factory=dict)  # user metadata, names lower-case, no prefix
+
+
+@dataclass(frozen=True)
+class ListResult:
+    contents: list[ObjectInfo]
+    common_prefixes: list[str]
+    is_truncated: bool
+    # The last key or common prefix returned; the next page starts strictly after it.
+    next_marker: str | None
+
+
+@dataclass(frozen=True)
+class ObjectStream:
+    """A GET result: the object's info, the byte range served, and the bytes."""
+
+    info: ObjectInfo
+    start: int  # first byte served (inclusive)
+    end: int  # last byte served (inclusive); end < start for an empty object
+    body: AsyncIterator[bytes]
+    # Set when the bytes live in a local file: (path, offset of byte 0 of the object in it).
+    # Lets a server use sendfile and a co-located worker mmap the object without a copy.
+    local_file: tuple[str, int] | None = None
+
+    @property
+    def length(self) -> int:
+        return max(0, self.end - self.start + 1)
+
+
+class StorageBackend(Protocol):
+    async def list_buckets(self) -> list[BucketInfo]: ...
+
+    async def create_bucket(self, name: str, options: dict | None = None) -> BucketInfo: ...
+
+    async def head_bucket(self, name: str) -> BucketInfo: ...
+
+    async def delete_bucket(self, name: str) -> None: ...
+
+    async def put_object(
+        self,
+        bucket: str,
+        key: str,
+        body: AsyncIterator[bytes],
+        *,
+        content_md5: bytes | None = None,  # raw 16-byte digest from Content-MD5, if sent
+        content_type: str | None = None,
+        metadata: dict | None = None,
+        options: dict | None = None,  # e.g. {"dscs_replica": True}
+    ) -> ObjectInfo: ...
+
+    async def get_object(
+        self, bucket: str, key: str, byte_range: tuple[int | None, int | None] | None = None
+    ) -> ObjectStream: ...
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo: ...
+
+    async def delete_object(self, bucket: str, key: str) -> None: ...
+
+    async def list_objects(
+        self,
+        bucket: str,
+        prefix: str = "",
+        delimiter: str = "",
+        max_keys: int = 1000,
+        start_after: str = "",
+    ) -> ListResult: ...
+
+    async def create_multipart_upload(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        content_type: str | None = None,
+        metadata: dict | None = None,
+        upload_id: str | None = None,  # the gateway passes one id to every replica
+    ) -> str: ...
+
+    async def upload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        body: AsyncIterator[bytes],
+        *,
+        content_md5: bytes | None = None,
+    ) -> str: ...  # part ETag (MD5 hex)
+
+    async def complete_multipart_upload(
+        self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]
+    ) -> ObjectInfo: ...
+
+    async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None: ...

@@ -1,0 +1,391 @@
+"""The S3 REST protocol as one aiohttp handler over any StorageBackend.
+
+Mount it after the host's own routes; it answers everything else::
+
+    frontend = S3Frontend(backend, auth=S3Auth({...}), max_body=5 << 30)
+    frontend.mount(app)          # app.router.add_route("*", "/{s3_path:.*}", ...)
+
+Bucket addressing: path style (``/bucket/key``) and virtual-host style (``Host:
+bucket.localhost[:port]``, or any suffix given in ``virtual_host_suffixes``).
+
+Every error is an S3 XML error body with the standard status; HEAD errors have no body. An
+unexpected exception becomes InternalError (500) and is logged: bad input never should.
+Custom headers: ``x-nearfaas-dscs-replica: true`` (CreateBucket/PutObject options),
+``x-nearfaas-upload-id`` (CreateMultipartUpload: use this upload id), and on responses
+``x-nearfaas-last-modified`` / ``x-nearfaas-object-size`` / ``x-nearfaas-bucket-*`` (exact
+values for the node client) and ``x-nearfaas-error-code`` on errors (HEAD has no body).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Callable, Iterable
+from urllib.parse import parse_qsl, quote, unquote
+
+from aiohttp import web
+
+from nearfaas.s3 import xml as s3xml
+from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
+from nearfaas.s3.body import RequestBody, decode_content_md5
+from nearfaas.s3.errors import S3Error
+from nearfaas.s3.sigv4 import AuthContext, S3Auth
+from nearfaas.s3.validation import parse_range_header, resolve_range
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 5 << 30
+MAX_XML_BODY = 4 << 20  # CompleteMultipartUpload of 10,000 parts with checksums fits
+MAX_LIST_KEYS = 1000
+DSCS_REPLICA_HEADER = "x-nearfaas-dscs-replica"
+UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
+
+# Sub-resources nearfaas does not implement: 501 rather than a silently wrong answer.
+UNSUPPORTED_SUBRESOURCES = frozenset({
+    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption", "intelligent-tiering",
+    "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
+    "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
+    "restore", "retention", "select", "tagging", "torrent", "versioning", "versionId", "versions", "website",
+})
+_RESPONSE_OVERRIDES = {
+    "response-content-type": "Content-Type", "response-content-language": "Content-Language",
+    "response-expires": "Expires", "response-cache-control": "Cache-Control",
+    "response-content-disposition": "Content-Disposition", "response-content-encoding": "Content-Encoding",
+}
+
+
+class S3Frontend:
+    def __init__(self, backend: StorageBackend | Callable[[], StorageBackend], *, auth: S3Auth | None = None,
+                 max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",)):
+        # A backend, or a zero-argument callable returning one (for hosts that build it late).
+        self._backend_getter = (lambda: backend) if hasattr(backend, "put_object") else backend
+        self.auth = auth or S3Auth()
+        self.max_body = max_body
+        self.virtual_host_suffixes = tuple(s.lower().strip(".") for s in virtual_host_suffixes)
+
+    @property
+    def backend(self) -> StorageBackend:
+        return self._backend_getter()
+
+    def mount(self, app: web.Application) -> None:
+        """Add the catch-all S3 route. Call after the host's own routes."""
+        app.router.add_route("*", "/{s3_path:.*}", self.handle, expect_handler=self.expect_handler)
+
+    async def expect_handler(self, request: web.Request) -> web.StreamResponse | None:
+        """Refuse an oversized body before the client sends it (Expect: 100-continue)."""
+        try:
+            self._check_declared_length(request)
+        except S3Error as error:
+            return self._error_response(request, error, _request_id(request))
+        from aiohttp.web_urldispatcher import _default_expect_handler
+
+        return await _default_expect_handler(request)
+
+    def _check_declared_length(self, request: web.Request) -> None:
+        for header in ("x-amz-decoded-content-length", "content-length"):
+            value = request.headers.get(header, "")
+            if value.isdigit() and int(value) > self.max_body:
+                raise S3Error("EntityTooLarge", f"The body of {value} bytes exceeds the maximum of {self.max_body} "
+                              "bytes; use a multipart upload for large objects.")
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        request_id = _request_id(request)
+        try:
+            return await self._dispatch(request)
+        except S3Error as error:
+            return self._error_response(request, error, request_id)
+        except Exception:
+            log.exception("S3 %s %s failed (request %s)", request.method, request.raw_path, request_id)
+            return self._error_response(request, S3Error("InternalError"), request_id)
+
+    def _error_response(self, request: web.Request, error: S3Error, request_id: str) -> web.Response:
+        headers = {"x-amz-request-id": request_id, "x-nearfaas-error-code": error.code, "Server": "nearfaas"}
+        if not error.resource:
+            error.resource = request.path
+        if request.method == "HEAD":
+            return web.Response(status=error.status, headers=headers)
+        return web.Response(status=error.status, body=error.to_xml(request_id), headers=headers,
+                            content_type="application/xml")
+
+    # -- routing ---------------------------------------------------------------------------------
+
+    def _target(self, request: web.Request) -> tuple[str, str | None, str, list[tuple[str, str]]]:
+        """(raw path, bucket, key, query) of the request; bucket None for the service root."""
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        try:
+            path = unquote(raw_path, errors="strict")
+            query = parse_qsl(raw_query, keep_blank_values=True, errors="strict")
+        except UnicodeDecodeError:
+            raise S3Error("InvalidURI", "The request path or query string is not valid percent-encoded UTF-8.") from None
+        if not path.startswith("/"):
+            raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
+        host = (request.headers.get("Host") or "").lower()
+        host = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        for suffix in self.virtual_host_suffixes:
+            if host.endswith("." + suffix) and len(host) > len(suffix) + 1:
+                return raw_path, host[: -len(suffix) - 1], path[1:], query
+        if path == "/":
+            return raw_path, None, "", query
+        bucket, _, key = path[1:].partition("/")
+        return raw_path, bucket, key, query
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        raw_path, bucket, key, query = self._target(request)
+        ctx = self.auth.authenticate(request.method, raw_path, query, request.headers)
+        q = dict(query)
+        method = request.method
+        if bucket is None:
+            if method in ("GET", "HEAD"):
+                return self._xml(request, s3xml.list_buckets_xml(await self.backend.list_buckets()))
+            raise S3Error("MethodNotAllowed", f"{method} is not allowed on the service root; name a bucket.")
+        unsupported = sorted(UNSUPPORTED_SUBRESOURCES.intersection(q))
+        if unsupported:
+            raise S3Error("NotImplemented", f"The ?{unsupported[0]} sub-resource is not implemented by nearfaas.")
+        if key == "":
+            return await self._bucket_operation(request, method, bucket, q, ctx)
+        return await self._object_operation(request, method, bucket, key, q, ctx)
+
+    async def _bucket_operation(self, request, method: str, bucket: str, q: dict, ctx: AuthContext):
+        if method == "GET":
+            if "location" in q:
+                await self.backend.head_bucket(bucket)
+                return self._xml(request, s3xml.location_xml(""))
+            if "uploads" in q:
+                raise S3Error("NotImplemented", "ListMultipartUploads is not implemented by nearfaas.")
+            return await self._list_objects(request, bucket, q)
+        if method == "PUT":
+            body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
+            s3xml.parse_create_bucket(await body.read_all(MAX_XML_BODY))  # validated, then ignored
+            options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+            info = await self.backend.create_bucket(bucket, options)
+            # Creating a bucket you already own answers 200, as S3 does in us-east-1.
+            headers = {"Location": f"/{bucket}", **_bucket_headers(info)}
+            return self._empty(request, 200, headers)
+        if method == "HEAD":
+            info = await self.backend.head_bucket(bucket)
+            return self._empty(request, 200, {"x-amz-bucket-region": "us-east-1", **_bucket_headers(info)})
+        if method == "DELETE":
+            await self.backend.delete_bucket(bucket)
+            return self._empty(request, 204)
+        if method == "POST":
+            raise S3Error("NotImplemented", "POST on a bucket (browser form upload) is not implemented by nearfaas.")
+        raise S3Error("MethodNotAllowed", f"{method} is not allowed on a bucket.")
+
+    async def _object_operation(self, request, method: str, bucket: str, key: str, q: dict, ctx: AuthContext):
+        if method == "PUT":
+            if "x-amz-copy-source" in request.headers:
+                raise S3Error("NotImplemented", "CopyObject / UploadPartCopy are not implemented by nearfaas.")
+            if "uploadId" in q or "partNumber" in q:
+                return await self._upload_part(request, bucket, key, q)
+            return await self._put_object(request, bucket, key)
+        if method == "GET":
+            if "uploadId" in q:
+                raise S3Error("NotImplemented", "ListParts is not implemented by nearfaas.")
+            return await self._get_object(request, bucket, key, q)
+        if method == "HEAD":
+            return await self._head_object(request, bucket, key)
+        if method == "DELETE":
+            if "uploadId" in q:
+                await self.backend.abort_multipart_upload(bucket, key, q["uploadId"])
+            else:
+                await self.backend.delete_object(bucket, key)
+            return self._empty(request, 204)
+        if method == "POST":
+            if "uploads" in q:
+                return await self._create_multipart(request, bucket, key)
+            if "uploadId" in q:
+                return await self._complete_multipart(request, bucket, key, q["uploadId"])
+            raise S3Error("MethodNotAllowed", "POST on an object needs ?uploads or ?uploadId=.")
+        raise S3Error("MethodNotAllowed", f"{method} is not allowed on an object.")
+
+    # -- listing ---------------------------------------------------------------------------------
+
+    async def _list_objects(self, request, bucket: str, q: dict) -> web.StreamResponse:
+        list_type = q.get("list-type", "1")
+        if list_type not in ("1", "2"):
+            raise S3Error("InvalidArgument", f"list-type must be 1 or 2, not {list_type!r}.")
+        encoding = q.get("encoding-type", "")
+        if encoding not in ("", "url"):
+            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
+        raw_max = q.get("max-keys", str(MAX_LIST_KEYS))
+        if not raw_max.strip().isdigit():
+            raise S3Error("InvalidArgument", f"max-keys must be a non-negative integer, not {raw_max!r}.")
+        max_keys = min(int(raw_max), MAX_LIST_KEYS)
+        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+        if list_type == "2":
+            token = q.get("continuation-token")
+            start_after = q.get("start-after", "")
+            start = s3xml.decode_token(token) if token is not None else start_after
+            result = await self.backend.list_objects(bucket, prefix, delimiter, max_keys, start)
+            body = s3xml.list_objects_v2_xml(
+                bucket, result, prefix=prefix, delimiter=delimiter, max_keys=max_keys, start_after=start_after,
+                continuation_token=token, encoding_type=encoding, fetch_owner=q.get("fetch-owner") == "true")
+        else:
+            marker = q.get("marker", "")
+            result = await self.backend.list_objects(bucket, prefix, delimiter, max_keys, marker)
+            body = s3xml.list_objects_v1_xml(bucket, result, prefix=prefix, delimiter=delimiter,
+                                             max_keys=max_keys, marker=marker, encoding_type=encoding)
+        return self._xml(request, body)
+
+    # -- objects ---------------------------------------------------------------------------------
+
+    async def _put_object(self, request, bucket: str, key: str) -> web.StreamResponse:
+        content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
+        body = RequestBody(request.content, request.headers, max_body=self.max_body)
+        options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+        info = await self.backend.put_object(
+            bucket, key, body.chunks(), content_md5=content_md5, content_type=request.headers.get("Content-Type"),
+            metadata=_user_metadata(request), options=options)
+        return self._empty(request, 200, {"ETag": f'"{info.etag}"', **_exact_headers(info)})
+
+    async def _upload_part(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
+        upload_id, raw_number = q.get("uploadId"), q.get("partNumber", "")
+        if not upload_id:
+            raise S3Error("InvalidArgument", "UploadPart needs both partNumber and uploadId.")
+        if not raw_number.isdigit():
+            raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to 10000, not {raw_number!r}.")
+        content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
+        body = RequestBody(request.content, request.headers, max_body=self.max_body)
+        etag = await self.backend.upload_part(bucket, key, upload_id, int(raw_number), body.chunks(),
+                                              content_md5=content_md5)
+        return self._empty(request, 200, {"ETag": f'"{etag}"'})
+
+    async def _get_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
+        byte_range = parse_range_header(request.headers.get("Range"))
+        stream = await self.backend.get_object(bucket, key, byte_range)
+        body_iter = stream.body
+        try:
+            not_modified = _check_preconditions(request, stream.info)
+            headers = _object_headers(stream.info)
+            for param, header in _RESPONSE_OVERRIDES.items():
+                if param in q:
+                    headers[header] = q[param]
+            if not_modified:
+                return self._empty(request, 304, {"ETag": headers["ETag"], "Last-Modified": headers["Last-Modified"]})
+            status = 200
+            if byte_range is not None:
+                status = 206
+                headers["Content-Range"] = f"bytes {stream.start}-{stream.end}/{stream.info.size}"
+            response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
+            response.content_length = stream.length
+            await response.prepare(request)
+            try:
+                async for chunk in body_iter:
+                    await response.write(chunk)
+                await response.write_eof()
+            except ConnectionError:
+                log.debug("client went away during GET %s/%s", bucket, key)
+            except Exception:
+                # Headers are out: the only honest signal left is a cut connection.
+                log.exception("GET %s/%s failed mid-stream", bucket, key)
+                if request.transport is not None:
+                    request.transport.close()
+            return response
+        finally:
+            aclose = getattr(body_iter, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _head_object(self, request, bucket: str, key: str) -> web.StreamResponse:
+        info = await self.backend.head_object(bucket, key)
+        headers = _object_headers(info)
+        if _check_preconditions(request, info):
+            return self._empty(request, 304, {"ETag": headers["ETag"]})
+        byte_range = parse_range_header(request.headers.get("Range"))
+        status, length = 200, info.size
+        if byte_range is not None:
+            start, end = resolve_range(byte_range, info.size)
+            status, length = 206, end - start + 1
+            headers["Content-Range"] = f"bytes {start}-{end}/{info.size}"
+        response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
+        response.content_length = length
+        await response.prepare(request)
+        await response.write_eof()
+        return response
+
+    # -- multipart -------------------------------------------------------------------------------
+
+    async def _create_multipart(self, request, bucket: str, key: str) -> web.StreamResponse:
+        upload_id = await self.backend.create_multipart_upload(
+            bucket, key, content_type=request.headers.get("Content-Type"), metadata=_user_metadata(request),
+            upload_id=request.headers.get(UPLOAD_ID_HEADER) or None)
+        return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id))
+
+    async def _complete_multipart(self, request, bucket: str, key: str, upload_id: str) -> web.StreamResponse:
+        body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
+        parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
+        info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts)
+        xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
+        metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
+        return self._xml(request, xml_body, {**_exact_headers(info), **metadata_headers})
+
+    # -- responses -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _common(request: web.Request) -> dict[str, str]:
+        return {"x-amz-request-id": _request_id(request), "Server": "nearfaas"}
+
+    def _xml(self, request, body: bytes, headers: dict | None = None) -> web.Response:
+        return web.Response(status=200, body=body, content_type="application/xml",
+                            headers={**(headers or {}), **self._common(request)})
+
+    def _empty(self, request, status: int, headers: dict | None = None) -> web.Response:
+        return web.Response(status=status, headers={**(headers or {}), **self._common(request)})
+
+
+def add_s3_routes(app: web.Application, backend: StorageBackend | Callable[[], StorageBackend], *,
+                  auth: S3Auth | None = None, max_body: int = DEFAULT_MAX_BODY,
+                  virtual_host_suffixes: Iterable[str] = ("localhost",)) -> S3Frontend:
+    """Build an S3Frontend and mount its catch-all route on `app` (after the app's own routes)."""
+    frontend = S3Frontend(backend, auth=auth, max_body=max_body, virtual_host_suffixes=virtual_host_suffixes)
+    frontend.mount(app)
+    return frontend
+
+
+def _request_id(request: web.Request) -> str:
+    request_id = request.get("s3_request_id")
+    if request_id is None:
+        request_id = request["s3_request_id"] = uuid.uuid4().hex[:16].upper()
+    return request_id
+
+
+def _is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1", "yes")
+
+
+def _user_metadata(request: web.Request) -> dict[str, str]:
+    return {name[11:].lower(): value for name, value in request.headers.items()
+            if name.lower().startswith("x-amz-meta-")}
+
+
+def _exact_headers(info: ObjectInfo) -> dict[str, str]:
+    return {"x-nearfaas-last-modified": repr(info.last_modified), "x-nearfaas-object-size": str(info.size),
+            "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
+
+
+def _bucket_headers(info: BucketInfo) -> dict[str, str]:
+    return {"x-nearfaas-bucket-created": repr(info.created),
+            "x-nearfaas-bucket-options": json.dumps(info.options, separators=(",", ":"))}
+
+
+def _object_headers(info: ObjectInfo) -> dict[str, str]:
+    headers = {"ETag": f'"{info.etag}"', "Accept-Ranges": "bytes", **_exact_headers(info),
+               "Content-Type": info.content_type}
+    for name, value in info.metadata.items():
+        headers[f"x-amz-meta-{name}"] = value
+    return headers
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    candidates = [c.strip() for c in header.split(",")]
+    return "*" in candidates or any(c.removeprefix("W/").strip('"') == etag for c in candidates)
+
+
+def _check_preconditions(request: web.Request, info: ObjectInfo) -> bool:
+    """Raise PreconditionFailed for a failed If-Match; True when If-None-Match says 304."""
+    if_match = request.headers.get("If-Match")
+    if if_match is not None and not _etag_matches(if_match, info.etag):
+        raise S3Error("PreconditionFailed", f"If-Match {if_match} does not match the ETag \"{info.etag}\".")
+    if_none_match = request.headers.get("If-None-Match")
+    return if_none_match is not None and _etag_matches(if_none_match, info.etag)

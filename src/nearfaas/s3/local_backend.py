@@ -1,0 +1,168 @@
+"""The StorageBackend of a storage node: its own ObjectStore on local disk.
+
+Disk work that can block (file writes, fsync, renames, reads) runs in a thread executor so the
+event loop never waits on the disk. Index lookups (HEAD, listing) are in-memory and run inline.
+Incoming bodies are gathered into ~1 MiB batches and written while the next batch arrives, so a
+64 MB upload costs a few dozen executor hops and never sits in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from concurrent.futures import Executor
+from typing import AsyncIterator, Callable, TypeVar
+
+from nearfaas.node.objectstore import ObjectStore, OpenObject
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream
+from nearfaas.s3.validation import resolve_range
+
+T = TypeVar("T")
+
+READ_CHUNK = 256 * 1024
+WRITE_BATCH = 1024 * 1024
+
+
+class _FileChunks:
+    """Async iterator over [start, end] of an open object; closes the file when done, on
+    aclose(), or when dropped unconsumed."""
+
+    def __init__(self, backend: LocalBackend, obj: OpenObject, start: int, end: int, chunk_size: int):
+        self._backend, self._obj = backend, obj
+        self._pos, self._end, self._chunk_size = start, end, chunk_size
+
+    def __aiter__(self) -> _FileChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._pos > self._end:
+            self._obj.close()
+            raise StopAsyncIteration
+        want = min(self._chunk_size, self._end - self._pos + 1)
+        try:
+            data = await self._backend._run(self._obj.read, self._pos, want)
+        except BaseException:
+            self._obj.close()
+            raise
+        if len(data) != want:
+            self._obj.close()
+            raise OSError(f"object file {self._obj.path} is shorter than its header says")
+        self._pos += len(data)
+        return data
+
+    async def aclose(self) -> None:
+        self._obj.close()
+
+    def __del__(self) -> None:
+        self._obj.close()
+
+
+class LocalBackend:
+    def __init__(self, store: ObjectStore, *, executor: Executor | None = None,
+                 read_chunk: int = READ_CHUNK, write_batch: int = WRITE_BATCH):
+        self.store = store
+        self._executor = executor  # None: the event loop's default executor
+        self._read_chunk = read_chunk
+        self._write_batch = write_batch
+
+    async def _run(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+
+    # -- buckets --------------------------------------------------------------------------------
+
+    async def list_buckets(self) -> list[BucketInfo]:
+        return self.store.list_buckets()
+
+    async def create_bucket(self, name: str, options: dict | None = None) -> BucketInfo:
+        info, _created = await self._run(self.store.create_bucket, name, options)
+        return info
+
+    async def head_bucket(self, name: str) -> BucketInfo:
+        return self.store.head_bucket(name)
+
+    async def delete_bucket(self, name: str) -> None:
+        await self._run(self.store.delete_bucket, name)
+
+    # -- objects --------------------------------------------------------------------------------
+
+    async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
+                         content_md5: bytes | None = None, content_type: str | None = None,
+                         metadata: dict | None = None, options: dict | None = None) -> ObjectInfo:
+        # `options` (e.g. dscs_replica) steer placement in the gateway; a node stores as asked.
+        writer = await self._run(self.store.open_writer, bucket, key, content_type=content_type, metadata=metadata)
+        await self._stream_into(writer, body)
+        return await self._run(writer.commit, content_md5)
+
+    async def _stream_into(self, writer, body: AsyncIterator[bytes]) -> None:
+        """Write the body through the executor, one batch on the disk while the next arrives.
+        On any failure (bad body, disconnect, cancellation) the writer is aborted."""
+        pending: asyncio.Future | None = None
+        batch = bytearray()
+        try:
+            async for chunk in body:
+                batch += chunk
+                if len(batch) >= self._write_batch:
+                    if pending is not None:
+                        await pending
+                    pending = asyncio.ensure_future(self._run(writer.write, batch))
+                    batch = bytearray()
+            if pending is not None:
+                await pending
+                pending = None
+            if batch:
+                await self._run(writer.write, batch)
+        except BaseException:
+            if pending is not None and not pending.done():
+                # A write is still running in a thread: abort only once it has finished.
+                pending.add_done_callback(lambda _f: self._abort_in_executor(writer))
+            else:
+                writer.abort()  # close + unlink of a temp file: no fsync, fine on the loop
+            raise
+
+    def _abort_in_executor(self, writer) -> None:
+        asyncio.get_running_loop().run_in_executor(self._executor, writer.abort)
+
+    async def get_object(self, bucket: str, key: str,
+                         byte_range: tuple[int | None, int | None] | None = None) -> ObjectStream:
+        obj = await self._run(self.store.open_object, bucket, key)
+        try:
+            start, end = resolve_range(byte_range, obj.info.size)
+        except BaseException:
+            obj.close()
+            raise
+        return ObjectStream(
+            info=obj.info, start=start, end=end,
+            body=_FileChunks(self, obj, start, end, self._read_chunk),
+            local_file=(str(obj.path), obj.data_offset),
+        )
+
+    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        return self.store.head_object(bucket, key)
+
+    async def delete_object(self, bucket: str, key: str) -> None:
+        await self._run(self.store.delete_object, bucket, key)
+
+    async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
+                           start_after: str = "") -> ListResult:
+        return self.store.list_objects(bucket, prefix, delimiter, max_keys, start_after)
+
+    # -- multipart ------------------------------------------------------------------------------
+
+    async def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None,
+                                      metadata: dict | None = None, upload_id: str | None = None) -> str:
+        return await self._run(self.store.create_multipart_upload, bucket, key, content_type=content_type,
+                               metadata=metadata, upload_id=upload_id)
+
+    async def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
+                          body: AsyncIterator[bytes], *, content_md5: bytes | None = None) -> str:
+        writer = await self._run(self.store.open_part_writer, bucket, key, upload_id, part_number)
+        await self._stream_into(writer, body)
+        return await self._run(writer.commit, content_md5)
+
+    async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
+                                        parts: list[tuple[int, str]]) -> ObjectInfo:
+        return await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts)
+
+    async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
+        await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)

@@ -1,0 +1,257 @@
+"""AWS Signature Version 4 verification for the S3 front end.
+
+The expected signature is computed by botocore's own S3 signer (``S3SigV4Auth``) from the
+request as received: we hand it exactly the headers named in SignedHeaders, the query
+parameters, the path, the X-Amz-Date timestamp and the client's ``x-amz-content-sha256``
+as the payload hash, and compare its result with ``hmac.compare_digest``. Writing SigV4 by
+hand would risk a canonicalisation that differs subtly from the SDKs'.
+
+Payload hash policy (see also s3/body.py): the payload hash is whatever the client signed
+(``x-amz-content-sha256``). Where it is a hex digest, the front end hashes the body while it
+streams and checks the digest at the end, *before* the object is committed, so a mismatch
+(XAmzContentSHA256Mismatch) never leaves an object behind and no body is buffered.
+``UNSIGNED-PAYLOAD`` and the ``STREAMING-*`` forms are accepted; for aws-chunked bodies the
+seed signature is verified but the per-chunk signatures are stripped, not verified.
+
+With no credentials configured (local mode) every request is accepted, signed or not.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hmac
+import logging
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Iterable, Protocol
+from urllib.parse import quote, unquote
+
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.compat import HTTPHeaders
+from botocore.credentials import Credentials
+
+from nearfaas.s3.errors import S3Error
+
+log = logging.getLogger(__name__)
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+MAX_PRESIGN_EXPIRES = 7 * 24 * 3600
+
+
+class HeaderLookup(Protocol):
+    """What we need of a request's headers (aiohttp's CIMultiDictProxy fits)."""
+
+    def get(self, name: str, default: str | None = None) -> str | None: ...
+
+    def getall(self, name: str, default: list[str] | None = None) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class AuthContext:
+    access_key: str | None  # None for an anonymous request or when auth is off
+    payload_hash: str | None  # the signed x-amz-content-sha256 value, if any
+    presigned: bool = False
+
+
+class _BotocoreVerifier(S3SigV4Auth):
+    """botocore's S3 signer, fed the received request instead of one it is about to send."""
+
+    def __init__(self, credentials: Credentials, region: str, signed_headers: HTTPHeaders, payload_hash: str):
+        super().__init__(credentials, "s3", region)
+        self._received_headers = signed_headers
+        self._payload_hash = payload_hash
+
+    def headers_to_sign(self, request):  # exactly the headers the client listed as signed
+        return self._received_headers
+
+    def payload(self, request):  # the hash the client signed; the body is checked elsewhere
+        return self._payload_hash
+
+    def expected_signature(self, method: str, path: str, query: list[tuple[str, str]], timestamp: str) -> str:
+        request = AWSRequest(method=method, url=f"http://signed-host{path}", params=query)
+        request.context["timestamp"] = timestamp
+        canonical = self.canonical_request(request)
+        string_to_sign = self.string_to_sign(request, canonical)
+        log.debug("SigV4 canonical request:\n%s\nstring to sign:\n%s", canonical, string_to_sign)
+        return self.signature(string_to_sign, request)
+
+
+class S3Auth:
+    def __init__(self, credentials: dict[str, str] | None = None, allow_anonymous: bool = False,
+                 *, max_skew_s: float = 900.0, clock=time.time):
+        self.credentials = dict(credentials or {})
+        self.allow_anonymous = allow_anonymous
+        self.max_skew_s = max_skew_s
+        self._clock = clock
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.credentials)
+
+    def authenticate(self, method: str, path: str, query: list[tuple[str, str]], headers: HeaderLookup) -> AuthContext:
+        """Check one request. `path` is the raw (still percent-encoded) path; `query` the
+        decoded query parameters in order. Raises S3Error when the request may not proceed."""
+        payload_hash = headers.get("x-amz-content-sha256")
+        if not self.enabled:
+            return AuthContext(access_key=None, payload_hash=payload_hash)
+        authorization = headers.get("authorization")
+        if authorization:
+            return self._check_header_auth(method, path, query, headers, authorization.strip())
+        if any(name == "X-Amz-Algorithm" for name, _ in query):
+            return self._check_query_auth(method, path, query, headers)
+        if any(name in ("Signature", "AWSAccessKeyId") for name, _ in query):
+            raise _v2_not_supported()
+        if self.allow_anonymous:
+            return AuthContext(access_key=None, payload_hash=payload_hash)
+        raise S3Error("AccessDenied", "Access Denied: this endpoint requires requests signed with AWS SigV4 "
+                      "(configure an access key and secret in your client).")
+
+    # -- Authorization: AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=... ------
+
+    def _check_header_auth(self, method, path, query, headers, authorization: str) -> AuthContext:
+        algorithm, _, rest = authorization.partition(" ")
+        if algorithm == "AWS":
+            raise _v2_not_supported()
+        if algorithm != ALGORITHM:
+            raise S3Error("AuthorizationHeaderMalformed", f"Unsupported authorization algorithm {algorithm!r}; "
+                          f"use {ALGORITHM}.")
+        fields = {}
+        for part in rest.split(","):
+            name, sep, value = part.strip().partition("=")
+            if sep:
+                fields[name.strip()] = value.strip()
+        missing = [f for f in ("Credential", "SignedHeaders", "Signature") if not fields.get(f)]
+        if missing:
+            raise S3Error("AuthorizationHeaderMalformed", f"The authorization header lacks {', '.join(missing)}.")
+        payload_hash = headers.get("x-amz-content-sha256")
+        if not payload_hash:
+            raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256 "
+                          "(the SHA-256 hex of the body, or UNSIGNED-PAYLOAD).")
+        timestamp = _request_timestamp(headers)
+        self._check_skew(timestamp)
+        access_key, region = self._check_scope(fields["Credential"], timestamp, "AuthorizationHeaderMalformed")
+        signed = self._signed_header_map(fields["SignedHeaders"], headers)
+        self._compare(access_key, region, signed, payload_hash, method, path, query, timestamp, fields["Signature"])
+        return AuthContext(access_key=access_key, payload_hash=payload_hash)
+
+    # -- presigned URL: ?X-Amz-Algorithm=...&X-Amz-Signature=... --------------------------------
+
+    def _check_query_auth(self, method, path, query, headers) -> AuthContext:
+        params = dict(query)
+        needed = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires",
+                  "X-Amz-SignedHeaders", "X-Amz-Signature")
+        missing = [name for name in needed if not params.get(name)]
+        if missing:
+            raise S3Error("AuthorizationQueryParametersError",
+                          f"The presigned URL lacks {', '.join(missing)}.")
+        if params["X-Amz-Algorithm"] != ALGORITHM:
+            raise S3Error("AuthorizationQueryParametersError", f"X-Amz-Algorithm must be {ALGORITHM}.")
+        timestamp = params["X-Amz-Date"]
+        signed_at = _parse_amz_date(timestamp)
+        try:
+            expires = int(params["X-Amz-Expires"])
+        except ValueError:
+            expires = -1
+        if not 0 < expires <= MAX_PRESIGN_EXPIRES:
+            raise S3Error("AuthorizationQueryParametersError",
+                          f"X-Amz-Expires must be a number of seconds from 1 to {MAX_PRESIGN_EXPIRES}.")
+        now = self._clock()
+        if now > signed_at + expires:
+            raise S3Error("AccessDenied", "Request has expired: the presigned URL's lifetime has passed.")
+        if signed_at > now + self.max_skew_s:
+            raise S3Error("AccessDenied", "Request is not valid yet: its X-Amz-Date is in the future.")
+        access_key, region = self._check_scope(params["X-Amz-Credential"], timestamp,
+                                               "AuthorizationQueryParametersError")
+        signed = self._signed_header_map(params["X-Amz-SignedHeaders"], headers)
+        # As botocore signs presigned URLs: the payload is unsigned unless its hash was a signed header.
+        payload_hash = signed.get("x-amz-content-sha256") or UNSIGNED_PAYLOAD
+        canonical_query = [(k, v) for k, v in query if k != "X-Amz-Signature"]
+        self._compare(access_key, region, signed, payload_hash, method, path, canonical_query, timestamp,
+                      params["X-Amz-Signature"])
+        return AuthContext(access_key=access_key, payload_hash=payload_hash, presigned=True)
+
+    # -- shared --------------------------------------------------------------------------------
+
+    def _check_scope(self, credential: str, timestamp: str, malformed_code: str) -> tuple[str, str]:
+        parts = credential.rsplit("/", 4)
+        if len(parts) != 5 or parts[4] != "aws4_request" or parts[3] != "s3" or not parts[0]:
+            raise S3Error(malformed_code, f"The credential {credential!r} is malformed; expected "
+                          "<access-key>/<yyyymmdd>/<region>/s3/aws4_request.")
+        access_key, date, region = parts[0], parts[1], parts[2]
+        if date != timestamp[:8]:
+            raise S3Error(malformed_code, f"The credential date {date} does not match the request date "
+                          f"{timestamp[:8]}.")
+        if access_key not in self.credentials:
+            raise S3Error("InvalidAccessKeyId", f"The access key id {access_key!r} is not known to this "
+                          "server.")
+        return access_key, region  # any region is accepted: nearfaas is one region
+
+    def _check_skew(self, timestamp: str) -> None:
+        skew = abs(self._clock() - _parse_amz_date(timestamp))
+        if skew > self.max_skew_s:
+            raise S3Error("RequestTimeTooSkewed", f"The request time {timestamp} is {int(skew)} s away from the "
+                          f"server's clock; the limit is {int(self.max_skew_s)} s. Fix the client's clock.")
+
+    @staticmethod
+    def _signed_header_map(signed_headers: str, headers: HeaderLookup) -> HTTPHeaders:
+        names = [n.strip().lower() for n in signed_headers.split(";") if n.strip()]
+        if "host" not in names:
+            raise S3Error("AuthorizationHeaderMalformed", "SignedHeaders must include host.")
+        signed = HTTPHeaders()
+        for name in names:
+            values = headers.getall(name, [])
+            if not values:
+                raise S3Error("SignatureDoesNotMatch", f"The signed header {name!r} is missing from the request.")
+            for value in values:
+                signed[name] = value
+        return signed
+
+    def _compare(self, access_key, region, signed, payload_hash, method, path, query, timestamp, provided) -> None:
+        verifier = _BotocoreVerifier(Credentials(access_key, self.credentials[access_key]), region, signed,
+                                     payload_hash)
+        for candidate_path in _canonical_path_candidates(path):
+            expected = verifier.expected_signature(method, candidate_path, query, timestamp)
+            if hmac.compare_digest(expected.encode(), provided.encode()):
+                return
+        raise S3Error("SignatureDoesNotMatch")
+
+
+def _canonical_path_candidates(raw_path: str) -> Iterable[str]:
+    """SigV4 for S3 signs the path URI-encoded once. SDKs encode alike, but a client may have
+    escaped characters differently on the wire; try the strict re-encoding first, then the
+    path exactly as received."""
+    raw_path = raw_path or "/"
+    reencoded = quote(unquote(raw_path), safe="/~")
+    yield reencoded
+    if raw_path != reencoded:
+        yield raw_path
+
+
+def _request_timestamp(headers: HeaderLookup) -> str:
+    amz_date = headers.get("x-amz-date")
+    if amz_date:
+        _parse_amz_date(amz_date)
+        return amz_date
+    date = headers.get("date")
+    if date:
+        try:
+            return parsedate_to_datetime(date).strftime(_AMZ_DATE_FORMAT)
+        except (TypeError, ValueError):
+            pass
+    raise S3Error("AccessDenied", "AWS authentication requires a valid X-Amz-Date or Date header.")
+
+
+def _parse_amz_date(value: str) -> float:
+    try:
+        return float(calendar.timegm(time.strptime(value, _AMZ_DATE_FORMAT)))
+    except ValueError:
+        raise S3Error("AccessDenied", f"X-Amz-Date {value!r} is not of the form yyyymmddThhmmssZ.") from None
+
+
+def _v2_not_supported() -> S3Error:
+    return S3Error("InvalidRequest", "The authorization mechanism you have provided is not supported. "
+                   "Please use AWS4-HMAC-SHA256.")

@@ -1,0 +1,266 @@
+"""S3 XML documents: rendering the responses the front end sends, parsing the requests it
+receives, and parsing responses for the node client. Namespaces are ignored on input."""
+
+from __future__ import annotations
+
+import base64
+import calendar
+import binascii
+import re
+import time
+import xml.etree.ElementTree as ET
+from email.utils import formatdate
+from urllib.parse import quote, unquote
+from xml.sax.saxutils import escape
+
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo
+from nearfaas.s3.errors import S3Error
+
+S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+_DECL = '<?xml version="1.0" encoding="UTF-8"?>\n'
+# Characters XML 1.0 cannot carry even escaped.
+_XML_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+OWNER_ID = "nearfaas"
+
+
+def iso8601(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int((ts % 1) * 1000):03d}Z"
+
+
+def rfc1123(ts: float) -> str:
+    return formatdate(ts, usegmt=True)
+
+
+def _text(value: str, url_encode: bool = False) -> str:
+    if url_encode:
+        return quote(value, safe="/")
+    if _XML_ILLEGAL.search(value):
+        raise S3Error("InvalidArgument", "A value in this listing holds characters XML cannot carry; "
+                      "request it with encoding-type=url.")
+    return escape(value)
+
+
+def _el(name: str, value, url_encode: bool = False) -> str:
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return f"<{name}>{_text(str(value), url_encode)}</{name}>"
+
+
+def encode_token(marker: str) -> str:
+    """An opaque ListObjectsV2 continuation token: the last key or prefix returned."""
+    return base64.urlsafe_b64encode(marker.encode("utf-8")).decode("ascii")
+
+
+def decode_token(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+    except (binascii.Error, ValueError, UnicodeError):
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect; pass the "
+                      "NextContinuationToken of the previous page unchanged.") from None
+
+
+# -- responses -------------------------------------------------------------------------------
+
+
+def list_buckets_xml(buckets: list[BucketInfo]) -> bytes:
+    items = "".join(f"<Bucket>{_el('Name', b.name)}{_el('CreationDate', iso8601(b.created))}</Bucket>" for b in buckets)
+    return (f'{_DECL}<ListAllMyBucketsResult xmlns="{S3_NS}"><Owner>{_el("ID", OWNER_ID)}'
+            f'{_el("DisplayName", OWNER_ID)}</Owner><Buckets>{items}</Buckets></ListAllMyBucketsResult>').encode()
+
+
+def _contents_xml(objects: list[ObjectInfo], url: bool, owner: bool) -> str:
+    parts = []
+    for o in objects:
+        owner_xml = f"<Owner>{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_ID)}</Owner>" if owner else ""
+        parts.append(
+            f"<Contents>{_el('Key', o.key, url)}{_el('LastModified', iso8601(o.last_modified))}"
+            f"{_el('ETag', chr(34) + o.etag + chr(34))}{_el('Size', o.size)}{owner_xml}"
+            f"<StorageClass>STANDARD</StorageClass></Contents>"
+        )
+    return "".join(parts)
+
+
+def _prefixes_xml(prefixes: list[str], url: bool) -> str:
+    return "".join(f"<CommonPrefixes>{_el('Prefix', p, url)}</CommonPrefixes>" for p in prefixes)
+
+
+def list_objects_v2_xml(bucket: str, result: ListResult, *, prefix: str, delimiter: str, max_keys: int,
+                        start_after: str, continuation_token: str | None, encoding_type: str,
+                        fetch_owner: bool) -> bytes:
+    url = encoding_type == "url"
+    out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix, url)]
+    if delimiter:
+        out.append(_el("Delimiter", delimiter, url))
+    out.append(_el("MaxKeys", max_keys))
+    if url:
+        out.append(_el("EncodingType", "url"))
+    out.append(_el("KeyCount", len(result.contents) + len(result.common_prefixes)))
+    out.append(_el("IsTruncated", result.is_truncated))
+    if continuation_token is not None:
+        out.append(_el("ContinuationToken", continuation_token))
+    if result.is_truncated and result.next_marker is not None:
+        out.append(_el("NextContinuationToken", encode_token(result.next_marker)))
+    if start_after:
+        out.append(_el("StartAfter", start_after, url))
+    out.append(_contents_xml(result.contents, url, fetch_owner))
+    out.append(_prefixes_xml(result.common_prefixes, url))
+    out.append("</ListBucketResult>")
+    return "".join(out).encode()
+
+
+def list_objects_v1_xml(bucket: str, result: ListResult, *, prefix: str, delimiter: str, max_keys: int,
+                        marker: str, encoding_type: str) -> bytes:
+    url = encoding_type == "url"
+    out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix, url),
+           _el("Marker", marker, url)]
+    if delimiter:
+        out.append(_el("Delimiter", delimiter, url))
+    out.append(_el("MaxKeys", max_keys))
+    if url:
+        out.append(_el("EncodingType", "url"))
+    out.append(_el("IsTruncated", result.is_truncated))
+    # S3 sends NextMarker only with a delimiter; nearfaas always sends it on a truncated page.
+    if result.is_truncated and result.next_marker is not None:
+        out.append(_el("NextMarker", result.next_marker, url))
+    out.append(_contents_xml(result.contents, url, True))
+    out.append(_prefixes_xml(result.common_prefixes, url))
+    out.append("</ListBucketResult>")
+    return "".join(out).encode()
+
+
+def location_xml(constraint: str = "") -> bytes:
+    return f'{_DECL}<LocationConstraint xmlns="{S3_NS}">{escape(constraint)}</LocationConstraint>'.encode()
+
+
+def initiate_multipart_xml(bucket: str, key: str, upload_id: str) -> bytes:
+    return (f'{_DECL}<InitiateMultipartUploadResult xmlns="{S3_NS}">{_el("Bucket", bucket)}{_el("Key", key)}'
+            f'{_el("UploadId", upload_id)}</InitiateMultipartUploadResult>').encode()
+
+
+def complete_multipart_xml(location: str, bucket: str, key: str, etag: str) -> bytes:
+    return (f'{_DECL}<CompleteMultipartUploadResult xmlns="{S3_NS}">{_el("Location", location)}'
+            f'{_el("Bucket", bucket)}{_el("Key", key)}{_el("ETag", chr(34) + etag + chr(34))}'
+            f'</CompleteMultipartUploadResult>').encode()
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def parse_xml(body: bytes, expected_root: str | None = None) -> ET.Element:
+    """Parse a request document; MalformedXML for anything not plain, well-formed XML."""
+    if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
+        raise S3Error("MalformedXML", "DTDs and entity declarations are not accepted in S3 XML.")
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise S3Error("MalformedXML", f"The XML you provided was not well-formed: {exc}.") from None
+    if expected_root is not None and _local(root.tag) != expected_root:
+        raise S3Error("MalformedXML", f"Expected a <{expected_root}> document, got <{_local(root.tag)}>.")
+    return root
+
+
+def _child_text(el: ET.Element, name: str) -> str | None:
+    for child in el:
+        if _local(child.tag) == name:
+            return child.text or ""
+    return None
+
+
+def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
+    root = parse_xml(body, "CompleteMultipartUpload")
+    parts = []
+    for el in root:
+        if _local(el.tag) != "Part":
+            continue
+        number, etag = _child_text(el, "PartNumber"), _child_text(el, "ETag")
+        if number is None or etag is None:
+            raise S3Error("MalformedXML", "Every <Part> needs a <PartNumber> and an <ETag>.")
+        try:
+            parts.append((int(number.strip()), etag.strip()))
+        except ValueError:
+            raise S3Error("MalformedXML", f"<PartNumber>{number}</PartNumber> is not an integer.") from None
+    if not parts:
+        raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one <Part>.")
+    return parts
+
+
+def parse_create_bucket(body: bytes) -> str | None:
+    """The LocationConstraint of a CreateBucket body, if any (nearfaas ignores it)."""
+    if not body.strip():
+        return None
+    return _child_text(parse_xml(body, "CreateBucketConfiguration"), "LocationConstraint")
+
+
+def parse_error(body: bytes) -> tuple[str, str, str] | None:
+    """(code, message, resource) of an S3 error document, or None if it is not one."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return None
+    if _local(root.tag) != "Error":
+        return None
+    return (_child_text(root, "Code") or "", _child_text(root, "Message") or "", _child_text(root, "Resource") or "")
+
+
+def _iso_to_ts(value: str) -> float:
+    main, _, frac = value.rstrip("Z").partition(".")
+    ts = calendar.timegm(time.strptime(main, "%Y-%m-%dT%H:%M:%S"))
+    return ts + (float("0." + frac) if frac.isdigit() else 0.0)
+
+
+def parse_list_buckets(body: bytes) -> list[BucketInfo]:
+    root = ET.fromstring(body)
+    out = []
+    for el in root.iter():
+        if _local(el.tag) == "Bucket":
+            out.append(BucketInfo(name=_child_text(el, "Name") or "", created=_iso_to_ts(_child_text(el, "CreationDate") or "1970-01-01T00:00:00Z")))
+    return out
+
+
+def parse_list_objects(bucket: str, body: bytes) -> ListResult:
+    """A ListBucketResult (v1 or v2); url-encoded values are decoded."""
+    root = ET.fromstring(body)
+    url = (_child_text(root, "EncodingType") or "") == "url"
+    decode = unquote if url else (lambda s: s)
+    contents, prefixes = [], []
+    next_marker = None
+    for el in root:
+        tag = _local(el.tag)
+        if tag == "Contents":
+            contents.append(ObjectInfo(
+                bucket=bucket, key=decode(_child_text(el, "Key") or ""), size=int(_child_text(el, "Size") or 0),
+                etag=(_child_text(el, "ETag") or "").strip('"'),
+                last_modified=_iso_to_ts(_child_text(el, "LastModified") or "1970-01-01T00:00:00Z"),
+            ))
+        elif tag == "CommonPrefixes":
+            prefixes.append(decode(_child_text(el, "Prefix") or ""))
+        elif tag == "NextMarker":
+            next_marker = decode(el.text or "")
+        elif tag == "NextContinuationToken" and next_marker is None:
+            next_marker = decode_token(el.text or "")
+    truncated = (_child_text(root, "IsTruncated") or "false").strip() == "true"
+    if truncated and next_marker is None:  # v1 without NextMarker: the last entry returned
+        entries = [o.key for o in contents] + prefixes
+        next_marker = max(entries) if entries else None
+    return ListResult(contents=contents, common_prefixes=prefixes, is_truncated=truncated,
+                      next_marker=next_marker if truncated else None)
+
+
+def parse_initiate_multipart(body: bytes) -> str:
+    upload_id = _child_text(ET.fromstring(body), "UploadId")
+    if not upload_id:
+        raise ValueError("InitiateMultipartUploadResult without UploadId")
+    return upload_id
+
+
+def parse_complete_result(body: bytes) -> str:
+    """The ETag (unquoted) of a CompleteMultipartUploadResult; raises S3Error for an error body."""
+    error = parse_error(body)
+    if error is not None:
+        code, message, resource = error
+        raise S3Error(code, message or None, resource=resource)
+    return (_child_text(ET.fromstring(body), "ETag") or "").strip('"')

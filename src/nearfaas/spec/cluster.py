@@ -1,0 +1,358 @@
+"""Cluster spec: which node processes to start on this machine and how they cooperate.
+
+The defaults fit a 2-core box: one gateway, two storage nodes (one with the DSCS
+computational-storage class, one standard) and one compute node, each with two workers.
+`default_cluster.yml` beside this module documents every field and loads to exactly these
+defaults. Unlike stack.yml this file is ours alone, so unknown keys are errors (a typo must
+not silently fall back to a default), except under `link:`, which is kept open for later use.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
+                     parse_duration, parse_int, parse_memory, read_mapping, read_text_file, short_repr, type_name)
+
+MiB = 1024**2
+GiB = 1024**3
+DEFAULT_CLUSTER_FILE = Path(__file__).with_name("default_cluster.yml")
+NODE_KINDS = ("storage", "compute")
+NODE_CLASSES = ("dscs", "standard", "cpu")
+# Which classes make sense for which kind: DSCS and standard are storage hardware; a compute
+# node has only CPUs. Rejecting the other pairings catches swapped `kind`/`class` values.
+CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
+# Names of nearfaas.placement.policy.POLICIES; repeated here so that loading a spec does not
+# import the placement code (which itself reads specs).
+PLACEMENT_POLICIES = ("near-data", "compute-only")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link"}
+GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout"}
+NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max"}
+REPLICATION_KEYS = {"factor", "dscs_replica"}
+AUTH_KEYS = {"access_key", "secret_key", "region"}
+
+
+@dataclass
+class GatewaySpec:
+    port: int = 8080                 # 0 = pick a free port (tests run several clusters at once)
+    s3_max_body: int = 5 * GiB       # largest single PUT, as in S3
+    invoke_max_body: int = 8 * MiB   # largest /function/ request body; big data goes by object reference
+    max_inflight: int = 32           # invocations forwarded at once, all functions together; 0 = unlimited
+    read_timeout: float = 60.0       # seconds to wait for a client's request body
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    kind: str                        # "storage" holds objects; "compute" only runs functions
+    cls: str                         # "dscs" | "standard" (storage) or "cpu" (compute); YAML key `class`
+    port: int = 0                    # 0 = pick a free port
+    workers_max: int = 2             # function worker processes this node may run at once
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
+                "workers_max": self.workers_max}
+
+
+@dataclass
+class ReplicationSpec:
+    factor: int = 2                  # copies of every object, on distinct storage nodes
+    dscs_replica: bool = True        # one copy must sit on a dscs node so DSCS functions can run there
+
+
+@dataclass
+class AuthSpec:
+    access_key: str
+    secret_key: str = field(repr=False)  # kept out of repr so it does not end up in logs
+    region: str = "us-east-1"            # SigV4 signing region clients must use
+
+
+@dataclass
+class LinkSpec:
+    profile: str = "local"           # placeholder: how nodes reach each other ("local" = loopback)
+    options: dict[str, Any] = field(default_factory=dict)  # other keys, kept for later use
+
+
+def default_nodes() -> list[NodeSpec]:
+    return [NodeSpec("storage-0", "storage", "dscs"), NodeSpec("storage-1", "storage", "standard"),
+            NodeSpec("compute-0", "compute", "cpu")]
+
+
+@dataclass
+class ClusterSpec:
+    state_dir: str = ".nearfaas"     # relative paths are taken from the working directory
+    host: str = "127.0.0.1"          # every process binds here; loopback keeps the cluster private
+    gateway: GatewaySpec = field(default_factory=GatewaySpec)
+    nodes: list[NodeSpec] = field(default_factory=default_nodes)
+    replication: ReplicationSpec = field(default_factory=ReplicationSpec)
+    placement: str = "near-data"     # gateway placement policy, one of PLACEMENT_POLICIES
+    auth: AuthSpec | None = None     # None: unsigned local mode; else SigV4 with these keys
+    link: LinkSpec = field(default_factory=LinkSpec)
+
+    @property
+    def storage_nodes(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.kind == "storage"]
+
+    @property
+    def compute_nodes(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.kind == "compute"]
+
+    def node(self, name: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def state_path(self, base: Path | None = None) -> Path:
+        """state_dir as an absolute path, relative ones taken from `base` or the cwd."""
+        return ((base or Path.cwd()) / self.state_dir).resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The same shape as the YAML file, so `from_dict(to_dict())` re-validates it."""
+        g = self.gateway
+        return {
+            "state_dir": self.state_dir, "host": self.host,
+            "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
+                        "max_inflight": g.max_inflight, "read_timeout": g.read_timeout},
+            "nodes": [n.to_dict() for n in self.nodes],
+            "replication": {"factor": self.replication.factor, "dscs_replica": self.replication.dscs_replica},
+            "placement": self.placement,
+            "auth": None if self.auth is None else {
+                "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
+            "link": {**self.link.options, "profile": self.link.profile},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ClusterSpec:
+        return parse_cluster(data)
+
+
+# ---------------------------------------------------------------- field readers
+
+def _int(m: dict[str, Any], key: str, path: str, c: Collector, default: int, lo: int, hi: int | None,
+         example: str) -> int:
+    if key not in m:
+        return default
+    try:
+        n = parse_int(m[key])
+    except ValueError as exc:
+        c.error(join_path(path, key), f"bad value {short_repr(m[key])}: {exc}", f"write e.g. {key}: {example}")
+        return default
+    if n < lo or (hi is not None and n > hi):
+        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        c.error(join_path(path, key), f"must be {span}, got {n}", f"write e.g. {key}: {example}")
+        return default
+    return n
+
+
+def _str(m: dict[str, Any], key: str, path: str, c: Collector, default: str, example: str) -> str:
+    if key not in m:
+        return default
+    v = m[key]
+    if not isinstance(v, str) or not v.strip() or "\0" in v:
+        c.error(join_path(path, key), f"must be a non-empty string, got {type_name(v)} {short_repr(v)}",
+                f"write e.g. {key}: {example}")
+        return default
+    return v.strip()
+
+
+def _size(value: Any) -> int:
+    """Bytes from an int or a quantity such as "5Gi", "5GiB" or "100M"."""
+    if isinstance(value, str) and re.fullmatch(r"\s*[\d.]+\s*[KMGTPE]i?B\s*", value):
+        value = value.strip()[:-1]  # "5GiB" -> "5Gi": people write the B, Kubernetes does not
+    if isinstance(value, str):
+        return parse_memory(value.replace(" ", ""))
+    return parse_int(value)
+
+
+def _gateway(value: Any, c: Collector) -> GatewaySpec:
+    g = GatewaySpec()
+    m = read_mapping(value, "gateway", c)
+    if m is None:
+        return g
+    check_unknown_keys(m, GATEWAY_KEYS, "gateway", c, error=True)
+    g.port = _int(m, "port", "gateway", c, g.port, 0, 65535, "8080 (0 picks a free port)")
+    g.max_inflight = _int(m, "max_inflight", "gateway", c, g.max_inflight, 0, None, "32 (0 means unlimited)")
+    for key in ("s3_max_body", "invoke_max_body"):
+        if key in m:
+            try:
+                size = _size(m[key])
+                if size < 1:
+                    raise ValueError("must be at least 1 byte")
+                setattr(g, key, size)
+            except ValueError as exc:
+                c.error(join_path("gateway", key), f"bad size {short_repr(m[key])}: {exc}",
+                        'write a byte count or a quantity such as "5Gi" or "8Mi"')
+    if "read_timeout" in m:
+        try:
+            g.read_timeout = parse_duration(m["read_timeout"])
+            if g.read_timeout <= 0:
+                raise ValueError("must be more than zero")
+        except ValueError as exc:
+            c.error("gateway.read_timeout", f"bad duration {short_repr(m['read_timeout'])}: {exc}",
+                    'write e.g. "60s", "1m30s" or a number of seconds')
+    return g
+
+
+def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
+    before = len(c.problems)
+    m = read_mapping(value, path, c)
+    if m is None or not m:
+        if m is not None:
+            c.error(path, "a node needs at least name, kind and class", "write {name: storage-2, kind: storage, "
+                    "class: standard}")
+        return None
+    check_unknown_keys(m, NODE_KEYS, path, c, error=True)
+    name = m.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        what = "is missing" if name is None else f"{short_repr(name)} is not a valid node name"
+        c.error(join_path(path, "name"), what, "use lowercase letters, digits and '-', e.g. storage-2")
+    kind = m.get("kind")
+    if not isinstance(kind, str) or kind not in NODE_KINDS:
+        c.error(join_path(path, "kind"), f"must be one of {', '.join(NODE_KINDS)}, got {short_repr(kind)}",
+                "write kind: storage or kind: compute")
+    if "class" in m and "cls" in m:
+        c.error(join_path(path, "cls"), "give either class or cls, not both", "keep `class:`")
+    ckey = "cls" if "cls" in m and "class" not in m else "class"
+    cls = m.get(ckey)
+    if not isinstance(cls, str) or cls not in NODE_CLASSES:
+        c.error(join_path(path, ckey), f"must be one of {', '.join(NODE_CLASSES)}, got {short_repr(cls)}",
+                "storage nodes are dscs or standard; compute nodes are cpu")
+    elif isinstance(kind, str) and kind in CLASSES_FOR_KIND and cls not in CLASSES_FOR_KIND[kind]:
+        c.error(join_path(path, ckey), f"a {kind} node cannot be class {cls}",
+                f"use class: {' or '.join(CLASSES_FOR_KIND[kind])}")
+    port = _int(m, "port", path, c, 0, 0, 65535, "0 (picks a free port)")
+    workers = _int(m, "workers_max", path, c, 2, 1, None, "2")
+    if len(c.problems) != before:
+        return None
+    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers)
+
+
+def _nodes(value: Any, c: Collector) -> list[tuple[int, NodeSpec]]:
+    """The valid nodes, each with its index in the YAML list (for messages about it)."""
+    if value is None:
+        return list(enumerate(default_nodes()))
+    if not isinstance(value, list):
+        c.error("nodes", f"must be a list of nodes, got {type_name(value)}",
+                "write one `- {name: ..., kind: ..., class: ...}` per node")
+        return []
+    nodes: list[tuple[int, NodeSpec]] = []
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(value):
+        node = _node(raw, join_path("nodes", i), c)
+        if node is None:
+            continue
+        if node.name in seen:
+            c.error(join_path(join_path("nodes", i), "name"), f"duplicate node name {node.name!r} "
+                    f"(also nodes[{seen[node.name]}])", "give every node its own name")
+        seen.setdefault(node.name, i)
+        nodes.append((i, node))
+    return nodes
+
+
+def _replication(value: Any, storage: list[NodeSpec], nodes_ok: bool, c: Collector) -> ReplicationSpec:
+    r = ReplicationSpec()
+    m = read_mapping(value, "replication", c)
+    if m is None:
+        return r
+    check_unknown_keys(m, REPLICATION_KEYS, "replication", c, error=True)
+    r.factor = _int(m, "factor", "replication", c, r.factor, 1, None, "2")
+    if "dscs_replica" in m:
+        try:
+            r.dscs_replica = parse_bool(m["dscs_replica"])
+        except ValueError as exc:
+            c.error("replication.dscs_replica", str(exc), "write true or false")
+    if not nodes_ok:
+        return r  # the node list is already wrong; counting its storage nodes would mislead
+    if storage and r.factor > len(storage):
+        c.error("replication.factor", f"factor {r.factor} needs {r.factor} storage nodes, but there are "
+                f"{len(storage)}", f"lower it to at most {len(storage)} or add storage nodes")
+    if r.dscs_replica and storage and not any(n.cls == "dscs" for n in storage):
+        c.error("replication.dscs_replica", "requires a storage node of class dscs, and there is none",
+                "add a node with kind: storage, class: dscs, or set dscs_replica: false")
+    return r
+
+
+def _auth(value: Any, c: Collector) -> AuthSpec | None:
+    if value is None:
+        return None
+    m = read_mapping(value, "auth", c)
+    if m is None:
+        return None
+    check_unknown_keys(m, AUTH_KEYS, "auth", c, error=True)
+    for key in ("access_key", "secret_key"):
+        if key not in m:
+            c.error(join_path("auth", key), "is missing", "give both access_key and secret_key, or remove auth "
+                    "for unsigned local mode")
+    access = _str(m, "access_key", "auth", c, "", "AKIAEXAMPLE")
+    secret = _str(m, "secret_key", "auth", c, "", '"a-long-random-string"')
+    region = _str(m, "region", "auth", c, "us-east-1", "us-east-1")
+    return AuthSpec(access, secret, region) if access and secret else None
+
+
+def _link(value: Any, c: Collector) -> LinkSpec:
+    m = read_mapping(value, "link", c)
+    if m is None:
+        return LinkSpec()
+    profile = _str(m, "profile", "link", c, "local", "local")
+    return LinkSpec(profile=profile, options={k: v for k, v in m.items() if k != "profile"})
+
+
+# ---------------------------------------------------------------- entry points
+
+def parse_cluster(data: Any) -> ClusterSpec:
+    """Validate a parsed cluster mapping (null = all defaults), collecting every problem."""
+    c = Collector()
+    m = read_mapping(data, "", c)
+    if m is None:
+        raise SpecError(Problem("", f"a cluster file must be a mapping, got {type_name(data)}",
+                                "start with keys such as `gateway:` and `nodes:`, or leave the file empty"))
+    check_unknown_keys(m, TOP_KEYS, "", c, error=True)
+    spec = ClusterSpec()
+    spec.state_dir = _str(m, "state_dir", "", c, spec.state_dir, ".nearfaas")
+    spec.host = _str(m, "host", "", c, spec.host, "127.0.0.1")
+    if any(ch.isspace() for ch in spec.host):
+        c.error("host", f"{short_repr(spec.host)} is not a host name or address", "write e.g. host: 127.0.0.1")
+    spec.gateway = _gateway(m.get("gateway"), c)
+    before = len(c.problems)
+    indexed = _nodes(m.get("nodes"), c)
+    spec.nodes = [n for _, n in indexed]
+    nodes_ok = len(c.problems) == before
+    storage = [n for n in spec.nodes if n.kind == "storage"]
+    if nodes_ok and not storage:
+        c.error("nodes", "at least one storage node is needed to hold objects",
+                "add `- {name: storage-0, kind: storage, class: dscs}`")
+    ports: dict[int, str] = {spec.gateway.port: "gateway.port"} if spec.gateway.port else {}
+    for i, n in indexed:  # fixed ports must not collide; 0 ports are picked later
+        if n.port and n.port in ports:
+            c.error(join_path(join_path("nodes", i), "port"), f"port {n.port} is also used by {ports[n.port]}",
+                    "give each process its own port, or 0 to pick a free one")
+        elif n.port:
+            ports[n.port] = f"node {n.name}"
+    spec.replication = _replication(m.get("replication"), storage, nodes_ok, c)
+    placement = m.get("placement", spec.placement)
+    if not isinstance(placement, str) or placement not in PLACEMENT_POLICIES:
+        c.error("placement", f"must be one of {', '.join(PLACEMENT_POLICIES)}, got {short_repr(placement)}",
+                "write placement: near-data (run functions where their objects are)")
+    else:
+        spec.placement = placement
+    spec.auth = _auth(m.get("auth"), c)
+    spec.link = _link(m.get("link"), c)
+    c.raise_if_any()
+    return spec
+
+
+def load_cluster(path: str | Path | None = None) -> ClusterSpec:
+    """Load a cluster file; None gives the defaults (the same as default_cluster.yml)."""
+    if path is None:
+        return ClusterSpec()
+    if not isinstance(path, (str, Path)):
+        raise SpecError(Problem("", f"expected a path to a cluster file, got {type_name(path)}"))
+    p = Path(path).expanduser()
+    where = p.name or str(p)
+    return parse_cluster(load_yaml_text(read_text_file(p, where), where))

@@ -1,0 +1,109 @@
+"""A real local cluster for the integration tests: separate processes, real sockets and files.
+
+One cluster serves the whole session (bringing one up costs ~1-2 s of this 2-core box); tests
+that kill nodes start their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from nearfaas.client import s3_client
+from nearfaas.cluster import launcher
+from nearfaas.spec.cluster import load_cluster
+
+FUNCTIONS = Path(__file__).parent / "functions"
+
+
+def _build_test_wheel(folder: Path) -> None:
+    """A minimal pure-Python wheel, so requirements.txt installs work with no network."""
+    name = "nearfaas_testpkg-1.0-py3-none-any.whl"
+    files = {
+        "nearfaas_testpkg.py": b"def answer():\n    return 'forty-two from a requirements.txt wheel'\n",
+        "nearfaas_testpkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: nearfaas-testpkg\nVersion: 1.0\n",
+        "nearfaas_testpkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: nearfaas-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append("nearfaas_testpkg-1.0.dist-info/RECORD,,")
+    with zipfile.ZipFile(folder / name, "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+        z.writestr("nearfaas_testpkg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+
+
+@pytest.fixture(scope="session")
+def functions_dir(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("functions") / "functions"
+    shutil.copytree(FUNCTIONS, target)
+    _build_test_wheel(target / "usepkg")
+    return target
+
+
+class Cluster:
+    def __init__(self, state_dir: Path, layout: dict):
+        self.state_dir = state_dir
+        self.layout = layout
+        self.url = layout["gateway_url"]
+
+    def s3(self, **keys):
+        return s3_client(self.url, self.state_dir, **keys)
+
+    def node(self, name: str) -> dict:
+        return next(n for n in self.layout["nodes"] if n["name"] == name)
+
+    def deploy(self, name: str, handler: Path, wait: bool = True, **fields) -> requests.Response:
+        body = {"service": name, "lang": "python3-http", "handler": str(handler)} | fields
+        resp = requests.post(f"{self.url}/system/functions", json=body, timeout=30)
+        if wait and resp.status_code < 300:
+            self.wait_warm(name)
+        return resp
+
+    def wait_warm(self, name: str, replicas: int = 1, timeout: float = 60.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = requests.get(f"{self.url}/system/function/{name}", timeout=5).json()
+            if status["availableReplicas"] >= replicas:
+                return status
+            time.sleep(0.05)
+        raise AssertionError(f"{name} did not reach {replicas} warm replicas: {status}")
+
+
+def start_cluster(state_dir: Path, **overrides) -> Cluster:
+    spec = load_cluster(None)
+    spec.gateway.port = 0
+    for key, value in overrides.items():
+        setattr(spec, key, value)
+    layout = launcher.up(spec, state_dir)
+    return Cluster(state_dir, layout)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    state_dir = tmp_path_factory.mktemp("cluster") / "state"
+    c = start_cluster(state_dir)
+    yield c
+    launcher.down(state_dir)
+    assert launcher.processes_of(state_dir) == [], "nearfaas down left processes behind"
+
+
+@pytest.fixture
+def bucket(cluster, request):
+    name = "t-" + hashlib.md5(request.node.nodeid.encode()).hexdigest()[:12]
+    s3 = cluster.s3()
+    s3.create_bucket(Bucket=name)
+    yield name
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for obj in page.get("Contents", []):
+            s3.delete_object(Bucket=name, Key=obj["Key"])
+    s3.delete_bucket(Bucket=name)

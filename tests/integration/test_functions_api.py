@@ -1,0 +1,227 @@
+"""The OpenFaaS REST API against a real cluster: deploy, list, update, scale, delete, invoke
+(sync and async with a callback), timeouts, max_inflight, logs, secrets, bad input."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.integration
+
+
+def test_deploy_list_get_update_delete(cluster, functions_dir):
+    url = cluster.url
+    resp = cluster.deploy("crud", functions_dir / "echo", envVars={"GREETING": "hello"},
+                          labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
+    assert resp.status_code == 202, resp.text
+    names = [f["name"] for f in requests.get(f"{url}/system/functions").json()]
+    assert "crud" in names
+    status = requests.get(f"{url}/system/function/crud").json()
+    assert status["envVars"]["GREETING"] == "hello" and status["availableReplicas"] >= 1
+    assert requests.post(f"{url}/function/crud", data=b"x").json()["greeting"] == "hello"
+
+    body = {"service": "crud", "lang": "python3-http", "handler": str(functions_dir / "echo"), "envVars": {"GREETING": "bonjour"}}
+    assert requests.put(f"{url}/system/functions", json=body).status_code == 200
+    cluster.wait_warm("crud")
+    assert requests.post(f"{url}/function/crud", data=b"x").json()["greeting"] == "bonjour"
+
+    assert requests.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 202
+    assert requests.get(f"{url}/system/function/crud").status_code == 404
+    assert requests.post(f"{url}/function/crud").status_code == 404
+    assert requests.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 404
+
+
+def test_sync_invoke_headers_and_warm_reuse(cluster, functions_dir):
+    cluster.deploy("count", functions_dir / "counter")
+    first = requests.post(f"{cluster.url}/function/count?x=1")
+    second = requests.post(f"{cluster.url}/function/count")
+    assert first.status_code == second.status_code == 200
+    for resp in (first, second):
+        assert resp.headers["X-Call-Id"] and float(resp.headers["X-Duration-Seconds"]) > 0
+        assert resp.headers["X-Nearfaas-Timing"].startswith("measured;")
+    assert second.headers["X-Nearfaas-Start"] == "warm"
+    # The same warm process served both calls (its module state persisted).
+    assert second.json()["pid"] == first.json()["pid"] and second.json()["calls"] == first.json()["calls"] + 1
+
+
+def test_cold_start_when_scaled_from_zero(cluster, functions_dir):
+    cluster.deploy("zero", functions_dir / "counter", wait=False,
+                   labels={"com.openfaas.scale.min": "0", "com.openfaas.scale.zero": "true"})
+    time.sleep(0.3)
+    assert requests.get(f"{cluster.url}/system/function/zero").json()["availableReplicas"] == 0
+    resp = requests.post(f"{cluster.url}/function/zero")
+    assert resp.status_code == 200 and resp.headers["X-Nearfaas-Start"] == "cold"
+    cold = float(resp.headers["X-Nearfaas-Timing"].split("cold_start=")[1].split(";")[0])
+    assert cold > 0
+    assert requests.post(f"{cluster.url}/function/zero").headers["X-Nearfaas-Start"] == "warm"
+    metrics = requests.get(f"{cluster.url}/metrics").text
+    assert 'nearfaas_cold_starts_total{function_name="zero"' in metrics
+
+
+def test_scale_function(cluster, functions_dir):
+    cluster.deploy("scaled", functions_dir / "echo", labels={"com.openfaas.scale.max": "3"})
+    resp = requests.post(f"{cluster.url}/system/scale-function/scaled", json={"serviceName": "scaled", "replicas": 3})
+    assert resp.status_code == 202
+    assert cluster.wait_warm("scaled", replicas=3)["availableReplicas"] == 3
+    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 1}).status_code == 202
+    deadline = time.monotonic() + 10
+    while requests.get(f"{cluster.url}/system/function/scaled").json()["availableReplicas"] != 1:
+        assert time.monotonic() < deadline, "scale down did not happen"
+        time.sleep(0.05)
+    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 9}).status_code == 400
+    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": "two"}).status_code == 400
+    assert requests.post(f"{cluster.url}/system/scale-function/nope", json={"replicas": 1}).status_code == 404
+
+
+class _Sink(BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        _Sink.received.append((dict(self.headers), body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_async_invoke_with_callback(cluster, functions_dir):
+    cluster.deploy("asyncecho", functions_dir / "echo")
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    try:
+        callback = f"http://127.0.0.1:{sink.server_address[1]}/done"
+        resp = requests.post(f"{cluster.url}/async-function/asyncecho", data=b"later", headers={"X-Callback-Url": callback})
+        assert resp.status_code == 202
+        call_id = resp.headers["X-Call-Id"]
+        deadline = time.monotonic() + 10
+        while not _Sink.received:
+            assert time.monotonic() < deadline, "callback never arrived"
+            time.sleep(0.02)
+        headers, body = _Sink.received[0]
+        assert headers["X-Call-Id"] == call_id
+        assert headers["X-Function-Status"] == "200"
+        assert float(headers["X-Duration-Seconds"]) > 0
+        assert json.loads(body)["body"] == "later"
+    finally:
+        sink.shutdown()
+    bad = requests.post(f"{cluster.url}/async-function/asyncecho", headers={"X-Callback-Url": "not a url"})
+    assert bad.status_code == 400
+    assert requests.post(f"{cluster.url}/async-function/nope").status_code == 404
+
+
+def test_exec_timeout_gives_504_naming_the_layer_and_replaces_worker(cluster, functions_dir):
+    cluster.deploy("sleepy", functions_dir / "slow", envVars={"exec_timeout": "1s"})
+    started = time.monotonic()
+    resp = requests.post(f"{cluster.url}/function/sleepy?sleep=-1", timeout=30)  # never returns
+    assert resp.status_code == 504
+    assert "exec_timeout" in resp.text and "worker" in resp.text
+    assert resp.headers["X-Nearfaas-Layer"] == "worker"
+    assert time.monotonic() - started < 5
+    # The stuck worker was replaced: the next call succeeds.
+    ok = requests.post(f"{cluster.url}/function/sleepy?sleep=0", timeout=30)
+    assert ok.status_code == 200, ok.text
+
+
+def test_max_inflight_gives_429_with_retry_after(cluster, functions_dir):
+    cluster.deploy("narrow", functions_dir / "slow", envVars={"max_inflight": "1"},
+                   labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"})
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/narrow?sleep=0.8", timeout=30), range(4)))
+    codes = sorted(r.status_code for r in results)
+    assert codes.count(200) >= 1 and 429 in codes, codes
+    rejected = next(r for r in results if r.status_code == 429)
+    assert rejected.headers["Retry-After"] == "1"
+    assert "max_inflight" in rejected.text
+
+
+def test_handler_exception_is_502_with_the_error(cluster, functions_dir):
+    cluster.deploy("boom", functions_dir / "boom")
+    resp = requests.post(f"{cluster.url}/function/boom")
+    assert resp.status_code == 502
+    body = resp.json()
+    assert "ZeroDivisionError" in body["error"] and body["layer"] == "function"
+    # The worker survived its handler's exception.
+    assert requests.post(f"{cluster.url}/function/boom").status_code == 502
+
+
+def test_failed_cold_start_says_why(cluster, functions_dir):
+    resp = cluster.deploy("badimport", functions_dir / "badimport", wait=False)
+    assert resp.status_code == 202
+    call = requests.post(f"{cluster.url}/function/badimport", timeout=60)
+    assert call.status_code == 502
+    assert "module_that_does_not_exist" in call.text
+
+
+def test_logs_capture_stdout(cluster, functions_dir):
+    cluster.deploy("talker", functions_dir / "echo")
+    requests.post(f"{cluster.url}/function/talker", data=b"12345")
+    deadline = time.monotonic() + 5
+    while True:
+        resp = requests.get(f"{cluster.url}/system/logs", params={"name": "talker", "tail": 10})
+        lines = [json.loads(line) for line in resp.text.splitlines()]
+        if any("echo called with 5 bytes" in line["text"] for line in lines):
+            break
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+    assert all({"name", "instance", "timestamp", "text"} <= set(line) for line in lines)
+    assert requests.get(f"{cluster.url}/system/logs", params={"name": "ghost"}).status_code == 404
+    assert requests.get(f"{cluster.url}/system/logs").status_code == 400
+
+
+def test_secrets_are_mounted_as_files(cluster, functions_dir):
+    assert requests.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}).status_code == 200
+    cluster.deploy("secretive", functions_dir / "secretreader", secrets=["api-key"])
+    assert requests.post(f"{cluster.url}/function/secretive").text == "s3cr3t"
+    missing = cluster.deploy("needs-missing", functions_dir / "secretreader", wait=False, secrets=["no-such-secret"])
+    assert missing.status_code == 202
+    call = requests.post(f"{cluster.url}/function/needs-missing")
+    assert call.status_code == 400 and "no-such-secret" in call.text
+
+
+def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir):
+    cluster.deploy("usepkg", functions_dir / "usepkg", wait=False)
+    resp = requests.post(f"{cluster.url}/function/usepkg", timeout=300)
+    assert resp.status_code == 200, resp.text
+    assert resp.text == "forty-two from a requirements.txt wheel"
+
+
+def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
+    url = cluster.url
+    image_only = requests.post(f"{url}/system/functions", json={"service": "img", "image": "ghcr.io/x/y:latest"})
+    assert image_only.status_code == 400 and "container engine" in image_only.text and "handler" in image_only.text
+    bad_timeout = requests.post(f"{url}/system/functions", json={"service": "t", "handler": str(functions_dir / "echo"),
+                                                                 "envVars": {"exec_timeout": "soon"}})
+    assert bad_timeout.status_code == 400 and "exec_timeout" in bad_timeout.text
+    bad_name = requests.post(f"{url}/system/functions", json={"service": "Not_A_Name", "handler": str(functions_dir / "echo")})
+    assert bad_name.status_code == 400 and "Not_A_Name" in bad_name.text
+    no_handler = requests.post(f"{url}/system/functions", json={"service": "nohandler", "handler": "/does/not/exist"})
+    assert no_handler.status_code == 400 and "handler" in no_handler.text
+    assert requests.post(f"{url}/system/functions", data=b"{not json").status_code == 400
+    assert requests.post(f"{url}/system/functions", json=[1, 2]).status_code == 400
+    assert requests.post(f"{url}/function/does-not-exist").status_code == 404
+    big = requests.post(f"{url}/function/does-not-exist", data=b"x" * (9 * 1024 * 1024))
+    assert big.status_code == 413 and "object reference" in big.text
+
+
+def test_info_health_openapi_and_metrics(cluster, functions_dir):
+    assert requests.get(f"{cluster.url}/healthz").text == "OK"
+    info = requests.get(f"{cluster.url}/system/info").json()
+    assert info["provider"]["provider"] == "nearfaas"
+    doc = requests.get(f"{cluster.url}/system/openapi.json").json()
+    assert doc["openapi"].startswith("3.") and "/system/functions" in doc["paths"]
+    cluster.deploy("metered", functions_dir / "echo")
+    requests.post(f"{cluster.url}/function/metered")
+    text = requests.get(f"{cluster.url}/metrics").text
+    for name in ('gateway_function_invocation_total{code="200",function_name="metered"}', "gateway_functions_seconds_bucket",
+                 'gateway_service_count{function_name="metered"}', "nearfaas_inflight", "nearfaas_cold_start_seconds",
+                 "nearfaas_object_bytes_in_total", "nearfaas_objects", "nearfaas_placement_total"):
+        assert name in text, name

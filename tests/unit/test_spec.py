@@ -1,0 +1,594 @@
+"""Tests for the stack.yml and cluster spec loaders (nearfaas.spec)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nearfaas.spec.cluster import (DEFAULT_CLUSTER_FILE, ClusterSpec, NodeSpec, load_cluster, parse_cluster)
+from nearfaas.spec.errors import Problem, SpecError, SpecWarning
+from nearfaas.spec.stack import (SUPPORTED_LANGS, FunctionSpec, NearfaasOptions, Stack, load_stack, parse_duration,
+                                 parse_stack)
+
+VALID = """\
+version: 1.0
+provider:
+  name: openfaas
+  gateway: http://127.0.0.1:8080
+functions:
+  resize:
+    lang: python3-http
+    handler: ./resize
+    image: ghcr.io/example/resize:latest
+    environment: {read_timeout: 30s, write_timeout: 1m30s, exec_timeout: 500ms, max_inflight: 4, DEBUG: true,
+                  RETRIES: 3}
+    environment_file: [env.yml]
+    labels: {com.openfaas.scale.min: "2", com.openfaas.scale.max: 8, com.openfaas.scale.zero: "true", team: media}
+    annotations: {topic: images}
+    limits: {memory: 128Mi, cpu: 500m}
+    requests: {memory: 64Mi, cpu: "0.25"}
+    secrets: [s3-key]
+    constraints: ["node.kind == storage"]
+    x-nearfaas: {accelerator: dscs, placement: data, inputs: [input, /job/source], chain: [thumb],
+                 keep_intermediates: true}
+  thumb:
+    lang: python3
+    handler: ./thumb
+"""
+
+
+def make_project(root: Path) -> Path:
+    for name in ("resize", "thumb", "other"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "handler.py").write_text("def handle(event, context):\n    return {}\n")
+    (root / "nopy").mkdir(exist_ok=True)
+    (root / "env.yml").write_text("environment:\n  FROM_FILE: 'yes'\n  RETRIES: 1\n")
+    return root
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_proj(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Module-scoped so hypothesis tests can use it (function-scoped fixtures are not reset per example).
+    return make_project(tmp_path_factory.mktemp("fuzz"))
+
+
+def minimal(**fn: Any) -> dict[str, Any]:
+    """A valid stack dict with one function `fn`, overridden by keyword fields."""
+    body: dict[str, Any] = {"lang": "python3-http", "handler": "./resize"}
+    body.update(fn)
+    return {"version": "1.0", "provider": {"name": "openfaas", "gateway": "http://127.0.0.1:8080"},
+            "functions": {"fn": body}}
+
+
+def problems_of(data: dict[str, Any], base: Path) -> list[Problem]:
+    with pytest.raises(SpecError) as info:
+        parse_stack(data, base)
+    return info.value.problems
+
+
+def problem_at(problems: list[Problem], path: str) -> Problem:
+    for p in problems:
+        if p.path == path:
+            return p
+    raise AssertionError(f"no problem at {path!r}; got:\n" + "\n".join(map(str, problems)))
+
+
+# ---------------------------------------------------------------- valid stacks
+
+def test_valid_stack_loads_every_field(proj: Path) -> None:
+    (proj / "stack.yml").write_text(VALID)
+    stack = load_stack(proj / "stack.yml")
+    assert (stack.version, stack.provider_name, stack.gateway) == ("1.0", "openfaas", "http://127.0.0.1:8080")
+    assert stack.warnings == []
+    fn = stack.functions["resize"]
+    assert fn.handler_dir == (proj / "resize").resolve() and fn.handler_dir.is_absolute()
+    assert (fn.read_timeout, fn.write_timeout, fn.exec_timeout, fn.max_inflight) == (30.0, 90.0, 0.5, 4)
+    assert (fn.scale_min, fn.scale_max, fn.scale_zero) == (2, 8, True)
+    # inline environment wins over environment_file; values are stringified like OpenFaaS does
+    assert fn.environment["RETRIES"] == "3" and fn.environment["FROM_FILE"] == "yes"
+    assert fn.environment["DEBUG"] == "true"
+    assert fn.labels["com.openfaas.scale.max"] == "8" and fn.annotations == {"topic": "images"}
+    assert fn.limits == {"memory": "128Mi", "cpu": "500m"} and fn.requests["cpu"] == "0.25"
+    assert fn.secrets == ["s3-key"] and fn.constraints == ["node.kind == storage"]
+    assert fn.x == NearfaasOptions("dscs", "data", ["input", "/job/source"], ["thumb"], True)
+    assert fn.handler_style == "http" and stack.functions["thumb"].handler_style == "classic"
+
+
+def test_defaults(proj: Path) -> None:
+    fn = parse_stack(minimal(), proj).functions["fn"]
+    assert (fn.read_timeout, fn.write_timeout, fn.exec_timeout) == (10.0, 10.0, 10.0)
+    assert (fn.max_inflight, fn.scale_min, fn.scale_max, fn.scale_zero) == (0, 1, 5, False)
+    assert fn.x == NearfaasOptions() and fn.x.inputs == ["input"] and fn.x.placement == "auto"
+    assert fn.environment == {} and fn.secrets == [] and fn.labels == {}
+    labels = {"com.openfaas.scale.min": 0, "com.openfaas.scale.max": 1, "com.openfaas.scale.zero": True}
+    fn = parse_stack(minimal(labels=labels), proj).functions["fn"]  # numbers and booleans work in labels too
+    assert (fn.scale_min, fn.scale_max, fn.scale_zero) == (0, 1, True)
+
+
+def test_round_trip_through_json(proj: Path) -> None:
+    (proj / "stack.yml").write_text(VALID)
+    stack = load_stack(str(proj / "stack.yml"))
+    wire = json.loads(json.dumps(stack.to_dict()))
+    assert Stack.from_dict(wire) == stack
+    for fn in stack.functions.values():
+        assert FunctionSpec.from_dict(json.loads(json.dumps(fn.to_dict()))) == fn
+        assert NearfaasOptions.from_dict(fn.x.to_dict()) == fn.x
+    assert load_stack(VALID, base_dir=proj) == stack  # YAML text resolves handlers against base_dir
+
+
+@pytest.mark.parametrize("lang", sorted(SUPPORTED_LANGS))
+def test_every_supported_lang_loads(proj: Path, lang: str) -> None:
+    assert parse_stack(minimal(lang=lang), proj).functions["fn"].lang == lang
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("10s", 10.0), ("1m30s", 90.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), ("1.5s", 1.5),
+    ("7", 7.0), (15, 15.0), (2.5, 2.5), ("1m0.5s", 60.5),
+])
+def test_durations(proj: Path, text: Any, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    fn = parse_stack(minimal(environment={"exec_timeout": text}), proj).functions["fn"]
+    assert fn.exec_timeout == seconds
+
+
+def test_legacy_provider_and_missing_version_warn(proj: Path) -> None:
+    data = minimal()
+    del data["version"]
+    data["provider"]["name"] = "faas"
+    stack = parse_stack(data, proj)
+    paths = {w.path for w in stack.warnings}
+    assert {"version", "provider.name"} <= paths and all(isinstance(w, SpecWarning) for w in stack.warnings)
+
+
+def test_unknown_fields_are_warnings_with_suggestions(proj: Path) -> None:
+    data = minimal(enviroment={"A": "b"}, build_args={"X": "1"})
+    data["functoins"] = {}
+    stack = parse_stack(data, proj)
+    w = {x.path: x for x in stack.warnings}
+    assert "functions.fn.enviroment" in w and "environment" in w["functions.fn.enviroment"].fix
+    assert "functoins" in w and "functions" in w["functoins"].fix
+    assert "functions.fn.build_args" not in w  # known to faas-cli, just unused here
+
+
+def test_object_refs_follow_inputs() -> None:
+    ref = {"bucket": "b", "key": "k"}
+    assert NearfaasOptions().object_refs({"input": ref}) == [ref]
+    assert NearfaasOptions().object_refs(ref) == [ref]            # body itself is the reference
+    assert NearfaasOptions().object_refs({"input": [ref, ref]}) == [ref, ref]
+    opts = NearfaasOptions(inputs=["/job/src", "items.1"])
+    assert opts.object_refs({"job": {"src": ref}, "items": [1, ref]}) == [ref, ref]
+    assert NearfaasOptions().object_refs({"other": 1}) == []
+
+
+# ---------------------------------------------------------------- one failing case per rule
+
+@pytest.mark.parametrize("name", ["Resize", "a_b", "x" * 64, "-a", "a-", "a.b", "", "a" * 63, "0-9"])
+def test_function_name_must_be_dns_label(proj: Path, name: str) -> None:
+    data = minimal()
+    data["functions"] = {name: data["functions"]["fn"]}
+    if name in ("a" * 63, "0-9"):
+        assert list(parse_stack(data, proj).functions) == [name]
+        return
+    p = problem_at(problems_of(data, proj), f"functions.{name}")
+    assert "DNS-1123" in p.message and "lowercase" in p.fix
+
+
+@pytest.mark.parametrize("lang", ["node", "python27", 3, ["python3"], None])
+def test_lang_must_be_supported(proj: Path, lang: Any) -> None:
+    p = problem_at(problems_of(minimal(lang=lang), proj), "functions.fn.lang")
+    assert all(name in p.message for name in SUPPORTED_LANGS)
+
+
+def test_image_without_handler_explains_there_is_no_container_engine(proj: Path) -> None:
+    data = minimal(image="ghcr.io/x/y:1")
+    del data["functions"]["fn"]["handler"]
+    p = problem_at(problems_of(data, proj), "functions.fn.handler")
+    assert "no container engine" in p.message
+    assert "handler: ./" in p.fix and "handler.py" in p.fix and "handle(event, context)" in p.fix
+    assert "python3-http" in p.fix
+    del data["functions"]["fn"]["image"]
+    assert "missing" in problem_at(problems_of(data, proj), "functions.fn.handler").message
+
+
+@pytest.mark.parametrize("handler,expect", [("./nope", "does not exist"), ("./nopy", "no handler.py"),
+                                            ("./env.yml", "does not exist"), (5, "folder path"),
+                                            ("./a\0b", "cannot use")])
+def test_handler_must_be_folder_with_handler_py(proj: Path, handler: Any, expect: str) -> None:
+    p = problem_at(problems_of(minimal(handler=handler), proj), "functions.fn.handler")
+    assert expect in p.message
+    if isinstance(handler, str) and "\0" not in handler:
+        assert str((proj / handler).resolve()) in p.message
+
+
+@pytest.mark.parametrize("field", ["read_timeout", "write_timeout", "exec_timeout"])
+@pytest.mark.parametrize("value", ["ten", "10 parsecs", "-1s", 0, "0s", True, "1m30", ".nan"])
+def test_bad_duration_names_field_and_gives_example(proj: Path, field: str, value: Any) -> None:
+    p = problem_at(problems_of(minimal(environment={field: value}), proj), f"functions.fn.environment.{field}")
+    assert "1m30s" in p.fix and "500ms" in p.fix
+
+
+@pytest.mark.parametrize("value,ok", [("0", 0), (0, 0), ("12", 12), (-1, None), ("-1", None), ("x", None),
+                                      (1.5, None), (True, None)])
+def test_max_inflight_non_negative_int(proj: Path, value: Any, ok: int | None) -> None:
+    data = minimal(environment={"max_inflight": value})
+    if ok is not None:
+        assert parse_stack(data, proj).functions["fn"].max_inflight == ok
+    else:
+        p = problem_at(problems_of(data, proj), "functions.fn.environment.max_inflight")
+        assert "0 means unlimited" in p.fix
+
+
+@pytest.mark.parametrize("labels,path,text", [
+    ({"com.openfaas.scale.min": "5", "com.openfaas.scale.max": "2"}, "com.openfaas.scale.min", "above max"),
+    ({"com.openfaas.scale.max": "0"}, "com.openfaas.scale.max", "at least 1"),
+    ({"com.openfaas.scale.min": "two"}, "com.openfaas.scale.min", "whole number"),
+    ({"com.openfaas.scale.min": "-1"}, "com.openfaas.scale.min", "negative"),
+    ({"com.openfaas.scale.zero": "maybe"}, "com.openfaas.scale.zero", "true or false"),
+])
+def test_scale_labels(proj: Path, labels: dict[str, str], path: str, text: str) -> None:
+    p = problem_at(problems_of(minimal(labels=labels), proj), f"functions.fn.labels.{path}")
+    assert text in p.message
+
+
+def test_environment_files_merge_under_inline_environment(proj: Path) -> None:
+    (proj / "a.yml").write_text("environment:\n  A: from-a\n  B: from-a\n  C: from-a\n")
+    (proj / "b.yml").write_text("environment:\n  B: from-b\n  C: from-b\n  exec_timeout: 2m\n")
+    fn = parse_stack(minimal(environment_file=["a.yml", "b.yml"], environment={"C": "inline"}), proj).functions["fn"]
+    assert (fn.environment["A"], fn.environment["B"], fn.environment["C"]) == ("from-a", "from-b", "inline")
+    assert fn.exec_timeout == 120.0
+    (proj / "t.yml").write_text("environment:\n  exec_timeout: soon\n")  # errors name the file entry
+    problem_at(problems_of(minimal(environment_file=["t.yml"]), proj),
+               "functions.fn.environment_file[0].environment.exec_timeout")
+
+
+@pytest.mark.parametrize("content,expect", [
+    (None, "file not found"), ("- a\n", "environment:"), ("just text\n", "environment:"),
+    ("environment: [1]\n", "mapping"), ("environment:\n  A: [1, 2]\n", "string"), ("a: b: c\n", "line 1"),
+    ("/dev/zero", "regular file"),
+])
+def test_bad_environment_file(proj: Path, content: str | None, expect: str) -> None:
+    name = content if content == "/dev/zero" else "bad.yml"
+    if content is not None and name == "bad.yml":
+        (proj / "bad.yml").write_text(content)
+    problems = problems_of(minimal(environment_file=[name]), proj)
+    assert any(p.path.startswith("functions.fn.environment_file[0]") and expect in str(p) for p in problems), problems
+
+
+@pytest.mark.parametrize("secrets,path", [([1], "secrets[0]"), (["ok", None], "secrets[1]"), ("one", "secrets"),
+                                          ({"a": 1}, "secrets"), (["../etc"], "secrets[0]")])
+def test_secrets_must_be_names(proj: Path, secrets: Any, path: str) -> None:
+    problem_at(problems_of(minimal(secrets=secrets), proj), f"functions.fn.{path}")
+
+
+@pytest.mark.parametrize("limits,path,fix", [({"memory": "128m"}, "memory", "128Mi"),
+                                             ({"memory": "lots"}, "memory", "Mi"), ({"cpu": "fast"}, "cpu", "500m")])
+def test_limits(proj: Path, limits: dict[str, str], path: str, fix: str) -> None:
+    assert fix in problem_at(problems_of(minimal(limits=limits), proj), f"functions.fn.limits.{path}").fix
+
+
+@pytest.mark.parametrize("x,path,text", [
+    ({"placment": "data"}, "placment", 'did you mean "placement"'),  # unknown keys here are errors
+    ({"accelerator": "gpu"}, "accelerator", "dscs"), ({"placement": "edge"}, "placement", "auto"),
+    ({"accelerator": "dscs", "placement": "compute"}, "placement", "storage node"),
+    ({"inputs": ["a..b"]}, "inputs[0]", "JSON pointer"), ({"inputs": [], "placement": "data"}, "inputs", "at least"),
+    ({"keep_intermediates": "sometimes"}, "keep_intermediates", "true or false"), ({"chain": [1]}, "chain[0]", ""),
+    ({"inputs": {"a": 1}}, "inputs", "list"),
+])
+def test_x_nearfaas_values(proj: Path, x: dict[str, Any], path: str, text: str) -> None:
+    assert text in str(problem_at(problems_of(minimal(**{"x-nearfaas": x}), proj), f"functions.fn.x-nearfaas.{path}"))
+
+
+def two_functions(chain_a: Any, chain_b: Any = None) -> dict[str, Any]:
+    data = minimal(**{"x-nearfaas": {"chain": chain_a}})
+    data["functions"]["other"] = {"lang": "python3-http", "handler": "./other"}
+    if chain_b is not None:
+        data["functions"]["other"]["x-nearfaas"] = {"chain": chain_b}
+    return data
+
+
+def test_chain_must_name_functions_in_the_stack(proj: Path) -> None:
+    p = problem_at(problems_of(two_functions(["othr"]), proj), "functions.fn.x-nearfaas.chain[0]")
+    assert "othr" in p.message and 'did you mean "other"' in p.fix
+
+
+def test_chain_cycles_are_errors(proj: Path) -> None:
+    problems = problems_of(two_functions(["other"], ["fn"]), proj)
+    cycles = [p for p in problems if "cycle" in p.message]
+    assert len(cycles) == 1  # reported once, not once per member
+    assert "fn -> other -> fn" in cycles[0].message or "other -> fn -> other" in cycles[0].message
+    assert "cycle" in problem_at(problems_of(two_functions(["fn"]), proj), "functions.fn.x-nearfaas.chain").message
+
+
+def test_valid_chain(proj: Path) -> None:
+    assert parse_stack(two_functions("other"), proj).functions["fn"].x.chain == ["other"]
+
+
+def test_version_must_be_1_0(proj: Path) -> None:
+    data = minimal()
+    data["version"] = "2.0"
+    assert "1.0" in problem_at(problems_of(data, proj), "version").fix
+
+
+@pytest.mark.parametrize("provider,path", [({"name": "lambda"}, "provider.name"),
+                                           ({"gateway": 8080}, "provider.gateway"), ("openfaas", "provider")])
+def test_provider(proj: Path, provider: Any, path: str) -> None:
+    data = minimal()
+    data["provider"] = provider
+    problem_at(problems_of(data, proj), path)
+
+
+@pytest.mark.parametrize("text,expect", [
+    ("functions:\n  fn:\n    lang: python3-http\n   handler: ./x\n", "line 4"),
+    ("functions:\n\tfn: {}\n", "tab"),
+    ("functions:\n  fn: {lang: python3-http\n", "line"),
+    ("functions:\n  fn: {}\n  fn: {}\n", "duplicate"),
+    ("version: 1.0\nfunctions: [\n", "line 3"),
+])
+def test_yaml_syntax_errors_have_line_and_hint(tmp_path: Path, text: str, expect: str) -> None:
+    (tmp_path / "stack.yml").write_text(text)
+    with pytest.raises(SpecError) as info:
+        load_stack(tmp_path / "stack.yml")
+    [p] = info.value.problems
+    assert p.path == "stack.yml" and "line" in p.message and p.fix
+    assert expect in str(p)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "version: 1.0\n", "version: 1.0\nfunctions: {}\n",
+                                  "version: 1.0\nfunctions:\n", "[1, 2]", "just a string"])
+def test_empty_or_functionless_files(tmp_path: Path, text: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_stack(text, base_dir=tmp_path)
+    assert info.value.problems
+
+
+@pytest.mark.parametrize("source,text", [("nope.yml", "not found"), ("", "directory"), (Path("nope"), "not found")])
+def test_missing_file_and_directory(tmp_path: Path, source: Any, text: str) -> None:
+    with pytest.raises(SpecError, match=text):
+        load_stack(tmp_path / source if source != "nope.yml" else str(tmp_path / source))
+
+
+def test_all_problems_collected_and_rendered_one_per_line(proj: Path) -> None:
+    data = minimal(lang="node", environment={"exec_timeout": "ten"}, secrets=[1])
+    data["functions"]["BadName"] = {"lang": "python3-http", "image": "x"}
+    data["version"] = 3
+    with pytest.raises(SpecError) as info:
+        parse_stack(data, proj)
+    paths = {p.path for p in info.value.problems}
+    assert {"version", "functions.fn.lang", "functions.fn.environment.exec_timeout", "functions.fn.secrets[0]",
+            "functions.BadName", "functions.BadName.handler"} <= paths
+    lines = str(info.value).splitlines()
+    assert len(lines) == len(info.value.problems)
+    assert all(": " in line and "(fix: " in line for line in lines)
+    assert "functions.fn.environment.exec_timeout: " in str(info.value)
+    again = pickle.loads(pickle.dumps(info.value))
+    assert again.problems == info.value.problems
+    assert json.dumps(info.value.to_dict())
+
+
+@pytest.mark.parametrize("field", ["lang", "handler", "environment", "environment_file", "labels", "annotations",
+                                   "limits", "requests", "secrets", "constraints", "x-nearfaas", "image"])
+@pytest.mark.parametrize("junk", [[1, 2], {"a": {"b": 1}}, 42, 3.5, True, "text", {1: 2}, [None], {"k": None}])
+def test_wrong_types_anywhere_give_spec_error_naming_field(proj: Path, field: str, junk: Any) -> None:
+    data = minimal(**{field: junk})
+    try:
+        parse_stack(data, proj)
+    except SpecError as exc:
+        assert any(p.path.startswith(f"functions.fn.{field}") for p in exc.problems), exc.problems
+
+
+@pytest.mark.parametrize("junk", [None, [], 3, "x", {"functions": []}, {"functions": {"fn": 3}},
+                                  {"functions": {"fn": None}}, {1: 2, "functions": {3: {}}}, {"provider": []}])
+def test_wrong_top_level_shapes(proj: Path, junk: Any) -> None:
+    with pytest.raises(SpecError):
+        parse_stack(junk, proj)
+
+
+def test_function_spec_from_dict_rejects_bad_records() -> None:
+    with pytest.raises(SpecError) as info:
+        FunctionSpec.from_dict({"name": "x", "lang": 3, "handler_dir": "rel", "read_timeout": "10s",
+                                "labels": {"a": 1}, "x": {"placement": "q"}})
+    paths = {p.path for p in info.value.problems}
+    assert {"function x.lang", "function x.handler_dir", "function x.read_timeout", "function x.labels",
+            "function x.x.placement"} <= paths
+    with pytest.raises(SpecError):
+        FunctionSpec.from_dict([1])
+    with pytest.raises(SpecError):
+        Stack.from_dict({"functions": {"a": None}})
+
+
+# ---------------------------------------------------------------- fuzzing: only SpecError may escape
+
+VOCAB = ["version", "provider", "functions", "name", "gateway", "fn", "lang", "handler", "image", "environment",
+         "environment_file", "labels", "annotations", "limits", "requests", "secrets", "constraints", "x-nearfaas",
+         "accelerator", "placement", "inputs", "chain", "keep_intermediates", "memory", "cpu", "exec_timeout",
+         "read_timeout", "max_inflight", "com.openfaas.scale.min", "com.openfaas.scale.max",
+         "com.openfaas.scale.zero", "python3-http", "./resize", "dscs", "data", "nodes", "kind", "class", "port",
+         "workers_max", "replication", "factor", "dscs_replica", "auth", "access_key", "secret_key", "link",
+         "profile", "state_dir", "host", "s3_max_body", "storage", "compute", "cpu", "standard"]
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20),
+                    st.sampled_from(VOCAB + ["1.0", "10s", "-1", "0", "", "\0", "1m30s", "../x"]))
+keys = st.one_of(st.sampled_from(VOCAB), st.text(max_size=10), st.integers(), st.booleans(), st.none())
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                       st.dictionaries(keys, inner, max_size=5)), max_leaves=25)
+
+
+def _mutate(base: Any, choice: int, junk: Any) -> Any:
+    """A deep copy of `base` with the value at one path (picked by `choice`) replaced by junk."""
+    data = copy.deepcopy(base)
+    paths: list[tuple[Any, Any]] = [(None, None)]  # (container, key); (None, None) = the root
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            paths.append((node, k))
+            stack.append(v)
+    container, key = paths[choice % len(paths)]
+    if container is None:
+        return junk
+    container[key] = junk
+    return data
+
+
+def mutations(base: Any) -> st.SearchStrategy[Any]:
+    return st.builds(_mutate, st.just(base), st.integers(min_value=0, max_value=500), values)
+
+
+VALID_DICT = yaml.safe_load(VALID)
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# YAML-ish text: joined tokens that are mostly YAML punctuation plus a few stack keywords.
+YAMLISH = st.lists(st.sampled_from(list("abfnx:- \n\t[]{},#&*!|>'\"%@`?.01\\\u00e9")
+                                   + ["functions", "lang", "handler", "  ", ": ", "\n  ", "- ", "&a", "*a"]),
+                   max_size=40).map("".join)
+
+
+@FUZZ
+@given(data=st.one_of(values, mutations(VALID_DICT)))
+def test_fuzz_stack_data_only_raises_spec_error(shared_proj: Path, data: Any) -> None:
+    try:
+        stack = parse_stack(data, shared_proj)
+    except SpecError as exc:
+        assert exc.problems and all(isinstance(p.path, str) and p.message for p in exc.problems)
+        str(exc)
+    else:
+        assert Stack.from_dict(json.loads(json.dumps(stack.to_dict()))) == stack
+
+
+@FUZZ
+@given(text=st.one_of(YAMLISH, st.text(max_size=60), YAMLISH.map(lambda s: VALID.replace("python3\n", s + "\n"))))
+def test_fuzz_stack_text_only_raises_spec_error(shared_proj: Path, text: str) -> None:
+    try:
+        load_stack(text + "\n", base_dir=shared_proj)
+    except SpecError:
+        pass
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_function_wire_records(shared_proj: Path, data: st.DataObject) -> None:
+    record = parse_stack(VALID_DICT, shared_proj).functions["resize"].to_dict()
+    try:
+        FunctionSpec.from_dict(data.draw(mutations(record)))
+    except SpecError:
+        pass
+
+
+# ---------------------------------------------------------------- cluster spec
+
+def cluster_problems(data: Any) -> list[Problem]:
+    with pytest.raises(SpecError) as info:
+        parse_cluster(data)
+    return info.value.problems
+
+
+def test_cluster_defaults() -> None:
+    spec = load_cluster(None)
+    assert (spec.state_dir, spec.host, spec.gateway.port) == (".nearfaas", "127.0.0.1", 8080)
+    assert spec.gateway.s3_max_body == 5 * 1024**3 and spec.gateway.invoke_max_body == 8 * 1024**2
+    assert spec.placement == "near-data"
+    assert [(n.name, n.kind, n.cls) for n in spec.nodes] == [
+        ("storage-0", "storage", "dscs"), ("storage-1", "storage", "standard"), ("compute-0", "compute", "cpu")]
+    assert all(n.port == 0 and n.workers_max >= 1 for n in spec.nodes)
+    assert (spec.replication.factor, spec.replication.dscs_replica) == (2, True)
+    assert spec.auth is None and spec.link.profile == "local"
+    assert [n.name for n in spec.storage_nodes] == ["storage-0", "storage-1"] and spec.node("compute-0").cls == "cpu"
+
+
+def test_default_cluster_file_parses_to_defaults() -> None:
+    assert load_cluster(DEFAULT_CLUSTER_FILE) == load_cluster(None) == ClusterSpec()
+    assert parse_cluster(None) == ClusterSpec() and parse_cluster({}) == ClusterSpec()
+
+
+def test_cluster_round_trip_and_overrides(tmp_path: Path) -> None:
+    (tmp_path / "c.yml").write_text(
+        "gateway: {port: 0, s3_max_body: 1GiB, read_timeout: 1m, max_inflight: 0}\n"
+        "nodes:\n  - {name: s0, kind: storage, class: dscs, port: 9001}\n"
+        "  - {name: c0, kind: compute, cls: cpu, workers_max: 1}\n"
+        "replication: {factor: 1}\nplacement: compute-only\nauth: {access_key: AK, secret_key: SK}\nlink: {profile: lan, rtt_ms: 2}\n")
+    spec = load_cluster(str(tmp_path / "c.yml"))
+    assert (spec.gateway.port, spec.gateway.s3_max_body, spec.gateway.read_timeout) == (0, 1024**3, 60.0)
+    assert spec.nodes[1] == NodeSpec("c0", "compute", "cpu", 0, 1)
+    assert spec.auth is not None and spec.auth.secret_key == "SK" and "SK" not in repr(spec)
+    assert spec.link.options == {"rtt_ms": 2}
+    assert ClusterSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+@pytest.mark.parametrize("data,path,text", [
+    ({"nodes": [{"name": "c", "kind": "compute", "class": "cpu"}]}, "nodes", "storage node"),
+    ({"nodes": [{"name": "s", "kind": "storage", "class": "dscs"}] * 2}, "nodes[1].name", "duplicate"),
+    ({"replication": {"factor": 3}}, "replication.factor", "storage nodes"),
+    ({"replication": {"factor": 0}}, "replication.factor", "at least 1"),
+    ({"gateway": {"port": 70000}}, "gateway.port", "65535"),
+    ({"gateway": {"port": -1}}, "gateway.port", "between 0"),
+    ({"gateway": {"port": "http"}}, "gateway.port", "whole number"),
+    ({"gatway": {}}, "gatway", 'did you mean "gateway"'),
+    ({"nodes": [{"name": "s", "kind": "storage", "class": "cpu"}]}, "nodes[0].class", "cannot be class"),
+    ({"nodes": [{"name": "s", "kind": "disk", "class": "dscs"}]}, "nodes[0].kind", "storage, compute"),
+    ({"nodes": [{"name": "S 1", "kind": "storage", "class": "dscs"}]}, "nodes[0].name", "not a valid"),
+    ({"nodes": [{"name": "s", "kind": "storage", "class": "dscs", "workers_max": 0}]}, "nodes[0].workers_max", ""),
+    ({"nodes": [{"name": "s", "kind": "storage", "class": "standard"}]}, "replication.dscs_replica", "dscs"),
+    ({"nodes": "three"}, "nodes", "list"),
+    ({"auth": {"access_key": "AK"}}, "auth.secret_key", "missing"),
+    ({"gateway": {"port": 9000}, "nodes": [{"name": "s", "kind": "storage", "class": "dscs", "port": 9000}]},
+     "nodes[0].port", "gateway.port"),
+    ({"gateway": {"s3_max_body": "huge"}}, "gateway.s3_max_body", "bad size"),
+    ({"gateway": {"read_timeout": "soon"}}, "gateway.read_timeout", "bad duration"),
+    ({"replication": {"dscs_replica": "yes please"}}, "replication.dscs_replica", "true or false"),
+    ({"state_dir": ""}, "state_dir", "non-empty"),
+    ({"placement": "random"}, "placement", "near-data"),
+    ({"gateway": {"invoke_max_body": 0}}, "gateway.invoke_max_body", "at least 1 byte"),
+])
+def test_cluster_rules(data: dict[str, Any], path: str, text: str) -> None:
+    data = copy.deepcopy(data)
+    if "nodes" in data and "replication" not in data and isinstance(data["nodes"], list):
+        data["replication"] = {"factor": 1, **({"dscs_replica": False} if path != "replication.dscs_replica" else {})}
+    p = problem_at(cluster_problems(data), path)
+    assert text in str(p)
+
+
+def test_cluster_collects_all_problems() -> None:
+    problems = cluster_problems({"gateway": {"port": 70000}, "host": 5, "replication": {"factor": "x"}})
+    assert {"gateway.port", "host", "replication.factor"} <= {p.path for p in problems}
+
+
+def test_cluster_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="not found"):
+        load_cluster(tmp_path / "none.yml")
+    (tmp_path / "bad.yml").write_text("gateway:\n  port: 1\n port: 2\n")
+    with pytest.raises(SpecError, match="line"):
+        load_cluster(tmp_path / "bad.yml")
+    (tmp_path / "empty.yml").write_text("# nothing\n")
+    assert load_cluster(tmp_path / "empty.yml") == ClusterSpec()
+    (tmp_path / "list.yml").write_text("- a\n")
+    with pytest.raises(SpecError, match="mapping"):
+        load_cluster(tmp_path / "list.yml")
+    with pytest.raises(SpecError):
+        load_cluster(123)  # type: ignore[arg-type]
+
+
+@FUZZ
+@given(data=st.one_of(values, mutations(ClusterSpec().to_dict())))
+def test_fuzz_cluster_only_raises_spec_error(data: Any) -> None:
+    try:
+        spec = parse_cluster(data)
+    except SpecError as exc:
+        str(exc)
+    else:
+        # link options are passed through untouched (and may hold NaN), so compare the rest
+        again = ClusterSpec.from_dict(spec.to_dict())
+        again.link = spec.link
+        assert again == spec
