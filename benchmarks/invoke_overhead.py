@@ -52,11 +52,18 @@ class _Ok(BaseHTTPRequestHandler):
         pass
 
 
+class QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # the load generator resets its connections when a run ends; that is not an error
+
+
 def start_baseline() -> tuple[subprocess.Popen, str]:
     """The baseline runs in its own process, like the worker, so it gets no help from ours."""
     code = (
-        "import sys; sys.path.insert(0, %r); from invoke_overhead import _Ok; "
-        "from http.server import ThreadingHTTPServer; s = ThreadingHTTPServer(('127.0.0.1', 0), _Ok); "
+        "import sys; sys.path.insert(0, %r); from invoke_overhead import _Ok, QuietServer; "
+        "s = QuietServer(('127.0.0.1', 0), _Ok); "
         "print(s.server_address[1], flush=True); s.serve_forever()" % str(Path(__file__).resolve().parent)
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

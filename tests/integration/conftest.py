@@ -107,3 +107,12 @@ def bucket(cluster, request):
         for obj in page.get("Contents", []):
             s3.delete_object(Bucket=name, Key=obj["Key"])
     s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """A private cluster for a test that breaks things (kills nodes); always torn down."""
+    state = tmp_path / "state"
+    c = start_cluster(state)
+    yield c
+    launcher.down(state)

@@ -22,8 +22,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from nearfaas.cluster import launcher
 
-from .conftest import start_cluster
-
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
@@ -72,10 +70,10 @@ def _pid_of(state_dir, name: str) -> int:
 
 
 @pytest.mark.parametrize("path", ["gateway", "direct"])
-def test_kill_9_storage_node_during_puts(tmp_path, path):
-    state = tmp_path / "state"
-    cluster = start_cluster(state)
-    try:
+def test_kill_9_storage_node_during_puts(fresh_cluster, path):
+    cluster = fresh_cluster
+    state = cluster.state_dir
+    if True:  # noqa: SIM108
         victim = "storage-0"
         url = cluster.url if path == "gateway" else cluster.node(victim)["url"]
         client = _client(url)
@@ -92,8 +90,6 @@ def test_kill_9_storage_node_during_puts(tmp_path, path):
                    {k: v for k, v in acknowledged.items() if _exists(_client(cluster.node(victim)["url"]), "durable", k)})
         leftovers = list((state / "nodes" / victim / "store" / "tmp").glob("*")) if (state / "nodes" / victim / "store" / "tmp").exists() else []
         assert leftovers == [], "temp files survived the restart"
-    finally:
-        launcher.down(state)
 
 
 def _exists(client, bucket, key) -> bool:

@@ -311,7 +311,7 @@ class OpenFaaSAPI:
     async def _read_invocation_body(self, request) -> bytes:
         if request.content_length is not None and request.content_length > self.invoke_max_body:
             raise CallError(413, f"request body of {request.content_length} bytes exceeds the {self.invoke_max_body}-byte limit "
-                                 f"for invocations; put large data in an object and pass {{\"bucket\": ..., \"key\": ...}}", "gateway")
+                                 f"for invocations; put large data in an object and pass an object reference {{\"bucket\": ..., \"key\": ...}}", "gateway")
         body = await request.content.read(self.invoke_max_body + 1)
         if len(body) > self.invoke_max_body:
             raise CallError(413, f"request body exceeds the {self.invoke_max_body}-byte limit for invocations; pass an object reference instead", "gateway")

@@ -14,10 +14,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-import aiohttp
-
 from nearfaas.gateway.nodes import NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
+from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.placement.policy import ClusterView, Invocation, NodeView, NoNodeAvailable
 from nearfaas.telemetry.metrics import GatewayMetrics
 
@@ -29,9 +28,14 @@ _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "ke
 class Instance:
     id: str
     node: str
-    url: str
+    host: str
+    port: int
     inflight: int = 0
     calls: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Invoker:
         self.replication = replication
         self.dscs_replica = dscs_replica
         self.functions: dict[str, FunctionState] = {}
+        self.workers = WorkerClient()
         nodes.on_poll.append(self._reconcile_node)
 
     # -- placement -------------------------------------------------------------------------------
@@ -151,7 +156,7 @@ class Invoker:
         try:
             timeout = 60.0 + 600.0  # handler import + a first-time requirements install
             info = await self.nodes.start_worker(node, state.spec, timeout)
-            instance = Instance(info["id"], node, f"http://127.0.0.1:{info['port']}")
+            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]))
             if state.name in self.functions and self.functions[state.name] is state:
                 state.instances[instance.id] = instance
             else:  # removed while it started
@@ -220,21 +225,19 @@ class Invoker:
             instance.inflight += 1
             instance.calls += 1
             try:
-                async with self.nodes.session.post(instance.url, data=body, headers=forward,
-                                                   timeout=aiohttp.ClientTimeout(total=exec_timeout + BACKSTOP_MARGIN_S)) as resp:
-                    payload = await resp.read()
-                    status, reply_headers = resp.status, resp.headers
+                status, reply_headers, payload = await self.workers.request(
+                    instance.host, instance.port, forward, body, exec_timeout + BACKSTOP_MARGIN_S)
                 break
-            except aiohttp.ClientConnectorError:
+            except WorkerUnreachable:
                 # Never reached the worker (it exited a moment ago): safe to retry on another one.
                 self.drop_instance(state, instance, stop=False)
                 if attempt == 2:
                     raise CallError(502, f"could not reach a worker of {state.name!r} on {decision.node}", "worker") from None
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self.drop_instance(state, instance, stop=True)
                 raise CallError(504, f"gateway: {state.name!r} gave no answer within exec_timeout={exec_timeout:g}s "
                                      f"+ {BACKSTOP_MARGIN_S:g}s; the worker on {decision.node} was stopped", "gateway") from None
-            except aiohttp.ClientError as exc:
+            except WorkerFailed as exc:
                 self.drop_instance(state, instance, stop=True)
                 raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
             finally:

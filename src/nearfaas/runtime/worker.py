@@ -198,7 +198,8 @@ async def _main(args) -> None:
     init = getattr(worker.module, "init", None)
     if callable(init):
         init()  # optional one-time set-up (model load): part of the cold start, by design
-    server = web.Server(worker.serve, access_log=None)
+    # The gateway pools connections to this worker; keep them open (it closes idle ones first).
+    server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600)
     runner = web.ServerRunner(server, handle_signals=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
