@@ -81,6 +81,7 @@ def test_kill_9_storage_node_during_puts(fresh_cluster, path):
         bodies = _bodies(100)
         acknowledged = _put_while_killing(client, "durable", bodies, _pid_of(state, victim), kill_after=40)
         assert len(acknowledged) >= 40
+        print(f"[{path}] {len(acknowledged)}/100 PUTs acknowledged around a SIGKILL of {victim} after PUT #40")
         launcher.restart_node(state, victim)
         time.sleep(1.2)  # one gateway health poll, so it routes to the node again
         _check(client, "durable", bodies, acknowledged)

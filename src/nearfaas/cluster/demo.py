@@ -61,8 +61,7 @@ def run_demo(state_dir: Path, keep: bool, console) -> int:
         head = s3.head_object(Bucket="demo", Key="docs/near-data.txt")
         console.print(f"[bold]3. uploaded[/] s3://demo/docs/near-data.txt with boto3 ({head['ContentLength']} bytes, ETag {head['ETag']})")
 
-        for attempt in ("cold or warm", "warm"):
-            resp = requests.post(f"{url}/function/wordcount", json={"input": {"bucket": "demo", "key": "docs/near-data.txt"}}, timeout=60)
+        resp = requests.post(f"{url}/function/wordcount", json={"input": {"bucket": "demo", "key": "docs/near-data.txt"}}, timeout=60)
         if resp.status_code != 200:
             console.print(f"[red]invocation failed ({resp.status_code}):[/] {resp.text}")
             return 1
