@@ -48,6 +48,13 @@ class S3TestServer:
         await site.start()
         self.port = self._runner.addresses[0][1]
 
+    async def _cancel_leftovers(self) -> None:
+        # Connections still lingering to drain an unread body (aiohttp waits up to 10 s).
+        tasks = [t for t in asyncio.all_tasks(self.loop) if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -59,6 +66,7 @@ class S3TestServer:
     def stop(self) -> None:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self.loop).result(10)
+        asyncio.run_coroutine_threadsafe(self._cancel_leftovers(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()

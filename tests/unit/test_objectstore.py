@@ -261,6 +261,19 @@ def test_bucket_lifecycle(store):
         assert error_code(e) == "NoSuchBucket" and e.value.status == 404
 
 
+def test_write_racing_a_bucket_delete_leaves_no_trace(store):
+    store.create_bucket("racy")
+    writer = store.open_writer("racy", "k")
+    writer.write(b"data")
+    store.delete_bucket("racy")
+    with pytest.raises(S3Error) as e:
+        writer.commit()
+    assert error_code(e) == "NoSuchBucket"
+    assert not (store.root / "buckets" / "racy").exists() and tmp_entries(store) == []
+    store.create_bucket("racy")  # the name is free again
+    assert store.put_object("racy", "k", b"x").size == 1
+
+
 @pytest.mark.parametrize("name", ["abc", "a-b.c", "x" * 63, "0bucket", "my.bucket.1"])
 def test_valid_bucket_names(name):
     validate_bucket_name(name)
@@ -333,6 +346,10 @@ def test_entity_too_large_and_metadata_too_large(tmp_path):
         with pytest.raises(S3Error) as e:
             store.put_object("bkt", "m", b"", metadata={"big": "v" * 2100})
         assert error_code(e) == "MetadataTooLarge"
+        for metadata, content_type in (({"bad name": "v"}, None), ({"n": "line\nbreak"}, None), ({}, "text/\x00")):
+            with pytest.raises(S3Error) as e:
+                store.put_object("bkt", "m", b"", metadata=metadata, content_type=content_type)
+            assert error_code(e) == "InvalidArgument"
         assert tmp_entries(store) == []
     finally:
         store.close()

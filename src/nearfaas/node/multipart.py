@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ from nearfaas.s3.backend import ObjectInfo
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import (
     validate_bucket_name,
+    validate_header_value,
     validate_key,
     validate_metadata,
     validate_part_number,
@@ -106,6 +108,8 @@ class MultipartUploads:
         self.store = store
         self.dir = uploads_dir
         self.min_part_size = min_part_size
+        # Orders upload creation, part installation and removal (never the store's index lock).
+        self._lock = threading.Lock()
         self._drop_incomplete_creations()
 
     def _drop_incomplete_creations(self) -> None:
@@ -121,6 +125,8 @@ class MultipartUploads:
         validate_bucket_name(bucket)
         validate_key(key)
         metadata = validate_metadata(metadata)
+        if content_type:
+            validate_header_value("Content-Type", content_type)
         if upload_id is None:
             upload_id = uuid.uuid4().hex
         else:
@@ -128,7 +134,7 @@ class MultipartUploads:
         self.store.head_bucket(bucket)
         record = {"upload_id": upload_id, "bucket": bucket, "key": key, "created": time.time(),
                   "content_type": content_type, "metadata": metadata}
-        with self.store._lock:
+        with self._lock:
             existing = self._read_record(upload_id)
             if existing is not None:
                 if existing["bucket"] == bucket and existing["key"] == key:
@@ -157,7 +163,7 @@ class MultipartUploads:
 
     def _install_part(self, upload_id: str, part_number: int, file: AtomicObjectFile) -> None:
         updir = self.dir / upload_id
-        with self.store._lock:
+        with self._lock:
             if not (updir / "upload.json").exists():
                 raise _no_such_upload(upload_id)
             file.install(updir / f"part-{part_number:05d}")
@@ -181,7 +187,7 @@ class MultipartUploads:
         opened: list[tuple[int, int, int]] = []  # (fd, data_offset, size)
         digests: list[bytes] = []
         try:
-            for i, (number, etag) in enumerate(parts):
+            for number, etag in parts:  # every listed part must exist and match first
                 fd, data_offset, fields = self._open_part(upload_id, number)
                 opened.append((fd, data_offset, fields["size"]))
                 if normalize_etag(etag) != fields["etag"]:
@@ -190,13 +196,14 @@ class MultipartUploads:
                         f"Part {number} has ETag \"{fields['etag']}\", not {etag!r}; list the ETags "
                         "that UploadPart returned.",
                     )
-                if i < len(parts) - 1 and fields["size"] < self.min_part_size:
+                digests.append(bytes.fromhex(fields["etag"]))
+            for (number, _), (_, _, size) in zip(parts[:-1], opened[:-1]):
+                if size < self.min_part_size:
                     raise S3Error(
                         "EntityTooSmall",
-                        f"Part {number} is {fields['size']} bytes; every part but the last must be "
+                        f"Part {number} is {size} bytes; every part but the last must be "
                         f"at least {self.min_part_size} bytes.",
                     )
-                digests.append(bytes.fromhex(fields["etag"]))
             total = sum(size for _, _, size in opened)
             if total > self.store.max_object_size:
                 raise S3Error("EntityTooLarge", f"The parts add up to {total} bytes; the maximum object "
@@ -210,18 +217,18 @@ class MultipartUploads:
         finally:
             for fd, _, _ in opened:
                 os.close(fd)
-        remove_tree_atomically(self.dir / upload_id, self.store.tmp_dir, self.store._lock)
+        remove_tree_atomically(self.dir / upload_id, self.store.tmp_dir, self._lock)
         return info
 
     def abort(self, bucket: str, key: str, upload_id: str) -> None:
         self._require(bucket, key, upload_id)
-        remove_tree_atomically(self.dir / upload_id, self.store.tmp_dir, self.store._lock)
+        remove_tree_atomically(self.dir / upload_id, self.store.tmp_dir, self._lock)
 
     def abort_all_in_bucket(self, bucket: str) -> None:
         for entry in list(self.dir.iterdir()):
             record = self._read_record(entry.name)
             if record is not None and record.get("bucket") == bucket:
-                remove_tree_atomically(entry, self.store.tmp_dir, self.store._lock)
+                remove_tree_atomically(entry, self.store.tmp_dir, self._lock)
 
     def _read_record(self, upload_id: str) -> dict | None:
         try:

@@ -42,6 +42,7 @@ from nearfaas.node.objectfile import (
     header_from_info,
     info_from_header,
     key_digest,
+    locate_object,
     make_dir_durable,
     object_path,
     read_header,
@@ -49,7 +50,9 @@ from nearfaas.node.objectfile import (
 )
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.validation import validate_bucket_name, validate_key, validate_metadata
+from nearfaas.s3.validation import validate_bucket_name, validate_header_value, validate_key, validate_metadata
+
+__all__ = ["ObjectStore", "ObjectWriter", "OpenObject", "StoreCounters", "locate_object"]
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +201,11 @@ class ObjectStore:
         self.max_object_size = max_object_size
         self.tmp_dir = self.root / "tmp"
         self.counters = StoreCounters()
+        # _lock guards the in-memory index and the renames that must agree with it; it is never
+        # held across an fsync, because the event loop takes it for HEAD and listing.
         self._lock = threading.RLock()
+        # Serialises bucket creation and deletion, which fsync.
+        self._bucket_ops_lock = threading.Lock()
         self._buckets: dict[str, BucketInfo] = {}
         self._index: dict[str, SortedDict] = {}
         for sub in ("tmp", "buckets", "uploads"):
@@ -275,9 +282,10 @@ class ObjectStore:
         """Create a bucket; returns (info, created). Creating a bucket that exists is not an
         error (S3 us-east-1 semantics): created is False and the original options are kept."""
         validate_bucket_name(name)
-        with self._lock:
-            if name in self._buckets:
-                return self._buckets[name], False
+        with self._bucket_ops_lock:
+            with self._lock:
+                if name in self._buckets:
+                    return self._buckets[name], False
             info = BucketInfo(name=name, created=time.time(), options=dict(options or {}))
             staging = self.tmp_dir / f"{uuid.uuid4().hex}.bucket"
             os.mkdir(staging)
@@ -292,8 +300,10 @@ class ObjectStore:
             fsync_dir(staging)
             os.rename(staging, bucket_dir(self.root, name))
             fsync_dir(self.root / "buckets")
-            self._buckets[name] = info
-            self._index[name] = SortedDict()
+            # Visible only once durable: no write may land in a bucket a crash could undo.
+            with self._lock:
+                self._buckets[name] = info
+                self._index[name] = SortedDict()
             return info, True
 
     def head_bucket(self, name: str) -> BucketInfo:
@@ -303,17 +313,24 @@ class ObjectStore:
 
     def delete_bucket(self, name: str) -> None:
         validate_bucket_name(name)
-        with self._lock:
-            self._require_bucket(name)
-            if self._index[name]:
-                raise S3Error(
-                    "BucketNotEmpty",
-                    f"The bucket {name!r} still holds {len(self._index[name])} objects; delete them first.",
-                    resource=name,
-                )
-            remove_tree_atomically(bucket_dir(self.root, name), self.tmp_dir)
-            del self._buckets[name]
-            del self._index[name]
+        with self._bucket_ops_lock:
+            with self._lock:
+                info = self._require_bucket(name)
+                if self._index[name]:
+                    raise S3Error(
+                        "BucketNotEmpty",
+                        f"The bucket {name!r} still holds {len(self._index[name])} objects; delete them first.",
+                        resource=name,
+                    )
+                # Gone from memory first: a write committing from now on gets NoSuchBucket.
+                index = self._index.pop(name)
+                del self._buckets[name]
+            try:
+                remove_tree_atomically(bucket_dir(self.root, name), self.tmp_dir)
+            except BaseException:
+                with self._lock:
+                    self._buckets[name], self._index[name] = info, index
+                raise
         self.uploads.abort_all_in_bucket(name)
 
     def _require_bucket(self, name: str) -> BucketInfo:
@@ -329,6 +346,8 @@ class ObjectStore:
         validate_bucket_name(bucket)
         validate_key(key)
         metadata = validate_metadata(metadata)
+        if content_type:
+            validate_header_value("Content-Type", content_type)
         with self._lock:
             self._require_bucket(bucket)
         return ObjectWriter(self, bucket, key, content_type or DEFAULT_CONTENT_TYPE, metadata,
@@ -344,10 +363,14 @@ class ObjectStore:
     def _install(self, info: ObjectInfo, file: AtomicObjectFile) -> None:
         """The commit point of a write: rename into place, then index it."""
         path = object_path(self.root, info.bucket, info.key)
+        _make_subdir(path.parent)  # first object in this subdirectory: fsyncs, so not under the lock
         with self._lock:
             self._require_bucket(info.bucket)
-            make_dir_durable(path.parent)
-            file.install(path)
+            try:
+                file.install(path)
+            except FileNotFoundError:  # the bucket was deleted and re-created meanwhile
+                _make_subdir(path.parent)
+                file.install(path)
             index = self._index[info.bucket]
             is_new = info.key not in index
             index[info.key] = info
@@ -439,6 +462,16 @@ class ObjectStore:
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.abort(bucket, key, upload_id)
+
+
+def _make_subdir(path: Path) -> None:
+    """Create objects/<xx>/ durably, but never its parents: if the bucket directory is gone
+    (deleted meanwhile), leave it gone and let the caller report NoSuchBucket."""
+    try:
+        os.mkdir(path)
+    except (FileExistsError, FileNotFoundError):
+        return
+    fsync_dir(path.parent)
 
 
 def _fsync_dir_unless_gone(path: Path) -> None:

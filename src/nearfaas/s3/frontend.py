@@ -3,7 +3,7 @@
 Mount it after the host's own routes; it answers everything else::
 
     frontend = S3Frontend(backend, auth=S3Auth({...}), max_body=5 << 30)
-    frontend.mount(app)          # app.router.add_route("*", "/{s3_path:.*}", ...)
+    frontend.mount(app)          # one catch-all route: every method, every path
 
 Bucket addressing: path style (``/bucket/key``) and virtual-host style (``Host:
 bucket.localhost[:port]``, or any suffix given in ``virtual_host_suffixes``).
@@ -18,6 +18,7 @@ values for the node client) and ``x-nearfaas-error-code`` on errors (HEAD has no
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -30,8 +31,9 @@ from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.sigv4 import AuthContext, S3Auth
-from nearfaas.s3.validation import parse_range_header, resolve_range
+from nearfaas.s3.sigv4 import S3Auth
+from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
+                                     validate_key)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
 
 # Sub-resources nearfaas does not implement: 501 rather than a silently wrong answer.
 UNSUPPORTED_SUBRESOURCES = frozenset({
-    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption", "intelligent-tiering",
+    "accelerate", "acl", "analytics", "attributes", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
     "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
     "restore", "retention", "select", "tagging", "torrent", "versioning", "versionId", "versions", "website",
@@ -70,14 +72,19 @@ class S3Frontend:
 
     def mount(self, app: web.Application) -> None:
         """Add the catch-all S3 route. Call after the host's own routes."""
-        app.router.add_route("*", "/{s3_path:.*}", self.handle, expect_handler=self.expect_handler)
+        # [\s\S] rather than ".": a decoded path may hold a newline, which "." would not match.
+        app.router.add_route("*", r"/{s3_path:[\s\S]*}", self.handle, expect_handler=self.expect_handler)
 
     async def expect_handler(self, request: web.Request) -> web.StreamResponse | None:
         """Refuse an oversized body before the client sends it (Expect: 100-continue)."""
         try:
             self._check_declared_length(request)
         except S3Error as error:
-            return self._error_response(request, error, _request_id(request))
+            response = self._error_response(request, error, _request_id(request))
+            # The client holds the body back until we say continue; it never will, so the
+            # connection cannot be reused (and must not linger waiting for that body).
+            response.force_close()
+            return response
         from aiohttp.web_urldispatcher import _default_expect_handler
 
         return await _default_expect_handler(request)
@@ -102,7 +109,8 @@ class S3Frontend:
     def _error_response(self, request: web.Request, error: S3Error, request_id: str) -> web.Response:
         headers = {"x-amz-request-id": request_id, "x-nearfaas-error-code": error.code, "Server": "nearfaas"}
         if not error.resource:
-            error.resource = request.path
+            error.resource = request.raw_path.partition("?")[0]
+        error.message, error.resource = s3xml.xml_safe(error.message), s3xml.xml_safe(error.resource)
         if request.method == "HEAD":
             return web.Response(status=error.status, headers=headers)
         return web.Response(status=error.status, body=error.to_xml(request_id), headers=headers,
@@ -132,9 +140,16 @@ class S3Frontend:
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         raw_path, bucket, key, query = self._target(request)
-        ctx = self.auth.authenticate(request.method, raw_path, query, request.headers)
+        # Raises unless the request may proceed; the body's payload hash is checked as it streams.
+        self.auth.authenticate(request.method, raw_path, query, request.headers)
         q = dict(query)
         method = request.method
+        # Checked here, before any backend sees the names: the gateway routes and fans out by
+        # them, so a '..' segment or a NUL must never get that far.
+        if bucket is not None:
+            validate_bucket_name(bucket)
+            if key:
+                validate_key(key)
         if bucket is None:
             if method in ("GET", "HEAD"):
                 return self._xml(request, s3xml.list_buckets_xml(await self.backend.list_buckets()))
@@ -143,10 +158,10 @@ class S3Frontend:
         if unsupported:
             raise S3Error("NotImplemented", f"The ?{unsupported[0]} sub-resource is not implemented by nearfaas.")
         if key == "":
-            return await self._bucket_operation(request, method, bucket, q, ctx)
-        return await self._object_operation(request, method, bucket, key, q, ctx)
+            return await self._bucket_operation(request, method, bucket, q)
+        return await self._object_operation(request, method, bucket, key, q)
 
-    async def _bucket_operation(self, request, method: str, bucket: str, q: dict, ctx: AuthContext):
+    async def _bucket_operation(self, request, method: str, bucket: str, q: dict):
         if method == "GET":
             if "location" in q:
                 await self.backend.head_bucket(bucket)
@@ -169,10 +184,12 @@ class S3Frontend:
             await self.backend.delete_bucket(bucket)
             return self._empty(request, 204)
         if method == "POST":
+            if "delete" in q:
+                return await self._delete_objects(request, bucket)
             raise S3Error("NotImplemented", "POST on a bucket (browser form upload) is not implemented by nearfaas.")
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on a bucket.")
 
-    async def _object_operation(self, request, method: str, bucket: str, key: str, q: dict, ctx: AuthContext):
+    async def _object_operation(self, request, method: str, bucket: str, key: str, q: dict):
         if method == "PUT":
             if "x-amz-copy-source" in request.headers:
                 raise S3Error("NotImplemented", "CopyObject / UploadPartCopy are not implemented by nearfaas.")
@@ -198,6 +215,25 @@ class S3Frontend:
                 return await self._complete_multipart(request, bucket, key, q["uploadId"])
             raise S3Error("MethodNotAllowed", "POST on an object needs ?uploads or ?uploadId=.")
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on an object.")
+
+    async def _delete_objects(self, request, bucket: str) -> web.StreamResponse:
+        """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted."""
+        content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
+        body = await RequestBody(request.content, request.headers, max_body=self.max_body,
+                                 require_length=False).read_all(MAX_XML_BODY)
+        if content_md5 is not None and hashlib.md5(body).digest() != content_md5:
+            raise S3Error("BadDigest", "The Content-MD5 you specified does not match the request body.")
+        keys, quiet = s3xml.parse_delete_objects(body)
+        await self.backend.head_bucket(bucket)
+        deleted: list[str] = []
+        errors: list[tuple[str, S3Error]] = []
+        for key in keys:
+            try:
+                await self.backend.delete_object(bucket, key)
+                deleted.append(key)
+            except S3Error as error:
+                errors.append((key, error))
+        return self._xml(request, s3xml.delete_result_xml([] if quiet else deleted, errors))
 
     # -- listing ---------------------------------------------------------------------------------
 
@@ -260,6 +296,7 @@ class S3Frontend:
             headers = _object_headers(stream.info)
             for param, header in _RESPONSE_OVERRIDES.items():
                 if param in q:
+                    validate_header_value(param, q[param])
                     headers[header] = q[param]
             if not_modified:
                 return self._empty(request, 304, {"ETag": headers["ETag"], "Last-Modified": headers["Last-Modified"]})
@@ -343,10 +380,13 @@ def add_s3_routes(app: web.Application, backend: StorageBackend | Callable[[], S
     return frontend
 
 
+_REQUEST_ID = web.RequestKey("nearfaas_s3_request_id", str)
+
+
 def _request_id(request: web.Request) -> str:
-    request_id = request.get("s3_request_id")
+    request_id = request.get(_REQUEST_ID)
     if request_id is None:
-        request_id = request["s3_request_id"] = uuid.uuid4().hex[:16].upper()
+        request_id = request[_REQUEST_ID] = uuid.uuid4().hex[:16].upper()
     return request_id
 
 

@@ -114,7 +114,15 @@ class LocalBackend:
                 await self._run(writer.write, batch)
         except BaseException:
             if pending is not None and not pending.done():
-                # A write is still running in a thread: abort only once it has finished.
+                # Let the write in flight finish so the temp file is gone before the error
+                # response goes out; its own failure is beside the point now.
+                try:
+                    await asyncio.shield(pending)
+                except BaseException:
+                    pass
+            if pending is not None and not pending.done():
+                # Cancelled again while waiting: the thread still owns the file descriptor, so
+                # abort only once it is done with it.
                 pending.add_done_callback(lambda _f: self._abort_in_executor(writer))
             else:
                 writer.abort()  # close + unlink of a temp file: no fsync, fine on the loop

@@ -21,6 +21,7 @@ from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 import aiohttp
+import yarl
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -113,11 +114,9 @@ class NodeClient:
                 path += "/" + quote(key, safe="/~")
         return self.base_url + path
 
-    def _sign(self, method: str, url: str, params: list[tuple[str, str]], headers: dict[str, str]) -> dict[str, str]:
+    def _sign(self, method: str, full_url: str, headers: dict[str, str]) -> dict[str, str]:
         if self._credentials is None:
             return headers
-        full_url = url + ("?" + "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in params)
-                          if params else "")
         request = AWSRequest(method=method, url=full_url, headers=headers)
         _UnsignedPayloadSigner(self._credentials, "s3", self._region).add_auth(request)
         return dict(request.headers.items())
@@ -127,14 +126,17 @@ class NodeClient:
                        data=None, ok: tuple[int, ...] = (200,), stream: bool = False) -> aiohttp.ClientResponse:
         """Send one request; returns the response (to be released by the caller when streaming),
         or raises the node's S3Error / ServiceUnavailable."""
+        # The URL is encoded here, in SigV4's canonical form, and sent exactly so (encoded=True):
+        # what is signed is what goes on the wire.
         url = self._url(bucket, key)
-        params = params or []
-        headers = self._sign(method, url, params, dict(headers or {}))
+        if params:
+            url += "?" + "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in params)
+        headers = self._sign(method, url, dict(headers or {}))
         skip = ("Content-Type",) if "Content-Type" not in headers else ()
         trap = _BodyErrorTrap(data) if data is not None and not isinstance(data, (bytes, bytearray)) else None
         try:
             response = await self.session.request(
-                method, url, params=params or None, headers=headers, data=trap if trap is not None else data,
+                method, yarl.URL(url, encoded=True), headers=headers, data=trap if trap is not None else data,
                 skip_auto_headers=skip)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             if trap is not None and trap.error is not None:

@@ -108,6 +108,7 @@ def validate_metadata(metadata: dict | None) -> dict:
                 "InvalidArgument", f"The user metadata name {name!r} is not a valid HTTP header name."
             )
         value = str(value)
+        validate_header_value(f"x-amz-meta-{lname}", value)
         total += len(lname.encode()) + len(value.encode("utf-8", "surrogateescape"))
         clean[lname] = value
     if total > MAX_METADATA_BYTES:
@@ -116,6 +117,18 @@ def validate_metadata(metadata: dict | None) -> dict:
             f"Your metadata headers are {total} bytes; the limit is {MAX_METADATA_BYTES}.",
         )
     return clean
+
+
+def validate_header_value(name: str, value: str) -> None:
+    """Values echoed back as response headers (content type, user metadata) must be sendable:
+    no control characters other than tab, no unpaired surrogates."""
+    for ch in value:
+        if (unicodedata.category(ch) in ("Cc", "Cs")) and ch != "\t":
+            raise S3Error(
+                "InvalidArgument",
+                f"The value of {name} contains the character U+{ord(ch):04X}, which cannot be sent "
+                "in an HTTP header; use printable text.",
+            )
 
 
 # ---------------------------------------------------------------------------------------------

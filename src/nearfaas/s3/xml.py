@@ -31,6 +31,11 @@ def rfc1123(ts: float) -> str:
     return formatdate(ts, usegmt=True)
 
 
+def xml_safe(value: str) -> str:
+    """`value` with the characters XML 1.0 cannot carry written as \\uXXXX (for error bodies)."""
+    return _XML_ILLEGAL.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+
+
 def _text(value: str, url_encode: bool = False) -> str:
     if url_encode:
         return quote(value, safe="/")
@@ -53,7 +58,10 @@ def encode_token(marker: str) -> str:
 
 def decode_token(token: str) -> str:
     try:
-        return base64.urlsafe_b64decode(token.encode("ascii")).decode("utf-8")
+        marker = base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode("utf-8")
+        if not marker:
+            raise ValueError("empty token")
+        return marker
     except (binascii.Error, ValueError, UnicodeError):
         raise S3Error("InvalidArgument", "The continuation token provided is incorrect; pass the "
                       "NextContinuationToken of the previous page unchanged.") from None
@@ -186,6 +194,30 @@ def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
     if not parts:
         raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one <Part>.")
     return parts
+
+
+def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[str], bool]:
+    """(keys, quiet) of a DeleteObjects (POST ?delete) request."""
+    root = parse_xml(body, "Delete")
+    keys = []
+    for el in root:
+        if _local(el.tag) == "Object":
+            key = _child_text(el, "Key")
+            if key is None:
+                raise S3Error("MalformedXML", "Every <Object> needs a <Key>.")
+            keys.append(key)
+    if not keys or len(keys) > limit:
+        raise S3Error("MalformedXML", f"DeleteObjects takes 1 to {limit} <Object> entries; got {len(keys)}.")
+    return keys, (_child_text(root, "Quiet") or "").strip().lower() == "true"
+
+
+def delete_result_xml(deleted: list[str], errors: list[tuple[str, S3Error]]) -> bytes:
+    out = [f'{_DECL}<DeleteResult xmlns="{S3_NS}">']
+    out += [f"<Deleted>{_el('Key', xml_safe(key))}</Deleted>" for key in deleted]
+    out += [f"<Error>{_el('Key', xml_safe(key))}{_el('Code', e.code)}{_el('Message', xml_safe(e.message))}</Error>"
+            for key, e in errors]
+    out.append("</DeleteResult>")
+    return "".join(out).encode()
 
 
 def parse_create_bucket(body: bytes) -> str | None:
