@@ -20,12 +20,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 def machine_facts() -> dict:
     cpu = ""
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     mem_kib = 0
     try:
-        mem_kib = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal")))
+        with open("/proc/meminfo") as f:
+            mem_kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
     except (OSError, StopIteration):
         pass
     try:

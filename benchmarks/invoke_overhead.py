@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result  # noqa: E402
+from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
 TARGET_P50_MS = 0.5
 TARGET_RPS_8 = 3000
@@ -61,10 +61,11 @@ class QuietServer(ThreadingHTTPServer):
 
 def start_baseline() -> tuple[subprocess.Popen, str]:
     """The baseline runs in its own process, like the worker, so it gets no help from ours."""
+    here = str(Path(__file__).resolve().parent)
     code = (
-        "import sys; sys.path.insert(0, %r); from invoke_overhead import _Ok, QuietServer; "
+        f"import sys; sys.path.insert(0, {here!r}); from invoke_overhead import _Ok, QuietServer; "
         "s = QuietServer(('127.0.0.1', 0), _Ok); "
-        "print(s.server_address[1], flush=True); s.serve_forever()" % str(Path(__file__).resolve().parent)
+        "print(s.server_address[1], flush=True); s.serve_forever()"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     port = int(proc.stdout.readline())

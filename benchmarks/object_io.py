@@ -4,6 +4,8 @@
 For 4 KiB, 1 MiB and 64 MiB objects:
   boto3 -> gateway   the cluster's S3 endpoint (2 replicas written, each fsync'd)
   boto3 -> node      one storage node's S3 endpoint (1 copy, fsync'd)
+  plain HTTP -> gw   the same gateway from `requests` (no SigV4 payload hash, no checksum):
+                     separates what boto3 spends on the client from what the server spends
   raw file copy      write a file + fsync + rename (the same durability, no HTTP) / read it back
 
     python benchmarks/object_io.py [--repeats 5]
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_facts, median, percentile, scratch_cluster, write_result  # noqa: E402
+from common import machine_facts, median, percentile, scratch_cluster, write_result
 
 SIZES = {"4KiB": 4 * 1024, "1MiB": 1024 * 1024, "64MiB": 64 * 1024 * 1024}
 
@@ -76,6 +78,23 @@ def s3_io(client, bucket: str, data: bytes, repeats: int) -> tuple[list[float], 
     return _timed(put, repeats), _timed(get, repeats)
 
 
+def http_io(base: str, bucket: str, data: bytes, repeats: int) -> tuple[list[float], list[float]]:
+    import requests
+
+    session = requests.Session()
+    url = f"{base}/{bucket}/bench-http/{len(data)}"
+
+    def put():
+        session.put(url, data=data).raise_for_status()
+
+    def get():
+        resp = session.get(url)
+        resp.raise_for_status()
+        assert len(resp.content) == len(data)
+
+    return _timed(put, repeats), _timed(get, repeats)
+
+
 def summarise(size: int, samples: list[float]) -> dict:
     return {"median_s": median(samples), "p99_s": percentile(samples, 99), "mb_per_s": size / median(samples) / 1e6,
             "samples_s": [round(s, 6) for s in samples]}
@@ -98,6 +117,7 @@ def main() -> int:
             rows = {
                 "boto3_gateway": s3_io(gateway, "bench", data, repeats),
                 "boto3_node": s3_io(direct, "bench-direct", data, repeats),
+                "http_gateway": http_io(layout["gateway_url"], "bench", data, repeats),
                 "raw_file_copy": raw_copy(data, repeats),
             }
             results[label] = {system: {"put": summarise(size, p), "get": summarise(size, g)} for system, (p, g) in rows.items()}

@@ -73,7 +73,7 @@ def _pid_of(state_dir, name: str) -> int:
 def test_kill_9_storage_node_during_puts(fresh_cluster, path):
     cluster = fresh_cluster
     state = cluster.state_dir
-    if True:  # noqa: SIM108
+    if True:
         victim = "storage-0"
         url = cluster.url if path == "gateway" else cluster.node(victim)["url"]
         client = _client(url)

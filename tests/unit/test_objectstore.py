@@ -154,10 +154,9 @@ def test_writer_aborted_midway_leaves_nothing(store):
 
 
 def test_exception_inside_writer_context_aborts(store):
-    with pytest.raises(ValueError):
-        with store.open_writer("bkt", "k") as writer:
-            writer.write(b"abc")
-            raise ValueError("client went away")
+    with pytest.raises(ValueError), store.open_writer("bkt", "k") as writer:
+        writer.write(b"abc")
+        raise ValueError("client went away")
     assert tmp_entries(store) == [] and store.list_objects("bkt").contents == []
 
 

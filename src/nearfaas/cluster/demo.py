@@ -43,7 +43,7 @@ def run_demo(state_dir: Path, keep: bool, console) -> int:
                       + ", ".join(f"{n['name']} ({n['kind']}/{n['class']})" for n in layout["nodes"]))
 
         stack = load_stack(EXAMPLES / "stack.yml")
-        for name, fn in stack.functions.items():
+        for fn in stack.functions.values():
             resp = requests.post(f"{url}/system/functions", json=deployment_body(fn), timeout=30)
             resp.raise_for_status()
         with console.status("waiting for warm replicas..."):

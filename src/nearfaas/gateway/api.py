@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import json
 import os
 import platform
@@ -31,7 +32,7 @@ SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
 
 
 def _rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat().replace("+00:00", "Z")
 
 
 def _error(status: int, message: str, layer: str = "gateway", headers: dict | None = None) -> web.Response:
@@ -42,7 +43,7 @@ async def _json_body(request: web.Request) -> dict:
     try:
         body = await request.json()
     except (ValueError, UnicodeDecodeError):
-        raise web.HTTPBadRequest(text="request body must be a JSON object\n")
+        raise web.HTTPBadRequest(text="request body must be a JSON object\n") from None
     if not isinstance(body, dict):
         raise web.HTTPBadRequest(text="request body must be a JSON object\n")
     return body
@@ -349,11 +350,21 @@ class SpecErrorResponse(Exception):
     pass
 
 
+# Call ids: a random per-process prefix and a counter. Unique across gateways and restarts, and
+# far cheaper than a uuid4 (an os.urandom syscall) on every warm call.
+_CALL_PREFIX = uuid.uuid4().hex[:12]
+_call_counter = itertools.count(1)
+
+
+def new_call_id() -> str:
+    return f"{_CALL_PREFIX}-{next(_call_counter):08x}"
+
+
 @web.middleware
 async def stamp_calls(request: web.Request, handler):
     """Every response carries X-Call-Id and X-Duration-Seconds (set just before headers go out)."""
     request["t0"] = time.perf_counter()
-    request["call_id"] = request.headers.get("X-Call-Id") or str(uuid.uuid4())
+    request["call_id"] = request.headers.get("X-Call-Id") or new_call_id()
     return await handler(request)
 
 

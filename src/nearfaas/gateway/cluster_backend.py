@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.gateway.replicas import replicas_for
@@ -109,7 +109,7 @@ class ClusterBackend:
         results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
         await pump
         ok = [r for r in results if not isinstance(r, BaseException)]
-        failed = [(n, r) for n, r in zip(targets, results) if isinstance(r, BaseException)]
+        failed = [(n, r) for n, r in zip(targets, results, strict=True) if isinstance(r, BaseException)]
         for name, exc in failed:
             if not _unavailable(exc) or not ok:
                 if isinstance(exc, S3Error):
@@ -151,7 +151,7 @@ class ClusterBackend:
 
     def _check(self, targets, results) -> list:
         ok = [r for r in results if not isinstance(r, BaseException)]
-        for name, exc in zip(targets, results):
+        for name, exc in zip(targets, results, strict=True):
             if isinstance(exc, BaseException) and (not _unavailable(exc) or not ok):
                 raise exc if isinstance(exc, S3Error) else S3Error("InternalError", f"replica {name} failed: {exc!r}")
         return ok
@@ -221,7 +221,7 @@ class ClusterBackend:
     async def _all_nodes(self, op) -> list:
         names = [n.name for n in self.nodes.storage_nodes()]
         results = await asyncio.gather(*(op(self.client_for(n)) for n in names), return_exceptions=True)
-        for name, r in zip(names, results):
+        for name, r in zip(names, results, strict=True):
             if isinstance(r, BaseException):
                 raise r if isinstance(r, S3Error) else S3Error("InternalError", f"node {name} failed: {r!r}")
         return results

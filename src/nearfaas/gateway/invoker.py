@@ -46,10 +46,32 @@ class FunctionState:
     starting: dict[str, asyncio.Future] = field(default_factory=dict)
     invocations: int = 0
     desired: int = 1
+    meters: FunctionMeters | None = None
 
     @property
     def name(self) -> str:
         return self.spec["name"]
+
+    def bind_meters(self, metrics: GatewayMetrics) -> FunctionMeters:
+        self.meters = FunctionMeters(metrics, self.name)
+        return self.meters
+
+
+class FunctionMeters:
+    """A function's metric children, looked up once: label lookups cost on every warm call."""
+
+    def __init__(self, metrics: GatewayMetrics, name: str):
+        self.inflight = metrics.inflight.labels(name)
+        self.seconds = metrics.seconds.labels(name)
+        self._counter = metrics.invocations
+        self._name = name
+        self._by_status: dict[int, object] = {}
+
+    def count(self, status: int):
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self._counter.labels(self._name, str(status))
+        return child
 
 
 @dataclass
@@ -193,23 +215,23 @@ class Invoker:
 
     # -- calls -----------------------------------------------------------------------------------
     async def invoke(self, name: str, method: str, path: str, query: str, headers, body: bytes, call_id: str | None = None) -> CallResult:
-        call_id = call_id or str(uuid.uuid4())
+        call_id = call_id or f"internal-{uuid.uuid4().hex}"
         started = time.perf_counter()
         state = self.functions.get(name)
         if state is None:
             raise CallError(404, f"function {name!r} not found; deploy it first (nearfaas deploy -f stack.yml)", "gateway")
         state.invocations += 1
-        gauge = self.metrics.inflight.labels(name)
-        gauge.inc()
+        meters = state.meters or state.bind_meters(self.metrics)
+        meters.inflight.inc()
         try:
             result = await self._invoke(state, method, path, query, headers, body, call_id, started)
         except CallError as exc:
-            self.metrics.invocations.labels(name, str(exc.status)).inc()
+            meters.count(exc.status).inc()
             raise
         finally:
-            gauge.dec()
-        self.metrics.invocations.labels(name, str(result.status)).inc()
-        self.metrics.seconds.labels(name).observe(time.perf_counter() - started)
+            meters.inflight.dec()
+        meters.count(result.status).inc()
+        meters.seconds.observe(time.perf_counter() - started)
         return result
 
     async def _invoke(self, state, method, path, query, headers, body, call_id, started) -> CallResult:

@@ -77,7 +77,7 @@ class NodeDirectory:
             node.healthy, node.last_seen, node.last_error = True, time.time(), ""
             for callback in self.on_poll:
                 callback(node)
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             node.healthy, node.last_error = False, f"{type(exc).__name__}: {exc}"
 
     # -- internal API ----------------------------------------------------------------------------
@@ -91,7 +91,7 @@ class NodeDirectory:
                     message = body.get("error", str(body)) if isinstance(body, dict) else str(body)
                     raise NodeError(node_name, resp.status, message, (body or {}).get("layer", "node") if isinstance(body, dict) else "node")
                 return body
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise NodeError(node_name, 504, f"node {node_name} did not answer {method} {path} within {timeout:g}s", "node") from None
         except aiohttp.ClientError as exc:
             node.healthy = False

@@ -9,6 +9,7 @@ other; only then is the upload directory removed.
 
 from __future__ import annotations
 
+import itertools
 import hashlib
 import json
 import os
@@ -181,7 +182,7 @@ class MultipartUploads:
         numbers = [number for number, _ in parts]
         for number in numbers:
             validate_part_number(number)
-        if any(b <= a for a, b in zip(numbers, numbers[1:])):
+        if any(b <= a for a, b in itertools.pairwise(numbers)):
             raise S3Error("InvalidPartOrder", f"Parts must be listed in ascending order without repeats; got {numbers}.")
         # Open every part before copying: a concurrent abort then cannot pull one from under us.
         opened: list[tuple[int, int, int]] = []  # (fd, data_offset, size)
@@ -197,7 +198,7 @@ class MultipartUploads:
                         "that UploadPart returned.",
                     )
                 digests.append(bytes.fromhex(fields["etag"]))
-            for (number, _), (_, _, size) in zip(parts[:-1], opened[:-1]):
+            for (number, _), (_, _, size) in zip(parts[:-1], opened[:-1], strict=True):
                 if size < self.min_part_size:
                     raise S3Error(
                         "EntityTooSmall",

@@ -80,24 +80,23 @@ class WorkerPools:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, _package_root(), env.get("PYTHONPATH")) if p)
         env.update({"NEARFAAS_FUNCTION": name, "NEARFAAS_NODE": self.node, "PYTHONUNBUFFERED": "1"})
         read_fd, write_fd = os.pipe()
-        log = open(self.log_path(name), "ab")
         try:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "nearfaas.runtime.worker", "--spec", str(spec_file), "--node", self.node,
-                "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd),
-                *(["--store-root", str(self.store_root)] if self.store_root else []),
-                *(["--secrets-dir", str(secrets_dir)] if secrets_dir else []),
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
-                cwd=spec["handler_dir"], start_new_session=True)
+            with open(self.log_path(name), "ab") as log:
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "nearfaas.runtime.worker", "--spec", str(spec_file), "--node", self.node,
+                    "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd),
+                    *(["--store-root", str(self.store_root)] if self.store_root else []),
+                    *(["--secrets-dir", str(secrets_dir)] if secrets_dir else []),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
+                    cwd=spec["handler_dir"], start_new_session=True)
         finally:
             os.close(write_fd)
-            log.close()
         try:
             line = await asyncio.wait_for(_read_line(read_fd), COLD_START_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _kill(process)
             raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
-                            f"(handler import or init() is too slow)", status=504)
+                            f"(handler import or init() is too slow)", status=504) from None
         finally:
             os.close(read_fd)
         if not line.startswith("READY "):
@@ -140,7 +139,7 @@ class WorkerPools:
     async def _ensure_requirements(self, spec: dict) -> str | None:
         """Install requirements.txt once per distinct content, shared by every node on this host."""
         req = Path(spec["handler_dir"]) / "requirements.txt"
-        if not req.is_file() or not any(l.strip() and not l.strip().startswith("#") for l in req.read_text().splitlines()):
+        if not req.is_file() or not any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines()):
             return None
         digest = hashlib.sha256(req.read_bytes()).hexdigest()[:16]
         target = self.state_dir / "envs" / digest
@@ -151,14 +150,11 @@ class WorkerPools:
             if (target / ".complete").exists():
                 return str(target)
             target.parent.mkdir(parents=True, exist_ok=True)
-            lock_file = open(target.parent / f"{digest}.lock", "w")
-            try:
+            with open(target.parent / f"{digest}.lock", "w") as lock_file:
                 # Another node process on this host may be installing the same set: wait for it.
                 await asyncio.get_running_loop().run_in_executor(None, fcntl.flock, lock_file, fcntl.LOCK_EX)
                 if not (target / ".complete").exists():
                     await self._pip_install(spec["name"], req, target)
-            finally:
-                lock_file.close()
         return str(target)
 
     async def _pip_install(self, name: str, req: Path, target: Path) -> None:
@@ -169,9 +165,9 @@ class WorkerPools:
             "-r", str(req), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(req.parent))
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _kill(proc)
-            raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504)
+            raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
         with open(self.log_path(name), "ab") as log:
             log.write(out)
         if proc.returncode != 0:
@@ -251,7 +247,7 @@ async def _terminate(process) -> None:
         return
     try:
         await asyncio.wait_for(process.wait(), 3.0)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         _kill(process)
         await process.wait()
 

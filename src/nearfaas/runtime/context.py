@@ -24,7 +24,7 @@ class ObjectRef:
     key: str
 
     @classmethod
-    def parse(cls, value) -> "ObjectRef":
+    def parse(cls, value) -> ObjectRef:
         if isinstance(value, ObjectRef):
             return value
         if isinstance(value, dict) and isinstance(value.get("bucket"), str) and isinstance(value.get("key"), str):

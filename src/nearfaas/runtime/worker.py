@@ -157,7 +157,7 @@ class Worker:
                 future = asyncio.get_running_loop().run_in_executor(self.pool, self._run, event, context)
                 result = await asyncio.wait_for(future, self.exec_timeout)
             status, headers, payload = to_response(result)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._die_after_reply()
             return web.Response(status=504, headers={"X-Nearfaas-Error": "exec-timeout", "X-Nearfaas-Layer": "worker"},
                                 text=f"function {self.name!r} exceeded exec_timeout={self.exec_timeout:g}s in the worker "

@@ -9,7 +9,8 @@ XML and error bodies are written once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Protocol
+from typing import Protocol
+from collections.abc import AsyncIterator
 
 
 @dataclass(frozen=True)

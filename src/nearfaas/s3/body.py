@@ -19,7 +19,7 @@ import binascii
 import hashlib
 import re
 import zlib
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import http_exceptions

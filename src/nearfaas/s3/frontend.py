@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import uuid
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import parse_qsl, quote, unquote
 
 from aiohttp import web

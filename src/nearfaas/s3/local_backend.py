@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 from concurrent.futures import Executor
-from typing import AsyncIterator, Callable, TypeVar
+from typing import TypeVar
+from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream

@@ -10,13 +10,12 @@ otherwise wait ~40 ms on delayed ACKs). Bodies stream both ways in chunks.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import socket
 import time
 from email.utils import parsedate_to_datetime
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 from urllib.parse import quote
 from xml.sax.saxutils import escape
 
@@ -138,7 +137,7 @@ class NodeClient:
             response = await self.session.request(
                 method, yarl.URL(url, encoded=True), headers=headers, data=trap if trap is not None else data,
                 skip_auto_headers=skip)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             if trap is not None and trap.error is not None:
                 raise trap.error from None
             raise S3Error("ServiceUnavailable", f"Storage node {self.node} ({self.base_url}) could not be reached: "
@@ -154,7 +153,7 @@ class NodeClient:
         if not stream:
             try:
                 await response.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise S3Error("ServiceUnavailable", f"Storage node {self.node} broke off its response: {exc!r}.") from None
         return response
 
@@ -163,7 +162,7 @@ class NodeClient:
         if method != "HEAD":
             try:
                 body = await response.read()
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 body = b""
         parsed = s3xml.parse_error(body) if body else None
         if parsed is not None:
@@ -228,7 +227,7 @@ class NodeClient:
         try:
             async for chunk in response.content.iter_chunked(self._read_chunk):
                 yield chunk
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise S3Error("ServiceUnavailable", f"Storage node {self.node} broke off the object stream: {exc!r}.") from None
         finally:
             response.release()

@@ -24,7 +24,8 @@ import logging
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Iterable, Protocol
+from typing import Protocol
+from collections.abc import Iterable
 from urllib.parse import quote, unquote
 
 from botocore.auth import S3SigV4Auth

@@ -267,7 +267,7 @@ def _yaml_hint(what: str) -> str:
 def load_yaml_text(text: str, where: str) -> Any:
     """Parse YAML, turning every failure into a SpecError at `where` with line and column."""
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         what = str(getattr(exc, "problem", None) or getattr(exc, "reason", None) or exc)
