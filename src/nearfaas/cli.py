@@ -173,7 +173,7 @@ def deploy(stack_file, only, wait, state, gateway):
     except SpecError as exc:
         _fail(f"{stack_file} is not valid:\n{exc}")
     for warning in stack.warnings:
-        err.print(f"[yellow]warning[/]: {warning}")
+        err.print(str(warning), style="yellow", markup=False)
     url = _gateway(state, gateway)
     names = [n for n in stack.functions if not only or n in only]
     for name in names:

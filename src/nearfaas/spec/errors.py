@@ -40,23 +40,15 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class SpecWarning:
+class SpecWarning(Problem):
     """Something we accept but ignore or guess about (an unknown field, a missing version).
 
     A record rather than a `warnings.warn` category: the CLI prints them and the gateway
     returns them in its deploy answer, and neither wants Python's warning filters involved.
     """
 
-    path: str
-    message: str
-    fix: str = ""
-
     def __str__(self) -> str:
-        where = self.path or "(spec)"
-        return f"warning: {where}: {self.message}" + (f" (fix: {self.fix})" if self.fix else "")
-
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
+        return "warning: " + super().__str__()
 
 
 class SpecError(Exception):
