@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import click
 from rich.console import Console
@@ -117,6 +117,11 @@ def up(config, state, port):
     for node in layout["nodes"]:
         console.print(f"  [green]✓[/] {node['kind']:<8} {node['name']:<12} class={node['class']:<9} {node['url']}")
     console.print(f"gateway: [bold]{layout['gateway_url']}[/]   (state: {state_dir})")
+    if state_dir.resolve() != _state(None).resolve():
+        # Every later command (down, status, deploy...) looks in _state(None) unless told: say so,
+        # or `nearfaas down` would miss this cluster. On stderr: stdout's last line is the URL.
+        err.print(f"note: this cluster's state is in {state_dir}; pass --state {state_dir} to later commands "
+                  f"(down, status, deploy...) or run: export NEARFAAS_STATE={state_dir}", markup=False, highlight=False, soft_wrap=True)
     click.echo(layout["gateway_url"])
 
 
@@ -284,7 +289,8 @@ def invoke(name, data, input_uri, is_async, callback, verbose, state, gateway):
 @common_gateway
 def logs(name, tail, since, state, gateway):
     """Print a function's stdout/stderr from every node."""
-    params = f"name={name}&tail={tail}" + (f"&since={since}" if since else "")
+    # Encoded: a "+02:00" offset in --since would otherwise arrive as a space.
+    params = urlencode({"name": name, "tail": tail} | ({"since": since} if since else {}))
     resp = _http("GET", f"{_gateway(state, gateway)}/system/logs?{params}")
     if resp.status_code >= 300:
         _fail(resp.text.strip())

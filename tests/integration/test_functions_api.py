@@ -225,3 +225,39 @@ def test_info_health_openapi_and_metrics(cluster, functions_dir):
                  'gateway_service_count{function_name="metered"}', "nearfaas_inflight", "nearfaas_cold_start_seconds",
                  "nearfaas_object_bytes_in_total", "nearfaas_objects", "nearfaas_placement_total"):
         assert name in text, name
+
+
+def test_query_and_path_reach_the_handler_decoded(cluster, functions_dir):
+    cluster.deploy("paths", functions_dir / "echo")
+    resp = requests.post(f"{cluster.url}/function/paths/some%20dir/file?q=a%26b&plus=%2B1&nl=x%0D%0Ay&empty=")
+    out = resp.json()
+    assert out["path"] == "/some dir/file"
+    assert out["query"] == {"q": "a&b", "plus": "+1", "nl": "x\r\ny", "empty": ""}
+
+
+def test_bodies_up_to_the_gateway_limit_reach_the_handler(cluster, functions_dir):
+    cluster.deploy("bigbody", functions_dir / "echo")
+    payload = b"z" * (3 * 1024 * 1024)  # above aiohttp's 1 MiB default, below the 8 MiB limit
+    resp = requests.post(f"{cluster.url}/function/bigbody", data=payload)
+    assert resp.status_code == 200, resp.text[:200]
+    assert len(resp.json()["body"]) == len(payload)
+
+
+def test_calls_queued_behind_busy_threads_do_not_count_against_exec_timeout(cluster, functions_dir):
+    cluster.deploy("queued", functions_dir / "slow", envVars={"exec_timeout": "1s"},
+                   labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"})
+    with ThreadPoolExecutor(12) as pool:  # 12 calls, 8 handler threads: 4 wait ~0.6 s for a thread
+        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/queued?sleep=0.6", timeout=30), range(12)))
+    assert [r.status_code for r in results] == [200] * 12, [r.text for r in results if r.status_code != 200]
+
+
+def test_update_lets_calls_in_flight_finish(cluster, functions_dir):
+    cluster.deploy("draining", functions_dir / "slow")
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(requests.post, f"{cluster.url}/function/draining?sleep=1.0", timeout=30)
+        time.sleep(0.3)
+        body = {"service": "draining", "lang": "python3-http", "handler": str(functions_dir / "slow"), "envVars": {"V": "2"}}
+        assert requests.put(f"{cluster.url}/system/functions", json=body).status_code == 200
+        assert busy.result().status_code == 200, busy.result().text
+    cluster.wait_warm("draining")
+    assert requests.post(f"{cluster.url}/function/draining?sleep=0").status_code == 200

@@ -2,8 +2,8 @@
 
 The layout (ports, URLs, pids) is written to ``<state>/cluster.json`` so every later command,
 and the gateway itself, reads one source of truth. ``down`` leaves no process behind: it stops
-what it started, then sweeps any process whose command line names this state directory (a
-worker orphaned by a node that was ``kill -9``-ed, say).
+what it started, then sweeps any process of ours (node, gateway, worker, pip) whose command line
+names this state directory (a worker orphaned by a node that was ``kill -9``-ed, say).
 """
 
 from __future__ import annotations
@@ -106,12 +106,14 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
     nodes = []
     for node in spec.nodes:
         port = node.port or _free_port(host)
-        nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}"})
+        nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
+                      "workers_max": node.workers_max})
     layout = {
         "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
         "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
-        "invoke_max_body": spec.gateway.invoke_max_body,
+        "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
+        "read_timeout": spec.gateway.read_timeout,
         "auth": {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key} if spec.auth else None,
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
     }
@@ -148,7 +150,7 @@ def _child_env() -> dict:
 def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
-            "--state", layout["state_dir"], "--gateway", layout["gateway_url"]]
+            "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32))]
 
 
 def restart_node(state_dir: Path, name: str) -> int:
@@ -198,19 +200,57 @@ def _stop_group(pid: int, timeout: float = 5.0) -> None:
             return
 
 
+# The command lines this cluster starts: node agents, the gateway, workers (see node/pool.py).
+_OUR_MODULES = {"nearfaas.node.agent", "nearfaas.gateway.app", "nearfaas.runtime.worker"}
+
+
+def _ancestors() -> set[int]:
+    """This process and every process above it (``down`` must never kill its own caller)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # field 4, after "(comm)"
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def _is_ours(args: list[str], root: str) -> bool:
+    """Whether a command line is a process this cluster started, under the state dir ``root``.
+
+    Matching the path as a plain substring would also catch ``<root>-demo`` (another cluster),
+    ``tail -f <root>/logs/...`` or a test runner given the path, so an argument must be the
+    path itself or lie under it, and the command must be one of the ones we start.
+    """
+    if not any(a == root or a.startswith(root + "/") for a in args):
+        return False
+    modules = {args[i + 1] for i in range(len(args) - 1) if args[i] == "-m"}
+    if modules & _OUR_MODULES:
+        return True
+    # A node installing a function's requirements: python -m pip install ... --target <root>/envs/...
+    if "pip" in modules and "install" in args:
+        targets = [args[i + 1] for i in range(len(args) - 1) if args[i] == "--target"]
+        return any(t.startswith(root + "/envs/") for t in targets)
+    return False
+
+
 def processes_of(state_dir: Path) -> list[int]:
-    """Every live process whose command line names this state directory."""
-    marker = str(state_dir.resolve()).encode()
+    """Every live process this cluster started, judged by its command line (see ``_is_ours``)."""
+    root = str(state_dir.resolve())
+    skip = _ancestors()
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit() or int(entry) in skip:
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if marker in f.read() and _alive(int(entry)):
-                    found.append(int(entry))
+                args = [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
+        if _is_ours(args, root) and _alive(int(entry)):
+            found.append(int(entry))
     return found
 
 

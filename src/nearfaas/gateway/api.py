@@ -118,8 +118,12 @@ class AsyncQueue:
 
 
 class OpenFaaSAPI:
-    def __init__(self, invoker: Invoker, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int):
+    def __init__(self, invoker: Invoker, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int,
+                 max_inflight: int = 0, read_timeout: float = 60.0):
         self.invoker, self.nodes, self.metrics = invoker, nodes, metrics
+        self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
+        self.inflight = 0
+        self.read_timeout = read_timeout
         self.state_dir = state_dir
         self.store = FunctionStore(state_dir / "gateway" / "functions.json")
         self.secrets_dir = state_dir / "secrets"
@@ -271,6 +275,8 @@ class OpenFaaSAPI:
             return _error(404, f"function {name!r} not found")
         try:
             tail = int(request.query.get("tail", "0") or 0)
+            if tail < 0:
+                raise ValueError
             since_raw = request.query.get("since")
             since = dt.datetime.fromisoformat(since_raw.replace("Z", "+00:00")).timestamp() if since_raw else 0.0
         except ValueError:
@@ -313,19 +319,43 @@ class OpenFaaSAPI:
         if request.content_length is not None and request.content_length > self.invoke_max_body:
             raise CallError(413, f"request body of {request.content_length} bytes exceeds the {self.invoke_max_body}-byte limit "
                                  f"for invocations; put large data in an object and pass an object reference {{\"bucket\": ..., \"key\": ...}}", "gateway")
-        body = await request.content.read(self.invoke_max_body + 1)
-        if len(body) > self.invoke_max_body:
-            raise CallError(413, f"request body exceeds the {self.invoke_max_body}-byte limit for invocations; pass an object reference instead", "gateway")
-        return body
+        # Read to EOF (StreamReader.read(n) returns whatever has arrived, not n bytes), counting
+        # as we go so a chunked body cannot exceed the limit either.
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > self.invoke_max_body:
+                        raise CallError(413, f"request body exceeds the {self.invoke_max_body}-byte limit for invocations; "
+                                             f"pass an object reference instead", "gateway")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise CallError(408, f"the request body did not arrive within read_timeout={self.read_timeout:g}s", "gateway") from None
+        return b"".join(chunks)
+
+    @staticmethod
+    def _raw_target(request: web.Request) -> tuple[str, str]:
+        """The sub-path after /function/<name> and the query, both still percent-encoded: the
+        worker decodes them, and an encoded CR or LF can never split a forwarded header."""
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        parts = raw_path.split("/", 3)  # ['', 'function', '<name>', '<rest>']
+        return "/" + (parts[3] if len(parts) > 3 else ""), raw_query
 
     async def invoke(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        if self.max_inflight and self.inflight >= self.max_inflight:
+            return _error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); retry",
+                          headers={"Retry-After": "1"})
+        self.inflight += 1
         try:
             body = await self._read_invocation_body(request)
-            result = await self.invoker.invoke(name, request.method, "/" + request.match_info.get("path", ""), request.query_string,
-                                               request.headers, body, request.get("call_id"))
+            path, query = self._raw_target(request)
+            result = await self.invoker.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
         except CallError as exc:
             return _error(exc.status, str(exc), exc.layer, exc.headers)
+        finally:
+            self.inflight -= 1
         return web.Response(status=result.status, headers=result.headers, body=result.body)
 
     async def invoke_async(self, request: web.Request) -> web.Response:
@@ -337,8 +367,9 @@ class OpenFaaSAPI:
             return _error(400, "X-Callback-Url must be an absolute http(s) URL")
         try:
             body = await self._read_invocation_body(request)
-            self.queue.submit({"name": name, "path": "/" + request.match_info.get("path", ""), "query": request.query_string,
-                               "headers": dict(request.headers), "body": body, "call_id": request["call_id"], "callback": callback})
+            path, query = self._raw_target(request)
+            self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
+                               "call_id": request["call_id"], "callback": callback})
         except CallError as exc:
             return _error(exc.status, str(exc), exc.layer)
         except asyncio.QueueFull:

@@ -55,7 +55,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs)
-    api = OpenFaaSAPI(invoker, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)))
+    api = OpenFaaSAPI(invoker, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
+                      max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)))
     clients: dict[str, NodeClient] = {}
 
     def client_for(name: str) -> NodeClient:

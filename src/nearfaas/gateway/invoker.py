@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from nearfaas.gateway.nodes import NodeDirectory, NodeError
+from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.placement.policy import ClusterView, Invocation, NodeView, NoNodeAvailable
@@ -32,6 +32,8 @@ class Instance:
     port: int
     inflight: int = 0
     calls: int = 0
+    draining: bool = False  # stop once its in-flight calls finish (update, scale-down)
+    born: float = field(default_factory=time.monotonic)
 
     @property
     def url(self) -> str:
@@ -47,6 +49,7 @@ class FunctionState:
     invocations: int = 0
     desired: int = 1
     meters: FunctionMeters | None = None
+    scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def name(self) -> str:
@@ -158,8 +161,12 @@ class Invoker:
             if free:
                 return min(free, key=lambda i: i.inflight), None
             total = len(state.instances) + sum(1 for f in state.starting.values() if not f.done())
+            # A node with no instance may always get one: a data-local placement then adds at most
+            # one instance per node holding the data, beyond com.openfaas.scale.max.
             can_grow = total < int(state.spec.get("scale_max", 5)) or not local
             if node in state.starting:
+                # Share the starter's outcome: its error is ours too (no retry storm behind a
+                # cold start that keeps failing).
                 await asyncio.shield(state.starting[node])
                 continue
             if can_grow:
@@ -174,43 +181,54 @@ class Invoker:
 
     async def _cold_start(self, state: FunctionState, node: str) -> tuple[Instance, float]:
         future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.exception())  # an error nobody awaited is not "never retrieved"
         state.starting[node] = future
         try:
             timeout = 60.0 + 600.0  # handler import + a first-time requirements install
-            info = await self.nodes.start_worker(node, state.spec, timeout)
+            try:
+                info = await self.nodes.start_worker(node, state.spec, timeout)
+            except NodeError as exc:
+                raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
             instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]))
-            if state.name in self.functions and self.functions[state.name] is state:
-                state.instances[instance.id] = instance
-            else:  # removed while it started
+            if self.functions.get(state.name) is not state:  # removed or replaced while it started
                 await self.nodes.stop_worker(node, instance.id)
-                raise CallError(404, f"function {state.name!r} was removed", "gateway")
+                raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
+                                {"Retry-After": "1"})
+            state.instances[instance.id] = instance
             seconds = float(info["cold_start_seconds"])
             self.metrics.cold_starts.labels(state.name, node).inc()
             self.metrics.cold_start_seconds.labels(state.name).observe(seconds)
             self.metrics.service_count.labels(state.name).set(len(state.instances))
             future.set_result(instance)
             return instance, seconds
-        except NodeError as exc:
-            future.set_result(None)
-            raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
-        except BaseException:
+        except BaseException as exc:
             if not future.done():
-                future.set_result(None)
+                future.set_exception(exc if isinstance(exc, CallError) else CallError(502, f"cold start failed: {exc!r}", "gateway"))
             raise
         finally:
-            state.starting.pop(node, None)
+            if state.starting.get(node) is future:
+                del state.starting[node]
 
     def drop_instance(self, state: FunctionState, instance: Instance, stop: bool) -> None:
-        if state.instances.pop(instance.id, None) is not None:
-            self.metrics.service_count.labels(state.name).set(len(state.instances))
-            if stop:
-                asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
+        if state.instances.pop(instance.id, None) is None:
+            return
+        self.metrics.service_count.labels(state.name).set(len(state.instances))
+        if instance.inflight and stop:
+            instance.draining = True  # the last call to finish stops it (see _invoke)
+            return
+        self._retire(instance, stop)
+
+    def _retire(self, instance: Instance, stop: bool) -> None:
+        self.workers.forget(instance.host, instance.port)
+        if stop:
+            asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
 
     def _reconcile_node(self, node) -> None:
         """Forget instances that their node no longer runs (they exited or were killed)."""
         alive = {w["id"] for w in node.status.get("workers", [])}
+        settled = time.monotonic() - 2 * HEALTH_INTERVAL_S  # a poll sent before a worker registered says nothing of it
         for state in self.functions.values():
-            for inst in [i for i in state.instances.values() if i.node == node.name and i.id not in alive]:
+            for inst in [i for i in state.instances.values() if i.node == node.name and i.id not in alive and i.born < settled]:
                 self.drop_instance(state, inst, stop=False)
 
     # -- calls -----------------------------------------------------------------------------------
@@ -264,6 +282,8 @@ class Invoker:
                 raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
             finally:
                 instance.inflight -= 1
+                if instance.draining and not instance.inflight:
+                    self._retire(instance, stop=True)
         if reply_headers.get("X-Nearfaas-Error") == "exec-timeout":
             self.drop_instance(state, instance, stop=False)  # it is exiting; the node reaps it
         total = time.perf_counter() - started
@@ -291,7 +311,7 @@ class Invoker:
         if old is not None:
             state.created, state.invocations = old.created, old.invocations
             for inst in list(old.instances.values()):
-                self.drop_instance(old, inst, stop=True)
+                self.drop_instance(old, inst, stop=True)  # busy ones finish their calls first
         self.functions[spec["name"]] = state
         self.metrics.service_count.labels(state.name).set(0)
         asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
@@ -303,6 +323,7 @@ class Invoker:
             return False
         for inst in list(state.instances.values()):
             state.instances.pop(inst.id, None)
+            self.workers.forget(inst.host, inst.port)
         await self.nodes.stop_function(name)
         try:
             self.metrics.service_count.remove(name)
@@ -316,13 +337,16 @@ class Invoker:
         if state is None:
             return
         state.desired = replicas
-        try:
-            while len(state.instances) < state.desired and self.functions.get(name) is state:
-                node = self.place(state, []).node
-                await self._cold_start(state, node)
-        except CallError:
-            return  # surfaced at the next call, with the node's message
-        while len(state.instances) > state.desired:
-            victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
-            self.drop_instance(state, victim, stop=True)
-
+        async with state.scaling:  # one reconciliation at a time per function
+            try:
+                while len(state.instances) < state.desired and self.functions.get(name) is state:
+                    node = self.place(state, []).node
+                    if node in state.starting:
+                        await asyncio.shield(state.starting[node])  # someone is already starting one there
+                    else:
+                        await self._cold_start(state, node)
+            except CallError:
+                return  # surfaced at the next call, with the node's message
+            while len(state.instances) > state.desired:
+                victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
+                self.drop_instance(state, victim, stop=True)

@@ -44,7 +44,11 @@ class NodeDirectory:
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+        # No total (an S3 body may stream for long), but a node that stalls without dying must not
+        # hang a request forever: the S3 NodeClients share this session. sock_read counts only
+        # while waiting on the node (from the end of the request body, and paused while the
+        # gateway itself is not reading). Calls that pass their own timeout replace this one.
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120))
         await self.poll_all()
         self._task = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -86,7 +90,11 @@ class NodeDirectory:
         try:
             async with self.session.request(method, f"{node.url}{path}", json=json,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                body = await resp.json(content_type=None)
+                try:
+                    body = await resp.json(content_type=None)
+                except ValueError:  # e.g. aiohttp's own text 500: say what came back, not a bare 500
+                    text = (await resp.text(errors="replace"))[:200]
+                    raise NodeError(node_name, 502, f"node {node_name} answered {resp.status} with a non-JSON body: {text}", "node") from None
                 if resp.status >= 400:
                     message = body.get("error", str(body)) if isinstance(body, dict) else str(body)
                     raise NodeError(node_name, resp.status, message, (body or {}).get("layer", "node") if isinstance(body, dict) else "node")

@@ -43,21 +43,45 @@ class WorkerClient:
             reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
         except OSError as exc:
             raise WorkerUnreachable(f"{host}:{port}: {exc}") from None
-        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:  # reset already: nothing was sent, so it is as if never reached
+            writer.close()
+            raise WorkerUnreachable(f"{host}:{port}: {exc}") from None
         return _Connection(reader, writer)
 
     def _take(self, address: tuple[str, int]) -> _Connection | None:
         pool = self._idle.get(address)
+        if not pool:
+            return None
+        # The pool is in last-used order: sweep the stale ones from the front, so a worker that
+        # was busy once does not keep a pile of idle sockets open, then reuse the most recent.
         now = time.monotonic()
+        stale = 0
+        while stale < len(pool) and now - pool[stale].last_used >= _IDLE_S:
+            pool[stale].close()
+            stale += 1
+        del pool[:stale]
         while pool:
             conn = pool.pop()
-            if now - conn.last_used < _IDLE_S and not conn.writer.is_closing():
+            # at_eof: the worker closed it while idle; writing to it would only cost a retry.
+            if not conn.writer.is_closing() and not conn.reader.at_eof():
                 return conn
             conn.close()
+        del self._idle[address]
         return None
 
+    def forget(self, host: str, port: int) -> None:
+        """Close every idle connection to a worker that is gone (or going)."""
+        for conn in self._idle.pop((host, port), []):
+            conn.close()
+
     async def request(self, host: str, port: int, headers: dict[str, str], body: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
-        """POST ``body`` to the worker; returns (status, headers, body)."""
+        """POST ``body`` to the worker; returns (status, headers, body).
+
+        Raises WorkerUnreachable (never connected), WorkerFailed (connected, then broke or
+        answered garbage) or TimeoutError (no answer within ``timeout``, connecting included).
+        """
         address = (host, port)
         head = ["POST / HTTP/1.1\r\nHost: worker\r\nContent-Length: ", str(len(body)), "\r\n"]
         for name, value in headers.items():
@@ -66,28 +90,34 @@ class WorkerClient:
             head += [name, ": ", value, "\r\n"]
         head.append("\r\n")
         payload = "".join(head).encode("latin-1", errors="replace") + body
-        for attempt in (1, 2):
-            conn = self._take(address)
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect(host, port)
-            try:
-                async with asyncio.timeout(timeout):
+        # One clock for the whole call, connecting included: a worker whose listen backlog is
+        # full accepts no connection, and that must not hang past the call's timeout.
+        async with asyncio.timeout(timeout):
+            for attempt in (1, 2):
+                conn = self._take(address)
+                reused = conn is not None
+                try:
+                    if conn is None:
+                        conn = await self._connect(host, port)
                     conn.writer.write(payload)
                     result = await self._read_response(conn)
-            except TimeoutError:
-                conn.close()
-                raise
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                conn.close()
-                # A pooled connection the worker had closed fails before any answer arrives:
-                # the request was never taken, so one fresh try is safe.
-                if reused and attempt == 1 and isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
-                    continue
-                raise WorkerFailed(f"connection to the worker broke: {type(exc).__name__}") from None
-            conn.last_used = time.monotonic()
-            self._idle.setdefault(address, []).append(conn)
-            return result
+                except BaseException as exc:
+                    # Whatever went wrong (a broken connection, a garbled answer, the timeout or a
+                    # cancellation), the connection is in an unknown state: never pool it again.
+                    if conn is not None:
+                        conn.close()
+                    if isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
+                        # A pooled connection the worker had closed fails before any answer arrives:
+                        # the request was never taken, so one fresh try is safe.
+                        if reused and attempt == 1 and isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
+                            continue
+                        raise WorkerFailed(f"connection to the worker broke: {type(exc).__name__}") from None
+                    if isinstance(exc, (ValueError, IndexError, asyncio.LimitOverrunError)):
+                        raise WorkerFailed(f"the worker sent a malformed response: {type(exc).__name__}: {exc}") from None
+                    raise
+                conn.last_used = time.monotonic()
+                self._idle.setdefault(address, []).append(conn)
+                return result
         raise WorkerFailed("the worker closed the connection twice")
 
     @staticmethod

@@ -26,7 +26,7 @@ INTERNAL = "/_nearfaas"
 
 
 class NodeAgent:
-    def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str):
+    def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32):
         self.name, self.kind, self.cls = name, kind, cls
         self.started = time.time()
         self.store = None
@@ -42,7 +42,7 @@ class NodeAgent:
             # Nodes listen on loopback behind the gateway, which authenticates clients; the
             # node accepts the gateway's unsigned internal calls (local mode).
             self.s3 = S3Frontend(LocalBackend(self.store))
-        self.pools = WorkerPools(name, state_dir, gateway_url, store_root)
+        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
 
@@ -76,6 +76,9 @@ class NodeAgent:
             worker = await self.pools.start(spec)
         except PoolError as exc:
             return web.json_response({"error": str(exc), "layer": "cold-start", "node": self.name}, status=exc.status)
+        except Exception as exc:  # e.g. the handler folder vanished after deploy: still an answer, not a 500
+            return web.json_response({"error": f"cold start of {spec['name']!r} failed on {self.name}: {type(exc).__name__}: {exc}",
+                                      "layer": "cold-start", "node": self.name}, status=502)
         return web.json_response(worker.describe() | {"node": self.name})
 
     async def stop_worker(self, request: web.Request) -> web.Response:
@@ -122,7 +125,7 @@ class _NodeCollector:
 
 
 async def serve(args) -> None:
-    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway)
+    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max)
     app = web.Application(client_max_size=1024**3)
     agent.routes(app)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -148,6 +151,7 @@ def main(argv=None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state", required=True)
     parser.add_argument("--gateway", required=True)
+    parser.add_argument("--workers-max", type=int, default=32, help="worker processes this node may run at once")
     args = parser.parse_args(argv)
     try:
         import uvloop

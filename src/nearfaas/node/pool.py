@@ -54,8 +54,10 @@ class PoolStats:
 
 
 class WorkerPools:
-    def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None):
+    def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32):
         self.node = node
+        self.workers_max = workers_max
+        self._starting = 0
         self.state_dir = state_dir
         self.node_dir = state_dir / "nodes" / node
         self.gateway_url = gateway_url
@@ -69,12 +71,22 @@ class WorkerPools:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, spec: dict) -> WorkerProcess:
         name = spec["name"]
+        if len(self.workers) + self._starting >= self.workers_max:
+            raise PoolError(f"node {self.node} already runs its workers_max={self.workers_max} workers; "
+                            f"remove or scale down functions, or raise nodes[].workers_max in the cluster file", status=429)
+        self._starting += 1
+        try:
+            return await self._start(spec, name)
+        finally:
+            self._starting -= 1
+
+    async def _start(self, spec: dict, name: str) -> WorkerProcess:
         started = time.perf_counter()
+        instance = f"{name}-{self.node}-{uuid.uuid4().hex[:6]}"
         extra_path = await self._ensure_requirements(spec)
-        secrets_dir = self._mount_secrets(spec)
+        secrets_dir = self._mount_secrets(spec, instance)
         spec_file = self.node_dir / "specs" / f"{name}.json"
         spec_file.write_text(json.dumps(spec))
-        instance = f"{name}-{self.node}-{uuid.uuid4().hex[:6]}"
         env = dict(os.environ)
         env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, _package_root(), env.get("PYTHONPATH")) if p)
@@ -118,6 +130,7 @@ class WorkerPools:
     async def _reap(self, worker: WorkerProcess) -> None:
         code = await worker.process.wait()
         self.workers.pop(worker.id, None)
+        shutil.rmtree(self.node_dir / "secrets" / worker.id, ignore_errors=True)
         self.stats.exits[code] = self.stats.exits.get(code, 0) + 1
 
     async def stop(self, worker_id: str) -> bool:
@@ -176,18 +189,20 @@ class WorkerPools:
         (staging / ".complete").touch()
         staging.rename(target)
 
-    def _mount_secrets(self, spec: dict) -> Path | None:
+    def _mount_secrets(self, spec: dict, instance: str) -> Path | None:
+        """Copy the function's secrets into a folder of this instance's own: starting a new
+        instance never touches the files that running ones read."""
         names = spec.get("secrets") or []
         if not names:
             return None
         source = self.state_dir / "secrets"
-        mount = self.node_dir / "secrets" / spec["name"]
-        shutil.rmtree(mount, ignore_errors=True)
+        missing = [s for s in names if not (source / s).is_file()]
+        if missing:
+            raise PoolError(f"function {spec['name']!r} lists secret {missing[0]!r}, which does not exist; "
+                            f"create it with: nearfaas secret create {missing[0]} --from-literal VALUE", status=400)
+        mount = self.node_dir / "secrets" / instance
         mount.mkdir(parents=True, mode=0o700)
         for secret in names:
-            if not (source / secret).is_file():
-                raise PoolError(f"function {spec['name']!r} lists secret {secret!r}, which does not exist; "
-                                f"create it with: nearfaas secret create {secret} --from-literal VALUE", status=400)
             shutil.copyfile(source / secret, mount / secret)
             os.chmod(mount / secret, 0o400)
         return mount

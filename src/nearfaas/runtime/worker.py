@@ -21,6 +21,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
@@ -78,7 +79,7 @@ def to_response(result) -> tuple[int, dict, bytes]:
     """Map a handler's return value onto (status, headers, body), python3-http style."""
     status, headers, body = 200, {}, result
     if isinstance(result, dict) and ("statusCode" in result or "body" in result):
-        status = int(result.get("statusCode", 200))
+        status = int(result.get("statusCode", 200))  # a non-number raises ValueError: reported as a bad answer
         headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
         body = result.get("body", b"")
     if isinstance(body, (bytes, bytearray, memoryview)):
@@ -104,7 +105,11 @@ class Worker:
         limit = int(spec.get("max_inflight", 0))
         self.max_inflight = limit
         self.inflight = 0
-        self.pool = ThreadPoolExecutor(max_workers=limit or 8, thread_name_prefix="handler")
+        threads = limit or 8
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="handler")
+        # A call waits for a free handler thread *before* its exec_timeout clock starts, so a
+        # burst queued behind busy threads never looks like a runaway handler.
+        self.slots = asyncio.Semaphore(threads)
         self.gateway = gateway
         self.store_root = store_root
         self.secrets = Secrets(secrets_dir)
@@ -136,16 +141,18 @@ class Worker:
             self.inflight -= 1
 
     async def _call(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        body = await request.content.read()  # not request.read(): its 1 MiB cap is below the gateway's limit
         h = request.headers
         raw_input = h.get("X-Nearfaas-Input")
         try:
             ref = ObjectRef.parse(json.loads(raw_input)) if raw_input else None
         except ValueError as exc:
             return web.Response(status=400, text=f"bad X-Nearfaas-Input header: {exc}")
-        query = dict(p.split("=", 1) if "=" in p else (p, "") for p in h.get("X-Nearfaas-Query", "").split("&") if p)
+        # The gateway forwards the query and path still percent-encoded (safe in a header).
+        query = dict(parse_qsl(h.get("X-Nearfaas-Query", ""), keep_blank_values=True))
         event = Event(body=body, headers={k: v for k, v in h.items() if not k.lower().startswith("x-nearfaas-")},
-                      method=h.get("X-Nearfaas-Method", request.method), query=query, path=h.get("X-Nearfaas-Path", "/"))
+                      method=h.get("X-Nearfaas-Method", request.method), query=query,
+                      path=unquote(h.get("X-Nearfaas-Path", "/")))
         stats = IOStats()
         context = Context(function=self.name, node=self.node, call_id=h.get("X-Nearfaas-Call-Id", ""), input=ref,
                           objects=self._objects(stats), secrets=self.secrets)
@@ -154,8 +161,10 @@ class Worker:
             if self.is_async and not self.classic:
                 result = await asyncio.wait_for(self.handle(event, context), self.exec_timeout)
             else:
-                future = asyncio.get_running_loop().run_in_executor(self.pool, self._run, event, context)
-                result = await asyncio.wait_for(future, self.exec_timeout)
+                async with self.slots:
+                    started = time.perf_counter()
+                    future = asyncio.get_running_loop().run_in_executor(self.pool, self._run, event, context)
+                    result = await asyncio.wait_for(future, self.exec_timeout)
             status, headers, payload = to_response(result)
         except TimeoutError:
             self._die_after_reply()
@@ -171,7 +180,8 @@ class Worker:
                 status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
         elapsed = time.perf_counter() - started
         data_s = stats.read_seconds + stats.write_seconds
-        out = {k: v for k, v in headers.items() if k.lower() not in _SKIP_HEADERS}
+        # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
+        out = {k: v for k, v in headers.items() if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("x-nearfaas-")}
         out.update({
             "X-Nearfaas-Exec-Seconds": f"{elapsed:.6f}",
             "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",
@@ -179,7 +189,12 @@ class Worker:
             "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
             "X-Nearfaas-Instance": self.instance,
         })
-        return web.Response(status=status, headers=out, body=payload)
+        try:
+            return web.Response(status=status, headers=out, body=payload)
+        except (ValueError, TypeError) as exc:  # e.g. statusCode 1000 or a header value with a newline
+            return web.json_response({"error": f"handler returned an invalid HTTP answer: {exc}", "layer": "function",
+                                      "function": self.name}, status=502,
+                                     headers={"X-Nearfaas-Error": "bad-handler-response", "X-Nearfaas-Layer": "function"})
 
     def _die_after_reply(self) -> None:
         # The stuck thread cannot be killed from Python; the process can. Give the 504 a moment

@@ -52,7 +52,7 @@ class NodeSpec:
     kind: str                        # "storage" holds objects; "compute" only runs functions
     cls: str                         # "dscs" | "standard" (storage) or "cpu" (compute); YAML key `class`
     port: int = 0                    # 0 = pick a free port
-    workers_max: int = 2             # function worker processes this node may run at once
+    workers_max: int = 32            # function worker processes this node may run at once (~30 MB each)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
@@ -227,7 +227,7 @@ def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
         c.error(join_path(path, ckey), f"a {kind} node cannot be class {cls}",
                 f"use class: {' or '.join(CLASSES_FOR_KIND[kind])}")
     port = _int(m, "port", path, c, 0, 0, 65535, "0 (picks a free port)")
-    workers = _int(m, "workers_max", path, c, 2, 1, None, "2")
+    workers = _int(m, "workers_max", path, c, 32, 1, None, "32")
     if len(c.problems) != before:
         return None
     return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers)

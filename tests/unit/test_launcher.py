@@ -1,0 +1,55 @@
+"""`down`'s sweep finds only this cluster's own processes, judged by their command lines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nearfaas.cluster.launcher import _is_ours, processes_of
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+
+
+def _spawn(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_processes_of_matches_only_our_commands_under_the_state_dir(tmp_path):
+    state = (tmp_path / ".nearfaas").resolve()
+    state.mkdir()
+    procs = [
+        # Names the state dir, but is not one of ours (a `tail -f` on a log, say).
+        _spawn(["sleep", "30", f"{state}/logs/gateway.log"]),
+        # Looks like a worker of this cluster: python runs -c and leaves the rest in sys.argv.
+        _spawn([sys.executable, "-c", "import time; time.sleep(30)", "-m", "nearfaas.runtime.worker",
+                "--spec", f"{state}/nodes/n/specs/f.json"]),
+        # A worker of a sibling cluster whose path merely starts with ours.
+        _spawn([sys.executable, "-c", "import time; time.sleep(30)", "-m", "nearfaas.runtime.worker",
+                "--spec", f"{state}-demo/nodes/n/specs/f.json"]),
+    ]
+    try:
+        time.sleep(0.2)  # let each exec, so /proc shows its final command line
+        found = processes_of(state)
+        assert procs[1].pid in found
+        assert procs[0].pid not in found
+        assert procs[2].pid not in found
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    assert procs[1].pid not in processes_of(state)
+
+
+def test_is_ours_command_shapes():
+    root = "/x/.nearfaas"
+    assert _is_ours(["python", "-m", "nearfaas.node.agent", "--state", root], root)
+    assert _is_ours(["python", "-m", "nearfaas.gateway.app", "--state", root], root)
+    assert _is_ours(["python", "-m", "pip", "install", "--target", f"{root}/envs/abc.partial", "-r", "r.txt"], root)
+    assert not _is_ours(["python", "-m", "pip", "install", "--target", "/elsewhere", f"{root}/r.txt"], root)
+    assert not _is_ours(["python", "-m", "nearfaas.gateway.app", "--state", f"{root}-demo"], root)
+    assert not _is_ours(["python", "-m", "pytest", f"{root}/tests"], root)
+    assert not _is_ours(["tail", "-f", f"{root}/logs/n.log"], root)
