@@ -120,17 +120,23 @@ def run_python_client(url: str, clients: int, duration: float) -> dict:
 
 
 def warm_calls(systems: dict[str, str], duration: float, repeats: int, load) -> dict:
+    """Repeats are interleaved (every system once per round) so that drift in this shared
+    machine's speed lands on all systems alike instead of on whichever ran last."""
     results = {}
     for clients in (1, 8):
-        for name, url in systems.items():
+        runs: dict[str, list[dict]] = {name: [] for name in systems}
+        for url in systems.values():
             load(url, clients, 1.0)  # warm-up: connections, caches
-            runs = [load(url, clients, duration) for _ in range(repeats)]
-            results[f"{name}@{clients}"] = {
-                "system": name, "clients": clients, "runs": runs,
-                "p50_ms": median([r["p50_ms"] for r in runs]), "p99_ms": median([r["p99_ms"] for r in runs]),
-                "rps": median([r["rps"] for r in runs]), "errors": sum(r["errors"] for r in runs),
+        for _ in range(repeats):
+            for name, url in systems.items():
+                runs[name].append(load(url, clients, duration))
+        for name in systems:
+            rs = runs[name]
+            r = results[f"{name}@{clients}"] = {
+                "system": name, "clients": clients, "runs": rs,
+                "p50_ms": median([x["p50_ms"] for x in rs]), "p99_ms": median([x["p99_ms"] for x in rs]),
+                "rps": median([x["rps"] for x in rs]), "errors": sum(x["errors"] for x in rs),
             }
-            r = results[f"{name}@{clients}"]
             print(f"  {name:<9} clients={clients}  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['rps']:,.0f} req/s", flush=True)
     return results
 
