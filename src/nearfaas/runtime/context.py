@@ -17,6 +17,10 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Imported with the worker (part of its cold start), not on a call's first read, where it
+# would be charged to that call's data-movement time.
+from nearfaas.node.objectfile import locate_object
+
 
 @dataclass(frozen=True)
 class ObjectRef:
@@ -97,8 +101,6 @@ class ObjectClient:
     def _locate(self, ref: ObjectRef):
         if self._store_root is None:
             return None
-        from nearfaas.node.objectfile import locate_object
-
         try:
             return locate_object(self._store_root, ref.bucket, ref.key)
         except Exception:  # an invalid name or a missing object: not local, let S3 answer
