@@ -234,25 +234,24 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)  # type: ignore[arg-type]
 
 
+# (fragments of PyYAML's message, the fix to suggest); the first match wins.
+_YAML_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("\\t", "tab"), "indent with spaces; YAML does not allow tab characters"),
+    (("duplicate key",), "remove or rename one of the two entries"),
+    (("mapping values are not allowed",), "quote values that contain ': ', and check the line is indented like its siblings"),
+    (("<block end>", "block mapping"), "this line is indented differently from its siblings; line up keys at the same level"),
+    (("<stream end>", "end of stream"), "the file ends inside an open bracket, brace or quote; close it"),
+    (("expected ':'", "could not find expected"), "write every entry as `key: value` with a space after the colon, and close quotes and brackets"),
+    (("could not determine a constructor",), "remove the `!tag`; only plain YAML values (text, numbers, lists, mappings) are read"),
+    (("unhashable key",), "keys must be plain text, not lists or mappings"),
+    (("special characters are not allowed", "non-printable"), "remove the control character; save the file as plain UTF-8 text"),
+)
+
+
 def _yaml_hint(what: str) -> str:
-    if "\\t" in what or "tab" in what:
-        return "indent with spaces; YAML does not allow tab characters"
-    if "duplicate key" in what:
-        return "remove or rename one of the two entries"
-    if "mapping values are not allowed" in what:
-        return "quote values that contain ': ', and check the line is indented like its siblings"
-    if "<block end>" in what or "block mapping" in what:
-        return "this line is indented differently from its siblings; line up keys at the same level"
-    if "<stream end>" in what or "end of stream" in what:
-        return "the file ends inside an open bracket, brace or quote; close it"
-    if "expected ':'" in what or "could not find expected" in what:
-        return "write every entry as `key: value` with a space after the colon, and close quotes and brackets"
-    if "could not determine a constructor" in what:
-        return "remove the `!tag`; only plain YAML values (text, numbers, lists, mappings) are read"
-    if "unhashable key" in what:
-        return "keys must be plain text, not lists or mappings"
-    if "special characters are not allowed" in what or "non-printable" in what:
-        return "remove the control character; save the file as plain UTF-8 text"
+    for fragments, hint in _YAML_HINTS:
+        if any(f in what for f in fragments):
+            return hint
     return "check the indentation (spaces only) near that line and quote values containing ':', '#', '[' or '{'"
 
 
