@@ -249,9 +249,11 @@ def list_functions(state, gateway, as_json):
 @click.option("--async", "is_async", is_flag=True, help="queue the call (202) instead of waiting")
 @click.option("--callback", default=None, help="with --async: URL that receives the result")
 @click.option("-v", "--verbose", is_flag=True, help="print the timing breakdown and placement headers")
+@click.option("--policy", type=click.Choice(["near-data", "compute-only", "auto"]), default=None,
+              help="placement policy for this call (default: the cluster's)")
 @common_state
 @common_gateway
-def invoke(name, data, input_uri, is_async, callback, verbose, state, gateway):
+def invoke(name, data, input_uri, is_async, callback, verbose, policy, state, gateway):
     """Call a function and print its answer."""
     body: bytes = b""
     headers = {}
@@ -267,11 +269,14 @@ def invoke(name, data, input_uri, is_async, callback, verbose, state, gateway):
         body = data.encode()
     if callback:
         headers["X-Callback-Url"] = callback
+    if policy:
+        headers["X-Nearfaas-Policy"] = policy
     url = _gateway(state, gateway)
     path = "async-function" if is_async else "function"
     resp = _http("POST", f"{url}/{path}/{name}", body, headers, timeout=600)
     if verbose or resp.status_code >= 400:
-        for h in ("X-Call-Id", "X-Nearfaas-Start", "X-Nearfaas-Node", "X-Nearfaas-Placement", "X-Nearfaas-Timing", "X-Duration-Seconds"):
+        for h in ("X-Call-Id", "X-Nearfaas-Start", "X-Nearfaas-Node", "X-Nearfaas-Policy", "X-Nearfaas-Placement",
+                  "X-Nearfaas-Timing", "X-Nearfaas-Predicted", "X-Duration-Seconds"):
             if h in resp.headers:
                 err.print(f"[dim]{h}: {resp.headers[h]}[/]")
     sys.stdout.buffer.write(resp.content)
@@ -376,6 +381,21 @@ def ls(uri, state, gateway):
                 console.print(f"{obj['LastModified']:%Y-%m-%d %H:%M:%S} {obj['Size']:>10}  {obj['Key']}", highlight=False)
     except ClientError as exc:
         _fail(f"{uri}: {exc.response['Error'].get('Code')}")
+
+
+@main.command()
+@click.argument("node")
+@click.argument("state_", metavar="on|off", type=click.Choice(["on", "off"]))
+@common_state
+@common_gateway
+def accelerator(node, state_, state, gateway):
+    """Mark a dscs node's accelerator available (on) or unavailable (off).
+
+    While it is off, functions marked `accelerator: dscs` fall back to CPU compute nodes."""
+    resp = _http("POST", f"{_gateway(state, gateway)}/system/nodes/{node}/accelerator", {"available": state_ == "on"})
+    if resp.status_code >= 300:
+        _fail(resp.text.strip())
+    console.print(f"accelerator of {node}: {'available' if state_ == 'on' else 'unavailable'}")
 
 
 # -- secrets -------------------------------------------------------------------------------------

@@ -183,7 +183,7 @@ def test_zero_copy_read_on_the_storage_node(cluster, bucket, functions_dir):
     assert out["input"] == {"bucket": bucket, "key": "in.txt"}
     assert out["local"] is True and out["node"] == call.headers["X-Nearfaas-Node"]
     assert cluster.node(out["node"])["class"] == "dscs"
-    assert call.headers["X-Nearfaas-Placement"] == "dscs;data-local-dscs"
+    assert call.headers["X-Nearfaas-Placement"] == "dscs;home-replica"
     assert int(call.headers["X-Nearfaas-Bytes-Local"]) == 0  # is_local() does not read; get() would
     # On a compute node the same function reads through S3.
     cluster.deploy("remote", functions_dir / "echo")

@@ -518,7 +518,7 @@ def test_cluster_round_trip_and_overrides(tmp_path: Path) -> None:
         "gateway: {port: 0, s3_max_body: 1GiB, read_timeout: 1m, max_inflight: 0}\n"
         "nodes:\n  - {name: s0, kind: storage, class: dscs, port: 9001}\n"
         "  - {name: c0, kind: compute, cls: cpu, workers_max: 1}\n"
-        "replication: {factor: 1}\nplacement: compute-only\nauth: {access_key: AK, secret_key: SK}\nlink: {profile: lan, rtt_ms: 2}\n")
+        "replication: {factor: 1}\nplacement: compute-only\nauth: {access_key: AK, secret_key: SK}\nlink: {profile: dc-25g, rtt_ms: 2}\n")
     spec = load_cluster(str(tmp_path / "c.yml"))
     assert (spec.gateway.port, spec.gateway.s3_max_body, spec.gateway.read_timeout) == (0, 1024**3, 60.0)
     assert spec.nodes[1] == NodeSpec("c0", "compute", "cpu", 0, 1)

@@ -113,7 +113,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
-        "read_timeout": spec.gateway.read_timeout,
+        "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile,
         "auth": {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key} if spec.auth else None,
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
     }

@@ -148,6 +148,8 @@ class OpenFaaSAPI:
         r.add_put("/system/secrets", self.put_secret)
         r.add_delete("/system/secrets", self.delete_secret)
         r.add_get("/system/openapi.json", self.openapi)
+        r.add_get("/system/nodes", self.list_nodes)
+        r.add_post("/system/nodes/{name}/accelerator", self.set_accelerator)
         r.add_route("*", "/function/{name}", self.invoke)
         r.add_route("*", "/function/{name}/{path:.*}", self.invoke)
         r.add_post("/async-function/{name}", self.invoke_async)
@@ -285,6 +287,31 @@ class OpenFaaSAPI:
         lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
                              "timestamp": _rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
         return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
+
+    # -- nodes -------------------------------------------------------------------------------------
+    def _node_status(self, node) -> dict:
+        accel = node.cls == "dscs"
+        return {"name": node.name, "kind": node.kind, "class": node.cls, "healthy": node.healthy, "url": node.url,
+                "accelerator": {"available": self.invoker.accel_available.get(node.name, True),
+                                "busy": self.invoker.accel_inflight.get(node.name, 0) > 0} if accel else None}
+
+    async def list_nodes(self, request):
+        return web.json_response([self._node_status(n) for n in self.nodes.nodes.values()])
+
+    async def set_accelerator(self, request):
+        """Mark a dscs node's accelerator available or not (DSCS-Serverless 5.3 fail-over): while
+        it is unavailable, its acceleratable functions fall back to CPU compute nodes."""
+        node = self.nodes.nodes.get(request.match_info["name"])
+        if node is None:
+            return _error(404, f"node {request.match_info['name']!r} not found; see GET /system/nodes")
+        if node.cls != "dscs":
+            return _error(400, f"node {node.name!r} is of class {node.cls!r} and has no accelerator; only dscs nodes do")
+        body = await _json_body(request)
+        available = body.get("available")
+        if not isinstance(available, bool):
+            return _error(400, 'available: required, true or false (e.g. {"available": false})')
+        self.invoker.accel_available[node.name] = available
+        return web.json_response(self._node_status(node))
 
     # -- secrets -----------------------------------------------------------------------------------
     async def list_secrets(self, request):

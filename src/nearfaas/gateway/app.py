@@ -17,6 +17,7 @@ from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
+from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
 from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
@@ -54,7 +55,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     metrics.add_collector(_StoreCollector(nodes))
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
-    invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs)
+    invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
+                      link=get_profile(layout.get("link_profile", "local")))
     api = OpenFaaSAPI(invoker, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)))
     clients: dict[str, NodeClient] = {}

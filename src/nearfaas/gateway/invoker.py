@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
-from nearfaas.placement.policy import ClusterView, Invocation, NodeView, NoNodeAvailable
+from nearfaas.link.profiles import PROFILES, LinkProfile
+from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
@@ -116,9 +117,17 @@ def find_input_refs(spec: dict, body: bytes) -> list[tuple[str, str]]:
 
 
 class Invoker:
-    def __init__(self, nodes: NodeDirectory, policy, metrics: GatewayMetrics, replication: int, dscs_replica: bool):
+    def __init__(self, nodes: NodeDirectory, policy, metrics: GatewayMetrics, replication: int, dscs_replica: bool,
+                 link: LinkProfile = PROFILES["local"]):
         self.nodes = nodes
         self.policy = policy
+        self.policies = {name: make_policy(name) for name in POLICIES} | {policy.name: policy}
+        self.link = link
+        self.accel_inflight: dict[str, int] = {}  # node -> dscs-target calls running there
+        self.accel_available: dict[str, bool] = {}  # node -> False once an operator marks it down
+        # Measured per (function, target): compute seconds and bytes read, smoothed (EWMA), for auto.
+        self.compute_s: dict[tuple[str, str], float] = {}
+        self.input_bytes: dict[str, float] = {}
         self.metrics = metrics
         self.replication = replication
         self.dscs_replica = dscs_replica
@@ -133,17 +142,20 @@ class Invoker:
         for inst in state.instances.values():
             warm[inst.node] = warm.get(inst.node, 0) + 1
             inflight[inst.node] = inflight.get(inst.node, 0) + inst.inflight
-        nodes = tuple(NodeView(n.name, n.kind, n.cls, n.healthy, inflight.get(n.name, 0), warm.get(n.name, 0))
+        nodes = tuple(NodeView(n.name, n.kind, n.cls, n.healthy, inflight.get(n.name, 0), warm.get(n.name, 0),
+                               accel_busy=self.accel_inflight.get(n.name, 0) > 0,
+                               accel_available=self.accel_available.get(n.name, True))
                       for n in self.nodes.nodes.values())
         ring = self.nodes.storage_ring()
         replicas = {ref: [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)] for ref in refs}
-        return ClusterView(nodes, replicas)
+        return ClusterView(nodes, replicas, Estimates(self.compute_s, self.link))
 
-    def place(self, state: FunctionState, refs):
+    def place(self, state: FunctionState, refs, policy=None):
         x = state.spec.get("x") or {}
-        invocation = Invocation(state.name, x.get("accelerator"), x.get("placement", "auto"), tuple(refs))
+        invocation = Invocation(state.name, x.get("accelerator"), x.get("placement", "auto"), tuple(refs),
+                                int(self.input_bytes.get(state.name, 0)))
         try:
-            decision = self.policy.place(invocation, self._view(state, refs))
+            decision = (policy or self.policy).place(invocation, self._view(state, refs))
         except NoNodeAvailable as exc:
             raise CallError(503, f"no node can run {state.name!r}: {exc}", "placement", {"Retry-After": "1"}) from None
         self.metrics.placements.labels(state.name, decision.target, decision.reason).inc()
@@ -252,9 +264,38 @@ class Invoker:
         meters.seconds.observe(time.perf_counter() - started)
         return result
 
+    def policy_named(self, name: str | None):
+        if not name:
+            return None
+        if name not in self.policies:
+            raise CallError(400, f"X-Nearfaas-Policy: unknown placement policy {name!r}; choose one of: {', '.join(self.policies)}", "placement")
+        return self.policies[name]
+
     async def _invoke(self, state, method, path, query, headers, body, call_id, started) -> CallResult:
         refs = find_input_refs(state.spec, body)
-        decision = self.place(state, refs)
+        # Placing and marking the accelerator busy happen with no await in between: decisions
+        # are taken one at a time in arrival order (first come, first served).
+        decision = self.place(state, refs, self.policy_named(headers.get("X-Nearfaas-Policy")))
+        offload = decision.target == "dscs"
+        if offload:
+            self.accel_inflight[decision.node] = self.accel_inflight.get(decision.node, 0) + 1
+        try:
+            result = await self._call(state, decision, refs, method, path, query, headers, body, call_id, started)
+        finally:
+            if offload:
+                self.accel_inflight[decision.node] -= 1
+        return result
+
+    def _learn(self, state: FunctionState, target: str, exec_s: float, data_s: float, bytes_moved: int) -> None:
+        """Fold one call's measurements into the estimates auto predicts with."""
+        alpha = 0.3
+        key = (state.name, target)
+        compute = max(0.0, exec_s - data_s)
+        self.compute_s[key] = compute if key not in self.compute_s else (1 - alpha) * self.compute_s[key] + alpha * compute
+        old = self.input_bytes.get(state.name)
+        self.input_bytes[state.name] = bytes_moved if old is None else (1 - alpha) * old + alpha * bytes_moved
+
+    async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started) -> CallResult:
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and not k.lower().startswith("x-nearfaas-")}
         forward.update({"X-Nearfaas-Call-Id": call_id, "X-Nearfaas-Method": method, "X-Nearfaas-Path": path, "X-Nearfaas-Query": query})
         if refs:
@@ -290,6 +331,9 @@ class Invoker:
         exec_s = float(reply_headers.get("X-Nearfaas-Exec-Seconds", 0) or 0)
         data_s = float(reply_headers.get("X-Nearfaas-Data-Seconds", 0) or 0)
         cold = cold_seconds or 0.0
+        if status < 400:
+            moved = int(reply_headers.get("X-Nearfaas-Bytes-Local", 0) or 0) + int(reply_headers.get("X-Nearfaas-Bytes-Remote", 0) or 0)
+            self._learn(state, decision.target, exec_s, data_s, moved)
         out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS}
         out.update({
             "X-Call-Id": call_id,
@@ -297,10 +341,13 @@ class Invoker:
             "X-Nearfaas-Start": "cold" if cold_seconds is not None else "warm",
             "X-Nearfaas-Node": decision.node,
             "X-Nearfaas-Placement": f"{decision.target};{decision.reason}",
+            "X-Nearfaas-Policy": (self.policy_named(headers.get("X-Nearfaas-Policy")) or self.policy).name,
             # Measured on this machine: stack = everything that is neither the handler nor a cold start.
             "X-Nearfaas-Timing": f"measured;total={total:.6f};cold_start={cold:.6f};stack={max(0.0, total - exec_s - cold):.6f};"
                                  f"data={data_s:.6f};compute={max(0.0, exec_s - data_s):.6f}",
         })
+        if decision.predicted_s is not None:  # the prediction, next to the measured outcome above
+            out["X-Nearfaas-Predicted"] = f"modelled;total={decision.predicted_s:.6f};link={self.link.name}"
         return CallResult(status, out, payload)
 
     # -- deployment ------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nearfaas.link.profiles import PROFILES
+from nearfaas.placement.policy import POLICIES
+
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
                      parse_duration, parse_int, parse_memory, read_mapping, read_text_file, short_repr, type_name)
 
@@ -25,9 +28,7 @@ NODE_CLASSES = ("dscs", "standard", "cpu")
 # Which classes make sense for which kind: DSCS and standard are storage hardware; a compute
 # node has only CPUs. Rejecting the other pairings catches swapped `kind`/`class` values.
 CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
-# Names of nearfaas.placement.policy.POLICIES; repeated here so that loading a spec does not
-# import the placement code (which itself reads specs).
-PLACEMENT_POLICIES = ("near-data", "compute-only")
+PLACEMENT_POLICIES = tuple(POLICIES)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link"}
@@ -300,6 +301,10 @@ def _link(value: Any, c: Collector) -> LinkSpec:
     if m is None:
         return LinkSpec()
     profile = _str(m, "profile", "link", c, "local", "local")
+    if profile not in PROFILES:
+        c.error("link.profile", f"unknown link profile {short_repr(profile)}",
+                f"use one of: {', '.join(PROFILES)} (see src/nearfaas/link/profiles.py for their numbers)")
+        profile = "local"
     return LinkSpec(profile=profile, options={k: v for k, v in m.items() if k != "profile"})
 
 
