@@ -161,3 +161,21 @@ def test_policies_need_no_server_process_or_socket():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "('auto', 's0'), ('compute-only', 'c0'), ('near-data', 's0')" in out.stdout
+
+
+def test_emulated_link_paces_bytes_and_samples_first_byte():
+    from nearfaas.link.profiles import EmulatedLink
+
+    clock = [0.0]
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        clock[0] += seconds
+
+    link = EmulatedLink(LinkProfile("t", 0.010, 0.010, 1_000_000), sleep=sleep, clock=lambda: clock[0])
+    assert link.first_byte() == pytest.approx(0.010)  # constant latency when median == p99
+    link.transfer(64 * 1024)  # within the initial burst credit: no wait
+    assert link.transfer(1_000_000) == pytest.approx(1.0)  # one second at 1 MB/s
+    assert sum(waits) == pytest.approx(1.010)
+    assert not EmulatedLink(PROFILES["local"]).active

@@ -150,7 +150,8 @@ def _child_env() -> dict:
 def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
-            "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32))]
+            "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32)),
+            "--link", layout.get("link_profile", "local")]
 
 
 def restart_node(state_dir: Path, name: str) -> int:

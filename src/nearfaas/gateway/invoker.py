@@ -295,6 +295,18 @@ class Invoker:
         old = self.input_bytes.get(state.name)
         self.input_bytes[state.name] = bytes_moved if old is None else (1 - alpha) * old + alpha * bytes_moved
 
+    def _count_link_bytes(self, function: str, header: str) -> None:
+        """The worker reports `<profile>;read=N;write=N;seconds=S`; count what crossed the link."""
+        name, *fields = header.split(";")
+        values = dict(f.split("=", 1) for f in fields if "=" in f)
+        for direction in ("read", "write"):
+            try:
+                moved = int(values.get(direction, 0))
+            except ValueError:
+                continue
+            if moved:
+                self.metrics.link_bytes.labels(name, direction, function).inc(moved)
+
     async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started) -> CallResult:
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and not k.lower().startswith("x-nearfaas-")}
         forward.update({"X-Nearfaas-Call-Id": call_id, "X-Nearfaas-Method": method, "X-Nearfaas-Path": path, "X-Nearfaas-Query": query})
@@ -331,6 +343,7 @@ class Invoker:
         exec_s = float(reply_headers.get("X-Nearfaas-Exec-Seconds", 0) or 0)
         data_s = float(reply_headers.get("X-Nearfaas-Data-Seconds", 0) or 0)
         cold = cold_seconds or 0.0
+        self._count_link_bytes(state.name, reply_headers.get("X-Nearfaas-Link", ""))
         if status < 400:
             moved = int(reply_headers.get("X-Nearfaas-Bytes-Local", 0) or 0) + int(reply_headers.get("X-Nearfaas-Bytes-Remote", 0) or 0)
             self._learn(state, decision.target, exec_s, data_s, moved)

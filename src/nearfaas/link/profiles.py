@@ -78,3 +78,50 @@ def get_profile(name: str) -> LinkProfile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown link profile {name!r}; choose one of: {', '.join(PROFILES)}") from None
+
+
+class EmulatedLink:
+    """A link profile applied in user space (this kernel has no netem) to one process's
+    transfers: each request waits a sampled first-byte latency, and its bytes drain through a
+    token bucket at the profile's bandwidth, shared by every transfer of the process."""
+
+    def __init__(self, profile: LinkProfile, seed: int | None = None, sleep=None, clock=None):
+        import threading
+        import time
+
+        self.profile = profile
+        self._rng = random.Random(seed)
+        self._sleep = sleep or time.sleep
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        # The bucket holds at most 64 KiB of credit: bursts beyond one chunk wait for tokens.
+        self._burst = 64 * 1024
+        self._tokens = float(self._burst)
+        self._last = self._clock()
+
+    @property
+    def active(self) -> bool:
+        return self.profile.first_byte_median_s > 0 or math.isfinite(self.profile.bandwidth_bytes_per_s)
+
+    def first_byte(self) -> float:
+        """Wait one request's first-byte latency; returns the seconds waited."""
+        with self._lock:
+            delay = self.profile.sample_first_byte_s(self._rng)
+        if delay > 0:
+            self._sleep(delay)
+        return delay
+
+    def transfer(self, nbytes: int) -> float:
+        """Wait until ``nbytes`` may have crossed the link; returns the seconds waited."""
+        rate = self.profile.bandwidth_bytes_per_s
+        if not math.isfinite(rate) or nbytes <= 0:
+            return 0.0
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * rate)
+            self._last = now
+            self._tokens -= nbytes  # may go negative: the debt is paid by waiting
+            wait = -self._tokens / rate if self._tokens < 0 else 0.0
+        if wait > 0:
+            self._sleep(wait)
+        return wait

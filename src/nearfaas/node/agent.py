@@ -26,7 +26,8 @@ INTERNAL = "/_nearfaas"
 
 
 class NodeAgent:
-    def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32):
+    def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
+                 link: str = "local"):
         self.name, self.kind, self.cls = name, kind, cls
         self.started = time.time()
         self.store = None
@@ -42,7 +43,7 @@ class NodeAgent:
             # Nodes listen on loopback behind the gateway, which authenticates clients; the
             # node accepts the gateway's unsigned internal calls (local mode).
             self.s3 = S3Frontend(LocalBackend(self.store))
-        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max)
+        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
 
@@ -125,7 +126,7 @@ class _NodeCollector:
 
 
 async def serve(args) -> None:
-    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max)
+    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link)
     app = web.Application(client_max_size=1024**3)
     agent.routes(app)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -152,6 +153,7 @@ def main(argv=None) -> None:
     parser.add_argument("--state", required=True)
     parser.add_argument("--gateway", required=True)
     parser.add_argument("--workers-max", type=int, default=32, help="worker processes this node may run at once")
+    parser.add_argument("--link", default="local", help="link profile its workers' remote object I/O crosses")
     args = parser.parse_args(argv)
     try:
         import uvloop

@@ -54,8 +54,10 @@ class PoolStats:
 
 
 class WorkerPools:
-    def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32):
+    def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32,
+                 link: str = "local"):
         self.node = node
+        self.link = link
         self.workers_max = workers_max
         self._starting = 0
         self.state_dir = state_dir
@@ -96,7 +98,7 @@ class WorkerPools:
             with open(self.log_path(name), "ab") as log:
                 process = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "nearfaas.runtime.worker", "--spec", str(spec_file), "--node", self.node,
-                    "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd),
+                    "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd), "--link", self.link,
                     *(["--store-root", str(self.store_root)] if self.store_root else []),
                     *(["--secrets-dir", str(secrets_dir)] if secrets_dir else []),
                     stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),

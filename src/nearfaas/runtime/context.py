@@ -19,6 +19,7 @@ from pathlib import Path
 
 # Imported with the worker (part of its cold start), not on a call's first read, where it
 # would be charged to that call's data-movement time.
+from nearfaas.link.profiles import EmulatedLink
 from nearfaas.node.objectfile import locate_object
 
 
@@ -63,6 +64,7 @@ class IOStats:
     bytes_read_local: int = 0
     bytes_read_remote: int = 0
     bytes_written: int = 0
+    link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
 
 
 class ObjectClient:
@@ -72,12 +74,15 @@ class ObjectClient:
     (no copy through any socket); any other read goes through the cluster's S3 endpoint.
     """
 
-    def __init__(self, gateway: str, store_root: str | None, stats: IOStats | None = None, auth_headers=None):
+    def __init__(self, gateway: str, store_root: str | None, stats: IOStats | None = None, auth_headers=None,
+                 link: EmulatedLink | None = None):
         self._gateway = urllib.parse.urlsplit(gateway)
         self._store_root = Path(store_root) if store_root else None
         self._conn: http.client.HTTPConnection | None = None
         self.stats = stats or IOStats()
         self._auth_headers = auth_headers  # callable(method, path, body) -> headers, when keys are set
+        # Every remote read or write crosses the compute <-> storage link; a local mmap never does.
+        self._link = link if link is not None and link.active else None
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, ref, key: str | None = None) -> memoryview | bytes:
@@ -133,6 +138,10 @@ class ObjectClient:
     def _request(self, method: str, ref: ObjectRef, body: bytes | None, headers: dict | None = None) -> bytes:
         path = "/" + urllib.parse.quote(ref.bucket) + "/" + urllib.parse.quote(ref.key, safe="/~")
         headers = dict(headers or {})
+        if self._link is not None:
+            self.stats.link_seconds += self._link.first_byte()
+            if body:
+                self.stats.link_seconds += self._link.transfer(len(body))
         if self._auth_headers:
             headers.update(self._auth_headers(method, path, body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
@@ -150,6 +159,8 @@ class ObjectClient:
                 continue
             if resp.status >= 300:
                 raise ObjectError(resp.status, ref, payload)
+            if self._link is not None and method == "GET":
+                self.stats.link_seconds += self._link.transfer(len(payload))
             return payload
         raise AssertionError("unreachable")
 

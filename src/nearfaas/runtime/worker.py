@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
+from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.runtime.context import Context, Event, IOStats, ObjectClient, ObjectRef, Secrets
 
 CLASSIC_LANGS = {"python3", "python3-flask"}
@@ -96,7 +97,8 @@ def to_response(result) -> tuple[int, dict, bytes]:
 
 
 class Worker:
-    def __init__(self, spec: dict, node: str, gateway: str, store_root: str | None, secrets_dir: str | None, instance: str):
+    def __init__(self, spec: dict, node: str, gateway: str, store_root: str | None, secrets_dir: str | None, instance: str,
+                 link: str = "local"):
         self.spec = spec
         self.name = spec["name"]
         self.node = node
@@ -113,6 +115,7 @@ class Worker:
         self.gateway = gateway
         self.store_root = store_root
         self.secrets = Secrets(secrets_dir)
+        self.link = EmulatedLink(get_profile(link))
         self.module, self.handle = load_handler(spec["handler_dir"])
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.classic = spec.get("lang") in CLASSIC_LANGS
@@ -120,7 +123,7 @@ class Worker:
 
     def _objects(self, stats: IOStats) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement.
-        return ObjectClient(self.gateway, self.store_root, stats)
+        return ObjectClient(self.gateway, self.store_root, stats, link=self.link)
 
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
@@ -187,6 +190,9 @@ class Worker:
             "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",
             "X-Nearfaas-Bytes-Local": str(stats.bytes_read_local),
             "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
+            # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
+            "X-Nearfaas-Link": f"{self.link.profile.name};read={stats.bytes_read_remote};write={stats.bytes_written};"
+                               f"seconds={stats.link_seconds:.6f}",
             "X-Nearfaas-Instance": self.instance,
         })
         try:
@@ -209,7 +215,7 @@ async def _main(args) -> None:
     instance = args.instance
     for stream, fd in (("stdout", 1), ("stderr", 2)):
         setattr(sys, stream, JsonLineWriter(fd, spec["name"], instance, stream))
-    worker = Worker(spec, args.node, args.gateway, args.store_root, args.secrets_dir, instance)
+    worker = Worker(spec, args.node, args.gateway, args.store_root, args.secrets_dir, instance, args.link)
     init = getattr(worker.module, "init", None)
     if callable(init):
         init()  # optional one-time set-up (model load): part of the cold start, by design
@@ -247,6 +253,7 @@ def main(argv=None) -> None:
     parser.add_argument("--store-root", default=None, help="this node's object store, for zero-copy local reads")
     parser.add_argument("--secrets-dir", default=None)
     parser.add_argument("--instance", required=True)
+    parser.add_argument("--link", default="local", help="emulated compute<->storage link profile for remote object I/O")
     parser.add_argument("--ready-fd", type=int, required=True)
     args = parser.parse_args(argv)
     _die_with_parent()

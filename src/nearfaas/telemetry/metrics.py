@@ -27,6 +27,8 @@ class GatewayMetrics:
                                             ["function_name"], buckets=LATENCY_BUCKETS, registry=r)
         self.inflight = Gauge("nearfaas_inflight", "Calls in flight per function", ["function_name"], registry=r)
         self.placements = Counter("nearfaas_placement", "Placement decisions", ["function", "target", "reason"], registry=r)
+        self.link_bytes = Counter("nearfaas_link_bytes", "Object bytes that crossed the emulated compute<->storage link",
+                                  ["link", "direction", "function_name"], registry=r)
         self.async_queue = Gauge("nearfaas_async_queue_depth", "Async calls waiting or running", registry=r)
 
     def render(self) -> bytes:

@@ -1,0 +1,49 @@
+"""The emulated storage link: remote object I/O pays it and is counted; a local mmap does not."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from nearfaas.cluster import launcher
+from nearfaas.link.profiles import PROFILES
+from nearfaas.spec.cluster import LinkSpec
+
+from conftest import start_cluster
+
+pytestmark = pytest.mark.integration
+SIZE = 4 * 1024 * 1024
+
+
+def _link(resp) -> dict:
+    name, *fields = resp.headers["X-Nearfaas-Link"].split(";")
+    return {"name": name} | {k: float(v) for k, v in (f.split("=") for f in fields)}
+
+
+def test_s3_like_link_is_paid_by_remote_reads_only(tmp_path, functions_dir):
+    state = tmp_path / "state"
+    cluster = start_cluster(state, link=LinkSpec(profile="s3-like"))
+    try:
+        s3 = cluster.s3()
+        s3.create_bucket(Bucket="linked")
+        s3.put_object(Bucket="linked", Key="big.bin", Body=b"\x01" * SIZE)
+        assert cluster.deploy("reader", functions_dir / "upper", **{"x-nearfaas": {"accelerator": "dscs"}}).status_code == 202
+        body = {"input": {"bucket": "linked", "key": "big.bin"}}
+        near = requests.post(f"{cluster.url}/function/reader", json=body, timeout=60)
+        far = requests.post(f"{cluster.url}/function/reader", json=body, headers={"X-Nearfaas-Policy": "compute-only"}, timeout=60)
+        assert near.status_code == far.status_code == 200
+        n, f = _link(near), _link(far)
+        assert n["name"] == f["name"] == "s3-like"
+        # Near the data: the input is mmapped; only the output write crosses the link.
+        assert n["read"] == 0 and n["write"] == SIZE
+        # On a compute node: the input crosses too, and the link's time is paid for it.
+        assert f["read"] == SIZE and f["write"] == SIZE
+        profile = PROFILES["s3-like"]
+        assert f["seconds"] >= (2 * SIZE - 64 * 1024) / profile.bandwidth_bytes_per_s
+        assert f["seconds"] > n["seconds"]
+        metrics = requests.get(f"{cluster.url}/metrics").text
+        line = next(x for x in metrics.splitlines()
+                    if x.startswith('nearfaas_link_bytes_total{direction="read",function_name="reader",link="s3-like"}'))
+        assert float(line.split()[-1]) == SIZE
+    finally:
+        launcher.down(state)
