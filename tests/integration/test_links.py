@@ -31,16 +31,18 @@ def test_s3_like_link_is_paid_by_remote_reads_only(tmp_path, functions_dir):
         body = {"input": {"bucket": "linked", "key": "big.bin"}}
         near = requests.post(f"{cluster.url}/function/reader", json=body, timeout=60)
         far = requests.post(f"{cluster.url}/function/reader", json=body, headers={"X-Nearfaas-Policy": "compute-only"}, timeout=60)
-        assert near.status_code == far.status_code == 200
+        assert near.status_code == far.status_code == 200, (near.text, far.text)
+        diag = {r: (resp.headers.get("X-Nearfaas-Placement"), resp.headers.get("X-Nearfaas-Link")) for r, resp in (("near", near), ("far", far))}
         n, f = _link(near), _link(far)
+        assert near.headers["X-Nearfaas-Placement"] == "dscs;home-replica", diag
         assert n["name"] == f["name"] == "s3-like"
         # Near the data: the input is mmapped; only the output write crosses the link.
-        assert n["read"] == 0 and n["write"] == SIZE
+        assert n["read"] == 0 and n["write"] == SIZE, diag
         # On a compute node: the input crosses too, and the link's time is paid for it.
-        assert f["read"] == SIZE and f["write"] == SIZE
+        assert f["read"] == SIZE and f["write"] == SIZE, diag
         profile = PROFILES["s3-like"]
-        assert f["seconds"] >= (2 * SIZE - 64 * 1024) / profile.bandwidth_bytes_per_s
-        assert f["seconds"] > n["seconds"]
+        assert f["seconds"] >= (2 * SIZE - 64 * 1024) / profile.bandwidth_bytes_per_s, diag
+        assert f["seconds"] > n["seconds"], diag
         metrics = requests.get(f"{cluster.url}/metrics").text
         line = next(x for x in metrics.splitlines()
                     if x.startswith('nearfaas_link_bytes_total{direction="read",function_name="reader",link="s3-like"}'))

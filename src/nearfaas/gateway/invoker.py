@@ -85,6 +85,14 @@ class CallResult:
     body: bytes
 
 
+class NodeLost(Exception):
+    """The node chosen for a call stopped answering; ``started`` says whether the call reached it."""
+
+    def __init__(self, node: str, detail: str, started: bool):
+        super().__init__(detail)
+        self.node, self.detail, self.started = node, detail, started
+
+
 class CallError(Exception):
     """A call that failed before or around the function: status, message and the layer to blame."""
 
@@ -236,11 +244,17 @@ class Invoker:
             asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
 
     def _reconcile_node(self, node) -> None:
-        """Forget instances that their node no longer runs (they exited or were killed)."""
+        """Forget instances that their node no longer runs (they exited or were killed).
+
+        Only a node that answered says which workers run: an unhealthy one is out of placement
+        anyway, and its instances are dropped when a call to them fails or when it answers again."""
+        if not node.healthy:
+            return
         alive = {w["id"] for w in node.status.get("workers", [])}
         settled = time.monotonic() - 2 * HEALTH_INTERVAL_S  # a poll sent before a worker registered says nothing of it
         for state in self.functions.values():
-            for inst in [i for i in state.instances.values() if i.node == node.name and i.id not in alive and i.born < settled]:
+            for inst in [i for i in state.instances.values()
+                         if i.node == node.name and i.id not in alive and i.born < settled]:
                 self.drop_instance(state, inst, stop=False)
 
     # -- calls -----------------------------------------------------------------------------------
@@ -275,16 +289,28 @@ class Invoker:
         refs = find_input_refs(state.spec, body)
         # Placing and marking the accelerator busy happen with no await in between: decisions
         # are taken one at a time in arrival order (first come, first served).
-        decision = self.place(state, refs, self.policy_named(headers.get("X-Nearfaas-Policy")))
-        offload = decision.target == "dscs"
-        if offload:
-            self.accel_inflight[decision.node] = self.accel_inflight.get(decision.node, 0) + 1
-        try:
-            result = await self._call(state, decision, refs, method, path, query, headers, body, call_id, started)
-        finally:
+        policy = self.policy_named(headers.get("X-Nearfaas-Policy"))
+        idempotent = bool((state.spec.get("x") or {}).get("idempotent"))
+        for attempt in (1, 2):
+            decision = self.place(state, refs, policy)
+            offload = decision.target == "dscs"
             if offload:
-                self.accel_inflight[decision.node] -= 1
-        return result
+                self.accel_inflight[decision.node] = self.accel_inflight.get(decision.node, 0) + 1
+            try:
+                return await self._call(state, decision, refs, method, path, query, headers, body, call_id, started)
+            except NodeLost as lost:
+                # The node is now out of placement: place again, once, if that cannot run the
+                # function twice (it never started) or the function says running twice is fine.
+                if attempt == 2 or (lost.started and not idempotent):
+                    hint = "" if idempotent or not lost.started else (
+                        "; not retried because the function is not declared idempotent (x-nearfaas.idempotent: true)")
+                    raise CallError(502, f"node {lost.node} was lost {'during' if lost.started else 'before'} the call of "
+                                         f"{state.name!r}: {lost.detail}{hint}", "node") from None
+                self.metrics.placements.labels(state.name, "retry", "node-lost").inc()
+            finally:
+                if offload:
+                    self.accel_inflight[decision.node] -= 1
+        raise AssertionError("unreachable")
 
     def _learn(self, state: FunctionState, target: str, exec_s: float, data_s: float, bytes_moved: int) -> None:
         """Fold one call's measurements into the estimates auto predicts with."""
@@ -314,7 +340,12 @@ class Invoker:
             forward["X-Nearfaas-Input"] = json.dumps({"bucket": refs[0][0], "key": refs[0][1]})
         exec_timeout = float(state.spec.get("exec_timeout", 10.0))
         for attempt in (1, 2):
-            instance, cold_seconds = await self.acquire(state, decision.node)
+            try:
+                instance, cold_seconds = await self.acquire(state, decision.node)
+            except CallError as exc:
+                if exc.status == 503 and exc.layer == "node":  # the node did not answer the cold start
+                    raise NodeLost(decision.node, str(exc), started=False) from None
+                raise
             instance.inflight += 1
             instance.calls += 1
             try:
@@ -324,6 +355,8 @@ class Invoker:
             except WorkerUnreachable:
                 # Never reached the worker (it exited a moment ago): safe to retry on another one.
                 self.drop_instance(state, instance, stop=False)
+                if not await self.nodes.probe(decision.node):
+                    raise NodeLost(decision.node, "its worker refused the connection and the node does not answer", started=False) from None
                 if attempt == 2:
                     raise CallError(502, f"could not reach a worker of {state.name!r} on {decision.node}", "worker") from None
             except TimeoutError:
@@ -332,6 +365,8 @@ class Invoker:
                                      f"+ {BACKSTOP_MARGIN_S:g}s; the worker on {decision.node} was stopped", "gateway") from None
             except WorkerFailed as exc:
                 self.drop_instance(state, instance, stop=True)
+                if not await self.nodes.probe(decision.node):
+                    raise NodeLost(decision.node, f"the connection broke mid-call ({exc}) and the node does not answer", started=True) from None
                 raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
             finally:
                 instance.inflight -= 1

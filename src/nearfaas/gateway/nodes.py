@@ -14,7 +14,10 @@ import aiohttp
 
 from nearfaas.gateway.replicas import StorageNode
 
-HEALTH_INTERVAL_S = 1.0
+# A node that stops answering leaves placement within HEALTH_INTERVAL_S + HEALTH_TIMEOUT_S
+# (1.5 s), inside the 2 s bound; a refused connection is noticed at the next poll (0.5 s).
+HEALTH_INTERVAL_S = 0.5
+HEALTH_TIMEOUT_S = 1.0
 
 
 @dataclass
@@ -76,13 +79,18 @@ class NodeDirectory:
 
     async def _poll(self, node: Node) -> None:
         try:
-            async with self.session.get(f"{node.url}/_nearfaas/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+            async with self.session.get(f"{node.url}/_nearfaas/health", timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)) as resp:
                 node.status = await resp.json()
             node.healthy, node.last_seen, node.last_error = True, time.time(), ""
-            for callback in self.on_poll:
-                callback(node)
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             node.healthy, node.last_error = False, f"{type(exc).__name__}: {exc}"
+        for callback in self.on_poll:  # told either way: a node that went down takes its workers with it
+            callback(node)
+
+    async def probe(self, name: str) -> bool:
+        """Poll one node now (a call to it just failed): is it still there?"""
+        await self._poll(self.nodes[name])
+        return self.nodes[name].healthy
 
     # -- internal API ----------------------------------------------------------------------------
     async def call(self, node_name: str, method: str, path: str, *, json=None, timeout: float = 30.0):

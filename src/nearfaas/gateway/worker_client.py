@@ -106,9 +106,14 @@ class WorkerClient:
                     # cancellation), the connection is in an unknown state: never pool it again.
                     if conn is not None:
                         conn.close()
+                    if attempt == 2 and isinstance(exc, WorkerUnreachable):
+                        # The first attempt may have reached a worker that then died (EOF looks the
+                        # same as an idle close): the caller must not treat this call as unsent.
+                        raise WorkerFailed("the worker closed the connection and can no longer be reached; "
+                                           "the request may have been delivered") from None
                     if isinstance(exc, (asyncio.IncompleteReadError, ConnectionError)):
-                        # A pooled connection the worker had closed fails before any answer arrives:
-                        # the request was never taken, so one fresh try is safe.
+                        # Usually a pooled connection the worker had closed while idle: one fresh try.
+                        # If the worker died instead, the fresh try cannot connect (handled above).
                         if reused and attempt == 1 and isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
                             continue
                         raise WorkerFailed(f"connection to the worker broke: {type(exc).__name__}") from None

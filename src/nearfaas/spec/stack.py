@@ -53,7 +53,7 @@ KNOWN_FUNCTION_KEYS = {
     "build_options", "build_secrets", "readonly_root_filesystem", "skip_build", "namespace",
     "platforms", X_KEY,
 }
-X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates"}
+X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent"}
 ACCELERATORS = ("dscs",)
 PLACEMENTS = ("data", "compute", "auto")
 
@@ -75,10 +75,11 @@ class NearfaasOptions:
     inputs: list[str] = field(default_factory=lambda: ["input"])  # where {bucket,key} sits in the request
     chain: list[str] = field(default_factory=list)  # functions that receive this one's output, in order
     keep_intermediates: bool = False        # keep objects written between chained steps
+    idempotent: bool = False                # safe to run twice: a call lost with its node is retried elsewhere
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
-                "chain": list(self.chain), "keep_intermediates": self.keep_intermediates}
+                "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -291,11 +292,12 @@ def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
     if opts.accelerator == "dscs" and opts.placement == "compute":
         c.error(join_path(path, "placement"), "accelerator: dscs runs on a storage node, but placement: compute "
                 "forbids storage nodes", "use placement: data or auto, or drop the accelerator")
-    if "keep_intermediates" in m:
-        try:
-            opts.keep_intermediates = parse_bool(m["keep_intermediates"])
-        except ValueError as exc:
-            c.error(join_path(path, "keep_intermediates"), str(exc), "write true or false")
+    for flag in ("keep_intermediates", "idempotent"):
+        if flag in m:
+            try:
+                setattr(opts, flag, parse_bool(m[flag]))
+            except ValueError as exc:
+                c.error(join_path(path, flag), str(exc), "write true or false")
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
