@@ -133,7 +133,7 @@ def test_exec_timeout_gives_504_naming_the_layer_and_replaces_worker(cluster, fu
 
 def test_max_inflight_gives_429_with_retry_after(cluster, functions_dir):
     cluster.deploy("narrow", functions_dir / "slow", envVars={"max_inflight": "1"},
-                   labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"})
+                   labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}, **{"x-nearfaas": {"queue_depth": 0}})
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/narrow?sleep=0.8", timeout=30), range(4)))
     codes = sorted(r.status_code for r in results)

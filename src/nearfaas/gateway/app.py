@@ -82,8 +82,10 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     async def startup(app):
         await nodes.start()
         await api.restore()
+        app["reaper"] = asyncio.get_running_loop().create_task(invoker.reap_idle_forever())
 
     async def cleanup(app):
+        app["reaper"].cancel()
         await api.queue.stop()
         await nodes.stop()
 

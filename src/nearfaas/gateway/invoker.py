@@ -35,6 +35,7 @@ class Instance:
     calls: int = 0
     draining: bool = False  # stop once its in-flight calls finish (update, scale-down)
     born: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
 
     @property
     def url(self) -> str:
@@ -51,6 +52,13 @@ class FunctionState:
     desired: int = 1
     meters: FunctionMeters | None = None
     scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: int = 0  # calls queued for a free instance
+    freed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        """Wake every queued call: a slot freed or an instance arrived (each re-checks)."""
+        event, self.freed = self.freed, asyncio.Event()
+        event.set()
 
     @property
     def name(self) -> str:
@@ -196,8 +204,25 @@ class Invoker:
                 continue
             if not limit:
                 return min(local, key=lambda i: i.inflight), None
-            raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {len(local)} instance(s) "
-                                 f"and at its scale limit; retry later", "gateway", {"Retry-After": "1"})
+            await self._wait_for_slot(state, limit, len(local))
+
+    async def _wait_for_slot(self, state: FunctionState, limit: int, instances: int) -> None:
+        """Every instance is full and the function is at its scale limit: wait in a bounded
+        queue (x-nearfaas.queue_depth) for a call to finish, rather than fail at once."""
+        depth = int((state.spec.get("x") or {}).get("queue_depth", 100))
+        if state.waiting >= depth:
+            raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {instances} instance(s), at its "
+                                 f"scale limit, with {state.waiting} call(s) queued (queue_depth={depth}); retry later",
+                            "gateway", {"Retry-After": "1"})
+        state.waiting += 1
+        try:
+            async with asyncio.timeout(float(state.spec.get("exec_timeout", 10.0))):
+                await state.freed.wait()
+        except TimeoutError:
+            raise CallError(429, f"function {state.name!r}: no instance became free within exec_timeout while queued; retry later",
+                            "gateway", {"Retry-After": "1"}) from None
+        finally:
+            state.waiting -= 1
 
     async def _cold_start(self, state: FunctionState, node: str) -> tuple[Instance, float]:
         future = asyncio.get_running_loop().create_future()
@@ -215,6 +240,7 @@ class Invoker:
                 raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
                                 {"Retry-After": "1"})
             state.instances[instance.id] = instance
+            state.notify()
             seconds = float(info["cold_start_seconds"])
             self.metrics.cold_starts.labels(state.name, node).inc()
             self.metrics.cold_start_seconds.labels(state.name).observe(seconds)
@@ -370,6 +396,8 @@ class Invoker:
                 raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
             finally:
                 instance.inflight -= 1
+                instance.last_used = time.monotonic()
+                state.notify()
                 if instance.draining and not instance.inflight:
                     self._retire(instance, stop=True)
         if reply_headers.get("X-Nearfaas-Error") == "exec-timeout":
@@ -445,3 +473,32 @@ class Invoker:
             while len(state.instances) > state.desired:
                 victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
                 self.drop_instance(state, victim, stop=True)
+
+    # -- idle instances --------------------------------------------------------------------------
+    def reap_idle(self, now: float | None = None) -> None:
+        """Stop instances idle past x-nearfaas.keep_alive above the function's floor, and scale a
+        com.openfaas.scale.zero function to zero once idle for its zero-duration."""
+        now = time.monotonic() if now is None else now
+        for state in list(self.functions.values()):
+            x = state.spec.get("x") or {}
+            scale_zero = bool(state.spec.get("scale_zero"))
+            idle = sorted((i for i in state.instances.values() if not i.inflight), key=lambda i: i.last_used)
+            if scale_zero and state.instances and len(idle) == len(state.instances) and \
+                    all(now - i.last_used >= float(state.spec.get("scale_zero_after", 300.0)) for i in idle):
+                state.desired = 0
+                for inst in idle:
+                    self.drop_instance(state, inst, stop=True)
+                continue
+            floor = max(state.desired, 1) if scale_zero else state.desired
+            surplus = len(state.instances) - floor
+            for inst in idle:
+                if surplus <= 0:
+                    break
+                if now - inst.last_used >= float(x.get("keep_alive", 60.0)):
+                    self.drop_instance(state, inst, stop=True)
+                    surplus -= 1
+
+    async def reap_idle_forever(self, every_s: float = 0.5) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.reap_idle()

@@ -42,6 +42,7 @@ DEFAULT_SCALE_MAX = 5
 LABEL_SCALE_MIN = "com.openfaas.scale.min"
 LABEL_SCALE_MAX = "com.openfaas.scale.max"
 LABEL_SCALE_ZERO = "com.openfaas.scale.zero"
+LABEL_ZERO_DURATION = "com.openfaas.scale.zero-duration"  # idle time before scaling to zero (faas-idler)
 X_KEY = "x-nearfaas"
 
 KNOWN_TOP_KEYS = {"version", "provider", "functions", "configuration"}
@@ -53,7 +54,7 @@ KNOWN_FUNCTION_KEYS = {
     "build_options", "build_secrets", "readonly_root_filesystem", "skip_build", "namespace",
     "platforms", X_KEY,
 }
-X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent"}
+X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive"}
 ACCELERATORS = ("dscs",)
 PLACEMENTS = ("data", "compute", "auto")
 
@@ -76,10 +77,13 @@ class NearfaasOptions:
     chain: list[str] = field(default_factory=list)  # functions that receive this one's output, in order
     keep_intermediates: bool = False        # keep objects written between chained steps
     idempotent: bool = False                # safe to run twice: a call lost with its node is retried elsewhere
+    queue_depth: int = 100                  # calls that may wait for a free instance, then 429
+    keep_alive: float = 60.0                # seconds an idle instance above scale.min stays warm
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
-                "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent}
+                "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
+                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -141,6 +145,7 @@ class FunctionSpec:
     scale_min: int = DEFAULT_SCALE_MIN
     scale_max: int = DEFAULT_SCALE_MAX
     scale_zero: bool = False
+    scale_zero_after: float = 300.0         # com.openfaas.scale.zero-duration, seconds
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     limits: dict[str, str] = field(default_factory=dict)     # {"memory": "128Mi", "cpu": "500m"}
@@ -161,7 +166,7 @@ class FunctionSpec:
             "environment": dict(self.environment), "read_timeout": self.read_timeout,
             "write_timeout": self.write_timeout, "exec_timeout": self.exec_timeout,
             "max_inflight": self.max_inflight, "scale_min": self.scale_min, "scale_max": self.scale_max,
-            "scale_zero": self.scale_zero, "labels": dict(self.labels), "annotations": dict(self.annotations),
+            "scale_zero": self.scale_zero, "scale_zero_after": self.scale_zero_after, "labels": dict(self.labels), "annotations": dict(self.annotations),
             "limits": dict(self.limits), "secrets": list(self.secrets), "constraints": list(self.constraints),
             "x": self.x.to_dict(), "requests": dict(self.requests), "image": self.image,
         }
@@ -189,7 +194,7 @@ class FunctionSpec:
 _WIRE_OPTIONAL: dict[str, tuple[type, Any]] = {
     "environment": (dict, {}), "read_timeout": (float, DEFAULT_TIMEOUT_S), "write_timeout": (float, DEFAULT_TIMEOUT_S),
     "exec_timeout": (float, DEFAULT_TIMEOUT_S), "max_inflight": (int, 0), "scale_min": (int, DEFAULT_SCALE_MIN),
-    "scale_max": (int, DEFAULT_SCALE_MAX), "scale_zero": (bool, False), "labels": (dict, {}),
+    "scale_max": (int, DEFAULT_SCALE_MAX), "scale_zero": (bool, False), "scale_zero_after": (float, 300.0), "labels": (dict, {}),
     "annotations": (dict, {}), "limits": (dict, {}), "secrets": (list, []), "constraints": (list, []),
     "requests": (dict, {}), "image": (str, ""),
 }
@@ -292,6 +297,18 @@ def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
     if opts.accelerator == "dscs" and opts.placement == "compute":
         c.error(join_path(path, "placement"), "accelerator: dscs runs on a storage node, but placement: compute "
                 "forbids storage nodes", "use placement: data or auto, or drop the accelerator")
+    if "queue_depth" in m:
+        try:
+            opts.queue_depth = parse_int(m["queue_depth"])
+            if opts.queue_depth < 0:
+                raise ValueError("must not be negative")
+        except ValueError as exc:
+            c.error(join_path(path, "queue_depth"), f"bad value {short_repr(m['queue_depth'])}: {exc}", "write e.g. queue_depth: 100")
+    if "keep_alive" in m:
+        try:
+            opts.keep_alive = parse_duration(m["keep_alive"])
+        except ValueError as exc:
+            c.error(join_path(path, "keep_alive"), str(exc), 'write a duration, e.g. keep_alive: 60s')
     for flag in ("keep_intermediates", "idempotent"):
         if flag in m:
             try:
@@ -358,7 +375,13 @@ def _environment(fn: dict[str, Any], path: str, base_dir: Path, c: Collector) ->
 
 def _scale(labels: dict[str, str], path: str, c: Collector) -> dict[str, Any]:
     """OpenFaaS autoscaling labels; the values are strings in OpenFaaS, numbers accepted too."""
-    out: dict[str, Any] = {"scale_min": DEFAULT_SCALE_MIN, "scale_max": DEFAULT_SCALE_MAX, "scale_zero": False}
+    out: dict[str, Any] = {"scale_min": DEFAULT_SCALE_MIN, "scale_max": DEFAULT_SCALE_MAX, "scale_zero": False,
+                           "scale_zero_after": 300.0}
+    if LABEL_ZERO_DURATION in labels:
+        try:
+            out["scale_zero_after"] = parse_duration(labels[LABEL_ZERO_DURATION])
+        except ValueError as exc:
+            c.error(join_path(path, LABEL_ZERO_DURATION), str(exc), f'write a duration, e.g. {LABEL_ZERO_DURATION}: "5m"')
     both_ok = True
     for label, key in ((LABEL_SCALE_MIN, "scale_min"), (LABEL_SCALE_MAX, "scale_max")):
         if label in labels:
