@@ -69,6 +69,13 @@ class Cluster:
             self.wait_warm(name)
         return resp
 
+    def post_concurrently(self, path: str, n: int, timeout: float = 60.0) -> list[requests.Response]:
+        """``n`` calls of ``POST <gateway><path>`` at once; the answers in call order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(n) as pool:
+            return list(pool.map(lambda _: requests.post(f"{self.url}{path}", timeout=timeout), range(n)))
+
     def wait_warm(self, name: str, replicas: int = 1, timeout: float = 60.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -134,8 +134,7 @@ def test_exec_timeout_gives_504_naming_the_layer_and_replaces_worker(cluster, fu
 def test_max_inflight_gives_429_with_retry_after(cluster, functions_dir):
     cluster.deploy("narrow", functions_dir / "slow", envVars={"max_inflight": "1"},
                    labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}, **{"x-nearfaas": {"queue_depth": 0}})
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/narrow?sleep=0.8", timeout=30), range(4)))
+    results = cluster.post_concurrently("/function/narrow?sleep=0.8", 4, timeout=30)
     codes = sorted(r.status_code for r in results)
     assert codes.count(200) >= 1 and 429 in codes, codes
     rejected = next(r for r in results if r.status_code == 429)
@@ -246,8 +245,7 @@ def test_bodies_up_to_the_gateway_limit_reach_the_handler(cluster, functions_dir
 def test_calls_queued_behind_busy_threads_do_not_count_against_exec_timeout(cluster, functions_dir):
     cluster.deploy("queued", functions_dir / "slow", envVars={"exec_timeout": "1s"},
                    labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"})
-    with ThreadPoolExecutor(12) as pool:  # 12 calls, 8 handler threads: 4 wait ~0.6 s for a thread
-        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/queued?sleep=0.6", timeout=30), range(12)))
+    results = cluster.post_concurrently("/function/queued?sleep=0.6", 12, timeout=30)
     assert [r.status_code for r in results] == [200] * 12, [r.text for r in results if r.status_code != 200]
 
 

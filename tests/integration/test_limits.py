@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -26,9 +25,7 @@ def test_workers_max_and_gateway_max_inflight(tmp_path, functions_dir):
         refused = requests.post(f"{cluster.url}/function/second")
         assert refused.status_code == 429 and "workers_max=1" in refused.text
 
-        with ThreadPoolExecutor(3) as pool:
-            codes = sorted(r.status_code for r in pool.map(
-                lambda _: requests.post(f"{cluster.url}/function/first?sleep=0.5", timeout=30), range(3)))
+        codes = sorted(r.status_code for r in cluster.post_concurrently("/function/first?sleep=0.5", 3, timeout=30))
         assert codes[0] == 200 and 429 in codes, codes
     finally:
         launcher.down(state)

@@ -4,7 +4,6 @@ scale to zero."""
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -19,8 +18,7 @@ def _available(cluster, name) -> int:
 def test_calls_wait_in_a_bounded_queue_then_get_429(cluster, functions_dir):
     cluster.deploy("queued1", functions_dir / "slow", envVars={"max_inflight": "1"},
                    labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}, **{"x-nearfaas": {"queue_depth": 2}})
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/queued1?sleep=0.4", timeout=30), range(4)))
+    results = cluster.post_concurrently("/function/queued1?sleep=0.4", 4, timeout=30)
     codes = sorted(r.status_code for r in results)
     assert codes == [200, 200, 200, 429], codes  # one running, two queued, one over the depth
     assert "queue_depth=2" in next(r.text for r in results if r.status_code == 429)
@@ -31,8 +29,7 @@ def test_burst_on_a_cold_function_starts_at_most_max_replicas(cluster, functions
                           labels={"com.openfaas.scale.min": "0", "com.openfaas.scale.max": "3", "com.openfaas.scale.zero": "true"},
                           **{"x-nearfaas": {"keep_alive": "1s"}})
     assert resp.status_code == 202
-    with ThreadPoolExecutor(20) as pool:
-        results = list(pool.map(lambda _: requests.post(f"{cluster.url}/function/bursty?sleep=0.2", timeout=60), range(20)))
+    results = cluster.post_concurrently("/function/bursty?sleep=0.2", 20, timeout=60)
     assert [r.status_code for r in results] == [200] * 20, [r.text for r in results if r.status_code != 200]
     metrics = requests.get(f"{cluster.url}/metrics").text
     started = sum(float(line.split()[-1]) for line in metrics.splitlines()
