@@ -421,6 +421,34 @@ def secret_create(name, literal, from_file, state, gateway):
     console.print(f"secret {name} stored")
 
 
+@main.group()
+def bench():
+    """Benchmarks that run on private clusters of their own (all numbers measured here)."""
+
+
+@bench.command("placement")
+@click.option("--quick", is_flag=True, help="two input sizes over the s3-like link (about a minute)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (per policy: link_bytes, p50_ms)")
+def bench_placement(quick, as_json):
+    """The same data-heavy stage under near-data and compute-only placement, side by side."""
+    from nearfaas.bench.placement import run
+
+    with err.status("starting...") as status:
+        result = run(quick, progress=lambda m: status.update(m))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    table = Table("link", "input", "near-data p50 ms", "link MB", "compute-only p50 ms", "link MB", "data share", "speedup",
+                  title="placement (measured; link delays injected from the profiles)")
+    for profile, sizes in result["results"].items():
+        for size, p in sizes.items():
+            nd, co = p["near-data"], p["compute-only"]
+            table.add_row(profile, f"{int(size) // 1024} KiB", f"{nd['p50_ms']:.1f}", f"{nd['link_bytes'] / 1e6:.2f}",
+                          f"{co['p50_ms']:.1f}", f"{co['link_bytes'] / 1e6:.2f}", f"{co['data_share']:.0%}",
+                          f"{co['p50_ms'] / nd['p50_ms']:.2f}x")
+    console.print(table)
+
+
 @main.command()
 @click.option("--keep", is_flag=True, help="leave the cluster running afterwards")
 @common_state

@@ -49,3 +49,20 @@ def test_s3_like_link_is_paid_by_remote_reads_only(tmp_path, functions_dir):
         assert float(line.split()[-1]) == SIZE
     finally:
         launcher.down(state)
+
+
+def test_bench_placement_quick_json_has_link_bytes_and_p50_per_policy():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = subprocess.run([sys.executable, "-m", "nearfaas.cli", "bench", "placement", "--quick", "--json"], capture_output=True,
+                         text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    near, far = result["policies"]["near-data"], result["policies"]["compute-only"]
+    assert far["link_bytes"] == 2 * near["link_bytes"] > 0  # compute-only also moves the input
+    assert near["p50_ms"] > 0 and far["p50_ms"] > 0
+    for size in result["results"]["s3-like"].values():
+        assert size["near-data"]["outputs_identical"] and size["near-data"]["sha256"] == size["compute-only"]["sha256"]
