@@ -61,7 +61,15 @@ def test_call_right_after_a_kill_is_placed_again(fresh_cluster, functions_dir):
     assert cluster.deploy("plain", functions_dir / "echo", **{"x-nearfaas": {"idempotent": True}}).status_code == 202
     assert requests.post(f"{cluster.url}/function/plain").headers["X-Nearfaas-Node"] == "compute-0"
     pid = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == "compute-0")
+    workers = [w for w in launcher.processes_of(cluster.state_dir) if _is_worker_of(w, "compute-0")]
+    assert workers
     os.kill(pid, signal.SIGKILL)
+    # Its workers die with it (PR_SET_PDEATHSIG), a moment later; a call that lands before that
+    # is simply served. Wait until they are gone, then call: nothing on compute-0 can answer.
+    deadline = time.monotonic() + 5
+    while any(os.path.exists(f"/proc/{w}") and _alive(w) for w in workers):
+        assert time.monotonic() < deadline, "workers outlived their node"
+        time.sleep(0.005)
     started = time.monotonic()
     resp = requests.post(f"{cluster.url}/function/plain", timeout=30)
     assert resp.status_code == 200, resp.text
@@ -83,3 +91,20 @@ def test_idle_node_that_dies_leaves_placement_within_2s_by_polling_alone(fresh_c
         assert detected <= 2.0
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def _is_worker_of(pid: int, node: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return False
+    return b"nearfaas.runtime.worker" in args and node.encode() in args
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
