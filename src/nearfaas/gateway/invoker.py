@@ -13,12 +13,14 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
+from nearfaas.spec.stack import NearfaasOptions
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
@@ -63,6 +65,11 @@ class FunctionState:
     @property
     def name(self) -> str:
         return self.spec["name"]
+
+    @cached_property
+    def options(self) -> NearfaasOptions:
+        """The parsed x-nearfaas block, once per deployment rather than once per call."""
+        return NearfaasOptions.from_dict(self.spec.get("x") or {})
 
     def bind_meters(self, metrics: GatewayMetrics) -> FunctionMeters:
         self.meters = FunctionMeters(metrics, self.name)
@@ -109,7 +116,7 @@ class CallError(Exception):
         self.status, self.layer, self.headers = status, layer, headers or {}
 
 
-def find_input_refs(spec: dict, body: bytes) -> list[tuple[str, str]]:
+def find_input_refs(options: NearfaasOptions, body: bytes) -> list[tuple[str, str]]:
     """Object references named by the function's ``x-nearfaas.inputs`` paths in a JSON body."""
     if not body or body[:1] not in (b"{", b"["):
         return []
@@ -117,19 +124,7 @@ def find_input_refs(spec: dict, body: bytes) -> list[tuple[str, str]]:
         document = json.loads(body)
     except ValueError:
         return []
-    refs = []
-    for path in (spec.get("x") or {}).get("inputs") or ["input"]:
-        value = document
-        for part in path.strip("/").replace("/", ".").split("."):
-            if not part:
-                continue
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is None and isinstance(document, dict) and path in ("input", "/input"):
-            value = document  # the body itself may be the reference
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, dict) and isinstance(item.get("bucket"), str) and isinstance(item.get("key"), str):
-                refs.append((item["bucket"], item["key"]))
-    return refs
+    return [(ref["bucket"], ref["key"]) for ref in options.object_refs(document)]
 
 
 class Invoker:
@@ -167,8 +162,7 @@ class Invoker:
         return ClusterView(nodes, replicas, Estimates(self.compute_s, self.link))
 
     def place(self, state: FunctionState, refs, policy=None):
-        x = state.spec.get("x") or {}
-        invocation = Invocation(state.name, x.get("accelerator"), x.get("placement", "auto"), tuple(refs),
+        invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),
                                 int(self.input_bytes.get(state.name, 0)))
         try:
             decision = (policy or self.policy).place(invocation, self._view(state, refs))
@@ -209,7 +203,7 @@ class Invoker:
     async def _wait_for_slot(self, state: FunctionState, limit: int, instances: int) -> None:
         """Every instance is full and the function is at its scale limit: wait in a bounded
         queue (x-nearfaas.queue_depth) for a call to finish, rather than fail at once."""
-        depth = int((state.spec.get("x") or {}).get("queue_depth", 100))
+        depth = state.options.queue_depth
         if state.waiting >= depth:
             raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {instances} instance(s), at its "
                                  f"scale limit, with {state.waiting} call(s) queued (queue_depth={depth}); retry later",
@@ -312,11 +306,11 @@ class Invoker:
         return self.policies[name]
 
     async def _invoke(self, state, method, path, query, headers, body, call_id, started) -> CallResult:
-        refs = find_input_refs(state.spec, body)
+        refs = find_input_refs(state.options, body)
         # Placing and marking the accelerator busy happen with no await in between: decisions
         # are taken one at a time in arrival order (first come, first served).
         policy = self.policy_named(headers.get("X-Nearfaas-Policy"))
-        idempotent = bool((state.spec.get("x") or {}).get("idempotent"))
+        idempotent = state.options.idempotent
         for attempt in (1, 2):
             decision = self.place(state, refs, policy)
             offload = decision.target == "dscs"
@@ -417,7 +411,7 @@ class Invoker:
             "X-Nearfaas-Start": "cold" if cold_seconds is not None else "warm",
             "X-Nearfaas-Node": decision.node,
             "X-Nearfaas-Placement": f"{decision.target};{decision.reason}",
-            "X-Nearfaas-Policy": (self.policy_named(headers.get("X-Nearfaas-Policy")) or self.policy).name,
+            "X-Nearfaas-Policy": headers.get("X-Nearfaas-Policy") or self.policy.name,  # validated by _invoke
             # Measured on this machine: stack = everything that is neither the handler nor a cold start.
             "X-Nearfaas-Timing": f"measured;total={total:.6f};cold_start={cold:.6f};stack={max(0.0, total - exec_s - cold):.6f};"
                                  f"data={data_s:.6f};compute={max(0.0, exec_s - data_s):.6f}",
@@ -480,7 +474,6 @@ class Invoker:
         com.openfaas.scale.zero function to zero once idle for its zero-duration."""
         now = time.monotonic() if now is None else now
         for state in list(self.functions.values()):
-            x = state.spec.get("x") or {}
             scale_zero = bool(state.spec.get("scale_zero"))
             idle = sorted((i for i in state.instances.values() if not i.inflight), key=lambda i: i.last_used)
             if scale_zero and state.instances and len(idle) == len(state.instances) and \
@@ -494,7 +487,7 @@ class Invoker:
             for inst in idle:
                 if surplus <= 0:
                     break
-                if now - inst.last_used >= float(x.get("keep_alive", 60.0)):
+                if now - inst.last_used >= state.options.keep_alive:
                     self.drop_instance(state, inst, stop=True)
                     surplus -= 1
 
