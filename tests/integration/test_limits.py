@@ -25,7 +25,7 @@ def test_workers_max_and_gateway_max_inflight(tmp_path, functions_dir):
         refused = requests.post(f"{cluster.url}/function/second")
         assert refused.status_code == 429 and "workers_max=1" in refused.text
 
-        codes = sorted(r.status_code for r in cluster.post_concurrently("/function/first?sleep=0.5", 3, timeout=30))
+        codes = sorted(r.status_code for r in cluster.post_concurrently("/function/first?sleep=1.0", 3, timeout=30))
         assert codes[0] == 200 and 429 in codes, codes
     finally:
         launcher.down(state)

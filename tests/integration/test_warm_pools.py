@@ -18,7 +18,7 @@ def _available(cluster, name) -> int:
 def test_calls_wait_in_a_bounded_queue_then_get_429(cluster, functions_dir):
     cluster.deploy("queued1", functions_dir / "slow", envVars={"max_inflight": "1"},
                    labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}, **{"x-nearfaas": {"queue_depth": 2}})
-    results = cluster.post_concurrently("/function/queued1?sleep=0.4", 4, timeout=30)
+    results = cluster.post_concurrently("/function/queued1?sleep=1.0", 4, timeout=30)
     codes = sorted(r.status_code for r in results)
     assert codes == [200, 200, 200, 429], codes  # one running, two queued, one over the depth
     assert "queue_depth=2" in next(r.text for r in results if r.status_code == 429)
