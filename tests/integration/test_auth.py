@@ -43,3 +43,18 @@ def test_unknown_key_and_unsigned_requests_are_refused(secured):
     assert e.value.response["Error"]["Code"] == "InvalidAccessKeyId"
     resp = requests.get(f"{secured.url}/")
     assert resp.status_code == 403 and "<Code>AccessDenied</Code>" in resp.text
+
+
+def test_functions_read_and_write_objects_through_a_secured_gateway(secured, tmp_path_factory):
+    """Workers sign their own S3 calls: a compute-node function can read its input and write
+    its output when the cluster requires SigV4."""
+    from pathlib import Path
+
+    functions = Path(__file__).parent / "functions"
+    s3 = secured.s3()
+    s3.create_bucket(Bucket="secured-io")
+    s3.put_object(Bucket="secured-io", Key="in/a b.txt", Body=b"signed bytes")
+    assert secured.deploy("upper-signed", functions / "upper").status_code == 202  # not acceleratable: runs on compute-0
+    resp = requests.post(f"{secured.url}/function/upper-signed", json={"input": {"bucket": "secured-io", "key": "in/a b.txt"}})
+    assert resp.status_code == 200, resp.text
+    assert s3.get_object(Bucket="secured-io", Key="in/a b.txt.upper")["Body"].read() == b"SIGNED BYTES"

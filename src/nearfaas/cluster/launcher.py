@@ -118,7 +118,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
     }
     _write_layout(state_dir, layout)
-    env = _child_env()
+    env = _child_env(layout)
     started: list[tuple[str, subprocess.Popen, str, Path]] = []
     try:
         for node in nodes:
@@ -141,8 +141,10 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
     return layout
 
 
-def _child_env() -> dict:
+def _child_env(layout: dict) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if layout.get("auth"):  # workers sign their own S3 calls to the gateway (see runtime/context.py)
+        env.update(NEARFAAS_ACCESS_KEY=layout["auth"]["access_key"], NEARFAAS_SECRET_KEY=layout["auth"]["secret_key"])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p)
     return env
 
@@ -164,7 +166,7 @@ def restart_node(state_dir: Path, name: str) -> int:
     for proc in layout["processes"]:
         if proc["name"] == name and _alive(proc["pid"]):
             raise ClusterError(f"node {name} is still running (pid {proc['pid']})")
-    _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(), f"{node['url']}/_nearfaas/health")
+    _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(layout), f"{node['url']}/_nearfaas/health")
     layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
     _write_layout(state_dir, layout)
     _wait_ready(url, proc, name, log)

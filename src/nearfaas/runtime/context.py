@@ -80,7 +80,7 @@ class ObjectClient:
         self._store_root = Path(store_root) if store_root else None
         self._conn: http.client.HTTPConnection | None = None
         self.stats = stats or IOStats()
-        self._auth_headers = auth_headers  # callable(method, path, body) -> headers, when keys are set
+        self._auth_headers = auth_headers  # callable(method, url, body) -> headers, when keys are set
         # Every remote read or write crosses the compute <-> storage link; a local mmap never does.
         self._link = link if link is not None and link.active else None
 
@@ -143,7 +143,7 @@ class ObjectClient:
             if body:
                 self.stats.link_seconds += self._link.transfer(len(body))
         if self._auth_headers:
-            headers.update(self._auth_headers(method, path, body or b""))
+            headers.update(self._auth_headers(method, f"{self._gateway.scheme}://{self._gateway.netloc}{path}", body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
             if self._conn is None:
                 self._conn = http.client.HTTPConnection(self._gateway.hostname, self._gateway.port, timeout=60)
@@ -163,6 +163,31 @@ class ObjectClient:
                 self.stats.link_seconds += self._link.transfer(len(payload))
             return payload
         raise AssertionError("unreachable")
+
+
+def sigv4_signer(access_key: str, secret_key: str, region: str = "us-east-1"):
+    """Headers that sign a request with SigV4 (botocore's signer), for a cluster with keys."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
+
+    def sign(method: str, url: str, body: bytes) -> dict:
+        request = AWSRequest(method=method, url=url, data=body)
+        signer.add_auth(request)
+        return dict(request.headers)
+
+    return sign
+
+
+def signer_from_environment():
+    """The signer for this cluster's keys, which the launcher hands to node processes (and they
+    to their workers) as NEARFAAS_ACCESS_KEY / NEARFAAS_SECRET_KEY; None in local mode."""
+    access, secret = os.environ.get("NEARFAAS_ACCESS_KEY"), os.environ.get("NEARFAAS_SECRET_KEY")
+    if not access or secret is None:
+        return None
+    return sigv4_signer(access, secret, os.environ.get("NEARFAAS_REGION", "us-east-1"))
 
 
 class ObjectError(Exception):

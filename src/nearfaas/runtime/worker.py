@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, unquote
 from aiohttp import web
 
 from nearfaas.link.profiles import EmulatedLink, get_profile
-from nearfaas.runtime.context import Context, Event, IOStats, ObjectClient, ObjectRef, Secrets
+from nearfaas.runtime.context import Context, Event, IOStats, ObjectClient, ObjectRef, Secrets, signer_from_environment
 
 CLASSIC_LANGS = {"python3", "python3-flask"}
 # Hop-by-hop or framing headers that must not be copied from a handler's answer.
@@ -116,6 +116,7 @@ class Worker:
         self.store_root = store_root
         self.secrets = Secrets(secrets_dir)
         self.link = EmulatedLink(get_profile(link))
+        self.signer = signer_from_environment()
         self.module, self.handle = load_handler(spec["handler_dir"])
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.classic = spec.get("lang") in CLASSIC_LANGS
@@ -123,7 +124,7 @@ class Worker:
 
     def _objects(self, stats: IOStats) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement.
-        return ObjectClient(self.gateway, self.store_root, stats, link=self.link)
+        return ObjectClient(self.gateway, self.store_root, stats, auth_headers=self.signer, link=self.link)
 
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
