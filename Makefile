@@ -34,6 +34,7 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/invoke_overhead.py
 	$(PY) benchmarks/object_io.py
+	$(PY) benchmarks/cold_start.py
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks

@@ -107,7 +107,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
     for node in spec.nodes:
         port = node.port or _free_port(host)
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
-                      "workers_max": node.workers_max})
+                      "workers_max": node.workers_max, "prewarm": node.prewarm})
     layout = {
         "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
         "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
@@ -153,7 +153,7 @@ def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
             "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32)),
-            "--link", layout.get("link_profile", "local")]
+            "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1))]
 
 
 def restart_node(state_dir: Path, name: str) -> int:
@@ -203,8 +203,9 @@ def _stop_group(pid: int, timeout: float = 5.0) -> None:
             return
 
 
-# The command lines this cluster starts: node agents, the gateway, workers (see node/pool.py).
-_OUR_MODULES = {"nearfaas.node.agent", "nearfaas.gateway.app", "nearfaas.runtime.worker"}
+# The command lines this cluster starts: node agents, the gateway, workers and pre-warmed
+# generic workers (see node/pool.py, node/prewarm.py).
+_OUR_MODULES = {"nearfaas.node.agent", "nearfaas.gateway.app", "nearfaas.runtime.worker", "nearfaas.runtime.prewarm"}
 
 
 def _ancestors() -> set[int]:

@@ -27,7 +27,7 @@ INTERNAL = "/_nearfaas"
 
 class NodeAgent:
     def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
-                 link: str = "local"):
+                 link: str = "local", prewarm: int = 1, url: str | None = None):
         self.name, self.kind, self.cls = name, kind, cls
         self.started = time.time()
         self.store = None
@@ -43,7 +43,7 @@ class NodeAgent:
             # Nodes listen on loopback behind the gateway, which authenticates clients; the
             # node accepts the gateway's unsigned internal calls (local mode).
             self.s3 = S3Frontend(LocalBackend(self.store))
-        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link)
+        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
 
@@ -61,7 +61,8 @@ class NodeAgent:
         store = self.store.counters.snapshot() if self.store is not None else None
         return {"name": self.name, "kind": self.kind, "class": self.cls, "pid": os.getpid(), "uptime_s": time.time() - self.started,
                 "workers": [w.describe() for w in self.pools.workers.values()], "store": store,
-                "cold_starts": self.pools.stats.cold_starts}
+                "cold_starts": self.pools.stats.cold_starts,
+                "prewarm": self.pools.prewarm.describe() | {"prewarmed_starts": self.pools.stats.prewarmed_starts}}
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(self.describe())
@@ -115,6 +116,13 @@ class _NodeCollector:
         warm = GaugeMetricFamily("nearfaas_node_workers", "Warm worker processes on this node", labels=["node", "class"])
         warm.add_metric(labels, len(self.agent.pools.workers))
         yield warm
+        prewarmed = CounterMetricFamily("nearfaas_node_prewarmed_starts", "Cold starts served by a pre-warmed generic worker "
+                                        "(a subset of nearfaas_node_cold_starts)", labels=["node", "class"])
+        prewarmed.add_metric(labels, self.agent.pools.stats.prewarmed_starts)
+        yield prewarmed
+        idle = GaugeMetricFamily("nearfaas_node_prewarm_idle", "Pre-warmed generic workers idle on this node", labels=["node", "class"])
+        idle.add_metric(labels, len(self.agent.pools.prewarm.idle))
+        yield idle
         if self.agent.store is not None:
             stats = self.agent.store.counters.snapshot()
             for field, kind, help_text in (("bytes_in", CounterMetricFamily, "Object bytes written to this node"),
@@ -126,7 +134,8 @@ class _NodeCollector:
 
 
 async def serve(args) -> None:
-    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link)
+    agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
+                      prewarm=args.prewarm, url=node_url(args.host, args.port))
     app = web.Application(client_max_size=1024**3)
     agent.routes(app)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -137,10 +146,25 @@ async def serve(args) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    agent.pools.start_prewarming()
     print(json.dumps({"event": "ready", "node": args.name, "port": args.port}), flush=True)
     await stop.wait()
     await agent.pools.shutdown()
     await runner.cleanup()
+
+
+def node_url(host: str, port: int) -> str:
+    """The base URL workers reach this node at (they run on the same machine)."""
+    if host in ("", "0.0.0.0", "::"):  # a wildcard bind is not an address to connect to
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _count(text: str) -> int:
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
 
 
 def main(argv=None) -> None:
@@ -154,6 +178,8 @@ def main(argv=None) -> None:
     parser.add_argument("--gateway", required=True)
     parser.add_argument("--workers-max", type=int, default=32, help="worker processes this node may run at once")
     parser.add_argument("--link", default="local", help="link profile its workers' remote object I/O crosses")
+    parser.add_argument("--prewarm", type=_count, default=1,
+                        help="pre-warmed generic workers kept idle to cut cold starts (0 turns it off)")
     args = parser.parse_args(argv)
     try:
         import uvloop

@@ -1,8 +1,9 @@
 """Warm worker processes on one node.
 
-The node agent owns process lifetimes: it spawns a worker (a cold start: spawn + import +
-handler init), learns its port from a ready pipe, watches it, and reaps it. Which node runs how
-many instances is the gateway's decision; this module only does what it is asked, quickly.
+The node agent owns process lifetimes: it starts a worker (a cold start: specialise a
+pre-warmed generic worker, or spawn + import, then handler init), learns its port from a ready
+pipe, watches it, and reaps it. Which node runs how many instances is the gateway's decision;
+this module only does what it is asked, quickly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nearfaas.node.prewarm import GenericWorker, PrewarmPool
+from nearfaas.node.procs import kill_group, package_root, pipe_reader, terminate_group
 
 COLD_START_TIMEOUT_S = 60.0
 PIP_TIMEOUT_S = 600.0
@@ -40,22 +44,26 @@ class WorkerProcess:
     started: float
     cold_start_seconds: float
     handler_dir: str
+    prewarmed: bool = False          # specialised from a pre-warmed generic worker
+    spawn_reason: str | None = None  # why it was spawned instead, when it was
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
-                "started": self.started, "cold_start_seconds": self.cold_start_seconds}
+                "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
+                "spawn_reason": self.spawn_reason}
 
 
 @dataclass
 class PoolStats:
     cold_starts: int = 0
     cold_start_seconds_total: float = 0.0
+    prewarmed_starts: int = 0        # cold starts served by a pre-warmed generic worker (a subset of cold_starts)
     exits: dict = field(default_factory=dict)  # exit code -> count
 
 
 class WorkerPools:
     def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32,
-                 link: str = "local"):
+                 link: str = "local", prewarm: int = 1, node_url: str | None = None):
         self.node = node
         self.link = link
         self.workers_max = workers_max
@@ -69,6 +77,18 @@ class WorkerPools:
         self._env_locks: dict[str, asyncio.Lock] = {}
         (self.node_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
+        # What every worker of this node gets, before its function's own environment.
+        self.node_env = {"NEARFAAS_NODE": node, "PYTHONUNBUFFERED": "1"}
+        if node_url:
+            self.node_env["NEARFAAS_NODE_URL"] = node_url  # the node's own base URL (its S3 endpoint on storage nodes)
+        base = dict(os.environ)
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), base.get("PYTHONPATH")) if p)
+        # A name no function can have (function names are DNS labels), so read_logs never mixes it in.
+        self.prewarm = PrewarmPool(prewarm, self.node_dir, base | self.node_env, self.node_dir / "logs" / "_prewarm.log")
+
+    def start_prewarming(self) -> None:
+        """Fill the pre-warmed pool; call once the event loop runs (the node agent does at start-up)."""
+        self.prewarm.fill()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, spec: dict) -> WorkerProcess:
@@ -81,6 +101,7 @@ class WorkerPools:
             return await self._start(spec, name)
         finally:
             self._starting -= 1
+            self.prewarm.fill()  # refill after the start, so a new generic worker does not compete with it for CPU
 
     async def _start(self, spec: dict, name: str) -> WorkerProcess:
         started = time.perf_counter()
@@ -89,30 +110,29 @@ class WorkerPools:
         secrets_dir = self._mount_secrets(spec, instance)
         spec_file = self.node_dir / "specs" / f"{name}.json"
         spec_file.write_text(json.dumps(spec))
-        env = dict(os.environ)
-        env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, _package_root(), env.get("PYTHONPATH")) if p)
-        env.update({"NEARFAAS_FUNCTION": name, "NEARFAAS_NODE": self.node, "PYTHONUNBUFFERED": "1"})
-        read_fd, write_fd = os.pipe()
+        env = self._function_env(spec, extra_path)
+        # The worker's arguments, named as worker.main's parser names them.
+        args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
+                "store_root": str(self.store_root) if self.store_root else None,
+                "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
+        generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
+        launched = None
+        if generic is not None:
+            launched = await self._specialise(generic, args, env, extra_path, spec["handler_dir"], name)
+            if launched is None:
+                spawn_reason = "the pre-warmed worker exited before it could be used"
+        if launched is None:
+            launched = await self._spawn(args, env, spec["handler_dir"], name)
+        process, ready, transport = launched
+        prewarmed = spawn_reason is None
         try:
-            with open(self.log_path(name), "ab") as log:
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "nearfaas.runtime.worker", "--spec", str(spec_file), "--node", self.node,
-                    "--gateway", self.gateway_url, "--instance", instance, "--ready-fd", str(write_fd), "--link", self.link,
-                    *(["--store-root", str(self.store_root)] if self.store_root else []),
-                    *(["--secrets-dir", str(secrets_dir)] if secrets_dir else []),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
-                    cwd=spec["handler_dir"], start_new_session=True)
-        finally:
-            os.close(write_fd)
-        try:
-            line = await asyncio.wait_for(_read_line(read_fd), COLD_START_TIMEOUT_S)
+            line = (await asyncio.wait_for(ready.readline(), COLD_START_TIMEOUT_S)).decode(errors="replace")
         except TimeoutError:
-            _kill(process)
+            kill_group(process)
             raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
                             f"(handler import or init() is too slow)", status=504) from None
         finally:
-            os.close(read_fd)
+            transport.close()
         if not line.startswith("READY "):
             await process.wait()
             detail = line.removeprefix("FAILED ").strip()
@@ -122,12 +142,55 @@ class WorkerPools:
                 detail = detail or self.tail_log(name, 8)
             raise PoolError(f"cold start of {name!r} failed on {self.node}: the handler could not be loaded:\n{detail}")
         elapsed = time.perf_counter() - started
-        worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"])
+        worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
+                               prewarmed, spawn_reason)
         self.workers[instance] = worker
         self.stats.cold_starts += 1
+        self.stats.prewarmed_starts += prewarmed
         self.stats.cold_start_seconds_total += elapsed
         asyncio.get_running_loop().create_task(self._reap(worker))
         return worker
+
+    def _function_env(self, spec: dict, extra_path: str | None) -> dict:
+        """The environment a worker of this function runs with, whichever way it is started."""
+        env = dict(os.environ)
+        env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, package_root(), env.get("PYTHONPATH")) if p)
+        env.update(self.node_env, NEARFAAS_FUNCTION=spec["name"])
+        return env
+
+    async def _spawn(self, args: dict, env: dict, cwd: str, name: str):
+        """The classic cold start: a fresh interpreter for this function."""
+        read_fd, write_fd = os.pipe()
+        try:
+            ready, transport = await pipe_reader(read_fd)
+        except BaseException:
+            os.close(write_fd)
+            raise
+        # Flag and value as separate arguments: `nearfaas down` recognises our processes by
+        # arguments that are paths under the state directory (cluster/launcher.py).
+        flags = [part for key, value in args.items() if value is not None for part in (f"--{key.replace('_', '-')}", value)]
+        try:
+            with open(self.log_path(name), "ab") as log:
+                process = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "nearfaas.runtime.worker", *flags, "--ready-fd", str(write_fd),
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
+                    cwd=cwd, start_new_session=True)
+        except BaseException:
+            transport.close()
+            raise
+        finally:
+            os.close(write_fd)
+        return process, ready, transport
+
+    async def _specialise(self, generic: GenericWorker, args: dict, env: dict, extra_path: str | None, cwd: str, name: str):
+        """Turn a pre-warmed generic worker into this function's worker; None if it was gone."""
+        base = self.prewarm.env
+        message = dict(args, env={k: v for k, v in env.items() if base.get(k) != v}, sys_path=extra_path, cwd=cwd,
+                       log=str(self.log_path(name)))
+        if not await self.prewarm.hand_over(generic, message):
+            return None
+        return generic.process, generic.ready, generic.transport
 
     async def _reap(self, worker: WorkerProcess) -> None:
         code = await worker.process.wait()
@@ -139,7 +202,7 @@ class WorkerPools:
         worker = self.workers.pop(worker_id, None)
         if worker is None:
             return False
-        await _terminate(worker.process)
+        await terminate_group(worker.process)
         return True
 
     async def stop_function(self, name: str) -> int:
@@ -148,7 +211,7 @@ class WorkerPools:
         return len(ids)
 
     async def shutdown(self) -> None:
-        await asyncio.gather(*(self.stop(i) for i in list(self.workers)))
+        await asyncio.gather(self.prewarm.shutdown(), *(self.stop(i) for i in list(self.workers)))
 
     # -- per-function environment ----------------------------------------------------------------
     async def _ensure_requirements(self, spec: dict) -> str | None:
@@ -181,7 +244,7 @@ class WorkerPools:
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
         except TimeoutError:
-            _kill(proc)
+            kill_group(proc)
             raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
         with open(self.log_path(name), "ab") as log:
             log.write(out)
@@ -237,38 +300,3 @@ class WorkerPools:
                 records.append(record)
         return records[-tail:] if tail else records
 
-
-async def _read_line(fd: int) -> str:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(fd), "rb", 0))
-    try:
-        return (await reader.readline()).decode(errors="replace")
-    finally:
-        transport.close()
-
-
-def _kill(process) -> None:
-    try:
-        os.killpg(process.pid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def _terminate(process) -> None:
-    if process.returncode is not None:
-        return
-    try:
-        os.killpg(process.pid, 15)
-    except (ProcessLookupError, PermissionError):
-        return
-    try:
-        await asyncio.wait_for(process.wait(), 3.0)
-    except TimeoutError:
-        _kill(process)
-        await process.wait()
-
-
-def _package_root() -> str:
-    """The folder that holds the nearfaas package, so workers import the same code as the node."""
-    return str(Path(__file__).resolve().parents[2])

@@ -246,17 +246,21 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="nearfaas function worker (started by a node agent)")
-    parser.add_argument("--spec", required=True, help="JSON file with the function's spec")
-    parser.add_argument("--node", required=True)
-    parser.add_argument("--gateway", required=True, help="cluster S3/gateway URL for remote objects")
-    parser.add_argument("--store-root", default=None, help="this node's object store, for zero-copy local reads")
-    parser.add_argument("--secrets-dir", default=None)
-    parser.add_argument("--instance", required=True)
-    parser.add_argument("--link", default="local", help="emulated compute<->storage link profile for remote object I/O")
-    parser.add_argument("--ready-fd", type=int, required=True)
-    args = parser.parse_args(argv)
+def main(argv=None, args: argparse.Namespace | None = None) -> None:
+    """Serve one function until stopped. A spawned worker parses ``argv``; a pre-warmed generic
+    worker (runtime/prewarm.py) passes ``args`` with the same fields, built from its
+    specialisation message, so both paths run this same code from here on."""
+    if args is None:
+        parser = argparse.ArgumentParser(description="nearfaas function worker (started by a node agent)")
+        parser.add_argument("--spec", required=True, help="JSON file with the function's spec")
+        parser.add_argument("--node", required=True)
+        parser.add_argument("--gateway", required=True, help="cluster S3/gateway URL for remote objects")
+        parser.add_argument("--store-root", default=None, help="this node's object store, for zero-copy local reads")
+        parser.add_argument("--secrets-dir", default=None)
+        parser.add_argument("--instance", required=True)
+        parser.add_argument("--link", default="local", help="emulated compute<->storage link profile for remote object I/O")
+        parser.add_argument("--ready-fd", type=int, required=True)
+        args = parser.parse_args(argv)
     _die_with_parent()
     try:
         import uvloop

@@ -33,7 +33,7 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link"}
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout"}
-NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max"}
+NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm"}
 REPLICATION_KEYS = {"factor", "dscs_replica"}
 AUTH_KEYS = {"access_key", "secret_key", "region"}
 
@@ -54,10 +54,11 @@ class NodeSpec:
     cls: str                         # "dscs" | "standard" (storage) or "cpu" (compute); YAML key `class`
     port: int = 0                    # 0 = pick a free port
     workers_max: int = 32            # function worker processes this node may run at once (~30 MB each)
+    prewarm: int = 1                 # idle pre-warmed generic workers kept to cut cold starts; 0 = off
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
-                "workers_max": self.workers_max}
+                "workers_max": self.workers_max, "prewarm": self.prewarm}
 
 
 @dataclass
@@ -229,9 +230,13 @@ def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
                 f"use class: {' or '.join(CLASSES_FOR_KIND[kind])}")
     port = _int(m, "port", path, c, 0, 0, 65535, "0 (picks a free port)")
     workers = _int(m, "workers_max", path, c, 32, 1, None, "32")
+    prewarm = _int(m, "prewarm", path, c, 1, 0, None, "1 (0 turns pre-warming off)")
+    if prewarm > workers:  # idle generic workers beyond what the node may ever run would only hold memory
+        c.error(join_path(path, "prewarm"), f"must not exceed workers_max ({workers}), got {prewarm}",
+                f"lower prewarm to at most {workers} or raise workers_max")
     if len(c.problems) != before:
         return None
-    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers)
+    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm)
 
 
 def _nodes(value: Any, c: Collector) -> list[tuple[int, NodeSpec]]:

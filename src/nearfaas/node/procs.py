@@ -1,0 +1,52 @@
+"""Small process helpers shared by the worker pools (node/pool.py, node/prewarm.py).
+
+Every worker runs in its own session (process group), so a signal to the group also reaches
+whatever the handler started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+
+async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream over the read end of a pipe. It owns ``fd`` from the call on, even when it
+    raises or is cancelled (the caller must not close it): closing the transport closes it. One
+    reader serves a pipe for its whole life, so no line is lost between reads."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    pipe = os.fdopen(fd, "rb", 0)
+    try:
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+    except BaseException:
+        pipe.close()  # a no-op when the loop has closed it already: it is the same file object
+        raise
+    return reader, transport
+
+
+def kill_group(process) -> None:
+    try:
+        os.killpg(process.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def terminate_group(process) -> None:
+    if process.returncode is not None:
+        return
+    try:
+        os.killpg(process.pid, 15)
+    except (ProcessLookupError, PermissionError):
+        return
+    try:
+        await asyncio.wait_for(process.wait(), 3.0)
+    except TimeoutError:
+        kill_group(process)
+        await process.wait()
+
+
+def package_root() -> str:
+    """The folder that holds the nearfaas package, so workers import the same code as the node."""
+    return str(Path(__file__).resolve().parents[2])

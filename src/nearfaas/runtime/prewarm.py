@@ -1,0 +1,129 @@
+"""A pre-warmed generic worker: an interpreter that has already paid for starting up and for
+importing the runtime (aiohttp, uvloop, nearfaas.runtime.*), waiting to become one function.
+
+Run by the node agent (node/prewarm.py) as
+``python -m nearfaas.runtime.prewarm --node-dir DIR --ready-fd N``. Protocol on the ready pipe:
+
+1. ``WARM <json list>`` once the imports are done; the list names the top-level modules now
+   imported, so the node can tell whether a function's requirements.txt would have shadowed one.
+2. It then blocks on stdin for one JSON line, the *specialisation message*: every field the
+   classic path passes as a command-line argument (spec, node, gateway, instance, store_root,
+   secrets_dir, link), plus ``env`` (variables to set), ``sys_path`` (the requirements.txt
+   install folder or null), ``cwd`` (the handler folder) and ``log`` (the function's log file).
+3. ``TAKEN`` as soon as it has read the message: from then on a failure is the function's (the
+   node would otherwise not know whether a worker that died had ever seen it).
+4. It applies them and runs the very code the classic worker runs (``worker.main``), which
+   answers ``READY <port>`` or ``FAILED ...`` on the same pipe.
+
+Settings that only take effect when an interpreter starts (``PYTHON*`` variables and the like)
+cannot be applied here; the node spawns a fresh worker for such functions instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+
+# The imports are the point of a pre-warmed worker: everything the classic worker imports
+# before it loads the handler is loaded here, before any function is known.
+from nearfaas.runtime import worker
+
+try:
+    import uvloop  # noqa: F401  imported now so that worker.main's uvloop.install() costs nothing later
+except ImportError:
+    pass
+
+# The fields of the message that worker.main's argument parser would otherwise produce.
+REQUIRED_FIELDS = ("spec", "node", "gateway", "instance")
+OPTIONAL_FIELDS = {"store_root": None, "secrets_dir": None, "link": "local"}
+
+
+def read_message(fd: int = 0) -> dict | None:
+    """One JSON line from ``fd``; None when the node closed the pipe without sending one."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)  # plain os.read: no buffered reader may hold bytes after the line
+        if not chunk:
+            break
+        data += chunk
+    if not data.strip():
+        return None
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise ValueError("the specialisation message must be a JSON object")
+    return message
+
+
+def specialise(message: dict, startup_cwd: str) -> None:
+    """Make this process look as if it had been spawned for the function."""
+    env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
+    os.environ.update(env)
+    if "TZ" in env:
+        time.tzset()  # the C library caches the time zone; re-read it like a fresh process would
+    cwd = message["cwd"]
+    os.chdir(cwd)
+    # `python -m` puts the start-up directory first on sys.path; a spawned worker has the
+    # handler folder there, and the requirements folder next (it came first on PYTHONPATH).
+    if sys.path and sys.path[0] == startup_cwd:
+        sys.path[0] = cwd
+    else:
+        sys.path.insert(0, cwd)
+    if message.get("sys_path"):
+        sys.path.insert(1, message["sys_path"])
+    importlib.invalidate_caches()  # the folders may have gained files since this process looked at them
+    # The function's output goes to its own log, appended to like the spawned worker's.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(message["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    # A spawned worker's stdin is /dev/null; the message pipe is done with.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+
+def _fail(ready_fd: int, message: list[str]) -> None:
+    try:
+        os.write(ready_fd, ("FAILED " + json.dumps(message[-8:]) + "\n").encode())
+    except OSError:
+        pass
+    print("\n".join(message), file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="nearfaas pre-warmed generic worker (started by a node agent)")
+    # Names the node's folder under the state directory so that `nearfaas down`'s sweep, which
+    # matches command lines, finds this process too (see cluster/launcher.py).
+    parser.add_argument("--node-dir", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    worker._die_with_parent()
+    startup_cwd = os.getcwd()
+    modules = sorted({name.partition(".")[0] for name in sys.modules})
+    os.write(args.ready_fd, ("WARM " + json.dumps(modules) + "\n").encode())
+    try:
+        message = read_message()
+    except (OSError, ValueError):
+        _fail(args.ready_fd, traceback.format_exc().strip().splitlines())
+    if message is None:
+        sys.exit(0)  # the node is shutting down and never needed us
+    os.write(args.ready_fd, b"TAKEN\n")
+    try:
+        specialise(message, startup_cwd)
+        fields = {name: message[name] for name in REQUIRED_FIELDS}
+        fields.update({name: message.get(name) or default for name, default in OPTIONAL_FIELDS.items()})
+    except Exception:  # e.g. the handler folder vanished: report it like a failed cold start
+        _fail(args.ready_fd, traceback.format_exc().strip().splitlines())
+    worker.main(args=argparse.Namespace(**fields, ready_fd=args.ready_fd))
+
+
+if __name__ == "__main__":
+    main()
