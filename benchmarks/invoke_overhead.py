@@ -31,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
+from nearfaas.telemetry.headers import parse_timing
+
 TARGET_P50_MS = 0.5
 TARGET_RPS_8 = 3000
 
@@ -163,7 +165,7 @@ def cold_starts(gw: str, count: int) -> dict:
             resp.read()
             elapsed = time.perf_counter() - t0
             assert resp.headers["X-Nearfaas-Start"] == "cold", resp.headers
-            timing = dict(p.split("=") for p in resp.headers["X-Nearfaas-Timing"].split(";")[1:])
+            timing = parse_timing(resp.headers["X-Nearfaas-Timing"])
         cold.append(float(timing["cold_start"]) * 1e3)
         end_to_end.append(elapsed * 1e3)
     _post(f"{gw}/system/scale-function/hello", {"replicas": 1})

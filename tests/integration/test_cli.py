@@ -40,7 +40,7 @@ def test_cli_lifecycle(tmp_path):
 
         assert b"deployed wordcount" in nf("deploy", "-f", "examples/stack.yml", state=state).stdout
         listed = json.loads(nf("list", "--json", state=state).stdout)
-        assert {f["name"] for f in listed} == {"wordcount", "hello"}
+        assert {f["name"] for f in listed} == {"wordcount", "hello", "damage-detect", "damage-classify", "damage-notify"}
 
         src = tmp_path / "poem.txt"
         src.write_text("one two three\nfour five\n")
@@ -50,6 +50,9 @@ def test_cli_lifecycle(tmp_path):
         out = json.loads(nf("invoke", "wordcount", "--input", "s3://texts/poem.txt", state=state).stdout)
         assert out["words"] == 5 and out["lines"] == 2 and out["read"].startswith("local mmap")
         assert nf("invoke", "hello", state=state).stdout.strip() == b"ok"
+        chain = nf("invoke", "damage-detect", "--input", "s3://texts/poem.txt", "--policy", "near-data", "-v", state=state)
+        assert "tensor_sha256" in json.loads(chain.stdout)
+        assert b"chain stages" in chain.stderr and b"damage-classify" in chain.stderr and b"storage-0" in chain.stderr
         missing = nf("invoke", "nope", state=state, check=False)
         assert missing.returncode == 1 and b"not found" in missing.stdout
 
@@ -61,7 +64,8 @@ def test_cli_lifecycle(tmp_path):
         assert b"Traceback" not in failed.stderr
 
         nf("remove", "hello", state=state)
-        assert {f["name"] for f in json.loads(nf("list", "--json", state=state).stdout)} == {"wordcount"}
+        assert {f["name"] for f in json.loads(nf("list", "--json", state=state).stdout)} == {
+            "wordcount", "damage-detect", "damage-classify", "damage-notify"}
         down = nf("down", state=state)
         assert b"stopped" in down.stdout
         assert launcher.processes_of(state) == []

@@ -62,7 +62,10 @@ def test_bench_placement_quick_json_has_link_bytes_and_p50_per_policy():
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     near, far = result["policies"]["near-data"], result["policies"]["compute-only"]
-    assert far["link_bytes"] == 2 * near["link_bytes"] > 0  # compute-only also moves the input
+    largest = max(result["plan"]["sizes"])
+    # Compute-only moves the input, then the tensor out and back in; near-data only the small result.
+    assert far["link_bytes"] >= 3 * largest, far
+    assert 0 < near["link_bytes"] < 1000, near
     assert near["p50_ms"] > 0 and far["p50_ms"] > 0
     for size in result["results"]["s3-like"].values():
-        assert size["near-data"]["outputs_identical"] and size["near-data"]["sha256"] == size["compute-only"]["sha256"]
+        assert size["near-data"]["outputs_identical"] and size["outputs_identical_across_policies"]

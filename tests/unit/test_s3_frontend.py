@@ -427,7 +427,10 @@ def test_client_disconnect_mid_body_leaves_nothing(server, s3, bucket):
     except OSError:
         pass
     sock.close()
-    assert tmp_empties_soon(server)
+    # aiohttp sometimes notices a peer that vanished mid-body only when its 10 s lingering-close
+    # timer fires (seen as a temp file gone at ~10 s), so wait past that: what matters is that
+    # nothing is left, not how soon.
+    assert tmp_empties_soon(server, timeout=15.0), os.listdir(server.store.root / "tmp")
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket=bucket, Key="cut")
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404

@@ -286,6 +286,8 @@ def test_limits(proj: Path, limits: dict[str, str], path: str, fix: str) -> None
     ({"inputs": ["a..b"]}, "inputs[0]", "JSON pointer"), ({"inputs": [], "placement": "data"}, "inputs", "at least"),
     ({"keep_intermediates": "sometimes"}, "keep_intermediates", "true or false"), ({"chain": [1]}, "chain[0]", ""),
     ({"inputs": {"a": 1}}, "inputs", "list"),
+    ({"triggers": ["photos/incoming/"]}, "triggers[0]", "s3://bucket/prefix/"), ({"triggers": ["s3://Bad_Bucket/"]}, "triggers[0]", "s3://"),
+    ({"triggers": ["s3://nearfaas-intermediates/x/"]}, "triggers[0]", "intermediates"), ({"triggers": [7]}, "triggers[0]", ""),
 ])
 def test_x_nearfaas_values(proj: Path, x: dict[str, Any], path: str, text: str) -> None:
     assert text in str(problem_at(problems_of(minimal(**{"x-nearfaas": x}), proj), f"functions.fn.x-nearfaas.{path}"))
@@ -592,3 +594,21 @@ def test_fuzz_cluster_only_raises_spec_error(data: Any) -> None:
         again = ClusterSpec.from_dict(spec.to_dict())
         again.link = spec.link
         assert again == spec
+
+
+def test_triggers_match_new_objects_by_bucket_and_prefix() -> None:
+    opts = NearfaasOptions.from_dict({"triggers": ["s3://photos/incoming/", "s3://logs"]})
+    assert opts.triggers == ["s3://photos/incoming/", "s3://logs/"]
+    assert opts.triggered_by("photos", "incoming/a.jpg") and opts.triggered_by("logs", "any/key")
+    assert not opts.triggered_by("photos", "archive/a.jpg") and not opts.triggered_by("photos-2", "incoming/a.jpg")
+    assert NearfaasOptions.from_dict(opts.to_dict()) == opts
+
+
+def test_a_function_deployed_alone_may_chain_to_one_deployed_later(proj: Path) -> None:
+    from nearfaas.spec.stack import parse_stack
+
+    data = two_functions(["later"])
+    del data["functions"]["other"]
+    with pytest.raises(SpecError):
+        parse_stack(data, proj)
+    assert parse_stack(data, proj, whole=False).functions["fn"].x.chain == ["later"]

@@ -1,13 +1,16 @@
-"""Placement benchmark: the same data-heavy stage under near-data and compute-only placement,
-over emulated storage links, in one run. All times are measured on this machine; the link
-delays are injected from the profiles in nearfaas.link.profiles (labelled in the output).
+"""Placement benchmark: the same 3-stage chain under near-data and compute-only placement, over
+emulated storage links, in one run. All times are measured on this machine; the link delays are
+injected from the profiles in nearfaas.link.profiles (labelled in the output).
 
-Until chains land (issue 3, item 2) the workload is one stage that reads its input and writes an
-output of the same size, so both directions cross the link under compute-only.
+The chain is the asset-damage application of examples/stack.yml (DSCS-Serverless Fig. 2):
+pre-processing reads the image and writes a tensor of the same size, classification reads the
+tensor and writes a small result, the notification reads that result. Under compute-only the
+image, the tensor (both ways) and the result cross the link; under near-data only the result does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import statistics
 import tempfile
@@ -19,21 +22,20 @@ import requests
 from nearfaas.client import s3_client
 from nearfaas.cluster import launcher
 from nearfaas.spec.cluster import LinkSpec, load_cluster
+from nearfaas.telemetry.headers import parse_link, parse_timing
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 FULL = {"sizes": [64 * 1024, 1 << 20, 16 << 20, 64 << 20], "profiles": ["dc-25g", "s3-like"], "repeats": 5}
 QUICK = {"sizes": [64 * 1024, 1 << 20], "profiles": ["s3-like"], "repeats": 3}
 POLICIES = ("near-data", "compute-only")
+# name -> (handler folder in examples/, chain): the application is called by its first function.
+CHAIN = {"damage-detect": ("damage-preprocess", ["damage-classify"]), "damage-classify": ("damage-classify", ["damage-notify"]),
+         "damage-notify": ("damage-notify", [])}
 
 
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-def _link_fields(header: str) -> dict:
-    name, *fields = header.split(";")
-    return {"profile": name} | {k: float(v) for k, v in (f.split("=", 1) for f in fields)}
 
 
 def run_profile(profile: str, sizes: list[int], repeats: int, progress=lambda msg: None) -> dict:
@@ -45,44 +47,69 @@ def run_profile(profile: str, sizes: list[int], repeats: int, progress=lambda ms
         layout = launcher.up(spec, state)
         try:
             url = layout["gateway_url"]
-            body = {"service": "transform", "lang": "python3-http", "handler": str(EXAMPLES / "transform"),
-                    "envVars": {"exec_timeout": "120s"}, "x-nearfaas": {"accelerator": "dscs", "placement": "data"}}
-            requests.post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
+            for name, (folder, chain) in CHAIN.items():
+                x = {"chain": chain} | ({"accelerator": "dscs", "placement": "data"} if chain else {})
+                body = {"service": name, "lang": "python3-http", "handler": str(EXAMPLES / folder), "envVars": {"exec_timeout": "120s"},
+                        "x-nearfaas": x}
+                requests.post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
             s3 = s3_client(url, state)
             s3.create_bucket(Bucket="bench")
             results = {}
             for size in sizes:
                 key = f"input-{size}"
                 s3.put_object(Bucket="bench", Key=key, Body=os.urandom(size))
+                # Interleaved: one call of each policy per repeat, so a drift of this VM's speed
+                # hits both alike. The first round warms the instances and is not counted.
+                rows = {policy: [] for policy in POLICIES}
+                for repeat in range(repeats + 1):
+                    for policy in POLICIES:
+                        row = _call(url, key, policy)
+                        if repeat:
+                            rows[policy].append(row)
+                per_size = results.setdefault(str(size), {})
                 for policy in POLICIES:
-                    progress(f"{profile}: {size // 1024} KiB under {policy}")
-                    rows = [_call(url, key, policy) for _ in range(repeats + 1)][1:]  # the first warms the node
-                    digests = {r["sha256"] for r in rows}
-                    totals = [r["total_s"] for r in rows]
-                    results.setdefault(str(size), {})[policy] = {
-                        "p50_ms": statistics.median(totals) * 1e3, "p95_ms": _pct(totals, 95) * 1e3,
-                        "data_share": statistics.median(r["data_s"] / r["total_s"] for r in rows),
-                        "link_bytes": statistics.median(r["link_read"] + r["link_write"] for r in rows),
-                        "link_seconds": statistics.median(r["link_s"] for r in rows),
-                        "nodes": sorted({r["node"] for r in rows}), "placements": sorted({r["placement"] for r in rows}),
-                        "outputs_identical": len(digests) == 1, "sha256": digests.pop() if len(digests) == 1 else None,
-                    }
+                    per_size[policy] = _summary(rows[policy])
+                    progress(f"{profile}: {size // 1024} KiB under {policy}: p50 {per_size[policy]['p50_ms']:.1f} ms")
+                digests = [per_size[p]["sha256"] for p in POLICIES]
+                per_size["outputs_identical_across_policies"] = None not in digests and len(set(digests)) == 1
             return results
         finally:
             launcher.down(state)
 
 
+def _summary(rows: list[dict]) -> dict:
+    digests = {r["sha256"] for r in rows}
+    totals = [r["total_s"] for r in rows]
+    return {
+        "p50_ms": statistics.median(totals) * 1e3, "p95_ms": _pct(totals, 95) * 1e3,
+        "data_share": statistics.median(r["data_s"] / r["total_s"] for r in rows),
+        "link_bytes": statistics.median(r["link_read"] + r["link_write"] for r in rows),
+        "link_seconds": statistics.median(r["link_s"] for r in rows),
+        "stack_ms": statistics.median(r["stack_s"] for r in rows) * 1e3,
+        "compute_ms": statistics.median(r["compute_s"] for r in rows) * 1e3,
+        "nodes": sorted({r["node"] for r in rows}), "placements": sorted({r["placement"] for r in rows}),
+        "outputs_identical": len(digests) == 1, "sha256": digests.pop() if len(digests) == 1 else None,
+    }
+
+
 def _call(url: str, key: str, policy: str) -> dict:
     started = time.perf_counter()
-    resp = requests.post(f"{url}/function/transform", json={"input": {"bucket": "bench", "key": key}},
+    resp = requests.post(f"{url}/function/damage-detect", json={"input": {"bucket": "bench", "key": key}},
                          headers={"X-Nearfaas-Policy": policy}, timeout=300)
     total = time.perf_counter() - started
     resp.raise_for_status()
-    timing = dict(p.split("=") for p in resp.headers["X-Nearfaas-Timing"].split(";")[1:])
-    link = _link_fields(resp.headers["X-Nearfaas-Link"])
-    return {"total_s": total, "data_s": float(timing["data"]), "link_read": link["read"], "link_write": link["write"],
+    timing = parse_timing(resp.headers["X-Nearfaas-Timing"])
+    link = parse_link(resp.headers["X-Nearfaas-Link"])
+    return {"total_s": total, "data_s": float(timing["data"]), "stack_s": float(timing["stack"]), "compute_s": float(timing["compute"]),
+            "link_read": link["read"], "link_write": link["write"],
             "link_s": link["seconds"], "node": resp.headers["X-Nearfaas-Node"], "placement": resp.headers["X-Nearfaas-Placement"],
-            "sha256": resp.json()["sha256"]}
+            "sha256": hashlib.sha256(resp.content).hexdigest()}
+
+
+def steps(quick: bool = False) -> int:
+    """How many (profile, size, policy) measurements a run makes: one progress step each."""
+    plan = QUICK if quick else FULL
+    return len(plan["profiles"]) * len(plan["sizes"]) * len(POLICIES)
 
 
 def run(quick: bool = False, progress=lambda msg: None) -> dict:
@@ -93,7 +120,8 @@ def run(quick: bool = False, progress=lambda msg: None) -> dict:
     last = by_profile[plan["profiles"][-1]][str(plan["sizes"][-1])]
     return {
         "label": "measured (link delays injected from modelled profiles)",
-        "workload": "one stage: read input, transform every byte, write an output of equal size",
+        "workload": "3-stage chain: pre-process (read input, write a tensor of equal size) -> classify (read it, write a "
+                    "small result) -> notify (read the result)",
         "plan": plan,
         "policies": {p: {"link_bytes": last[p]["link_bytes"], "p50_ms": last[p]["p50_ms"]} for p in POLICIES},
         "results": by_profile,

@@ -22,7 +22,8 @@ import aiohttp
 from aiohttp import web
 
 from nearfaas import __version__
-from nearfaas.gateway.invoker import CallError, Invoker
+from nearfaas.gateway.chains import ChainRunner
+from nearfaas.gateway.invoker import CallError
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.stack import FunctionSpec, parse_stack
@@ -74,8 +75,8 @@ class FunctionStore:
 class AsyncQueue:
     """Async invocations: accepted with 202 at once, run by a bounded set of consumers."""
 
-    def __init__(self, invoker: Invoker, session_getter, metrics: GatewayMetrics, depth: int = 10_000, consumers: int = 16):
-        self.invoker, self.session_getter, self.metrics = invoker, session_getter, metrics
+    def __init__(self, calls: ChainRunner, session_getter, metrics: GatewayMetrics, depth: int = 10_000, consumers: int = 16):
+        self.calls, self.session_getter, self.metrics = calls, session_getter, metrics
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=depth)
         self.consumers = consumers
         self.tasks: list[asyncio.Task] = []
@@ -104,7 +105,7 @@ class AsyncQueue:
     async def _run(self, item: dict) -> None:
         started = time.perf_counter()
         try:
-            result = await self.invoker.invoke(item["name"], "POST", item["path"], item["query"], item["headers"], item["body"], item["call_id"])
+            result = await self.calls.invoke(item["name"], "POST", item["path"], item["query"], item["headers"], item["body"], item["call_id"])
             status, headers, body = result.status, result.headers, result.body
         except CallError as exc:
             status, headers, body = exc.status, {"X-Nearfaas-Layer": exc.layer}, (str(exc) + "\n").encode()
@@ -118,9 +119,9 @@ class AsyncQueue:
 
 
 class OpenFaaSAPI:
-    def __init__(self, invoker: Invoker, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int,
+    def __init__(self, calls: ChainRunner, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int,
                  max_inflight: int = 0, read_timeout: float = 60.0):
-        self.invoker, self.nodes, self.metrics = invoker, nodes, metrics
+        self.calls, self.invoker, self.nodes, self.metrics = calls, calls.invoker, nodes, metrics
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
         self.inflight = 0
         self.read_timeout = read_timeout
@@ -129,7 +130,7 @@ class OpenFaaSAPI:
         self.secrets_dir = state_dir / "secrets"
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.invoke_max_body = invoke_max_body
-        self.queue = AsyncQueue(invoker, lambda: nodes.session, metrics)
+        self.queue = AsyncQueue(calls, lambda: nodes.session, metrics)
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -159,6 +160,27 @@ class OpenFaaSAPI:
         for spec in self.store.load():
             self.invoker.deploy(spec)
         self.queue.start()
+
+    def object_created(self, request: web.Request, bucket: str, key: str, info) -> None:
+        """S3 event notifications, Lambda style: a new object under a function's
+        ``x-nearfaas.triggers`` prefix queues an async call of it with the object as its input.
+        A function's own writes never trigger itself (the simplest recursive loop)."""
+        caller = request.headers.get("X-Nearfaas-Caller", "")
+        event = {"type": "s3:ObjectCreated:" + ("Put" if request.method == "PUT" else "CompleteMultipartUpload"),
+                 "size": info.size, "etag": info.etag}
+        for name, state in self.invoker.functions.items():
+            if name == caller or not state.options.triggered_by(bucket, key):
+                continue
+            call_id = new_call_id()
+            body = json.dumps({"input": {"bucket": bucket, "key": key}, "event": event}).encode()
+            try:
+                self.queue.submit({"name": name, "path": "/", "query": "", "headers": {"Content-Type": "application/json"},
+                                   "body": body, "call_id": call_id, "callback": None})
+            except asyncio.QueueFull:
+                print(json.dumps({"event": "trigger-dropped", "function": name, "object": f"s3://{bucket}/{key}",
+                                  "reason": "async queue full"}), flush=True)
+                continue
+            self.metrics.triggers.labels(name).inc()
 
     def _persist(self) -> None:
         self.store.save([s.spec for s in self.invoker.functions.values()])
@@ -223,7 +245,8 @@ class OpenFaaSAPI:
         if env:
             fn["environment"] = env
         fn.setdefault("lang", "python3-http")
-        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path(body.get("base_dir") or "/"))
+        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path(body.get("base_dir") or "/"),
+                            whole=False)
         return stack.functions[name].to_dict()
 
     async def deploy(self, request, update: bool = False):
@@ -378,7 +401,7 @@ class OpenFaaSAPI:
         try:
             body = await self._read_invocation_body(request)
             path, query = self._raw_target(request)
-            result = await self.invoker.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
+            result = await self.calls.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
         except CallError as exc:
             return _error(exc.status, str(exc), exc.layer, exc.headers)
         finally:

@@ -14,6 +14,7 @@ from pathlib import Path
 from aiohttp import web
 
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
+from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
@@ -49,6 +50,17 @@ class _StoreCollector:
         yield from families.values()
 
 
+def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool) -> ClusterBackend:
+    clients: dict[str, NodeClient] = {}
+
+    def client_for(name: str) -> NodeClient:
+        if name not in clients:
+            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session)
+        return clients[name]
+
+    return ClusterBackend(nodes, client_for, factor, dscs)
+
+
 def build_app(layout: dict, state_dir: Path) -> web.Application:
     nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]])
     metrics = GatewayMetrics()
@@ -57,22 +69,15 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")))
-    api = OpenFaaSAPI(invoker, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
+    chains = ChainRunner(invoker, backend := _cluster_backend(nodes, factor, dscs))
+    api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)))
-    clients: dict[str, NodeClient] = {}
-
-    def client_for(name: str) -> NodeClient:
-        if name not in clients:
-            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session)
-        return clients[name]
-
-    backend = ClusterBackend(nodes, client_for, factor, dscs)
     auth = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth
 
         auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]})
-    s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)))
+    s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created)
 
     app = web.Application(middlewares=[stamp_calls], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)

@@ -21,8 +21,10 @@ from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnr
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
 from nearfaas.spec.stack import NearfaasOptions
+from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
 
+TIMING_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
 BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
 _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"}
 
@@ -82,6 +84,7 @@ class FunctionMeters:
     def __init__(self, metrics: GatewayMetrics, name: str):
         self.inflight = metrics.inflight.labels(name)
         self.seconds = metrics.seconds.labels(name)
+        self.parts = {part: metrics.timing.labels(name, part) for part in TIMING_PARTS}
         self._counter = metrics.invocations
         self._name = name
         self._by_status: dict[int, object] = {}
@@ -98,6 +101,16 @@ class CallResult:
     status: int
     headers: dict
     body: bytes
+    report: dict = field(default_factory=dict)  # where it ran and the measured breakdown (see _report)
+
+
+@dataclass(frozen=True)
+class StageIO:
+    """What a chain tells the invoker about one of its stages."""
+
+    output: tuple[str, str]  # (bucket, key) assigned to the stage's output object
+    output_local: bool  # an intermediate: written onto the node that makes it, not replicated
+    held_accelerator: str | None = None  # the chain's own hold on a node's accelerator (not "busy" for this stage)
 
 
 class NodeLost(Exception):
@@ -143,29 +156,32 @@ class Invoker:
         self.replication = replication
         self.dscs_replica = dscs_replica
         self.functions: dict[str, FunctionState] = {}
+        self.located: dict[tuple[str, str], list[str]] = {}  # chain intermediate -> the node holding its one copy
         self.workers = WorkerClient()
         nodes.on_poll.append(self._reconcile_node)
 
     # -- placement -------------------------------------------------------------------------------
-    def _view(self, state: FunctionState, refs) -> ClusterView:
+    def _view(self, state: FunctionState, refs, held: str | None = None) -> ClusterView:
         warm: dict[str, int] = {}
         inflight: dict[str, int] = {}
         for inst in state.instances.values():
             warm[inst.node] = warm.get(inst.node, 0) + 1
             inflight[inst.node] = inflight.get(inst.node, 0) + inst.inflight
         nodes = tuple(NodeView(n.name, n.kind, n.cls, n.healthy, inflight.get(n.name, 0), warm.get(n.name, 0),
-                               accel_busy=self.accel_inflight.get(n.name, 0) > 0,
+                               accel_busy=self.accel_inflight.get(n.name, 0) - (n.name == held) > 0,
                                accel_available=self.accel_available.get(n.name, True))
                       for n in self.nodes.nodes.values())
         ring = self.nodes.storage_ring()
-        replicas = {ref: [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)] for ref in refs}
+        # Chain intermediates sit where they were made (the catalog); other objects where hashing put them.
+        replicas = {ref: self.located.get(ref) or [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)]
+                    for ref in refs}
         return ClusterView(nodes, replicas, Estimates(self.compute_s, self.link))
 
-    def place(self, state: FunctionState, refs, policy=None):
+    def place(self, state: FunctionState, refs, policy=None, held: str | None = None):
         invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),
                                 int(self.input_bytes.get(state.name, 0)))
         try:
-            decision = (policy or self.policy).place(invocation, self._view(state, refs))
+            decision = (policy or self.policy).place(invocation, self._view(state, refs, held))
         except NoNodeAvailable as exc:
             raise CallError(503, f"no node can run {state.name!r}: {exc}", "placement", {"Retry-After": "1"}) from None
         self.metrics.placements.labels(state.name, decision.target, decision.reason).inc()
@@ -278,7 +294,8 @@ class Invoker:
                 self.drop_instance(state, inst, stop=False)
 
     # -- calls -----------------------------------------------------------------------------------
-    async def invoke(self, name: str, method: str, path: str, query: str, headers, body: bytes, call_id: str | None = None) -> CallResult:
+    async def invoke(self, name: str, method: str, path: str, query: str, headers, body: bytes, call_id: str | None = None,
+                     stage: StageIO | None = None) -> CallResult:
         call_id = call_id or f"internal-{uuid.uuid4().hex}"
         started = time.perf_counter()
         state = self.functions.get(name)
@@ -288,7 +305,7 @@ class Invoker:
         meters = state.meters or state.bind_meters(self.metrics)
         meters.inflight.inc()
         try:
-            result = await self._invoke(state, method, path, query, headers, body, call_id, started)
+            result = await self._invoke(state, method, path, query, headers, body, call_id, started, stage)
         except CallError as exc:
             meters.count(exc.status).inc()
             raise
@@ -305,19 +322,19 @@ class Invoker:
             raise CallError(400, f"X-Nearfaas-Policy: unknown placement policy {name!r}; choose one of: {', '.join(self.policies)}", "placement")
         return self.policies[name]
 
-    async def _invoke(self, state, method, path, query, headers, body, call_id, started) -> CallResult:
+    async def _invoke(self, state, method, path, query, headers, body, call_id, started, stage=None) -> CallResult:
         refs = find_input_refs(state.options, body)
         # Placing and marking the accelerator busy happen with no await in between: decisions
         # are taken one at a time in arrival order (first come, first served).
         policy = self.policy_named(headers.get("X-Nearfaas-Policy"))
         idempotent = state.options.idempotent
         for attempt in (1, 2):
-            decision = self.place(state, refs, policy)
+            decision = self.place(state, refs, policy, stage and stage.held_accelerator)
             offload = decision.target == "dscs"
             if offload:
                 self.accel_inflight[decision.node] = self.accel_inflight.get(decision.node, 0) + 1
             try:
-                return await self._call(state, decision, refs, method, path, query, headers, body, call_id, started)
+                return await self._call(state, decision, refs, method, path, query, headers, body, call_id, started, stage)
             except NodeLost as lost:
                 # The node is now out of placement: place again, once, if that cannot run the
                 # function twice (it never started) or the function says running twice is fine.
@@ -341,23 +358,14 @@ class Invoker:
         old = self.input_bytes.get(state.name)
         self.input_bytes[state.name] = bytes_moved if old is None else (1 - alpha) * old + alpha * bytes_moved
 
-    def _count_link_bytes(self, function: str, header: str) -> None:
-        """The worker reports `<profile>;read=N;write=N;seconds=S`; count what crossed the link."""
-        name, *fields = header.split(";")
-        values = dict(f.split("=", 1) for f in fields if "=" in f)
-        for direction in ("read", "write"):
-            try:
-                moved = int(values.get(direction, 0))
-            except ValueError:
-                continue
-            if moved:
-                self.metrics.link_bytes.labels(name, direction, function).inc(moved)
-
-    async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started) -> CallResult:
+    async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started, stage=None) -> CallResult:
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and not k.lower().startswith("x-nearfaas-")}
         forward.update({"X-Nearfaas-Call-Id": call_id, "X-Nearfaas-Method": method, "X-Nearfaas-Path": path, "X-Nearfaas-Query": query})
         if refs:
             forward["X-Nearfaas-Input"] = json.dumps({"bucket": refs[0][0], "key": refs[0][1]})
+        if stage is not None:
+            forward["X-Nearfaas-Output"] = json.dumps({"bucket": stage.output[0], "key": stage.output[1]})
+            forward["X-Nearfaas-Output-Mode"] = "local" if stage.output_local else "cluster"
         exec_timeout = float(state.spec.get("exec_timeout", 10.0))
         for attempt in (1, 2):
             try:
@@ -396,29 +404,52 @@ class Invoker:
                     self._retire(instance, stop=True)
         if reply_headers.get("X-Nearfaas-Error") == "exec-timeout":
             self.drop_instance(state, instance, stop=False)  # it is exiting; the node reaps it
-        total = time.perf_counter() - started
-        exec_s = float(reply_headers.get("X-Nearfaas-Exec-Seconds", 0) or 0)
-        data_s = float(reply_headers.get("X-Nearfaas-Data-Seconds", 0) or 0)
-        cold = cold_seconds or 0.0
-        self._count_link_bytes(state.name, reply_headers.get("X-Nearfaas-Link", ""))
+        report = self._report(state, decision, reply_headers, time.perf_counter() - started, cold_seconds)
         if status < 400:
             moved = int(reply_headers.get("X-Nearfaas-Bytes-Local", 0) or 0) + int(reply_headers.get("X-Nearfaas-Bytes-Remote", 0) or 0)
-            self._learn(state, decision.target, exec_s, data_s, moved)
+            self._learn(state, decision.target, report["exec_s"], report["timing"]["data"], moved)
+        if stage is not None and report["output"] == "local":
+            self.located[stage.output] = [decision.node]
+        timing = report["timing"]
         out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS}
         out.update({
             "X-Call-Id": call_id,
-            "X-Duration-Seconds": f"{total:.6f}",
-            "X-Nearfaas-Start": "cold" if cold_seconds is not None else "warm",
+            "X-Duration-Seconds": f"{timing['total']:.6f}",
+            "X-Nearfaas-Start": report["start"],
             "X-Nearfaas-Node": decision.node,
             "X-Nearfaas-Placement": f"{decision.target};{decision.reason}",
             "X-Nearfaas-Policy": headers.get("X-Nearfaas-Policy") or self.policy.name,  # validated by _invoke
-            # Measured on this machine: stack = everything that is neither the handler nor a cold start.
-            "X-Nearfaas-Timing": f"measured;total={total:.6f};cold_start={cold:.6f};stack={max(0.0, total - exec_s - cold):.6f};"
-                                 f"data={data_s:.6f};compute={max(0.0, exec_s - data_s):.6f}",
+            "X-Nearfaas-Timing": format_timing(timing),
         })
         if decision.predicted_s is not None:  # the prediction, next to the measured outcome above
             out["X-Nearfaas-Predicted"] = f"modelled;total={decision.predicted_s:.6f};link={self.link.name}"
-        return CallResult(status, out, payload)
+        if "modelled" in report:
+            out["X-Nearfaas-Modelled"] = "modelled;accelerator=unset;model=none"
+        return CallResult(status, out, payload, report)
+
+    def _report(self, state: FunctionState, decision, reply_headers, total: float, cold_seconds: float | None) -> dict:
+        """One call's placement and measured breakdown, counted in metrics; the chain sums these."""
+        exec_s = float(reply_headers.get("X-Nearfaas-Exec-Seconds", 0) or 0)
+        data_s = float(reply_headers.get("X-Nearfaas-Data-Seconds", 0) or 0)
+        cold = cold_seconds or 0.0
+        # Measured on this machine: stack = everything that is neither the handler nor a cold start.
+        timing = {"total": total, "cold_start": cold, "stack": max(0.0, total - exec_s - cold), "data": data_s,
+                  "compute": max(0.0, exec_s - data_s)}
+        parts = state.meters.parts if state.meters else {}
+        for part, child in parts.items():
+            child.observe(timing[part])
+        link = parse_link(reply_headers.get("X-Nearfaas-Link", ""))
+        for direction in ("read", "write"):
+            if link[direction]:
+                self.metrics.link_bytes.labels(link["profile"], direction, state.name).inc(link[direction])
+        report = {"function": state.name, "node": decision.node, "target": decision.target, "reason": decision.reason,
+                  "start": "cold" if cold_seconds is not None else "warm", "exec_s": exec_s, "timing": timing, "link": link,
+                  "written_local": int(reply_headers.get("X-Nearfaas-Bytes-Written-Local", 0) or 0),
+                  "output": reply_headers.get("X-Nearfaas-Output-Written", "none")}
+        if decision.target == "dscs":
+            # Room for the hardware twin's modelled accelerator time; nothing here pretends to be it.
+            report["modelled"] = {"accelerator_s": None, "model": None}
+        return report
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, spec: dict) -> FunctionState:

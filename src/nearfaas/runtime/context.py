@@ -63,7 +63,8 @@ class IOStats:
     write_seconds: float = 0.0
     bytes_read_local: int = 0
     bytes_read_remote: int = 0
-    bytes_written: int = 0
+    bytes_written: int = 0  # through the cluster (replicated; crosses the link)
+    bytes_written_local: int = 0  # onto this node's own store (a chain intermediate)
     link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
 
 
@@ -75,14 +76,23 @@ class ObjectClient:
     """
 
     def __init__(self, gateway: str, store_root: str | None, stats: IOStats | None = None, auth_headers=None,
-                 link: EmulatedLink | None = None):
-        self._gateway = urllib.parse.urlsplit(gateway)
+                 link: EmulatedLink | None = None, node_url: str | None = None, output: ObjectRef | None = None,
+                 output_local: bool = False, caller: str = ""):
+        self._endpoints = {"cluster": urllib.parse.urlsplit(gateway)}
+        if node_url and store_root:  # a storage node serves S3 itself: a write to it stays on this node
+            self._endpoints["node"] = urllib.parse.urlsplit(node_url)
         self._store_root = Path(store_root) if store_root else None
-        self._conn: http.client.HTTPConnection | None = None
+        self._conns: dict[str, http.client.HTTPConnection] = {}
         self.stats = stats or IOStats()
         self._auth_headers = auth_headers  # callable(method, url, body) -> headers, when keys are set
         # Every remote read or write crosses the compute <-> storage link; a local mmap never does.
         self._link = link if link is not None and link.active else None
+        # A chain intermediate is written onto this node (when it stores objects), not replicated
+        # across the cluster: the next stage is placed here and reads it back through mmap.
+        self._output = output
+        self._local_output = output if output_local and "node" in self._endpoints else None
+        self._caller = caller
+        self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, ref, key: str | None = None) -> memoryview | bytes:
@@ -127,40 +137,50 @@ class ObjectClient:
     # -- writes --------------------------------------------------------------------------------
     def put(self, ref, data: bytes | bytearray | memoryview, key: str | None = None, content_type: str = "application/octet-stream") -> dict:
         ref = ObjectRef(ref, key) if key is not None else ObjectRef.parse(ref)
+        where = "node" if ref == self._local_output else "cluster"
         started = time.perf_counter()
         try:
-            self._request("PUT", ref, bytes(data), {"Content-Type": content_type})
-            self.stats.bytes_written += len(data)
+            headers = {"Content-Type": content_type, "X-Nearfaas-Caller": self._caller}
+            self._request("PUT", ref, bytes(data), headers, where)
+            if where == "node":
+                self.stats.bytes_written_local += len(data)
+            else:
+                self.stats.bytes_written += len(data)
+            if ref == self._output:
+                self.wrote_output = "local" if where == "node" else "cluster"
             return ref.to_dict()
         finally:
             self.stats.write_seconds += time.perf_counter() - started
 
-    def _request(self, method: str, ref: ObjectRef, body: bytes | None, headers: dict | None = None) -> bytes:
+    def _request(self, method: str, ref: ObjectRef, body: bytes | None, headers: dict | None = None, where: str = "cluster") -> bytes:
         path = "/" + urllib.parse.quote(ref.bucket) + "/" + urllib.parse.quote(ref.key, safe="/~")
+        endpoint = self._endpoints[where]
         headers = dict(headers or {})
-        if self._link is not None:
-            self.stats.link_seconds += self._link.first_byte()
+        link = self._link if where == "cluster" else None  # this node's own store is no link away
+        if link is not None:
+            self.stats.link_seconds += link.first_byte()
             if body:
-                self.stats.link_seconds += self._link.transfer(len(body))
-        if self._auth_headers:
-            headers.update(self._auth_headers(method, f"{self._gateway.scheme}://{self._gateway.netloc}{path}", body or b""))
+                self.stats.link_seconds += link.transfer(len(body))
+        if self._auth_headers and where == "cluster":  # nodes trust loopback calls; the gateway checks keys
+            headers.update(self._auth_headers(method, f"{endpoint.scheme}://{endpoint.netloc}{path}", body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self._gateway.hostname, self._gateway.port, timeout=60)
+            conn = self._conns.get(where)
+            if conn is None:
+                conn = self._conns[where] = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
             try:
-                self._conn.request(method, path, body=body, headers=headers)
-                resp = self._conn.getresponse()
+                conn.request(method, path, body=body, headers=headers)
+                resp = conn.getresponse()
                 payload = resp.read()
             except (ConnectionError, http.client.HTTPException, OSError):
-                self._conn.close()
-                self._conn = None
+                conn.close()
+                del self._conns[where]
                 if attempt == 2:
                     raise
                 continue
             if resp.status >= 300:
                 raise ObjectError(resp.status, ref, payload)
-            if self._link is not None and method == "GET":
-                self.stats.link_seconds += self._link.transfer(len(payload))
+            if link is not None and method == "GET":
+                self.stats.link_seconds += link.transfer(len(payload))
             return payload
         raise AssertionError("unreachable")
 
@@ -226,4 +246,7 @@ class Context:
     input: ObjectRef | None
     objects: ObjectClient
     secrets: Secrets
+    # In a chain, where this stage's output goes: write it with objects.put(context.output, data)
+    # and the next stage receives it as its input. None outside chains.
+    output: ObjectRef | None = None
     environment: dict[str, str] = field(default_factory=lambda: dict(os.environ))

@@ -114,6 +114,7 @@ class Worker:
         self.slots = asyncio.Semaphore(threads)
         self.gateway = gateway
         self.store_root = store_root
+        self.node_url = os.environ.get("NEARFAAS_NODE_URL")  # this node's own S3 endpoint (storage nodes)
         self.secrets = Secrets(secrets_dir)
         self.link = EmulatedLink(get_profile(link))
         self.signer = signer_from_environment()
@@ -122,9 +123,10 @@ class Worker:
         self.classic = spec.get("lang") in CLASSIC_LANGS
         self.dying = False
 
-    def _objects(self, stats: IOStats) -> ObjectClient:
+    def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement.
-        return ObjectClient(self.gateway, self.store_root, stats, auth_headers=self.signer, link=self.link)
+        return ObjectClient(self.gateway, self.store_root, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
+                            output=output, output_local=output_local, caller=self.name)
 
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
@@ -147,19 +149,20 @@ class Worker:
     async def _call(self, request: web.Request) -> web.Response:
         body = await request.content.read()  # not request.read(): its 1 MiB cap is below the gateway's limit
         h = request.headers
-        raw_input = h.get("X-Nearfaas-Input")
         try:
-            ref = ObjectRef.parse(json.loads(raw_input)) if raw_input else None
+            ref, output = (ObjectRef.parse(json.loads(h[name])) if h.get(name) else None
+                           for name in ("X-Nearfaas-Input", "X-Nearfaas-Output"))
         except ValueError as exc:
-            return web.Response(status=400, text=f"bad X-Nearfaas-Input header: {exc}")
+            return web.Response(status=400, text=f"bad X-Nearfaas-Input or X-Nearfaas-Output header: {exc}")
         # The gateway forwards the query and path still percent-encoded (safe in a header).
         query = dict(parse_qsl(h.get("X-Nearfaas-Query", ""), keep_blank_values=True))
         event = Event(body=body, headers={k: v for k, v in h.items() if not k.lower().startswith("x-nearfaas-")},
                       method=h.get("X-Nearfaas-Method", request.method), query=query,
                       path=unquote(h.get("X-Nearfaas-Path", "/")))
         stats = IOStats()
+        objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local")
         context = Context(function=self.name, node=self.node, call_id=h.get("X-Nearfaas-Call-Id", ""), input=ref,
-                          objects=self._objects(stats), secrets=self.secrets)
+                          objects=objects, secrets=self.secrets, output=output)
         started = time.perf_counter()
         try:
             if self.is_async and not self.classic:
@@ -191,10 +194,12 @@ class Worker:
             "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",
             "X-Nearfaas-Bytes-Local": str(stats.bytes_read_local),
             "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
+            "X-Nearfaas-Bytes-Written-Local": str(stats.bytes_written_local),
             # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
             "X-Nearfaas-Link": f"{self.link.profile.name};read={stats.bytes_read_remote};write={stats.bytes_written};"
                                f"seconds={stats.link_seconds:.6f}",
             "X-Nearfaas-Instance": self.instance,
+            "X-Nearfaas-Output-Written": objects.wrote_output or "none",
         })
         try:
             return web.Response(status=status, headers=out, body=payload)

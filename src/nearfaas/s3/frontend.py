@@ -59,12 +59,15 @@ _RESPONSE_OVERRIDES = {
 
 class S3Frontend:
     def __init__(self, backend: StorageBackend | Callable[[], StorageBackend], *, auth: S3Auth | None = None,
-                 max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",)):
+                 max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",),
+                 on_created: Callable[[web.Request, str, str, ObjectInfo], None] | None = None):
         # A backend, or a zero-argument callable returning one (for hosts that build it late).
         self._backend_getter = (lambda: backend) if hasattr(backend, "put_object") else backend
         self.auth = auth or S3Auth()
         self.max_body = max_body
         self.virtual_host_suffixes = tuple(s.lower().strip(".") for s in virtual_host_suffixes)
+        # Called once a new object is durable (PUT, completed multipart upload): object triggers.
+        self.on_created = on_created or (lambda request, bucket, key, info: None)
 
     @property
     def backend(self) -> StorageBackend:
@@ -273,6 +276,7 @@ class S3Frontend:
         info = await self.backend.put_object(
             bucket, key, body.chunks(), content_md5=content_md5, content_type=request.headers.get("Content-Type"),
             metadata=_user_metadata(request), options=options)
+        self.on_created(request, bucket, key, info)
         return self._empty(request, 200, {"ETag": f'"{info.etag}"', **_exact_headers(info)})
 
     async def _upload_part(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
@@ -353,6 +357,7 @@ class S3Frontend:
         body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
         parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
         info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts)
+        self.on_created(request, bucket, key, info)
         xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
         metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
         return self._xml(request, xml_body, {**_exact_headers(info), **metadata_headers})

@@ -54,7 +54,10 @@ KNOWN_FUNCTION_KEYS = {
     "build_options", "build_secrets", "readonly_root_filesystem", "skip_build", "namespace",
     "platforms", X_KEY,
 }
-X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive"}
+X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers"}
+# Chain intermediates live here, written by the stage that made them onto its own node.
+INTERMEDIATE_BUCKET = "nearfaas-intermediates"
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 ACCELERATORS = ("dscs",)
 PLACEMENTS = ("data", "compute", "auto")
 
@@ -79,11 +82,12 @@ class NearfaasOptions:
     idempotent: bool = False                # safe to run twice: a call lost with its node is retried elsewhere
     queue_depth: int = 100                  # calls that may wait for a free instance, then 429
     keep_alive: float = 60.0                # seconds an idle instance above scale.min stays warm
+    triggers: list[str] = field(default_factory=list)  # "s3://bucket/prefix": a PUT there invokes this function
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
                 "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
-                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive}
+                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers)}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -91,6 +95,14 @@ class NearfaasOptions:
         opts = _parse_x(data, X_KEY, c)
         c.raise_if_any()
         return opts or cls()
+
+    def triggered_by(self, bucket: str, key: str) -> bool:
+        """True when a new object s3://bucket/key falls under one of this function's triggers."""
+        for trigger in self.triggers:
+            t_bucket, _, prefix = trigger.removeprefix("s3://").partition("/")
+            if t_bucket == bucket and key.startswith(prefix):
+                return True
+        return False
 
     def object_refs(self, body: Any) -> list[dict[str, Any]]:
         """The {bucket, key} references a request body points at, following `inputs`.
@@ -294,6 +306,8 @@ def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                     'add inputs: ["input"] or use placement: auto')
     if "chain" in m:
         opts.chain = read_str_list(m["chain"], join_path(path, "chain"), c, allow_single=True) or []
+    if "triggers" in m:
+        opts.triggers = _parse_triggers(m["triggers"], join_path(path, "triggers"), c)
     if opts.accelerator == "dscs" and opts.placement == "compute":
         c.error(join_path(path, "placement"), "accelerator: dscs runs on a storage node, but placement: compute "
                 "forbids storage nodes", "use placement: data or auto, or drop the accelerator")
@@ -318,6 +332,22 @@ def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
+
+
+def _parse_triggers(value: Any, path: str, c: Collector) -> list[str]:
+    """Object-PUT triggers, written "s3://bucket/prefix" (the prefix may be empty)."""
+    out = []
+    for i, raw in enumerate(read_str_list(value, path, c, allow_single=True) or []):
+        bucket, slash, prefix = raw.strip().removeprefix("s3://").partition("/")
+        if not raw.strip().startswith("s3://") or not _BUCKET.fullmatch(bucket):
+            c.error(join_path(path, i), f"{short_repr(raw)} is not an object prefix",
+                    'write "s3://bucket/prefix/" (every new object under it calls the function) or "s3://bucket/" for the whole bucket')
+        elif bucket == INTERMEDIATE_BUCKET:
+            c.error(join_path(path, i), f"bucket {bucket} holds chain intermediates, which never trigger functions",
+                    "trigger on the bucket your clients write to")
+        else:
+            out.append(f"s3://{bucket}/{prefix if slash else ''}")
+    return out
 
 
 def _timeouts_and_inflight(env: dict[str, str], origin: dict[str, str], c: Collector) -> dict[str, Any]:
@@ -517,8 +547,11 @@ def _check_chains(chains: dict[str, list[str]], declared: set[str], c: Collector
 
 # ---------------------------------------------------------------- entry points
 
-def parse_stack(data: Any, base_dir: Path | str) -> Stack:
-    """Validate an already-parsed stack mapping; handler paths resolve against base_dir."""
+def parse_stack(data: Any, base_dir: Path | str, *, whole: bool = True) -> Stack:
+    """Validate an already-parsed stack mapping; handler paths resolve against base_dir.
+
+    ``whole=False`` is for one function deployed on its own (the REST API): its chain may name
+    functions deployed separately, so chain targets are resolved when the chain is called."""
     c = Collector()
     base_dir = Path(base_dir)
     if data is None:
@@ -568,7 +601,8 @@ def parse_stack(data: Any, base_dir: Path | str) -> Stack:
                 functions[name] = spec
             if x is not None and x.chain:
                 chains[name] = x.chain
-        _check_chains(chains, set(fmap or {}), c)
+        if whole:
+            _check_chains(chains, set(fmap or {}), c)
     c.raise_if_any()
     return Stack("1.0", provider_name, gateway, functions, c.warnings)
 

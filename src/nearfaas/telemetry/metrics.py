@@ -29,6 +29,10 @@ class GatewayMetrics:
         self.placements = Counter("nearfaas_placement", "Placement decisions", ["function", "target", "reason"], registry=r)
         self.link_bytes = Counter("nearfaas_link_bytes", "Object bytes that crossed the emulated compute<->storage link",
                                   ["link", "direction", "function_name"], registry=r)
+        self.timing = Histogram("nearfaas_call_seconds", "Where a call's time went: stack, data, compute, cold_start (measured)",
+                                ["function_name", "part"], buckets=LATENCY_BUCKETS, registry=r)
+        self.chains = Counter("nearfaas_chain_calls", "Chain (application) calls by outcome", ["app", "outcome"], registry=r)
+        self.triggers = Counter("nearfaas_trigger_calls", "Calls queued by object-PUT triggers", ["function_name"], registry=r)
         self.async_queue = Gauge("nearfaas_async_queue_depth", "Async calls waiting or running", registry=r)
 
     def render(self) -> bytes:
