@@ -35,6 +35,7 @@ bench: setup
 	$(PY) benchmarks/invoke_overhead.py
 	$(PY) benchmarks/object_io.py
 	$(PY) benchmarks/cold_start.py
+	$(PY) benchmarks/placement.py
 
 lint: setup
 	$(PY) -m ruff check src tests benchmarks

@@ -74,6 +74,7 @@ def test_near_data_keeps_input_and_intermediates_off_the_link(s3like):
     # Near-data: both acceleratable stages on the dscs node holding the image, the intermediate
     # written there; only the small classification result crosses to the notification stage.
     assert [s["node"] for s in stages] == ["storage-0", "storage-0", "compute-0"], stages
+    assert near.headers["X-Nearfaas-Policy"] == "near-data" and "/" not in near.headers["X-Call-Id"]
     assert [s["target"] for s in stages] == ["dscs", "dscs", "cpu"]
     assert stages[0]["output"] == "local" and stages[1]["output"] == "local"
     assert near_read < 10_000 and near_write < 10_000, (near_read, near_write)

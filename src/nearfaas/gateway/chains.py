@@ -81,9 +81,9 @@ class ChainRunner:
                         raise result
                 failed = next((s.function for s in wave if results[s.function].status >= 400), None)
                 if failed is not None:
-                    return self._answer(app, call_id, waves, results, started, failed)
+                    return self._answer(app, call_id, waves, results, started, request, failed)
             outcome = "ok"
-            return self._answer(app, call_id, waves, results, started)
+            return self._answer(app, call_id, waves, results, started, request)
         finally:
             for node in holds.values():
                 self.invoker.accel_inflight[node] -= 1
@@ -127,7 +127,7 @@ class ChainRunner:
         return {"input": outputs[0] if outputs else None, "inputs": outputs,
                 "previous": {p: _decoded(results[p].body) for p in stage.after}, "app": app, "call_id": call_id}
 
-    def _answer(self, app, call_id, waves, results, started, failed: str | None = None) -> CallResult:
+    def _answer(self, app, call_id, waves, results, started, request, failed: str | None = None) -> CallResult:
         ran = [s for wave in waves for s in wave if s.function in results]
         sinks = [s.function for s in ran if s.is_sink]
         last = results[failed] if failed else results[sinks[0]] if len(sinks) == 1 else None
@@ -145,6 +145,8 @@ class ChainRunner:
         link = {key: sum(r["link"][key] for r in reports) for key in ("read", "write", "seconds")}
         profile = reports[0]["link"]["profile"] if reports else "local"
         headers.update({
+            "X-Call-Id": call_id,  # the chain's, not its last stage's
+            "X-Nearfaas-Policy": request[3].get("X-Nearfaas-Policy") or self.invoker.policy.name,  # validated by the first stage
             "X-Nearfaas-App": app,
             "X-Nearfaas-Chain": json.dumps([_stage_summary(r) for r in reports], separators=(",", ":")),
             "X-Nearfaas-Node": ",".join(f"{r['function']}={r['node']}" for r in reports),
