@@ -87,12 +87,21 @@ def tmp_is_empty(server) -> bool:
     return os.listdir(server.store.root / "tmp") == []
 
 
-def tmp_empties_soon(server, timeout: float = 5.0) -> bool:
-    """For aborts the server only sees once the client's connection has gone."""
-    deadline = time.time() + timeout
-    while not tmp_is_empty(server) and time.time() < deadline:
+def tmp_empties_soon(server, timeout: float = 5.0, settle: float = 0.5) -> bool:
+    """For aborts the server only sees once the client's connection has gone. Empty must stay
+    empty for ``settle`` seconds: the handler may open its temp file only after the client has
+    gone (and then abort it), so one empty listing proves nothing."""
+    deadline = time.monotonic() + timeout
+    empty_since = None
+    while time.monotonic() < deadline:
+        if not tmp_is_empty(server):
+            empty_since = None
+        elif empty_since is None:
+            empty_since = time.monotonic()
+        elif time.monotonic() - empty_since >= settle:
+            return True
         time.sleep(0.02)
-    return tmp_is_empty(server)
+    return False
 
 
 # -- objects ------------------------------------------------------------------------------------
@@ -427,10 +436,7 @@ def test_client_disconnect_mid_body_leaves_nothing(server, s3, bucket):
     except OSError:
         pass
     sock.close()
-    # aiohttp sometimes notices a peer that vanished mid-body only when its 10 s lingering-close
-    # timer fires (seen as a temp file gone at ~10 s), so wait past that: what matters is that
-    # nothing is left, not how soon.
-    assert tmp_empties_soon(server, timeout=15.0), os.listdir(server.store.root / "tmp")
+    assert tmp_empties_soon(server), os.listdir(server.store.root / "tmp")
     with pytest.raises(ClientError) as e:
         s3.head_object(Bucket=bucket, Key="cut")
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
