@@ -181,3 +181,39 @@ def test_a_trigger_runs_a_whole_chain(s3like):
     while chains_ok() < before + 1:
         assert time.monotonic() < deadline, "the triggered chain never finished"
         time.sleep(0.1)
+
+
+def test_calls_sharing_a_client_call_id_never_share_intermediates(cluster, functions_dir):
+    """Intermediates are named by the gateway, not by X-Call-Id, which clients reuse for tracing."""
+    cluster.deploy("relay-1", functions_dir / "relay", envVars={"SLEEP": "0.3"}, **{"x-nearfaas": {"chain": ["relay-2"]}})
+    cluster.deploy("relay-2", functions_dir / "relay")
+    from concurrent.futures import ThreadPoolExecutor
+
+    def call(payload: bytes):
+        return requests.post(f"{cluster.url}/function/relay-1", data=payload, headers={"X-Call-Id": "trace-123"}, timeout=30)
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(call, [b"A" * 1000, b"B" * 1000])
+    assert (a.status_code, b.status_code) == (200, 200), (a.text, b.text)
+    assert a.json()["data"] == "A" * 1000 + "|relay-1|relay-2" and b.json()["data"] == "B" * 1000 + "|relay-1|relay-2"
+    assert a.headers["X-Call-Id"] == b.headers["X-Call-Id"] == "trace-123"
+
+
+def test_a_stage_that_wrote_and_then_failed_leaves_no_intermediate(cluster, functions_dir):
+    cluster.deploy("leaky-1", functions_dir / "relay", **{"x-nearfaas": {"chain": ["leaky-2"]}})
+    cluster.deploy("leaky-2", functions_dir / "relay", envVars={"FAIL_AFTER_WRITE": "1"}, **{"x-nearfaas": {"chain": ["leaky-3"]}})
+    cluster.deploy("leaky-3", functions_dir / "relay")
+    resp = requests.post(f"{cluster.url}/function/leaky-1", data=b"x", timeout=30)
+    assert resp.status_code == 502 and resp.headers["X-Nearfaas-Chain-Failed"] == "leaky-2"
+    s3 = cluster.s3()
+    deadline = time.monotonic() + 10
+    while s3.list_objects_v2(Bucket="nearfaas-intermediates", Prefix="leaky-1/").get("KeyCount", 0):
+        assert time.monotonic() < deadline, s3.list_objects_v2(Bucket="nearfaas-intermediates", Prefix="leaky-1/")["Contents"]
+        time.sleep(0.1)
+
+
+def test_a_cycle_across_separate_deployments_is_refused(cluster, functions_dir):
+    assert cluster.deploy("cyc-a", functions_dir / "echo", **{"x-nearfaas": {"chain": ["cyc-b"]}}).status_code == 202
+    resp = cluster.deploy("cyc-b", functions_dir / "echo", wait=False, **{"x-nearfaas": {"chain": ["cyc-a"]}})
+    assert resp.status_code == 400
+    assert "cycle" in resp.text and "x-nearfaas.chain" in resp.text

@@ -142,7 +142,7 @@ def test_profile_numbers_and_tail():
 
 
 def test_policies_need_no_server_process_or_socket():
-    """Import and call every policy in a fresh interpreter where opening a socket or starting a
+    """Import and call every policy (and the chain planner) in a fresh interpreter where opening a socket or starting a
     process raises: the simulator must be able to do exactly this."""
     code = textwrap.dedent("""
         import socket, subprocess, os, sys
@@ -156,11 +156,14 @@ def test_policies_need_no_server_process_or_socket():
         view = ClusterView((NodeView("s0", "storage", "dscs"), NodeView("c0", "compute", "cpu")), {("b", "k"): ["s0"]})
         inv = Invocation("f", accelerator="dscs", inputs=(("b", "k"),))
         print(sorted((name, cls().place(inv, view).node) for name, cls in POLICIES.items()))
+        from nearfaas.placement.chain import plan
+        print([[s.function for s in wave] for wave in plan("f1", {"f1": ["f2"], "f2": []})])
         assert "aiohttp" not in sys.modules, "placement pulled in the HTTP stack"
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "('auto', 's0'), ('compute-only', 'c0'), ('near-data', 's0')" in out.stdout
+    assert "[['f1'], ['f2']]" in out.stdout  # chains are planned without a server too
 
 
 def test_emulated_link_paces_bytes_and_samples_first_byte():

@@ -288,6 +288,7 @@ def test_limits(proj: Path, limits: dict[str, str], path: str, fix: str) -> None
     ({"inputs": {"a": 1}}, "inputs", "list"),
     ({"triggers": ["photos/incoming/"]}, "triggers[0]", "s3://bucket/prefix/"), ({"triggers": ["s3://Bad_Bucket/"]}, "triggers[0]", "s3://"),
     ({"triggers": ["s3://nearfaas-intermediates/x/"]}, "triggers[0]", "intermediates"), ({"triggers": [7]}, "triggers[0]", ""),
+    ({"triggers": ["s3://photos/"], "inputs": ["/job/source"]}, "triggers", 'add "input" to inputs'),
 ])
 def test_x_nearfaas_values(proj: Path, x: dict[str, Any], path: str, text: str) -> None:
     assert text in str(problem_at(problems_of(minimal(**{"x-nearfaas": x}), proj), f"functions.fn.x-nearfaas.{path}"))

@@ -26,7 +26,7 @@ from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.invoker import CallError
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.spec.errors import SpecError
-from nearfaas.spec.stack import FunctionSpec, parse_stack
+from nearfaas.spec.stack import FunctionSpec, check_chain_cycles, parse_stack
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
@@ -164,7 +164,8 @@ class OpenFaaSAPI:
     def object_created(self, request: web.Request, bucket: str, key: str, info) -> None:
         """S3 event notifications, Lambda style: a new object under a function's
         ``x-nearfaas.triggers`` prefix queues an async call of it with the object as its input.
-        A function's own writes never trigger itself (the simplest recursive loop)."""
+        A function's own writes, and those of every stage of its chain, never trigger it (the
+        simplest recursive loops)."""
         caller = request.headers.get("X-Nearfaas-Caller", "")
         event = {"type": "s3:ObjectCreated:" + ("Put" if request.method == "PUT" else "CompleteMultipartUpload"),
                  "size": info.size, "etag": info.etag}
@@ -257,6 +258,10 @@ class OpenFaaSAPI:
             return _error(400, f"invalid function deployment:\n{exc}", "spec")
         except SpecErrorResponse as exc:
             return _error(400, f"invalid function deployment: {exc}", "spec")
+        try:  # with what is deployed already, the chains must still end
+            check_chain_cycles({n: list(s.options.chain) for n, s in self.invoker.functions.items()} | {spec["name"]: spec["x"]["chain"]})
+        except SpecError as exc:
+            return _error(400, f"invalid function deployment, given the functions already deployed:\n{exc}", "spec")
         exists = spec["name"] in self.invoker.functions
         if update and not exists:
             return _error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")

@@ -24,7 +24,7 @@ from nearfaas.spec.stack import NearfaasOptions
 from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
 
-TIMING_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
+METERED_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
 BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
 _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"}
 
@@ -84,7 +84,7 @@ class FunctionMeters:
     def __init__(self, metrics: GatewayMetrics, name: str):
         self.inflight = metrics.inflight.labels(name)
         self.seconds = metrics.seconds.labels(name)
-        self.parts = {part: metrics.timing.labels(name, part) for part in TIMING_PARTS}
+        self.parts = {part: metrics.timing.labels(name, part) for part in METERED_PARTS}
         self._counter = metrics.invocations
         self._name = name
         self._by_status: dict[int, object] = {}
@@ -110,7 +110,9 @@ class StageIO:
 
     output: tuple[str, str]  # (bucket, key) assigned to the stage's output object
     output_local: bool  # an intermediate: written onto the node that makes it, not replicated
+    app: str  # the chain's first function: its writes never trigger the app again
     held_accelerator: str | None = None  # the chain's own hold on a node's accelerator (not "busy" for this stage)
+    inputs: tuple | None = None  # the predecessors' outputs, whatever the function's x-nearfaas.inputs say
 
 
 class NodeLost(Exception):
@@ -323,7 +325,7 @@ class Invoker:
         return self.policies[name]
 
     async def _invoke(self, state, method, path, query, headers, body, call_id, started, stage=None) -> CallResult:
-        refs = find_input_refs(state.options, body)
+        refs = list(stage.inputs) if stage is not None and stage.inputs is not None else find_input_refs(state.options, body)
         # Placing and marking the accelerator busy happen with no await in between: decisions
         # are taken one at a time in arrival order (first come, first served).
         policy = self.policy_named(headers.get("X-Nearfaas-Policy"))
@@ -366,6 +368,7 @@ class Invoker:
         if stage is not None:
             forward["X-Nearfaas-Output"] = json.dumps({"bucket": stage.output[0], "key": stage.output[1]})
             forward["X-Nearfaas-Output-Mode"] = "local" if stage.output_local else "cluster"
+            forward["X-Nearfaas-App"] = stage.app
         exec_timeout = float(state.spec.get("exec_timeout", 10.0))
         for attempt in (1, 2):
             try:
@@ -444,7 +447,6 @@ class Invoker:
                 self.metrics.link_bytes.labels(link["profile"], direction, state.name).inc(link[direction])
         report = {"function": state.name, "node": decision.node, "target": decision.target, "reason": decision.reason,
                   "start": "cold" if cold_seconds is not None else "warm", "exec_s": exec_s, "timing": timing, "link": link,
-                  "written_local": int(reply_headers.get("X-Nearfaas-Bytes-Written-Local", 0) or 0),
                   "output": reply_headers.get("X-Nearfaas-Output-Written", "none")}
         if decision.target == "dscs":
             # Room for the hardware twin's modelled accelerator time; nothing here pretends to be it.

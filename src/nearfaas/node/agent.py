@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nearfaas.node.pool import PoolError, WorkerPools
+from nearfaas.spec.stack import INTERMEDIATE_BUCKET
 
 INTERNAL = "/_nearfaas"
 
@@ -40,6 +41,9 @@ class NodeAgent:
 
             store_root = state_dir / "nodes" / name / "store"
             self.store = ObjectStore(store_root)
+            # Chain intermediates land here from this node's own workers; every storage node has
+            # the bucket from its start, so no chain waits on (or fails with) a node that is down.
+            self.store.create_bucket(INTERMEDIATE_BUCKET)
             # Nodes listen on loopback behind the gateway, which authenticates clients; the
             # node accepts the gateway's unsigned internal calls (local mode).
             self.s3 = S3Frontend(LocalBackend(self.store))

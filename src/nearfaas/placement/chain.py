@@ -8,13 +8,20 @@ gateway and the twin's simulator walk a chain the same way.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 
 class ChainError(ValueError):
     pass
+
+
+class StageMissing(ChainError):
+    """A chain names a function that is not deployed."""
+
+
+class ChainCycle(ChainError):
+    """Following the chain never ends."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ def plan(head: str, successors: Mapping[str, list[str]]) -> list[list[Stage]]:
         if name in reachable:
             continue
         if name not in successors:
-            raise ChainError(f"chain stage {name!r} is not deployed; deploy it, or remove it from the chain")
+            raise StageMissing(f"chain stage {name!r} is not deployed; deploy it, or remove it from the chain")
         reachable.add(name)
         order.append(name)
         stack.extend(reversed(successors[name]))
@@ -51,15 +58,14 @@ def plan(head: str, successors: Mapping[str, list[str]]) -> list[list[Stage]]:
     while pending:
         wave = [n for n in pending if all(p in done for p in after[n])]
         if not wave:
-            raise ChainError(f"the chain from {head!r} has a cycle through {', '.join(pending)}; remove one link")
+            raise ChainCycle(f"the chain from {head!r} has a cycle through {', '.join(pending)}; remove one link")
         waves.append([Stage(n, tuple(after[n]), tuple(dict.fromkeys(successors[n]))) for n in wave])
         done.update(wave)
         pending = [n for n in pending if n not in done]
     return waves
 
 
-def intermediate_key(app: str, call_id: str, stage: str) -> str:
-    """Where a stage's output goes: one prefix per chain call. A call id may come from a client's
-    X-Call-Id header, so only safe characters of it reach a key."""
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", call_id).strip(".") or "call"
-    return f"{app}/{safe[:128]}/{stage}"
+def intermediate_key(app: str, run_id: str, stage: str) -> str:
+    """Where a stage's output goes: one prefix per chain call. ``run_id`` is made by the gateway
+    for each call, never taken from a client, so no two calls share an intermediate."""
+    return f"{app}/{run_id}/{stage}"

@@ -123,10 +123,11 @@ class Worker:
         self.classic = spec.get("lang") in CLASSIC_LANGS
         self.dying = False
 
-    def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool) -> ObjectClient:
-        # One client per call: its stats are the call's data-movement measurement.
+    def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool, app: str | None) -> ObjectClient:
+        # One client per call: its stats are the call's data-movement measurement. Its writes
+        # name the chain (or the function) they come from, so they never trigger it again.
         return ObjectClient(self.gateway, self.store_root, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
-                            output=output, output_local=output_local, caller=self.name)
+                            output=output, output_local=output_local, caller=app or self.name)
 
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
@@ -160,7 +161,7 @@ class Worker:
                       method=h.get("X-Nearfaas-Method", request.method), query=query,
                       path=unquote(h.get("X-Nearfaas-Path", "/")))
         stats = IOStats()
-        objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local")
+        objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local", h.get("X-Nearfaas-App"))
         context = Context(function=self.name, node=self.node, call_id=h.get("X-Nearfaas-Call-Id", ""), input=ref,
                           objects=objects, secrets=self.secrets, output=output)
         started = time.perf_counter()

@@ -276,7 +276,7 @@ class S3Frontend:
         info = await self.backend.put_object(
             bucket, key, body.chunks(), content_md5=content_md5, content_type=request.headers.get("Content-Type"),
             metadata=_user_metadata(request), options=options)
-        self.on_created(request, bucket, key, info)
+        self._notify_created(request, bucket, key, info)
         return self._empty(request, 200, {"ETag": f'"{info.etag}"', **_exact_headers(info)})
 
     async def _upload_part(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
@@ -357,10 +357,17 @@ class S3Frontend:
         body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
         parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
         info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts)
-        self.on_created(request, bucket, key, info)
+        self._notify_created(request, bucket, key, info)
         xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
         metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
         return self._xml(request, xml_body, {**_exact_headers(info), **metadata_headers})
+
+    def _notify_created(self, request, bucket: str, key: str, info: ObjectInfo) -> None:
+        """The object is durable whatever a listener does: its failure is logged, never the PUT's."""
+        try:
+            self.on_created(request, bucket, key, info)
+        except Exception:
+            log.exception("object-created listener failed for s3://%s/%s", bucket, key)
 
     # -- responses -------------------------------------------------------------------------------
 

@@ -308,6 +308,9 @@ def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
         opts.chain = read_str_list(m["chain"], join_path(path, "chain"), c, allow_single=True) or []
     if "triggers" in m:
         opts.triggers = _parse_triggers(m["triggers"], join_path(path, "triggers"), c)
+        if opts.triggers and "input" not in opts.inputs:
+            c.error(join_path(path, "triggers"), "a trigger hands the new object over as `input`, which this function's "
+                    "inputs do not read", 'add "input" to inputs, or drop the trigger')
     if opts.accelerator == "dscs" and opts.placement == "compute":
         c.error(join_path(path, "placement"), "accelerator: dscs runs on a storage node, but placement: compute "
                 "forbids storage nodes", "use placement: data or auto, or drop the accelerator")
@@ -508,6 +511,15 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         secrets=secrets or [], constraints=constraints or [], x=x or NearfaasOptions(),
         image=image or "", **tune, **scale)
     return spec, x
+
+
+def check_chain_cycles(chains: dict[str, list[str]]) -> None:
+    """Raise SpecError when following these chains never ends. Targets missing from ``chains``
+    are allowed: the REST API deploys one function at a time, and a chain may name a function
+    deployed later (a call then answers 404 until it is)."""
+    c = Collector()
+    _check_chains(chains, set(chains) | {t for chain in chains.values() for t in chain}, c)
+    c.raise_if_any()
 
 
 def _check_chains(chains: dict[str, list[str]], declared: set[str], c: Collector) -> None:
