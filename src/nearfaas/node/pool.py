@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
-from nearfaas.node.procs import kill_group, package_root, pipe_reader, terminate_group
+from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
 
 COLD_START_TIMEOUT_S = 60.0
 PIP_TIMEOUT_S = 600.0
@@ -161,27 +161,11 @@ class WorkerPools:
 
     async def _spawn(self, args: dict, env: dict, cwd: str, name: str):
         """The classic cold start: a fresh interpreter for this function."""
-        read_fd, write_fd = os.pipe()
-        try:
-            ready, transport = await pipe_reader(read_fd)
-        except BaseException:
-            os.close(write_fd)
-            raise
         # Flag and value as separate arguments: `nearfaas down` recognises our processes by
         # arguments that are paths under the state directory (cluster/launcher.py).
         flags = [part for key, value in args.items() if value is not None for part in (f"--{key.replace('_', '-')}", value)]
-        try:
-            with open(self.log_path(name), "ab") as log:
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "nearfaas.runtime.worker", *flags, "--ready-fd", str(write_fd),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
-                    cwd=cwd, start_new_session=True)
-        except BaseException:
-            transport.close()
-            raise
-        finally:
-            os.close(write_fd)
-        return process, ready, transport
+        return await spawn_with_ready_pipe([sys.executable, "-m", "nearfaas.runtime.worker", *flags],
+                                           log_path=self.log_path(name), env=env, cwd=cwd)
 
     async def _specialise(self, generic: GenericWorker, args: dict, env: dict, extra_path: str | None, cwd: str, name: str):
         """Turn a pre-warmed generic worker into this function's worker; None if it was gone."""

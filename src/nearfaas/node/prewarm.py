@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nearfaas.node.procs import kill_group, pipe_reader
+from nearfaas.node.procs import kill_group, spawn_with_ready_pipe
 
 WARM_TIMEOUT_S = 60.0
 # An idle generic worker is blocked reading its stdin, so it acknowledges a message at once;
@@ -191,23 +191,9 @@ class PrewarmPool:
             task.add_done_callback(self._tasks.discard)
 
     async def _launch(self) -> GenericWorker:
-        read_fd, write_fd = os.pipe()
-        try:
-            reader, transport = await pipe_reader(read_fd)
-        except BaseException:
-            os.close(write_fd)
-            raise
-        try:
-            with open(self.log_path, "ab") as log:
-                process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir), "--ready-fd", str(write_fd),
-                    stdin=asyncio.subprocess.PIPE, stdout=log, stderr=log, env=self.env, pass_fds=(write_fd,),
-                    cwd=str(self.node_dir), start_new_session=True)
-        except BaseException:
-            transport.close()
-            raise
-        finally:
-            os.close(write_fd)  # the child holds its own copy; ours would keep the pipe from ever reporting EOF
+        process, reader, transport = await spawn_with_ready_pipe(
+            [sys.executable, "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir)],
+            log_path=self.log_path, env=self.env, cwd=str(self.node_dir), stdin=asyncio.subprocess.PIPE)
         return GenericWorker(process, reader, transport)
 
     async def _watch(self, generic: GenericWorker) -> None:

@@ -26,6 +26,28 @@ async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransp
     return reader, transport
 
 
+async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, cwd: str, stdin=asyncio.subprocess.DEVNULL):
+    """Start ``argv --ready-fd N`` in its own session, output appended to ``log_path``; returns
+    the process and a reader of the pipe on which it reports (WARM / READY / FAILED lines)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        reader, transport = await pipe_reader(read_fd)
+    except BaseException:
+        os.close(write_fd)
+        raise
+    try:
+        with open(log_path, "ab") as log:
+            process = await asyncio.create_subprocess_exec(
+                *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
+                cwd=cwd, start_new_session=True)
+    except BaseException:
+        transport.close()
+        raise
+    finally:
+        os.close(write_fd)  # the child holds its own copy; ours would keep the pipe from ever reporting EOF
+    return process, reader, transport
+
+
 def kill_group(process) -> None:
     try:
         os.killpg(process.pid, 9)
