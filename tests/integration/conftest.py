@@ -117,6 +117,21 @@ def bucket(cluster, request):
 
 
 @pytest.fixture
+def scratch(cluster):
+    """``cluster.deploy`` for one test: what it deploys is removed afterwards, so a test leaves no
+    warm workers behind in the shared cluster (each node runs at most workers_max of them)."""
+    names = []
+
+    def deploy(name: str, handler: Path, **kwargs) -> requests.Response:
+        names.append(name)
+        return cluster.deploy(name, handler, **kwargs)
+
+    yield deploy
+    for name in names:
+        requests.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+@pytest.fixture
 def fresh_cluster(tmp_path):
     """A private cluster for a test that breaks things (kills nodes); always torn down."""
     state = tmp_path / "state"

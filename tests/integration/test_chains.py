@@ -125,24 +125,24 @@ def test_busy_or_unavailable_accelerator_sends_the_chain_to_cpu(s3like):
     assert busy.content == down.content
 
 
-def test_a_failing_stage_stops_the_chain_and_names_itself(cluster, functions_dir, bucket):
-    cluster.deploy("first-ok", functions_dir / "echo", **{"x-nearfaas": {"chain": ["then-boom"]}})
-    cluster.deploy("then-boom", functions_dir / "boom")
+def test_a_failing_stage_stops_the_chain_and_names_itself(cluster, scratch, functions_dir, bucket):
+    scratch("first-ok", functions_dir / "echo", **{"x-nearfaas": {"chain": ["then-boom"]}})
+    scratch("then-boom", functions_dir / "boom")
     resp = requests.post(f"{cluster.url}/function/first-ok", data=b"hello", timeout=30)
     assert resp.status_code == 502
     assert resp.headers["X-Nearfaas-Chain-Failed"] == "then-boom"
     assert [s["function"] for s in json.loads(resp.headers["X-Nearfaas-Chain"])] == ["first-ok", "then-boom"]
 
 
-def test_a_chain_naming_an_undeployed_function_is_a_404(cluster, functions_dir):
-    cluster.deploy("dangling", functions_dir / "echo", **{"x-nearfaas": {"chain": ["never-deployed"]}})
+def test_a_chain_naming_an_undeployed_function_is_a_404(cluster, scratch, functions_dir):
+    scratch("dangling", functions_dir / "echo", **{"x-nearfaas": {"chain": ["never-deployed"]}})
     resp = requests.post(f"{cluster.url}/function/dangling", data=b"x", timeout=30)
     assert resp.status_code == 404
     assert "never-deployed" in resp.text and "deploy it" in resp.text
 
 
-def test_an_object_put_triggers_its_function_but_not_itself(cluster, functions_dir, bucket):
-    resp = cluster.deploy("on-upload", functions_dir / "upper", **{"x-nearfaas": {"triggers": [f"s3://{bucket}/in/"]}})
+def test_an_object_put_triggers_its_function_but_not_itself(cluster, scratch, functions_dir, bucket):
+    resp = scratch("on-upload", functions_dir / "upper", **{"x-nearfaas": {"triggers": [f"s3://{bucket}/in/"]}})
     assert resp.status_code == 202, resp.text
     s3 = cluster.s3()
     s3.put_object(Bucket=bucket, Key="elsewhere/x.txt", Body=b"not under the prefix")
@@ -183,10 +183,10 @@ def test_a_trigger_runs_a_whole_chain(s3like):
         time.sleep(0.1)
 
 
-def test_calls_sharing_a_client_call_id_never_share_intermediates(cluster, functions_dir):
+def test_calls_sharing_a_client_call_id_never_share_intermediates(cluster, scratch, functions_dir):
     """Intermediates are named by the gateway, not by X-Call-Id, which clients reuse for tracing."""
-    cluster.deploy("relay-1", functions_dir / "relay", envVars={"SLEEP": "0.3"}, **{"x-nearfaas": {"chain": ["relay-2"]}})
-    cluster.deploy("relay-2", functions_dir / "relay")
+    scratch("relay-1", functions_dir / "relay", envVars={"SLEEP": "0.3"}, **{"x-nearfaas": {"chain": ["relay-2"]}})
+    scratch("relay-2", functions_dir / "relay")
     from concurrent.futures import ThreadPoolExecutor
 
     def call(payload: bytes):
@@ -199,10 +199,10 @@ def test_calls_sharing_a_client_call_id_never_share_intermediates(cluster, funct
     assert a.headers["X-Call-Id"] == b.headers["X-Call-Id"] == "trace-123"
 
 
-def test_a_stage_that_wrote_and_then_failed_leaves_no_intermediate(cluster, functions_dir):
-    cluster.deploy("leaky-1", functions_dir / "relay", **{"x-nearfaas": {"chain": ["leaky-2"]}})
-    cluster.deploy("leaky-2", functions_dir / "relay", envVars={"FAIL_AFTER_WRITE": "1"}, **{"x-nearfaas": {"chain": ["leaky-3"]}})
-    cluster.deploy("leaky-3", functions_dir / "relay")
+def test_a_stage_that_wrote_and_then_failed_leaves_no_intermediate(cluster, scratch, functions_dir):
+    scratch("leaky-1", functions_dir / "relay", **{"x-nearfaas": {"chain": ["leaky-2"]}})
+    scratch("leaky-2", functions_dir / "relay", envVars={"FAIL_AFTER_WRITE": "1"}, **{"x-nearfaas": {"chain": ["leaky-3"]}})
+    scratch("leaky-3", functions_dir / "relay")
     resp = requests.post(f"{cluster.url}/function/leaky-1", data=b"x", timeout=30)
     assert resp.status_code == 502 and resp.headers["X-Nearfaas-Chain-Failed"] == "leaky-2"
     s3 = cluster.s3()
@@ -212,8 +212,8 @@ def test_a_stage_that_wrote_and_then_failed_leaves_no_intermediate(cluster, func
         time.sleep(0.1)
 
 
-def test_a_cycle_across_separate_deployments_is_refused(cluster, functions_dir):
-    assert cluster.deploy("cyc-a", functions_dir / "echo", **{"x-nearfaas": {"chain": ["cyc-b"]}}).status_code == 202
-    resp = cluster.deploy("cyc-b", functions_dir / "echo", wait=False, **{"x-nearfaas": {"chain": ["cyc-a"]}})
+def test_a_cycle_across_separate_deployments_is_refused(cluster, scratch, functions_dir):
+    assert scratch("cyc-a", functions_dir / "echo", **{"x-nearfaas": {"chain": ["cyc-b"]}}).status_code == 202
+    resp = scratch("cyc-b", functions_dir / "echo", wait=False, **{"x-nearfaas": {"chain": ["cyc-a"]}})
     assert resp.status_code == 400
     assert "cycle" in resp.text and "x-nearfaas.chain" in resp.text
