@@ -18,6 +18,7 @@ from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
+from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
 from nearfaas.s3.frontend import S3Frontend
@@ -82,6 +83,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     app = web.Application(middlewares=[stamp_calls], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
+    WebhookSink().routes(app)
     s3.mount(app)
 
     async def startup(app):
