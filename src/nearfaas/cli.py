@@ -485,5 +485,16 @@ def demo(keep, state):
     sys.exit(run_demo(_state(state) if state else Path(".nearfaas-demo"), keep=keep, console=console))
 
 
+def _register_subcommands() -> None:
+    # Kept in their own modules (they import this one for its helpers): nearfaas apps ...
+    from nearfaas.cli_apps import apps
+
+    main.add_command(apps)
+
+
+_register_subcommands()
+
+
 if __name__ == "__main__":
     main()
+
