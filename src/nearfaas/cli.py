@@ -492,9 +492,12 @@ def _register_subcommands() -> None:
     main.add_command(apps)
 
 
-_register_subcommands()
-
-
 if __name__ == "__main__":
-    main()
+    # `python -m nearfaas.cli`: run the package's module, so that the subcommand modules (which
+    # import nearfaas.cli) find one fully built module rather than this __main__ copy.
+    from nearfaas.cli import main as _package_main
+
+    _package_main()
+else:
+    _register_subcommands()
 

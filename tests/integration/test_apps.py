@@ -96,3 +96,21 @@ def test_a_model_file_that_is_not_onnx_is_a_4xx_and_the_worker_survives(apps_clu
         assert "not-a-model.onnx" in resp.text and json.loads(resp.text)["stage"] == "broken-infer"
     pids = {i["id"] for i in requests.get(f"{apps_cluster.url}/system/function/broken-infer", timeout=10).json()["instances"]}
     assert len(pids) == 1
+
+
+def test_cli_apps_run_prints_the_answer_and_the_stage_breakdown(apps_cluster):
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "nearfaas.cli", "apps"]
+    where = ["--state", str(apps_cluster.state_dir), "--gateway", apps_cluster.url]
+    listed = subprocess.run([*base, "list", "--json"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0 and {r["app"] for r in json.loads(listed.stdout)} == set(APPS)
+    out = subprocess.run([*base, "run", "credit_risk", "--policy", "compute-only", "--json", *where], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["status"] == 200 and result["policy"] == "compute-only" and result["label"] == "measured on this machine"
+    assert [s["node"] for s in result["stages"]] == ["compute-0"] * 3
+    unknown = subprocess.run([*base, "run", "no_such_app", *where], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode != 0 and "choose one of" in unknown.stderr and "Traceback" not in unknown.stderr

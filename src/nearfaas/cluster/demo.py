@@ -1,7 +1,8 @@
 """`make demo`: the whole platform in one run on this machine.
 
 Starts a local cluster, deploys the example OpenFaaS stack, uploads an object with boto3, calls
-a function on it by reference, prints the answer with its placement and measured timing, and
+a function on it by reference, runs the three-stage example chain under both placements and
+the eight DSCS applications at tiny size, prints answers with placement and measured timing, and
 shuts the cluster down (unless --keep).
 """
 
@@ -44,6 +45,51 @@ def _demo_chain(url: str, s3, console) -> int:
                       f"{resp.json()['message']}; {link['read'] + link['write']:,} bytes over the link, {total * 1e3:.1f} ms")
         console.print(_chain_table(json.loads(resp.headers["X-Nearfaas-Chain"])))
     return 0
+
+
+def _demo_apps(url: str, state_dir: Path, console) -> int:
+    """Step 4c: the eight DSCS applications at tiny size, each run once near the data."""
+    from rich import box
+    from rich.table import Table
+
+    from nearfaas.apps import APPS
+    from nearfaas.cluster.apps import AppError, deploy_app, run_app
+    from nearfaas.models import MODELS
+
+    table = Table("app", "answer (f3's notification)", "stages on", "output shape", "total ms", "link bytes",
+                  title="4c. the eight DSCS applications, tiny models (measured on this machine)", box=box.SIMPLE)
+    failed = 0
+    with console.status("deploying the eight applications (tiny models)...") as status:
+        for key in APPS:
+            try:
+                deploy_app(url, state_dir, key, "tiny", on_step=status.update)
+                status.update(f"running {key}...")
+                result = run_app(url, state_dir, key)
+            except AppError as exc:
+                console.print(f"[red]{key}: {exc}[/]")
+                failed += 1
+                continue
+            answer = result["answer"] if isinstance(result["answer"], dict) else {}
+            primary = MODELS[APPS[key].model].outputs("tiny")[0][0]  # the output Table 1 lists
+            shape = (answer.get("output_shapes") or {}).get(primary, "")
+            if result["status"] >= 400:
+                failed += 1
+            table.add_row(key, f"{answer.get('severity', result['status'])}: {_headline(answer)}",
+                          ", ".join(s["node"] for s in result["stages"]), str(shape),
+                          f"{result['timing'].get('total', 0) * 1e3:.1f}", f"{result['link']['read'] + result['link']['write']:,}")
+    console.print(table)
+    return 1 if failed else 0
+
+
+def _headline(answer: dict) -> str:
+    """One line of an app's summary, whatever kind of model answered."""
+    s = answer.get("summary") or {}
+    if s.get("top5"):
+        return f"top class {s['top5'][0]['label']} ({s['top5'][0]['probability']:.3f})"
+    for key in ("answer", "detections", "refer", "classes_present", "generated_preview", "text"):
+        if key in s:
+            return f"{key}: {str(s[key])[:40]}"
+    return ", ".join(f"{k}={str(v)[:16]}" for k, v in list(s.items())[:2])
 
 
 def run_demo(state_dir: Path, keep: bool, console) -> int:
@@ -93,7 +139,7 @@ def run_demo(state_dir: Path, keep: bool, console) -> int:
         console.print(f"   placed on [bold]{resp.headers['X-Nearfaas-Node']}[/] ({resp.headers['X-Nearfaas-Placement']}), "
                       f"start={resp.headers['X-Nearfaas-Start']}")
         console.print("   timing (measured on this machine): " + ", ".join(f"{k} {float(v) * 1e3:.3f} ms" for k, v in timing.items()))
-        return _demo_chain(url, s3, console)
+        return _demo_chain(url, s3, console) or _demo_apps(url, state_dir, console)
     finally:
         if keep:
             console.print(f"cluster left running; stop it with: nearfaas down --state {state_dir}")
