@@ -486,10 +486,11 @@ def demo(keep, state):
 
 
 def _register_subcommands() -> None:
-    # Kept in their own modules (they import this one for its helpers): nearfaas apps ...
-    from nearfaas.cli_apps import apps
+    # Kept in their own modules (they import this one for its helpers): nearfaas apps / models.
+    from nearfaas.cli_apps import apps, models
 
     main.add_command(apps)
+    main.add_command(models)
 
 
 if __name__ == "__main__":

@@ -131,3 +131,15 @@ def _print_run(result: dict) -> None:
         console.print(f"measured: total {t['total'] * 1e3:.1f} ms (stack {t['stack'] * 1e3:.1f}, data {t['data'] * 1e3:.1f}, "
                       f"compute {t['compute'] * 1e3:.1f}, cold start {t['cold_start'] * 1e3:.1f}); "
                       f"link {link['read'] + link['write']:,} bytes ({link['profile']}); policy {result['policy']}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def models(args):
+    """The model zoo: `models list`, `models build KEY --size full`, `models bench KEY --size full`.
+
+    Seeded random-weight ONNX builds of Table 1's models (no downloads), cached under
+    $NEARFAAS_MODEL_CACHE or ~/.cache/nearfaas/models; `nearfaas models --help` for the options."""
+    from nearfaas.models.__main__ import main as models_main
+
+    sys.exit(models_main(list(args) or ["--help"]))
