@@ -114,3 +114,15 @@ def test_cli_apps_run_prints_the_answer_and_the_stage_breakdown(apps_cluster):
     assert [s["node"] for s in result["stages"]] == ["compute-0"] * 3
     unknown = subprocess.run([*base, "run", "no_such_app", *where], capture_output=True, text=True, timeout=60)
     assert unknown.returncode != 0 and "choose one of" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_auto_starts_from_the_measured_stage_profile_of_the_same_model_size(cluster, scratch, functions_dir):
+    from nearfaas.apps.profiles import load
+
+    measured = load().compute_s("asset-damage-infer")
+    assert measured, "benchmarks/results/apps.json has no asset-damage-infer (run benchmarks/apps.py)"
+    scratch("asset-damage-infer", functions_dir / "echo", envVars={"MODEL_SIZE": "full"})
+    status = requests.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()
+    assert status["estimates"] == {"cpu": measured}
+    scratch("asset-damage-infer", functions_dir / "echo", envVars={"MODEL_SIZE": "tiny"})  # redeployed: no full-size guess
+    assert requests.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()["estimates"] == {}

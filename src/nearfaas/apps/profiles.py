@@ -120,6 +120,18 @@ class Profiles:
             return eight
         return max(0.0, one + (eight - one) * (batch - 1) / 7)
 
+    def for_deployment(self, spec: Mapping) -> float | None:
+        """Batch-1 CPU seconds for a deployed function (a spec with ``name`` and ``environment``),
+        but only when it runs the model size that was measured: a tiny deployment must not be
+        predicted with full-size costs."""
+        found = self._index.get(str(spec.get("name", "")))
+        if found is None:
+            return None
+        size = (spec.get("environment") or {}).get("MODEL_SIZE")
+        if size != self.apps[found[0]].get("size"):
+            return None
+        return self.compute_s(spec["name"])
+
     def for_app(self, key: str) -> dict:
         """The app's whole measured entry (model, parameters, functions, per-stage costs), a
         copy; ``{}`` when the app was not measured. Takes the key or its dashed form."""

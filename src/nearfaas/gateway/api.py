@@ -218,6 +218,9 @@ class OpenFaaSAPI:
             "replicas": state.desired, "availableReplicas": len(state.instances),
             "createdAt": _rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
             "x-nearfaas": state.spec.get("x"),
+            # What `auto` predicts this function's compute with, per target: a measured stage
+            # profile until the first calls, then those calls' running average (seconds).
+            "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
             "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls} for i in state.instances.values()],
         }
 

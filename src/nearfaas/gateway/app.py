@@ -62,6 +62,17 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool) -> ClusterBa
     return ClusterBackend(nodes, client_for, factor, dscs)
 
 
+def _stage_profiles():
+    """The applications' measured stage costs; a malformed file is reported and not used."""
+    from nearfaas.apps.profiles import Profiles, load
+
+    try:
+        return load()
+    except ValueError as exc:
+        print(json.dumps({"event": "profiles-ignored", "error": str(exc)}), flush=True)
+        return Profiles()
+
+
 def build_app(layout: dict, state_dir: Path) -> web.Application:
     nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]])
     metrics = GatewayMetrics()
@@ -69,7 +80,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
-                      link=get_profile(layout.get("link_profile", "local")))
+                      link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
     chains = ChainRunner(invoker, backend := _cluster_backend(nodes, factor, dscs))
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)))

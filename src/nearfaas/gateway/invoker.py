@@ -144,7 +144,7 @@ def find_input_refs(options: NearfaasOptions, body: bytes) -> list[tuple[str, st
 
 class Invoker:
     def __init__(self, nodes: NodeDirectory, policy, metrics: GatewayMetrics, replication: int, dscs_replica: bool,
-                 link: LinkProfile = PROFILES["local"]):
+                 link: LinkProfile = PROFILES["local"], profiled_compute_s=lambda spec: None):
         self.nodes = nodes
         self.policy = policy
         self.policies = {name: make_policy(name) for name in POLICIES} | {policy.name: policy}
@@ -154,6 +154,9 @@ class Invoker:
         # Measured per (function, target): compute seconds and bytes read, smoothed (EWMA), for auto.
         self.compute_s: dict[tuple[str, str], float] = {}
         self.input_bytes: dict[str, float] = {}
+        # Before a function's first call, auto predicts with its measured stage profile
+        # (benchmarks/apps.py, CPU seconds at batch 1), when one exists; calls refine it.
+        self.profiled_compute_s = profiled_compute_s
         self.metrics = metrics
         self.replication = replication
         self.dscs_replica = dscs_replica
@@ -463,6 +466,11 @@ class Invoker:
             for inst in list(old.instances.values()):
                 self.drop_instance(old, inst, stop=True)  # busy ones finish their calls first
         self.functions[spec["name"]] = state
+        for key in [k for k in self.compute_s if k[0] == state.name]:
+            del self.compute_s[key]  # a new version (another model, say) starts over
+        profiled = self.profiled_compute_s(spec)
+        if profiled is not None:
+            self.compute_s[(state.name, "cpu")] = profiled
         self.metrics.service_count.labels(state.name).set(0)
         asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
         return state
