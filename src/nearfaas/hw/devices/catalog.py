@@ -1,0 +1,354 @@
+"""The DSCS Table 2 platforms as cited device records (all MODELLED, none measured here).
+
+Citation keys used in ``Spec.source``:
+  T2      DSCS-Serverless paper, Table 2 (/work/shared/seeds/dscs-serverless.txt) [src]
+  DSCS    same paper, body text (§ given)                                          [src]
+  HWR     /work/shared/hw-references.md (§ given); its own marker is kept as status
+  AWS     AWS EC2 c5 instance documentation (16 vCPU, 32 GiB, $0.68/h us-east-1), via HWR §4 [src]
+  ANAND   AnandTech on the Samsung SmartSSD (KU15P, 4 GB DDR4, Gen3 x4, PCIe switch), via HWR §4 [src]
+  XBLOG   AMD/Xilinx blog on U280/U50 HBM2 (460 GB/s, ~7 pJ/bit), via HWR §3.4/§4 [src]
+  DESIGN  /work/shared/DESIGN.md measured facts of this machine kind
+Status "mem" = an unverified recollection: verify before it reaches a results table.
+"""
+
+from __future__ import annotations
+
+from ..area import AcceleratorConfig
+from ..energy import EnergyModel
+from .model import Device, Efficiency, Spec
+
+GEN3_LANE_BPS = 0.985e9  # 8 GT/s, 128b/130b [src: HWR §3.5]
+GEN4_LANE_BPS = 1.97e9  # [src: HWR §3.5]
+
+# DRAM bandwidths of the DSCS DSE (§4.2) [src]; LPDDR4 of TX2 from HWR §4 [mem].
+DSA_DRAM_BW = {"ddr4": 19.2e9, "ddr5": 38e9, "hbm2": 460e9, "lpddr4": 59.7e9}
+
+_CPU_EFF = {
+    # oneDNN/MLAS GEMM at batch 1 on AVX-512: the AVX-512 licence clock (< 3.0 GHz) and small
+    # matrices keep it near half of peak [assumption, sweep 0.3-0.8]. Plausibility check on this
+    # machine kind (DESIGN: ResNet-50 fp32 batch 1, 1 ORT thread = 93 ms; ~4.1 GMAC = 8.2 GFLOP
+    # => ~88 GFLOP/s on one AMD EPYC core): that is a different CPU and one core, so it is NOT used
+    # to calibrate the Xeon; it only shows a single core can exceed 0.5 of peak.
+    "gemm": Efficiency(0.5, 0.7, "MLAS/oneDNN batch-1 GEMM ~half of AVX-512 peak; STREAM-class ~70 % of DRAM peak [assumption]"),
+    "conv": Efficiency(0.45, 0.7, "im2col/direct conv slightly below GEMM [assumption, sweep 0.3-0.8]"),
+    "elementwise": Efficiency(0.25, 0.7, "partly scalar ops, memory-bound anyway [assumption]"),
+    "reduction": Efficiency(0.25, 0.7, "as elementwise [assumption]"),
+    "layout": Efficiency(0.25, 0.5, "strided copies reach ~half of stream bandwidth [assumption]"),
+    "other": Efficiency(0.25, 0.6, "catch-all [assumption]"),
+}
+_GPU_EFF = {
+    "gemm": Efficiency(
+        0.5,
+        0.75,
+        "batch-1 inference GEMMs are small: about half of tensor-core peak [assumption, sweep 0.2-0.8]; ~75 % of GDDR peak [assumption]",
+    ),
+    "conv": Efficiency(0.4, 0.75, "cuDNN conv at batch 1 [assumption, sweep 0.2-0.8]"),
+    "elementwise": Efficiency(0.5, 0.75, "memory-bound [assumption]"),
+    "reduction": Efficiency(0.3, 0.6, "tree reductions [assumption]"),
+    "layout": Efficiency(0.5, 0.6, "transposes [assumption]"),
+    "other": Efficiency(0.3, 0.6, "catch-all [assumption]"),
+}
+_MOBILE_EFF = {
+    k: Efficiency(e.compute, 0.6, e.why + "; LPDDR4 shared with the other SoC engines: 60 % [assumption]") for k, e in _GPU_EFF.items()
+}
+_ARM_EFF = {k: Efficiency(e.compute, 0.6, e.why + "; LPDDR4 shared, small caches: 60 % [assumption]") for k, e in _CPU_EFF.items()}
+_SYSTOLIC_EFF = {
+    # DSA-like systolic array: padding of tiles to the array and fill/drain cost ~20 % on typical
+    # layers [assumption, sweep 0.5-0.95]; the dsa/ cycle model replaces this where it is used.
+    "gemm": Efficiency(0.8, 0.8, "systolic array; tile padding + fill/drain ~20 % [assumption]; DMA ~80 % of DRAM peak [assumption]"),
+    "conv": Efficiency(0.8, 0.8, "as gemm (conv lowered to GEMM) [assumption]"),
+    # non-GEMM ops run on the VPU: modelled as 1/rows of the MPU rate via efficiency (VPU has one
+    # lane per column vs rows x cols MACs) is too specific here; use a low fraction instead.
+    "elementwise": Efficiency(0.05, 0.8, "runs on the VPU, a small fraction of MPU peak [assumption]"),
+    "reduction": Efficiency(0.05, 0.8, "VPU [assumption]"),
+    "layout": Efficiency(0.05, 0.6, "VPU / DMA reshuffles [assumption]"),
+    "other": Efficiency(0.05, 0.6, "catch-all [assumption]"),
+}
+
+
+def _a(value, why, sweep=None) -> Spec:
+    return Spec(value, "assumption: " + why, "assumption", sweep)
+
+
+def xeon_8275cl() -> Device:
+    cores, clk = 8, 3.0e9
+    fp32 = cores * 64 * clk  # 2 AVX-512 FMA units x 16 fp32 lanes x 2 flops
+    return Device(
+        name="cpu-xeon-8275cl",
+        label="Baseline (CPU)",
+        kind="cpu",
+        placement="traditional",
+        default_dtype="fp32",
+        specs={
+            "units": Spec(16, "T2: 16 cores; AWS: c5.4xlarge = 16 vCPU = 8 physical cores with 2 hyper-threads each (HWR §4)", "src"),
+            "clock_hz": Spec(clk, "T2: 3 GHz", "src"),
+            "node_nm": Spec(14, "T2: 14 nm", "src"),
+            "peak_ops": Spec(
+                {"fp32": fp32, "fp16": fp32, "bf16": fp32, "int16": 2 * fp32, "int8": 4 * fp32},
+                "derived: 8 physical cores x 64 FP32 FLOP/cycle (2x AVX-512 FMA, HWR §4 [mem]) x 3.0 GHz (T2) = 1.54 TFLOPS; "
+                "int8 x4 (VNNI vpdpbusd), int16 x2 (vpdpwssd); Cascade Lake has no fp16/bf16 arithmetic -> fp32 rate [mem]",
+                "derived",
+            ),
+            "mem_bw_bytes_s": Spec(
+                140.8e9 * 8 / 24,
+                "derived: socket 6x DDR4-2933 = 140.8 GB/s (HWR §4 [mem]) x 8 of 24 cores (instance share) [assumption, sweep 20-140.8 GB/s]",
+                "assumption",
+                (20e9, 140.8e9),
+            ),
+            "tdp_w": Spec(240.0, "T2: 240 W (socket TDP; the instance gets a share, RAPL measures the package)", "src"),
+            "idle_w": _a(60.0, "package idle of a 24-core server CPU ~25 % of TDP", (40.0, 100.0)),
+            "host_link": Spec({"kind": "none", "note": "compute node; storage over the network"}, "T2: PCIe N/A", "src"),
+            "price_usd": Spec({"per_hour": 0.68}, "AWS: c5.4xlarge on-demand $0.68/h us-east-1 (HWR §4)", "src"),
+        },
+        efficiency=_CPU_EFF,
+        launch_s=_a(5e-6, "ONNX Runtime per-op dispatch on CPU", (1e-6, 20e-6)),
+        driver_s=_a(0.0, "no accelerator driver; system-stack overheads are modelled by the twin, not here", (0.0, 1e-3)),
+        active_power_fraction=_a(1.0, "busy package power = TDP (upper bound; the paper measured RAPL)", (0.5, 1.0)),
+    )
+
+
+def rtx_2080ti() -> Device:
+    cores, tcs, clk = 4352, 544, 1.35e9
+    fp32 = cores * 2 * clk
+    fp16_tc = tcs * 64 * 2 * clk / 2  # fp32 accumulate runs at half rate on GeForce Turing
+    return Device(
+        name="gpu-rtx-2080ti",
+        label="GPU",
+        kind="gpu",
+        placement="traditional",
+        default_dtype="fp32",
+        specs={
+            "units": Spec(cores, "T2: 4352 CUDA cores (544 tensor cores: HWR §4 [mem])", "src"),
+            "clock_hz": Spec(clk, "T2: 1.35 GHz (base clock; boost 1,545 MHz per HWR §4 [mem])", "src"),
+            "node_nm": Spec(12, "T2: 12 nm", "src"),
+            "peak_ops": Spec(
+                {"fp32": fp32, "fp16": fp16_tc, "bf16": fp32, "int16": fp32, "int8": 4 * fp16_tc},
+                "derived at the T2 clock: fp32 = 4352 x 2 x 1.35 GHz = 11.8 TFLOPS; fp16 tensor = 544 TC x 64 FMA x 2 x 1.35 GHz / 2 "
+                "(fp32 accumulate, half rate on GeForce) = 47 TFLOPS; int8 = 2x the fp16-accumulate rate = 188 TOPS; "
+                "Turing has no bf16 and no int16 tensor path -> fp32 rate (per-TC rates HWR §4 [mem])",
+                "derived",
+            ),
+            "mem_bw_bytes_s": Spec(616e9, "HWR §4: 11 GB GDDR6, 352-bit, 14 Gb/s = 616 GB/s [mem]", "mem"),
+            "tdp_w": Spec(250.0, "T2: 250 W; also in the DSCS abstract", "src"),
+            "idle_w": _a(30.0, "idle with a CUDA context resident (clocks raised)", (15.0, 60.0)),
+            "host_link": Spec(
+                {"kind": "pcie", "gen": 3, "lanes": 16, "bytes_s": 16 * GEN3_LANE_BPS}, "T2: Gen3x16; 985 MB/s per lane (HWR §3.5)", "src"
+            ),
+            "price_usd": Spec({"purchase": 999.0}, "HWR §4: launch price $999 (FE $1,199), Sept 2018 [mem]", "mem"),
+        },
+        efficiency=_GPU_EFF,
+        launch_s=_a(5e-6, "CUDA kernel launch", (3e-6, 10e-6)),
+        driver_s=_a(20e-6, "CUDA runtime/ORT session call per invocation (host<->device copies modelled separately)", (5e-6, 100e-6)),
+    )
+
+
+def _fpga_systolic(
+    name, label, placement, pes, dsps, dsp_src, mem_bw, mem_src, mem_status, tdp_src, tdp, idle, link, price, price_src, node_src
+) -> Device:
+    clk = 250e6
+    if pes > dsps:
+        raise ValueError(f"{name}: {pes} PEs exceed the {dsps} DSP slices")
+    peak = 2 * pes * clk
+    return Device(
+        name=name,
+        label=label,
+        kind="fpga",
+        placement=placement,
+        default_dtype="int8",
+        specs={
+            "units": Spec(pes, f"T2: {pes} PEs (a DSA-like systolic array; <= {dsps} DSP slices, {dsp_src})", "src"),
+            "clock_hz": Spec(clk, "T2: 250 MHz", "src"),
+            "node_nm": Spec(16, node_src, "src"),
+            "peak_ops": Spec(
+                {"int8": peak, "int16": peak},
+                f"derived: {pes} PEs x 2 ops/MAC x 250 MHz = {peak / 1e9:.0f} GOPS; one DSP48 per PE handles int8 or int16 [assumption]",
+                "derived",
+            ),
+            "mem_bw_bytes_s": Spec(mem_bw, mem_src, mem_status),
+            "tdp_w": Spec(tdp, tdp_src, "src"),
+            "idle_w": _a(idle, "board/card static power with a bitstream loaded", (idle / 2, idle * 2)),
+            "host_link": link,
+            "price_usd": Spec(price, price_src, "mem"),
+        },
+        efficiency=_SYSTOLIC_EFF,
+        launch_s=_a(1e-6, "DSA instruction dispatch inside one kernel run", (0.1e-6, 10e-6)),
+        driver_s=_a(50e-6, "OpenCL/XRT kernel enqueue + completion per invocation", (10e-6, 200e-6)),
+        # The PE array uses a small share of the device (e.g. 1024 of 9,024 DSPs); board TDP caps
+        # full-chip designs, so busy power is taken as a fraction of it.
+        active_power_fraction=_a(0.4, "a DSA bitstream using a fraction of the fabric draws well under board TDP", (0.2, 1.0)),
+    )
+
+
+def alveo_u280() -> Device:
+    return _fpga_systolic(
+        "fpga-alveo-u280",
+        "FPGA",
+        "traditional",
+        1024,
+        9024,
+        "XCU280 has 9,024 DSPs, HWR §4 [mem]",
+        2 * 19.2e9,
+        "DDR4 (T2: 32 GB) = 2 ch DDR4-2400 = 38.4 GB/s (HWR §4 [mem]); the 8 GB HBM2 (460 GB/s, XBLOG) is an alternative",
+        "mem",
+        "T2: 225 W (board max)",
+        225.0,
+        25.0,
+        Spec({"kind": "pcie", "gen": 4, "lanes": 8, "bytes_s": 8 * GEN4_LANE_BPS}, "T2: Gen4x8; 1.97 GB/s per lane (HWR §3.5)", "src"),
+        {"purchase": 7500.0},
+        "HWR §4: list ~ $7-8 k [mem]",
+        "T2: 16 nm",
+    )
+
+
+def smartssd_ku15p() -> Device:
+    return _fpga_systolic(
+        "ns-fpga-smartssd",
+        "NS-FPGA",
+        "near-storage",
+        256,
+        1968,
+        "KU15P has 1,968 DSPs, HWR §4 [mem]",
+        19.2e9,
+        "ANAND: FPGA-private 4 GB DDR4 (T2: 4 GB); bandwidth = one 64-bit DDR4-2400 channel = 19.2 GB/s [assumption, sweep 12.8-19.2]",
+        "assumption",
+        "T2: 18 W (U.2 slot envelope ~25 W, DSCS §4.2)",
+        18.0,
+        5.0,
+        Spec(
+            {
+                "kind": "in-storage-p2p",
+                "gen": 3,
+                "lanes": 4,
+                "bytes_s": 4 * GEN3_LANE_BPS,
+                "note": "FPGA is a PCIe switch: SSD<->FPGA P2P bypasses the host",
+            },
+            "T2: Gen3x4; ANAND: switch + P2P (HWR §4); 985 MB/s per lane (HWR §3.5)",
+            "src",
+        ),
+        {"purchase": 3000.0},
+        "HWR §4: not found; ~ $2-4 k street [mem, verify]",
+        "T2: 16 nm",
+    )
+
+
+def cortex_a57() -> Device:
+    cores, clk = 4, 2.0e9
+    fp32 = cores * 8 * clk
+    return Device(
+        name="ns-arm-a57",
+        label="NS-ARM",
+        kind="cpu",
+        placement="near-storage",
+        default_dtype="fp32",
+        specs={
+            "units": Spec(cores, "T2: 4 cores (Cortex-A57 of Jetson TX2)", "src"),
+            "clock_hz": Spec(clk, "T2: 2 GHz", "src"),
+            "node_nm": Spec(None, "T2: N/A (TX2 SoC is 16 nm per common sources [mem])", "src"),
+            "peak_ops": Spec(
+                {"fp32": fp32, "fp16": fp32, "bf16": fp32, "int16": fp32, "int8": 2 * fp32},
+                "derived: 4 cores x 8 FP32 FLOP/cycle (128-bit NEON FMA, HWR §4 [mem]) x 2 GHz = 64 GFLOPS; ARMv8.0 has no fp16 "
+                "arithmetic or dot-product -> fp32 rate, int8 ~2x via widening MLA [assumption]",
+                "derived",
+            ),
+            "mem_bw_bytes_s": Spec(59.7e9, "HWR §4: TX2 128-bit LPDDR4 = 59.7 GB/s, shared SoC-wide [mem]", "mem"),
+            "tdp_w": Spec(15.0, "T2: 15 W (TX2 module, Max-N)", "src"),
+            "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
+            "host_link": Spec({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
+            "price_usd": Spec({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
+        },
+        efficiency=_ARM_EFF,
+        launch_s=_a(10e-6, "ORT per-op dispatch on a slower core", (2e-6, 40e-6)),
+        driver_s=_a(0.0, "no accelerator driver", (0.0, 1e-3)),
+        active_power_fraction=_a(0.5, "CPU-only load on the TX2 module draws about half of its 15 W Max-N budget", (0.3, 1.0)),
+    )
+
+
+def tx2_pascal() -> Device:
+    cores, clk = 256, 1.3e9
+    fp32 = cores * 2 * clk
+    return Device(
+        name="ns-mobile-gpu-tx2",
+        label="NS-Mobile-GPU",
+        kind="gpu",
+        placement="near-storage",
+        default_dtype="fp32",
+        specs={
+            "units": Spec(cores, "T2: 256 CUDA cores (Pascal)", "src"),
+            "clock_hz": Spec(clk, "T2: 1.3 GHz", "src"),
+            "node_nm": Spec(None, "T2: N/A (16 nm per common sources [mem])", "src"),
+            "peak_ops": Spec(
+                {"fp32": fp32, "fp16": 2 * fp32, "bf16": fp32, "int16": fp32, "int8": 2 * fp32},
+                "derived: 256 x 2 x 1.3 GHz = 0.67 TFLOPS fp32; fp16 2x (HWR §4 [mem]: 1.33 TFLOPS); int8 taken at the fp16 rate "
+                "(DP4A support on GP10B unverified) [assumption]; no bf16 -> fp32 rate",
+                "derived",
+            ),
+            "mem_bw_bytes_s": Spec(59.7e9, "HWR §4: 128-bit LPDDR4 = 59.7 GB/s, shared with the CPU [mem]", "mem"),
+            "tdp_w": Spec(15.0, "T2: 15 W", "src"),
+            "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
+            "host_link": Spec({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
+            "price_usd": Spec({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
+        },
+        efficiency=_MOBILE_EFF,
+        launch_s=_a(10e-6, "CUDA kernel launch on a mobile SoC", (5e-6, 30e-6)),
+        driver_s=_a(20e-6, "CUDA runtime per invocation", (5e-6, 100e-6)),
+    )
+
+
+def dsa(config: AcceleratorConfig | None = None, tdp_w: float | None = None) -> Device:
+    """The DSCS in-storage DSA built from an :class:`AcceleratorConfig` (default: Table 2)."""
+    cfg = (config or AcceleratorConfig()).validate()
+    em = EnergyModel(cfg)
+    if cfg.dram not in DSA_DRAM_BW:
+        raise ValueError(f"dram={cfg.dram!r}: no bandwidth on record for the DSA; use one of {sorted(DSA_DRAM_BW)}")
+    peak = cfg.peak_ops_per_s()
+    modelled_peak_w = em.peak_power_w()
+    return Device(
+        name="dsa",
+        label="DSCS-Serverless",
+        kind="dsa",
+        placement="near-storage",
+        default_dtype=cfg.dtype,
+        specs={
+            "units": Spec(cfg.pes, f"config: {cfg.rows}x{cfg.cols} PEs (T2 default 16,384)", "src"),
+            "clock_hz": Spec(cfg.clock_hz, "config (T2: 1 GHz)", "src"),
+            "node_nm": Spec(cfg.node_nm, "config (T2: 14 nm)", "src"),
+            "peak_ops": Spec({cfg.dtype: peak}, f"derived: {cfg.pes} PEs x 2 ops/MAC x {cfg.clock_hz / 1e9:g} GHz", "derived"),
+            "mem_bw_bytes_s": Spec(
+                DSA_DRAM_BW[cfg.dram], f"DSCS §4.2: DSE memory options DDR4 19.2 / DDR5 38 / HBM2 460 GB/s (config: {cfg.dram})", "src"
+            ),
+            "tdp_w": Spec(tdp_w if tdp_w is not None else 4.2, "T2: 4.2 W (excludes DRAM, HWR §3.8)" if tdp_w is None else "caller", "src"),
+            "modelled_peak_w": Spec(modelled_peak_w, "derived: hw.energy EnergyModel, all PEs busy, no SRAM/DRAM traffic", "derived"),
+            "idle_w": Spec(em.static_w, "derived: hw.energy leakage (per-mm2 density x modelled area)", "derived"),
+            "host_link": Spec(
+                {"kind": "in-storage-p2p", "gen": 3, "lanes": 4, "bytes_s": 4 * GEN3_LANE_BPS},
+                "T2: Gen3x4; DSCS §5.2: dedicated P2P link between flash and DSA",
+                "src",
+            ),
+            "price_usd": Spec(None, "not a product: ASIC cost comes from the ASIC Clouds model (DSCS §6.1), outside this catalog", "src"),
+        },
+        efficiency=_SYSTOLIC_EFF,
+        launch_s=_a(0.1e-6, "DSA instruction dispatch", (0.01e-6, 1e-6)),
+        driver_s=_a(50e-6, "OpenCL driver call + P2P setup per invocation (DSCS §5.1)", (10e-6, 200e-6)),
+    )
+
+
+BUILDERS = {
+    "cpu-xeon-8275cl": xeon_8275cl,
+    "gpu-rtx-2080ti": rtx_2080ti,
+    "fpga-alveo-u280": alveo_u280,
+    "ns-arm-a57": cortex_a57,
+    "ns-mobile-gpu-tx2": tx2_pascal,
+    "ns-fpga-smartssd": smartssd_ku15p,
+    "dsa": dsa,
+}
+
+
+def catalog() -> dict[str, Device]:
+    """Every Table 2 platform, keyed by name (the DSA at its Table 2 configuration)."""
+    return {name: build() for name, build in BUILDERS.items()}
+
+
+def get(name: str) -> Device:
+    if name not in BUILDERS:
+        raise ValueError(f"device={name!r}: unknown; use one of {sorted(BUILDERS)}")
+    return BUILDERS[name]()
