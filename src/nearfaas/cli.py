@@ -75,7 +75,25 @@ common_state = click.option("--state", default=None, help=STATE_HELP)
 common_gateway = click.option("--gateway", default=None, help="gateway URL [env NEARFAAS_GATEWAY; default: from the state dir]")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _LazyGroup(click.Group):
+    """Subcommand groups kept in their own modules (they import this one for its helpers) load
+    only when used: `nearfaas up` need not import ONNX for `nearfaas hw`."""
+
+    lazy = {"apps": "nearfaas.cli_apps:apps", "models": "nearfaas.cli_apps:models", "hw": "nearfaas.cli_hw:hw"}
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, attr = self.lazy[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="nearfaas")
 def main() -> None:
     """nearfaas: a serverless platform that runs each function where its data lives.
@@ -485,20 +503,9 @@ def demo(keep, state):
     sys.exit(run_demo(_state(state) if state else Path(".nearfaas-demo"), keep=keep, console=console))
 
 
-def _register_subcommands() -> None:
-    # Kept in their own modules (they import this one for its helpers): nearfaas apps / models.
-    from nearfaas.cli_apps import apps, models
-
-    main.add_command(apps)
-    main.add_command(models)
-
-
 if __name__ == "__main__":
     # `python -m nearfaas.cli`: run the package's module, so that the subcommand modules (which
     # import nearfaas.cli) find one fully built module rather than this __main__ copy.
     from nearfaas.cli import main as _package_main
 
     _package_main()
-else:
-    _register_subcommands()
-
