@@ -11,7 +11,7 @@ import pytest
 
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.invoker import CallError, CallResult
-from nearfaas.spec.stack import NearfaasOptions
+from nearfaas.spec.options import NearfaasOptions
 
 
 @dataclass

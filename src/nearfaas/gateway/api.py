@@ -26,7 +26,8 @@ from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.invoker import CallError
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.spec.errors import SpecError
-from nearfaas.spec.stack import FunctionSpec, check_chain_cycles, parse_stack
+from nearfaas.spec.options import check_chain_cycles
+from nearfaas.spec.stack import FunctionSpec, parse_stack
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")

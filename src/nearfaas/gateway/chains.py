@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from nearfaas.gateway.invoker import CallError, CallResult, Invoker, StageIO
 from nearfaas.placement.chain import ChainCycle, Stage, StageMissing, intermediate_key, plan
 from nearfaas.s3.errors import S3Error
-from nearfaas.spec.stack import INTERMEDIATE_BUCKET
+from nearfaas.spec.options import INTERMEDIATE_BUCKET
 from nearfaas.telemetry.headers import format_link, format_timing
 
 _PREVIOUS_BODY_LIMIT = 1 << 20  # larger stage answers are passed on as their size only: use objects for data

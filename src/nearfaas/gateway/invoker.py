@@ -20,7 +20,7 @@ from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
-from nearfaas.spec.stack import NearfaasOptions
+from nearfaas.spec.options import NearfaasOptions
 from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
 

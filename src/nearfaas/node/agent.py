@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nearfaas.node.pool import PoolError, WorkerPools
-from nearfaas.spec.stack import INTERMEDIATE_BUCKET
+from nearfaas.spec.options import INTERMEDIATE_BUCKET
 
 INTERNAL = "/_nearfaas"
 

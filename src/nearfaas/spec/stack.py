@@ -4,7 +4,7 @@ There is no container engine here, so a function is a folder with `handler.py`, 
 Python runner. Every supported `lang` maps onto it (see `SUPPORTED_LANGS`). Fields that only
 matter for building images (`image`, `build_args`, ...) are accepted and ignored so that a
 stack file works unchanged with `faas-cli` too. nearfaas's own options live under a
-per-function `x-nearfaas:` key, which faas-cli ignores.
+per-function `x-nearfaas:` key, which faas-cli ignores (parsed in spec/options.py).
 
 As with OpenFaaS's watchdog, timeouts and concurrency come from the function's environment
 (`read_timeout`, `write_timeout`, `exec_timeout`, `max_inflight`) and autoscaling from the
@@ -24,6 +24,7 @@ from typing import Any
 from .errors import (Collector, Problem, SpecError, SpecWarning, WireReader, check_unknown_keys, did_you_mean,
                      join_path, load_yaml_text, parse_bool, parse_duration, parse_int, parse_memory, read_mapping,
                      read_str_list, read_str_map, read_text_file, short_repr, type_name)
+from .options import X_KEY, NearfaasOptions, check_chains, parse_x
 
 # lang -> calling convention of handler.py. "http": `handle(event, context)` returning a
 # dict/str, as in the of-watchdog python3-http templates; "classic": `handle(req: str) -> str`
@@ -43,7 +44,6 @@ LABEL_SCALE_MIN = "com.openfaas.scale.min"
 LABEL_SCALE_MAX = "com.openfaas.scale.max"
 LABEL_SCALE_ZERO = "com.openfaas.scale.zero"
 LABEL_ZERO_DURATION = "com.openfaas.scale.zero-duration"  # idle time before scaling to zero (faas-idler)
-X_KEY = "x-nearfaas"
 
 KNOWN_TOP_KEYS = {"version", "provider", "functions", "configuration"}
 KNOWN_PROVIDER_KEYS = {"name", "gateway", "network"}
@@ -54,93 +54,13 @@ KNOWN_FUNCTION_KEYS = {
     "build_options", "build_secrets", "readonly_root_filesystem", "skip_build", "namespace",
     "platforms", X_KEY,
 }
-X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers"}
-# Chain intermediates live here, written by the stage that made them onto its own node.
-INTERMEDIATE_BUCKET = "nearfaas-intermediates"
-_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
-ACCELERATORS = ("dscs",)
-PLACEMENTS = ("data", "compute", "auto")
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _CPU = re.compile(r"\d+(?:\.\d+)?m?")
-_POINTER = re.compile(r"(/([^~/]|~[01])*)+")
-_DOTTED = re.compile(r"[^.\s/]+(\.[^.\s/]+)*")
 DURATION_FIX = 'write a duration like "30s", "1m30s", "500ms", "2m" or a plain number of seconds'
 
 
 # ---------------------------------------------------------------- dataclasses
-
-@dataclass
-class NearfaasOptions:
-    """The per-function `x-nearfaas:` block: where the function should run and what it reads."""
-
-    accelerator: str | None = None          # "dscs": run on a storage node's computational storage
-    placement: str = "auto"                 # "data": next to the object; "compute": on a compute node
-    inputs: list[str] = field(default_factory=lambda: ["input"])  # where {bucket,key} sits in the request
-    chain: list[str] = field(default_factory=list)  # functions that receive this one's output, in order
-    keep_intermediates: bool = False        # keep objects written between chained steps
-    idempotent: bool = False                # safe to run twice: a call lost with its node is retried elsewhere
-    queue_depth: int = 100                  # calls that may wait for a free instance, then 429
-    keep_alive: float = 60.0                # seconds an idle instance above scale.min stays warm
-    triggers: list[str] = field(default_factory=list)  # "s3://bucket/prefix": a PUT there invokes this function
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
-                "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
-                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers)}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> NearfaasOptions:
-        c = Collector()
-        opts = _parse_x(data, X_KEY, c)
-        c.raise_if_any()
-        return opts or cls()
-
-    def triggered_by(self, bucket: str, key: str) -> bool:
-        """True when a new object s3://bucket/key falls under one of this function's triggers."""
-        for trigger in self.triggers:
-            t_bucket, _, prefix = trigger.removeprefix("s3://").partition("/")
-            if t_bucket == bucket and key.startswith(prefix):
-                return True
-        return False
-
-    def object_refs(self, body: Any) -> list[dict[str, Any]]:
-        """The {bucket, key} references a request body points at, following `inputs`.
-
-        A path starting with "/" is a JSON pointer ("/job/source"); otherwise it is dotted
-        ("input", "items.0"). A path may lead to one reference or a list of them. When no
-        path finds anything and the body itself has bucket and key, the body is the input.
-        """
-        refs: list[dict[str, Any]] = []
-        for path in self.inputs:
-            found = _walk(body, path)
-            for item in found if isinstance(found, list) else [found]:
-                if _is_ref(item):
-                    refs.append(item)
-        if not refs and _is_ref(body):
-            refs.append(body)
-        return refs
-
-
-def _is_ref(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("bucket"), str) and isinstance(value.get("key"), str)
-
-
-def _walk(body: Any, path: str) -> Any:
-    if path.startswith("/"):
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-    else:
-        parts = path.split(".")
-    node = body
-    for part in parts:
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return None
-    return node
-
 
 @dataclass
 class FunctionSpec:
@@ -196,7 +116,7 @@ class FunctionSpec:
         name, lang, hdir = r.get("name", str), r.get("lang", str), r.get("handler_dir", str)
         if isinstance(hdir, str) and not Path(hdir).is_absolute():
             c.error(join_path(base, "handler_dir"), f"must be an absolute path, got {short_repr(hdir)}")
-        x = _parse_x(data.get("x"), join_path(base, "x"), c)
+        x = parse_x(data.get("x"), join_path(base, "x"), c)
         values = {key: r.get(key, kind, default) for key, (kind, default) in _WIRE_OPTIONAL.items()}
         c.raise_if_any()
         return cls(name=name, lang=lang, handler_dir=Path(hdir), x=x, **values)  # type: ignore[arg-type]
@@ -270,87 +190,6 @@ def _resources(value: Any, path: str, c: Collector) -> dict[str, str] | None:
     if cpu is not None and not _CPU.fullmatch(cpu.strip()):
         c.error(join_path(path, "cpu"), f"{short_repr(cpu)} is not a CPU quantity", 'write e.g. "500m" or "0.5" or "1"')
     return m
-
-
-def _parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
-    """The x-nearfaas block. Unknown keys here are errors: this block is ours, so a typo
-    would otherwise silently drop a placement decision."""
-    m = read_mapping(value, path, c)
-    if m is None:
-        return None
-    check_unknown_keys(m, X_KEYS, path, c, error=True)
-    opts = NearfaasOptions()
-    acc = m.get("accelerator")
-    if isinstance(acc, str) and acc.strip().lower() in ("", "none"):
-        acc = None
-    if acc is not None and acc not in ACCELERATORS:
-        c.error(join_path(path, "accelerator"), f"unknown accelerator {short_repr(acc)}",
-                "use accelerator: dscs, or leave it out for none")
-    else:
-        opts.accelerator = acc
-    placement = m.get("placement", "auto")
-    if placement not in PLACEMENTS:
-        c.error(join_path(path, "placement"), f"must be one of {', '.join(PLACEMENTS)}, got {short_repr(placement)}",
-                "use placement: auto to let the scheduler decide")
-    else:
-        opts.placement = placement
-    if "inputs" in m:
-        inputs = read_str_list(m["inputs"], join_path(path, "inputs"), c, allow_single=True)
-        for i, p in enumerate(inputs or []):
-            if not (_POINTER.fullmatch(p) if p.startswith("/") else _DOTTED.fullmatch(p)):
-                c.error(join_path(join_path(path, "inputs"), i), f"{short_repr(p)} is not a path into the request JSON",
-                        'write a JSON pointer like "/job/source" or a dotted path like "input"')
-        opts.inputs = inputs or []
-        if opts.placement == "data" and inputs == []:
-            c.error(join_path(path, "inputs"), "placement: data needs at least one input to place next to",
-                    'add inputs: ["input"] or use placement: auto')
-    if "chain" in m:
-        opts.chain = read_str_list(m["chain"], join_path(path, "chain"), c, allow_single=True) or []
-    if "triggers" in m:
-        opts.triggers = _parse_triggers(m["triggers"], join_path(path, "triggers"), c)
-        if opts.triggers and "input" not in opts.inputs:
-            c.error(join_path(path, "triggers"), "a trigger hands the new object over as `input`, which this function's "
-                    "inputs do not read", 'add "input" to inputs, or drop the trigger')
-    if opts.accelerator == "dscs" and opts.placement == "compute":
-        c.error(join_path(path, "placement"), "accelerator: dscs runs on a storage node, but placement: compute "
-                "forbids storage nodes", "use placement: data or auto, or drop the accelerator")
-    if "queue_depth" in m:
-        try:
-            opts.queue_depth = parse_int(m["queue_depth"])
-            if opts.queue_depth < 0:
-                raise ValueError("must not be negative")
-        except ValueError as exc:
-            c.error(join_path(path, "queue_depth"), f"bad value {short_repr(m['queue_depth'])}: {exc}", "write e.g. queue_depth: 100")
-    if "keep_alive" in m:
-        try:
-            opts.keep_alive = parse_duration(m["keep_alive"])
-        except ValueError as exc:
-            c.error(join_path(path, "keep_alive"), str(exc), 'write a duration, e.g. keep_alive: 60s')
-    for flag in ("keep_intermediates", "idempotent"):
-        if flag in m:
-            try:
-                setattr(opts, flag, parse_bool(m[flag]))
-            except ValueError as exc:
-                c.error(join_path(path, flag), str(exc), "write true or false")
-    # Returned even when something was wrong, so the chain can still be checked for
-    # missing targets and cycles; callers decide validity by counting problems.
-    return opts
-
-
-def _parse_triggers(value: Any, path: str, c: Collector) -> list[str]:
-    """Object-PUT triggers, written "s3://bucket/prefix" (the prefix may be empty)."""
-    out = []
-    for i, raw in enumerate(read_str_list(value, path, c, allow_single=True) or []):
-        bucket, slash, prefix = raw.strip().removeprefix("s3://").partition("/")
-        if not raw.strip().startswith("s3://") or not _BUCKET.fullmatch(bucket):
-            c.error(join_path(path, i), f"{short_repr(raw)} is not an object prefix",
-                    'write "s3://bucket/prefix/" (every new object under it calls the function) or "s3://bucket/" for the whole bucket')
-        elif bucket == INTERMEDIATE_BUCKET:
-            c.error(join_path(path, i), f"bucket {bucket} holds chain intermediates, which never trigger functions",
-                    "trigger on the bucket your clients write to")
-        else:
-            out.append(f"s3://{bucket}/{prefix if slash else ''}")
-    return out
 
 
 def _timeouts_and_inflight(env: dict[str, str], origin: dict[str, str], c: Collector) -> dict[str, Any]:
@@ -502,7 +341,7 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
             c.error(join_path(join_path(path, "secrets"), i), f"{short_repr(s)} is not a secret name",
                     "use a plain name like db-password")
     constraints = read_str_list(fn.get("constraints"), join_path(path, "constraints"), c)
-    x = _parse_x(fn.get(X_KEY), join_path(path, X_KEY), c)
+    x = parse_x(fn.get(X_KEY), join_path(path, X_KEY), c)
     if len(c.problems) != before:
         return None, x
     spec = FunctionSpec(
@@ -511,50 +350,6 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         secrets=secrets or [], constraints=constraints or [], x=x or NearfaasOptions(),
         image=image or "", **tune, **scale)
     return spec, x
-
-
-def check_chain_cycles(chains: dict[str, list[str]]) -> None:
-    """Raise SpecError when following these chains never ends. Targets missing from ``chains``
-    are allowed: the REST API deploys one function at a time, and a chain may name a function
-    deployed later (a call then answers 404 until it is)."""
-    c = Collector()
-    _check_chains(chains, set(chains) | {t for chain in chains.values() for t in chain}, c)
-    c.raise_if_any()
-
-
-def _check_chains(chains: dict[str, list[str]], declared: set[str], c: Collector) -> None:
-    """Every chain target must exist, and following chains must always end (no cycles)."""
-    graph: dict[str, list[str]] = {}
-    for name, chain in chains.items():
-        cpath = join_path(join_path(join_path("functions", name), X_KEY), "chain")
-        for i, target in enumerate(chain):
-            if target not in declared:
-                c.error(join_path(cpath, i), f"names function {short_repr(target)}, which is not in this stack",
-                        did_you_mean(target, declared) or "add it under functions: or remove it from the chain")
-        graph[name] = [t for t in chain if t in declared]
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
-    reported: set[frozenset[str]] = set()
-    for start in graph:
-        if state.get(start):
-            continue
-        path: list[str] = [start]
-        iters = [iter(graph.get(start, []))]
-        state[start] = 1
-        while iters:  # iterative DFS: a long chain must not hit the recursion limit
-            nxt = next(iters[-1], None)
-            if nxt is None:
-                state[path.pop()] = 2
-                iters.pop()
-            elif state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
-                if frozenset(cycle) not in reported:
-                    reported.add(frozenset(cycle))
-                    c.error(join_path(join_path(join_path("functions", nxt), X_KEY), "chain"),
-                            f"chain forms a cycle: {' -> '.join(cycle)}", "remove one link so that the chain ends")
-            elif not state.get(nxt):
-                state[nxt] = 1
-                path.append(nxt)
-                iters.append(iter(graph.get(nxt, [])))
 
 
 # ---------------------------------------------------------------- entry points
@@ -614,7 +409,7 @@ def parse_stack(data: Any, base_dir: Path | str, *, whole: bool = True) -> Stack
             if x is not None and x.chain:
                 chains[name] = x.chain
         if whole:
-            _check_chains(chains, set(fmap or {}), c)
+            check_chains(chains, set(fmap or {}), c)
     c.raise_if_any()
     return Stack("1.0", provider_name, gateway, functions, c.warnings)
 
