@@ -2,6 +2,8 @@
 
 nearfaas hw simulate -c scale.cfg -t topology.csv [--gemm] [--mode scalesim|dsa] [--json]
 nearfaas hw compile resnet50 --config dsa.yml [--batch 1] [--mode dsa|scalesim] [--json]
+nearfaas hw dse [--budget-w 25] [--models all|a,b] [--out DIR] [--json]
+nearfaas hw report [--json]
 """
 
 from __future__ import annotations
@@ -135,3 +137,100 @@ def compile_cmd(model, cfg_path, batch, mode, show_all, as_json):
     )
     for n, op, unit in prog.unsupported:
         click.echo(f"unsupported: {op} ({n}) -> {unit}")
+
+
+@hw.command("dse")
+@click.option("--budget-w", default=25.0, show_default=True, type=float, help="accelerator power budget in W (DRAM not counted)")
+@click.option("--models", "models_spec", default="all", show_default=True, help="all, or a comma-separated list of zoo keys")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False), help="write CSVs and Pareto PNGs here")
+@click.option("--json", "as_json", is_flag=True, help="print the frontiers and the optimum as JSON")
+@click.option(
+    "--power",
+    type=click.Choice(["peak", "average"]),
+    default="peak",
+    show_default=True,
+    help="accelerator power for feasibility: peak (TDP-style) or the max batch-1 average over the models",
+)
+@click.option("--no-progress", is_flag=True, help="no progress bar (it goes to stderr)")
+def dse_cmd(budget_w, models_spec, out_dir, as_json, power, no_progress):
+    """Design-space exploration: 690 DSA configs x the zoo models under a power budget (modelled)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from nearfaas.hw import dse
+    from nearfaas.hw.report import dse_summary
+
+    try:
+        dse.check_budget(budget_w)
+        models = dse.parse_models(models_spec)
+        configs = dse.default_space()
+        console = Console(stderr=True)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            disable=no_progress,
+            transient=True,
+        ) as bar:
+            load = bar.add_task("importing models", total=len(models))
+            sks = dse.load_skeletons(models, progress=lambda _k: bar.advance(load))
+            task = bar.add_task("sweeping configs", total=len(configs))
+            res = dse.sweep(configs, models, budget_w, skeletons=sks, advance=lambda n: bar.advance(task, n), power=power)
+        files = dse.write_outputs(res, out_dir) if out_dir else {}
+    except HwError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        keep = (
+            "config_id",
+            "name",
+            "rows",
+            "cols",
+            "sram_kib",
+            "dram",
+            "area_mm2",
+            "power_w",
+            "peak_accel_w",
+            "max_accel_w",
+            "max_dram_w",
+            "geomean_inferences_per_s",
+        )
+        click.echo(
+            json.dumps(
+                {
+                    "label": dse.LABEL,
+                    "configs": len(res.configs),
+                    "models": res.models,
+                    "points": len(res.points),
+                    "budget_w": res.budget_w,
+                    "power_metric": res.power,
+                    "optimum": res.optimum,
+                    "reason": res.reason,
+                    "optimum_per_budget": res.budgets,
+                    "power_frontier": [{k: r[k] for k in keep} for r in res.power_frontier],
+                    "area_frontier": [{k: r[k] for k in keep} for r in res.area_frontier],
+                    "files": files,
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(dse_summary(res))
+    for path in files.values():
+        click.echo(f"wrote {path}")
+
+
+@hw.command("report")
+@click.option("--models", "models_spec", default="all", show_default=True, help="all, or a comma-separated list of zoo keys")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def report_cmd(models_spec, as_json):
+    """Per-model numbers of the design point 128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm (modelled)."""
+    from nearfaas.hw import dse
+    from nearfaas.hw.report import report_table
+
+    try:
+        rep = dse.report(dse.parse_models(models_spec))
+    except HwError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(rep, indent=2) if as_json else report_table(rep))
