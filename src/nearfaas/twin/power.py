@@ -1,0 +1,131 @@
+"""Energy of one end-to-end request: component power x active time (DSCS §6.1 "Power
+measurement": compute, PCIe and system-stack power; network omitted). Every number is MODELLED.
+
+``energy(breakdown, network=False) -> {"accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j",
+"network_j", "total_j", "label", ...}``; ``total_j`` is exactly the sum of the ``*_j`` parts.
+
+* Accelerators: the catalog's ``Device`` power model (idle for the whole term, + (TDP x
+  active fraction - idle) while busy); the DSA's f2 energy from ``nearfaas.hw`` (``dse.evaluate``:
+  MAC, SRAM, VPU, leakage and its DDR5 DRAM) and its f1 from ``hw.energy`` (VPU ops + DRAM).
+* The compute node's CPU: the Xeon's TDP/idle (catalog) times the c5.4xlarge share of the
+  socket (8 of 24 physical cores [derived: AWS 16 vCPU; HWR §4 24-core part]); a stage measured
+  on one thread draws idle + 1/8 of the dynamic share, a modelled all-core stage the whole share.
+* While a stage waits (network, PCIe, P2P, driver, stack), the components allocated to it idle:
+  traditional platforms hold the compute node for f1-f3 (and GPU/FPGA for f1-f2); near-storage
+  platforms hold the drive's accelerator for f1-f2 and a compute node only for f3. The system
+  stack and driver calls run on one CPU core.
+* Data: PCIe (host copies and P2P) and flash per bit; the network per bit only with
+  ``network=True`` (the paper omits it).
+"""
+
+from __future__ import annotations
+
+from . import platforms as P
+from .platforms import Const
+
+PCIE_PJ_PER_BIT = Const(
+    10.0,
+    "HWR §3.5 [mem]: Gen3/Gen4 SerDes ~5-10 pJ/bit per direction, suggested 10 end to end; DSCS uses Beck et al. ISSCC'18 [123], value not in our copy",
+    "mem",
+    (5.0, 20.0),
+)
+FLASH_READ_PJ_PER_BIT = Const(
+    250.0, "assumption: NVMe SSD active power (~6 W) / read bandwidth (~3 GB/s), whole drive", "assumption", (50.0, 400.0)
+)
+FLASH_WRITE_PJ_PER_BIT = Const(
+    400.0, "assumption: NVMe SSD active write power (~6.5 W) / 2 GB/s, whole drive", "assumption", (100.0, 800.0)
+)
+NETWORK_PJ_PER_BIT = Const(
+    50.0, "assumption: NICs + ~3 switch hops of datacenter Ethernet; only with network=True", "assumption", (20.0, 200.0)
+)
+CPU_SOCKET_SHARE = Const(8 / 24, "derived: c5.4xlarge = 8 physical cores (AWS 16 vCPU) of a 24-core socket (HWR §4)", "derived", (0.2, 1.0))
+CPU_CORES = 8
+PARTS = ("accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j", "network_j")
+
+
+def params() -> dict:
+    return {
+        k: v.to_dict()
+        for k, v in (
+            ("pcie_pj_per_bit", PCIE_PJ_PER_BIT),
+            ("flash_read_pj_per_bit", FLASH_READ_PJ_PER_BIT),
+            ("flash_write_pj_per_bit", FLASH_WRITE_PJ_PER_BIT),
+            ("network_pj_per_bit", NETWORK_PJ_PER_BIT),
+            ("cpu_socket_share", CPU_SOCKET_SHARE),
+        )
+    }
+
+
+def cpu_power_w(cores=1) -> dict:
+    """Compute-node CPU power (instance share of the Xeon socket): idle and active with ``cores``
+    of 8 busy ("all" = 8)."""
+    d = P.device("cpu")
+    share = CPU_SOCKET_SHARE.value
+    idle = d.idle_w * share
+    full = d.tdp_w * float(d.active_power_fraction.value) * share
+    n = CPU_CORES if cores == "all" else min(int(cores), CPU_CORES)
+    return {"idle_w": idle, "active_w": idle + (full - idle) * n / CPU_CORES}
+
+
+def _accel_energy(platform: str, term) -> float:
+    det = term.detail
+    if platform == "dscs":
+        if "energy_j" in det:
+            return float(det["energy_j"])
+        if "vpu_ops" in det:
+            from nearfaas.hw import dse
+
+            em = dse.energy_model(P.dsa_config())
+            b = em.breakdown({"vpu_ops": det["vpu_ops"], "dram_bytes": det["dram_bytes"], "cycles": det["cycles"]})
+            return float(b["total"])
+    d = P.device(platform)
+    busy = min(float(det.get("busy_s", term.value_s)), term.value_s)
+    active = d.tdp_w * float(d.active_power_fraction.value)
+    return d.idle_w * term.value_s + max(active - d.idle_w, 0.0) * busy
+
+
+def energy(bd, network: bool = False) -> dict:
+    """Energy parts (J) of one ``Breakdown``; network energy only when ``network``."""
+    platform = bd.platform
+    near = platform in P.NEAR_STORAGE
+    has_accel = platform != "cpu"
+    acc_idle = P.device(platform).idle_w if has_accel else 0.0
+    cpu_idle = cpu_power_w()["idle_w"]
+    parts = dict.fromkeys(PARTS, 0.0)
+    for stage in bd.stages:
+        cpu_held = stage.name == "f3" or not near
+        acc_held = has_accel and stage.name in ("f1", "f2")
+        for t in stage.terms:
+            s = t.value_s
+            if t.name == "compute":
+                if t.component == "accel":
+                    parts["accel_j"] += _accel_energy(platform, t)
+                    if cpu_held:
+                        parts["idle_j"] += cpu_idle * s
+                else:
+                    parts["host_cpu_j"] += cpu_power_w(t.detail.get("cores", 1))["active_w"] * s
+                    if acc_held:
+                        parts["idle_j"] += acc_idle * s
+                continue
+            if t.component in ("stack", "driver"):
+                parts["host_cpu_j"] += cpu_power_w(1)["active_w"] * s
+                if acc_held:
+                    parts["idle_j"] += acc_idle * s
+                continue
+            # data movement: allocated components idle while it happens
+            parts["idle_j"] += (cpu_idle if cpu_held else 0.0) * s + (acc_idle if acc_held else 0.0) * s
+            bits = 8.0 * t.bytes
+            if t.component in ("pcie", "p2p"):
+                parts["pcie_j"] += bits * PCIE_PJ_PER_BIT.value * 1e-12
+            if t.component in ("network", "p2p"):
+                write = t.detail.get("write", t.name.startswith("write"))
+                pj = (FLASH_WRITE_PJ_PER_BIT if write else FLASH_READ_PJ_PER_BIT).value
+                parts["flash_j"] += bits * pj * 1e-12
+            if t.component == "network" and network:
+                parts["network_j"] += bits * NETWORK_PJ_PER_BIT.value * 1e-12
+    out = dict(parts)
+    out["total_j"] = sum(parts[k] for k in PARTS)
+    out["average_w"] = out["total_j"] / bd.total_s
+    out["network_included"] = network
+    out["label"] = "modelled (component power x time; CPU stage times may be measured, see the breakdown)"
+    return out
