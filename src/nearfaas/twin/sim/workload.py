@@ -120,18 +120,24 @@ def _err(path, line, col, name, msg) -> WorkloadError:
     return WorkloadError(f"{path}: line {line}, column {col} ({name}): {msg}")
 
 
+def _header(path, reader, columns: tuple, rest: str) -> list[str]:
+    """The header row, checked to start with ``columns`` (named, with the column number, if not)."""
+    header = next(reader, None)
+    if header is None:
+        raise WorkloadError(f"{path}: line 1: empty file; expected a header {','.join(columns)}{rest}")
+    for col, name in enumerate(columns):
+        if col >= len(header) or header[col].strip() != name:
+            got = header[col] if col < len(header) else "nothing"
+            raise _err(path, 1, col + 1, name, f"missing column: expected {name!r}, got {got!r}")
+    return header
+
+
 def read_azure_invocations(path) -> list[AzureFunctionCounts]:
     """The public dataset's ``invocations_per_function_md.anon.d*.csv`` format:
     ``HashOwner,HashApp,HashFunction,Trigger,1,2,...,1440`` (any number of minutes >= 1)."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise WorkloadError(f"{path}: line 1: empty file; expected a header {','.join(AZURE_ID_COLUMNS)},1,2,...")
-        for col, name in enumerate(AZURE_ID_COLUMNS):
-            if col >= len(header) or header[col].strip() != name:
-                got = header[col] if col < len(header) else "nothing"
-                raise _err(path, 1, col + 1, name, f"missing column: expected {name!r}, got {got!r}")
+        header = _header(path, reader, AZURE_ID_COLUMNS, ",1,2,...")
         minutes = header[4:]
         if not minutes:
             raise _err(path, 1, 5, "1", "missing column: no minute columns after Trigger")
@@ -179,13 +185,7 @@ def read_azure_durations(path) -> dict[tuple[str, str, str], AzureDurations]:
     Average,Count,Minimum,Maximum,percentile_Average_0,...`` (milliseconds)."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise WorkloadError(f"{path}: line 1: empty file; expected a header {','.join(AZURE_DURATION_COLUMNS)},...")
-        for col, name in enumerate(AZURE_DURATION_COLUMNS):
-            if col >= len(header) or header[col].strip() != name:
-                got = header[col] if col < len(header) else "nothing"
-                raise _err(path, 1, col + 1, name, f"missing column: expected {name!r}, got {got!r}")
+        header = _header(path, reader, AZURE_DURATION_COLUMNS, ",...")
         for col in range(len(AZURE_DURATION_COLUMNS), len(header)):
             if not header[col].startswith("percentile_Average_"):
                 raise _err(path, 1, col + 1, header[col], "expected a percentile_Average_<p> column")
