@@ -25,7 +25,8 @@ from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 METERED_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
-BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
+BACKSTOP_MARGIN_S = 1.0
+SCALE_RETRY_S, SCALE_RETRY_MAX_S = 2.0, 60.0  # after a failed scale-up, the next try (doubling)  # the gateway waits this much longer than the worker's own exec_timeout
 _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"}
 
 
@@ -57,6 +58,8 @@ class FunctionState:
     meters: FunctionMeters | None = None
     scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: int = 0  # calls queued for a free instance
+    retry_scale_at: float = 0.0  # monotonic time to retry a scale-up that failed (0: none pending)
+    scale_failures: int = 0  # failed scale-ups in a row
     freed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def notify(self) -> None:
@@ -504,7 +507,13 @@ class Invoker:
                     else:
                         await self._cold_start(state, node)
             except CallError:
-                return  # surfaced at the next call, with the node's message
+                # Surfaced at the next call, with the node's message; the reaper tries again
+                # later (a cold start can fail on a node that is briefly overloaded), backing
+                # off so that a handler that can never load does not spawn in a loop.
+                state.scale_failures += 1
+                state.retry_scale_at = time.monotonic() + min(SCALE_RETRY_MAX_S, SCALE_RETRY_S * 2 ** (state.scale_failures - 1))
+                return
+            state.scale_failures = 0
             while len(state.instances) > state.desired:
                 victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
                 self.drop_instance(state, victim, stop=True)
@@ -536,3 +545,13 @@ class Invoker:
         while True:
             await asyncio.sleep(every_s)
             self.reap_idle()
+            self._retry_failed_scaling()
+
+    def _retry_failed_scaling(self) -> None:
+        """Functions below their desired replicas after a failed scale-up get another try."""
+        now = time.monotonic()
+        for state in list(self.functions.values()):
+            if state.retry_scale_at and now >= state.retry_scale_at and not state.scaling.locked() \
+                    and len(state.instances) < state.desired:
+                state.retry_scale_at = 0.0
+                asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
