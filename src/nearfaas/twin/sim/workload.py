@@ -132,6 +132,19 @@ def _header(path, reader, columns: tuple, rest: str) -> list[str]:
     return header
 
 
+def _rows(path, reader, header: list[str]):
+    """(line number, row) of every non-empty row, each checked to have the header's width."""
+    for row in reader:
+        if not row:
+            continue
+        if len(row) != len(header):
+            col = min(len(row), len(header)) + 1
+            name = header[col - 1] if col - 1 < len(header) else "extra"
+            raise _err(path, reader.line_num, col, name, f"{'missing column' if len(row) < len(header) else 'extra column'}: "
+                                                         f"{len(row)} fields, the header has {len(header)}")
+        yield reader.line_num, row
+
+
 def read_azure_invocations(path) -> list[AzureFunctionCounts]:
     """The public dataset's ``invocations_per_function_md.anon.d*.csv`` format:
     ``HashOwner,HashApp,HashFunction,Trigger,1,2,...,1440`` (any number of minutes >= 1)."""
@@ -145,15 +158,7 @@ def read_azure_invocations(path) -> list[AzureFunctionCounts]:
             if m.strip() != str(i + 1):
                 raise _err(path, 1, i + 5, m, f"expected minute column {str(i + 1)!r}, got {m!r}")
         rows = []
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(header):
-                col = min(len(row), len(header)) + 1
-                name = header[col - 1] if col - 1 < len(header) else "extra"
-                raise _err(path, line, col, name, f"{'missing column' if len(row) < len(header) else 'extra column'}: "
-                                                  f"{len(row)} fields, the header has {len(header)}")
+        for line, row in _rows(path, reader, header):
             counts = []
             for col in range(4, len(row)):
                 text = row[col].strip()
@@ -190,14 +195,7 @@ def read_azure_durations(path) -> dict[tuple[str, str, str], AzureDurations]:
             if not header[col].startswith("percentile_Average_"):
                 raise _err(path, 1, col + 1, header[col], "expected a percentile_Average_<p> column")
         out = {}
-        for row in reader:
-            line = reader.line_num
-            if not row:
-                continue
-            if len(row) != len(header):
-                col = min(len(row), len(header)) + 1
-                name = header[col - 1] if col - 1 < len(header) else "extra"
-                raise _err(path, line, col, name, f"{len(row)} fields, the header has {len(header)}")
+        for line, row in _rows(path, reader, header):
             values = []
             for col in range(3, len(row)):
                 text = row[col].strip()
