@@ -94,6 +94,20 @@ def test_batch_scales():
     assert eight.total_s > one.total_s
 
 
+@pytest.mark.parametrize("platform", ["gpu", "fpga", "ns_mobile_gpu", "dscs"])
+def test_batching_amortises_weights_on_devices(platform):
+    """A batch reuses the weights and the per-layer launches: f2's time grows with the batch but
+    never faster than linearly. Where batch 1 is weight- or launch-bound (the DSA, the GPU) the
+    time per item must fall; on the FPGAs and the mobile GPU BERT is compute-bound already."""
+    f2 = [e2e.end_to_end("chatbot", platform, batch=b).stages[1].terms for b in (1, 4, 16)]
+    compute = [next(t.value_s for t in terms if t.name == "compute") for terms in f2]
+    assert compute[0] < compute[1] < compute[2]
+    per_item = [c / b for c, b in zip(compute, (1, 4, 16), strict=True)]
+    assert per_item[0] >= per_item[1] >= per_item[2]
+    if platform in ("gpu", "dscs"):
+        assert per_item[2] < 0.9 * per_item[0], "no batching gain at all: weights are being re-read per item"
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("network", [False, True])
 def test_energy_parts_sum(platform, network):

@@ -283,24 +283,24 @@ def _f2_compute(app, platform, batch, opts) -> Term:
             "compute", _cpu_s(app, "f2", batch), MEASURED, "apps.json f2 cpu_s: " + CPU_MEASURED_NOTE, "host_cpu", detail={"cores": 1}
         )
     if platform == "dscs":
-        r = P.dsa_f2(model)
+        r = P.dsa_f2(model, batch=batch)
         return Term(
             "compute",
-            r["latency_s"] * batch,
+            r["latency_s"],
             MODELLED,
-            "nearfaas.hw dse.evaluate: dsa-mode timing, 128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm design point (batch-1 x batch)",
+            f"nearfaas.hw dse.evaluate: dsa-mode timing, 128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm design point, graph at batch {batch}",
             "accel",
-            detail={"busy_s": r["latency_s"] * batch, "energy_j": r["energy_total_j"] * batch, "energy_dram_j": r["energy_dram_j"] * batch},
+            detail={"busy_s": r["latency_s"], "energy_j": r["energy_total_j"], "energy_dram_j": r["energy_dram_j"]},
         )
-    r = P.roofline_f2(platform, model, opts.get("dtype") if platform != "cpu" else None)
+    r = P.roofline_f2(platform, model, opts.get("dtype") if platform != "cpu" else None, batch=batch)
     d = P.device(platform)
     return Term(
         "compute",
-        r["seconds"] * batch,
+        r["seconds"],
         MODELLED,
         f"{d.name} roofline per fused layer ({r['layers']} layers, {r['flops'] / 1e9:.3g} GFLOP, {r['bytes'] / 1e6:.3g} MB at {r['dtype']}) + launch_s per layer",
         "host_cpu" if platform == "cpu" else "accel",
-        detail={"busy_s": r["busy_s"] * batch, "cores": "all", "dtype": r["dtype"]},
+        detail={"busy_s": r["busy_s"], "cores": "all", "dtype": r["dtype"]},
     )
 
 

@@ -109,21 +109,31 @@ _KIND = {"elementwise": "elementwise", "reduction": "reduction", "pool": "reduct
 
 
 @cache
-def skeleton(model: str):
+def skeleton(model: str, batch: int = 1):
+    """The DSA compiler's view of a zoo model with its batch dimension fixed to ``batch``: a
+    batch scales the activations (GEMM M = pixels x batch) but not the weights, so batching
+    gains come out of the same lowering on every modelled device."""
     from nearfaas.hw import dse
 
-    return dse.load_skeletons([model])[model]
+    if batch == 1:
+        return dse.load_skeletons([model])[model]
+    from nearfaas.hw.dsa.graph import load_ops
+    from nearfaas.models import shapes_only
+
+    w = load_ops(shapes_only(model, "full"), batch=batch)
+    w.name = model
+    return dse.prepare(w)
 
 
 @cache
-def layers(model: str) -> tuple[dict, ...]:
-    """Per-layer roofline ops of a zoo model at batch 1, from the DSA compiler's fusion groups
+def layers(model: str, batch: int = 1) -> tuple[dict, ...]:
+    """Per-layer roofline ops of a zoo model at ``batch``, from the DSA compiler's fusion groups
     (``hw.dse.prepare``): MPU groups = 2·MACs FLOPs over the operands (activations read as
     stored, weights, outputs used outside the group); VPU groups = their lane operations over
     their external inputs and outputs. Bytes are in ELEMENTS here; multiply by the dtype size."""
     from nearfaas.hw.dsa.config import DSAConfig
 
-    sk = skeleton(model)
+    sk = skeleton(model, batch)
     lane_ops = sk.vpu_cycles(DSAConfig(vpu_lanes=1, vpu_pipeline=0, source="lane-ops"))
     out = []
     for g, vops in zip(sk.groups, lane_ops, strict=True):
@@ -137,21 +147,22 @@ def layers(model: str) -> tuple[dict, ...]:
     return tuple(out)
 
 
-def model_totals(model: str) -> dict:
-    ls = layers(model)
+def model_totals(model: str, batch: int = 1) -> dict:
+    ls = layers(model, batch)
     return {"layers": len(ls), "flops": sum(x["flops"] for x in ls), "elems": sum(x["elems"] for x in ls)}
 
 
-def roofline_f2(platform: str, model: str, dtype_: str | None = None) -> dict:
-    """f2 on a roofline device, layer by layer: seconds (busy + per-layer launch), busy seconds."""
+def roofline_f2(platform: str, model: str, dtype_: str | None = None, batch: int = 1) -> dict:
+    """f2 on a roofline device, layer by layer, on one call of ``batch`` inputs: seconds (busy +
+    one launch per layer), busy seconds."""
     d = device(platform)
     dt = dtype_ or d.default_dtype
     b = DTYPE_BYTES[dt]
     busy = launch = 0.0
-    for x in layers(model):
+    for x in layers(model, batch):
         busy += float(d.roofline({"kind": x["kind"], "flops": x["flops"], "bytes": x["elems"] * b, "dtype": dt})["busy_s"])
         launch += float(d.launch_s.value)
-    tot = model_totals(model)
+    tot = model_totals(model, batch)
     return {
         "seconds": busy + launch,
         "busy_s": busy,
@@ -170,13 +181,14 @@ def dsa_config():
 
 
 @cache
-def dsa_f2(model: str, cfg=None) -> dict:
-    """f2 on the DSA design point (128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm): dsa-mode timing and
-    energy from ``nearfaas.hw.dse.evaluate`` (DRAM included)."""
+def dsa_f2(model: str, cfg=None, batch: int = 1) -> dict:
+    """f2 on the DSA design point (128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm), one call of
+    ``batch`` inputs: dsa-mode timing and energy from ``nearfaas.hw.dse.evaluate`` (DRAM
+    included)."""
     from nearfaas.hw import dse
 
     cfg = cfg or dsa_config()
-    return dse.evaluate(skeleton(model), cfg, dse.energy_model(cfg))
+    return dse.evaluate(skeleton(model, batch), cfg, dse.energy_model(cfg))
 
 
 def dsa_area_mm2(cfg=None) -> float:
