@@ -41,4 +41,4 @@ lint: setup
 	$(PY) -m ruff check src tests benchmarks
 
 clean:
-	rm -rf .nearfaas .nearfaas-demo build dist src/*.egg-info
+	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info

@@ -79,7 +79,7 @@ class _LazyGroup(click.Group):
     """Subcommand groups kept in their own modules (they import this one for its helpers) load
     only when used: `nearfaas up` need not import ONNX for `nearfaas hw`."""
 
-    lazy = {"apps": "nearfaas.cli_apps:apps", "models": "nearfaas.cli_apps:models", "hw": "nearfaas.cli_hw:hw"}
+    lazy = {"apps": "nearfaas.cli_apps:apps", "models": "nearfaas.cli_apps:models", "hw": "nearfaas.cli_hw:hw", "twin": "nearfaas.cli_twin:twin"}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
@@ -497,7 +497,8 @@ def bench_placement(quick, as_json):
 @click.option("--keep", is_flag=True, help="leave the cluster running afterwards")
 @common_state
 def demo(keep, state):
-    """Bring up a cluster, deploy the example stack, run a function on an object, shut down."""
+    """Bring up a cluster, deploy the example stack, run a function, a chain and the eight apps on
+    objects, shut down; then the twin projects the apps onto seven platforms (twin-report/)."""
     from nearfaas.cluster.demo import run_demo
 
     sys.exit(run_demo(_state(state) if state else Path(".nearfaas-demo"), keep=keep, console=console))

@@ -92,7 +92,25 @@ def _headline(answer: dict) -> str:
     return ", ".join(f"{k}={str(v)[:16]}" for k, v in list(s.items())[:2])
 
 
-def run_demo(state_dir: Path, keep: bool, console) -> int:
+def run_demo(state_dir: Path, keep: bool, console, report_dir: Path = Path("twin-report")) -> int:
+    """The live cluster part, then the twin's projection of the same apps onto hardware we lack."""
+    return _cluster_demo(state_dir, keep, console) or _demo_twin(report_dir, console)
+
+
+def _demo_twin(report_dir: Path, console) -> int:
+    from nearfaas.cli_twin import print_speedups
+    from nearfaas.twin import render, report
+
+    with console.status("6. twin: the eight apps on seven platforms, a 20-node rack, four sensitivity studies...") as status:
+        results = report.build(quick=True, progress=lambda m: status.update(f"6. twin: {m}..."))
+        paths = render.write(results, report_dir)
+    console.print(f"[bold]6. twin[/] (modelled; built in {results['wall_s']:.1f}s):")
+    print_speedups(results, console)
+    console.print(f"   HTML report: {paths['html'].resolve()}")
+    return 0
+
+
+def _cluster_demo(state_dir: Path, keep: bool, console) -> int:
     from nearfaas.cli import deployment_body
     from nearfaas.client import s3_client
 

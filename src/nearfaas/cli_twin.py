@@ -1,0 +1,123 @@
+"""``nearfaas twin``: the datacenter twin from the command line (every result is modelled; the
+measured inputs it is built on are named in each output).
+
+nearfaas twin report [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q] [--trace CSV]
+nearfaas twin e2e APP [--platform dscs] [--batch 1] [--link s3-like] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from nearfaas.cli import _WIDTH, console, err
+
+
+@click.group("twin", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def twin() -> None:
+    """Project the eight DSCS apps onto the seven Table 2 platforms, one node and a whole rack.
+
+    \b
+    nearfaas twin report --quick           # the whole evaluation in ~20 s: PNGs, report.html, results.json
+    nearfaas twin report --out twin-report # full size: a 200-node rack, 4,000 Monte Carlo samples
+    nearfaas twin e2e asset_damage --platform dscs   # one app's end-to-end breakdown, term by term
+
+    All results are MODELLED from public specs, stated assumptions and a few inputs measured on
+    this machine (CPU stage times, gateway overhead, runtime start, object sizes);
+    docs/results.md lists every one with its source.
+    """
+
+
+def _csv(value: str | None) -> list[str] | None:
+    return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+
+# Column headers that fit 11 columns in 120: the app's distinguishing word.
+SHORT = {"credit_risk": "credit", "asset_damage": "damage", "ppe_detection": "ppe", "clinical_analysis": "clinical",
+         "content_moderation": "moderation", "chatbot": "chatbot", "translation": "translate", "remote_sensing": "sensing"}
+
+
+def print_speedups(results: dict, out: Console = console) -> None:
+    from nearfaas.twin.report import speedup_table
+
+    rows = speedup_table(results)
+    t = Table(title="Speedup vs the CPU baseline (modelled; CPU stages measured on this machine)", title_justify="left")
+    for i, c in enumerate(rows[0]):
+        t.add_column(SHORT.get(c, c), justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows[1:]:
+        t.add_row(*r)
+    out.print(t)
+
+
+@twin.command("report")
+@click.option("--out", "out_dir", default="twin-report", show_default=True, type=click.Path(file_okay=False),
+              help="folder for the PNGs, report.html and results.json")
+@click.option("--json", "as_json", is_flag=True, help="print results.json's headline blocks on stdout")
+@click.option("--quick", is_flag=True, help="a 20-node rack and 1,000 Monte Carlo samples (seconds, not minutes)")
+@click.option("--apps", "apps_spec", default=None, help="comma-separated app keys [default: all eight]")
+@click.option("--platforms", "platforms_spec", default=None, help="comma-separated platform keys [default: all seven]")
+@click.option("--link", default="s3-like", show_default=True, help="link profile between compute nodes and storage")
+@click.option("--nodes", type=int, default=None, help="nodes in the simulated rack [default: 200, --quick 20]")
+@click.option("--rate", type=float, default=None, help="base arrival rate, requests/s [default: 0.75 per node]")
+@click.option("--trace", type=click.Path(dir_okay=False), default=None,
+              help="replay an Azure Functions 2019 invocations CSV instead of the bursty Poisson trace")
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--no-progress", is_flag=True, help="no progress display (it goes to stderr)")
+def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, seed, no_progress):
+    """Regenerate the whole evaluation: speedup, runtime breakdown, energy, cost efficiency,
+    queue and latency over time, and the four sensitivity studies (modelled)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from nearfaas.twin import render, report
+
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True, width=_WIDTH),
+                      disable=no_progress, transient=True) as bar:
+            task = bar.add_task("twin report", total=None)
+            results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
+                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m))
+            bar.update(task, description="writing figures and report.html")
+            paths = render.write(results, out_dir)
+    except (ValueError, KeyError, OSError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
+        raise click.ClickException(str(exc).strip("'\"")) from None
+    if as_json:
+        keep = ("label", "speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu")
+        click.echo(json.dumps({**{k: results[k] for k in keep}, "files": {k: str(v) for k, v in paths.items()}}, indent=1))
+        return
+    print_speedups(results)
+    sim = results["simulation"]["runs"]
+    for policy, r in sim.items():
+        lat = r["latency"]
+        console.print(f"rack ({results['inputs']['nodes']} nodes) {policy}: {r['arrivals']:,} requests, p50/p99 "
+                      f"{lat['p50'] * 1e3:.1f}/{lat['p99'] * 1e3:.1f} ms, rejected {r['rejected']:,} (modelled; simulated in {r['wall_s']:.1f} s)")
+    console.print(f"report: {paths['html'].resolve()}  (results.json and {len(paths) - 2} PNGs beside it; built in {results['wall_s']:.1f} s)")
+
+
+@twin.command("e2e")
+@click.argument("app")
+@click.option("--platform", default="dscs", show_default=True, help="cpu, gpu, fpga, ns_arm, ns_mobile_gpu, ns_fpga or dscs")
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option("--link", default="s3-like", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the whole breakdown as JSON")
+def e2e_cmd(app, platform, batch, link, as_json):
+    """One request of APP on one platform, stage by stage and term by term (modelled)."""
+    from nearfaas.twin.e2e import end_to_end
+
+    try:
+        bd = end_to_end(app, platform, batch, link)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(bd.to_dict(), indent=1))
+        return
+    t = Table(title=f"{app} on {platform}, batch {batch}, link {link}: {bd.total_s * 1e3:.2f} ms end to end", title_justify="left")
+    for c in ("stage", "term", "ms", "label", "source"):
+        t.add_column(c, justify="right" if c == "ms" else "left", overflow="fold")
+    for s in bd.stages:
+        for term in s.terms:
+            t.add_row(s.name, term.name, f"{term.value_s * 1e3:.3f}", term.label, term.source)
+    console.print(t)
+    err.print("labels: measured = on this machine; modelled = from the specs and assumptions in docs/results.md")
