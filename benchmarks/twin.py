@@ -67,7 +67,8 @@ def main() -> int:
         "labels": "simulated (modelled) latencies; wall time and events/s measured on this machine",
         "machine": machine_facts(),
     }
-    path = write_result("twin" if not args.quick else "twin-quick", out)
+    # One result file per shape, so a --chains or --quick run never overwrites the default one.
+    path = write_result("twin" + ("-chains" if args.chains else "") + ("-quick" if args.quick else ""), out)
     print(f"{r.arrivals:,} requests, {r.events:,} events in {r.wall_s:.2f} s wall ({r.events_per_s:,.0f} events/s); "
           f"simulated {r.sim_time_s:.1f} s, p50/p95/p99 {r.latency['p50']*1e3:.1f}/{r.latency['p95']*1e3:.1f}/"
           f"{r.latency['p99']*1e3:.1f} ms, rejected {r.rejected} -> {path}")

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nearfaas.link.profiles import PROFILES, LinkProfile, get_profile
-from nearfaas.placement.policy import (Auto, ClusterView, ComputeOnly, Decision, Estimates, Invocation, NearData, NodeView,
-                                       NoNodeAvailable, make_policy)
+from nearfaas.placement.policy import (Auto, ClusterView, ComputeOnly, Decision, Estimates, Invocation, NearData, NodeLayout,
+                                       NodeView, NoNodeAvailable, make_policy)
 
 REF = ("photos", "cat.jpg")
 NODES = (
@@ -108,6 +108,33 @@ def test_auto_counts_queue_wait_and_skips_busy_accelerators():
     assert Auto().place(ACCEL, busy).target == "cpu"
     queued = view(("c0", {"queue": 4}), ("c1", {"queue": 4}), estimates=est)
     assert Auto().place(ACCEL, queued).node == "s0"
+
+
+# -- the view's node index (NodeLayout) ---------------------------------------------------------
+
+ALL_CASES = ([(NearData(), inv, cluster) for _, inv, cluster, *_ in NEAR_DATA_LADDER]
+             + [(policy, inv, cluster) for policy in (ComputeOnly(), Auto()) for _, inv, cluster, *_ in NEAR_DATA_LADDER]
+             + [(ComputeOnly(), ACCEL, cluster) for _, cluster, *_ in COMPUTE_ONLY])
+
+
+def test_a_given_layout_changes_no_decision():
+    """The simulator hands every view a NodeLayout built once; the gateway gives none (the view
+    builds its own). Both must decide alike, and the layout is not part of the view's value."""
+    for policy, inv, cluster in ALL_CASES:
+        indexed = replace(cluster, layout=NodeLayout.of(cluster.nodes))
+        assert indexed == cluster
+        assert policy.place(inv, indexed) == policy.place(inv, cluster), (policy.name, inv, cluster)
+
+
+def test_a_layout_of_other_nodes_is_refused_not_trusted():
+    cluster = view()
+    with pytest.raises(ValueError, match="layout of 4 nodes given for a view of 5"):
+        NearData().place(ACCEL, replace(cluster, layout=NodeLayout.of(NODES[:4])))
+    swapped = replace(cluster, layout=NodeLayout.of((NODES[1], NODES[0]) + NODES[2:]))
+    with pytest.raises(ValueError, match="puts 's0' at 1, where 's1' is"):
+        NearData().place(ACCEL, swapped)
+    assert NodeLayout.of(NODES).fits(NODES) and not swapped.layout.fits(NODES)
+    assert cluster.node("nope") is None and cluster.node("c1") is NODES[4]
 
 
 def test_make_policy_names_the_choices():

@@ -10,6 +10,7 @@ import pytest
 from nearfaas.gateway.invoker import FunctionState, Instance, Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
 from nearfaas.placement.policy import make_policy
+from nearfaas.placement.view import node_view
 from nearfaas.telemetry.metrics import GatewayMetrics
 from nearfaas.twin.sim import (
     App,
@@ -148,6 +149,36 @@ def test_simulator_and_gateway_make_identical_decisions(policy):
     assert any(rec["held"] for rec in records) or policy == "compute-only"
     gateway = _gateway_decisions(sim, records, policy)
     assert gateway == [rec["decision"] for rec in records]
+    assert all(rec["view"].layout is sim.layout for rec in records) and sim.layout.fits(records[0]["view"].nodes)
+
+
+class _FreshViewCheck(list):
+    """A recorder that checks, at each decision, the simulator's incrementally maintained view
+    (dirty rows, shared NodeView objects) against one built from scratch from its raw state."""
+
+    def __init__(self):
+        super().__init__()
+        self.sim = None
+
+    def append(self, rec):
+        sim = self.sim
+        fi = next(i for i, f in enumerate(sim.functions) if f.name == rec["invocation"].function)
+        fresh = tuple(node_view(name, kind, cls, sim.healthy[ni], sim.busy[fi][ni], sim.alive[fi][ni], sim.accel_inflight[ni],
+                                sim.accel_available[ni], name == rec["held"], len(sim.waitq[ni]) if sim.config.queue_in_view else 0)
+                      for ni, (name, kind, cls) in enumerate(sim.node_spec))
+        assert rec["view"].nodes == fresh
+        super().append(rec)
+
+
+@pytest.mark.parametrize("queue_in_view", [False, True])
+def test_incremental_views_equal_views_built_from_scratch(queue_in_view):
+    check = _FreshViewCheck()
+    cfg = SimConfig(storage_nodes=4, compute_nodes=2, compute_slots=1, policy="near-data", seed=3, keep_alive_s=2.0,
+                    queue_in_view=queue_in_view, default_service=("exp", 0.3), unhealthy=("compute-1",), accel_down=("storage-3",))
+    sim = check.sim = Simulator(cfg, recorder=check)
+    r = sim.run(poisson([(0, 20), (10, 60)], 20, seed=3))
+    assert len(check) >= 3 * r.completed > 100 and any(rec["held"] for rec in check)
+    assert any(n.queue for rec in check for n in rec["view"].nodes) == queue_in_view
 
 
 # -- bad input ------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
-from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
+from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NoNodeAvailable, make_policy
+from nearfaas.placement.view import build_view
 from nearfaas.spec.options import NearfaasOptions
 from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
@@ -170,20 +171,15 @@ class Invoker:
 
     # -- placement -------------------------------------------------------------------------------
     def _view(self, state: FunctionState, refs, held: str | None = None) -> ClusterView:
-        warm: dict[str, int] = {}
-        inflight: dict[str, int] = {}
-        for inst in state.instances.values():
-            warm[inst.node] = warm.get(inst.node, 0) + 1
-            inflight[inst.node] = inflight.get(inst.node, 0) + inst.inflight
-        nodes = tuple(NodeView(n.name, n.kind, n.cls, n.healthy, inflight.get(n.name, 0), warm.get(n.name, 0),
-                               accel_busy=self.accel_inflight.get(n.name, 0) - (n.name == held) > 0,
-                               accel_available=self.accel_available.get(n.name, True))
-                      for n in self.nodes.nodes.values())
+        # The rule itself is placement.view.build_view, shared with the twin's simulator.
         ring = self.nodes.storage_ring()
-        # Chain intermediates sit where they were made (the catalog); other objects where hashing put them.
-        replicas = {ref: self.located.get(ref) or [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)]
-                    for ref in refs}
-        return ClusterView(nodes, replicas, Estimates(self.compute_s, self.link))
+
+        def replicas_of(ref) -> list[str]:
+            # Chain intermediates sit where they were made (the catalog); other objects where hashing put them.
+            return self.located.get(ref) or [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)]
+
+        return build_view(self.nodes.nodes.values(), ((i.node, i.inflight) for i in state.instances.values()), self.accel_inflight,
+                          self.accel_available, refs, replicas_of, Estimates(self.compute_s, self.link), held)
 
     def place(self, state: FunctionState, refs, policy=None, held: str | None = None):
         invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),

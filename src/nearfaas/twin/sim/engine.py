@@ -20,7 +20,8 @@ import numpy as np
 from nearfaas.gateway.replicas import StorageNode, replicas_for
 from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.chain import plan
-from nearfaas.placement.policy import ClusterView, Estimates, Invocation, NodeView, NoNodeAvailable, make_policy
+from nearfaas.placement.policy import ClusterView, Estimates, Invocation, NodeLayout, NodeView, NoNodeAvailable, make_policy
+from nearfaas.placement.view import node_view
 from nearfaas.twin.sim.workload import APP_KEYS, WorkloadError
 
 INTERMEDIATES = "nearfaas-intermediates"
@@ -159,6 +160,9 @@ class Simulator:
         self.healthy = [s[0] not in c.unhealthy for s in spec]
         self.accel_available = [s[0] not in c.accel_down for s in spec]
         self.ring = [StorageNode(s[0], s[2]) for s in spec if s[1] == "storage"]
+        # Names, kinds and classes never change during a run, so every view shares one index of
+        # its nodes (the policies then find a node by name, or the compute nodes, without a scan).
+        self.layout = NodeLayout.of([NodeView(*s) for s in spec])
         # Functions and chains.
         self.apps = dict(c.apps) if c.apps is not None else dscs_apps()
         self.functions: list[Function] = []
@@ -208,28 +212,41 @@ class Simulator:
         return hit
 
     def _nodeview(self, fi: int, ni: int, held: bool = False) -> NodeView:
-        name, kind, cls = self.node_spec[ni]
-        return NodeView(name, kind, cls, self.healthy[ni], self.busy[fi][ni], self.alive[fi][ni],
-                        len(self.waitq[ni]) if self.config.queue_in_view else 0,
-                        accel_busy=self.accel_inflight[ni] - held > 0, accel_available=self.accel_available[ni])
+        # Built by the gateway's own rule (placement.view.node_view). A NodeView is immutable and a
+        # node's state takes few distinct values (health and the accelerator's availability are
+        # fixed per run), so one object per raw state is built once and shared by every
+        # function's view: a change costs a dict lookup, not a construction.
+        key = (ni, self.busy[fi][ni], self.alive[fi][ni], len(self.waitq[ni]) if self.queue_in_view else 0, self.accel_inflight[ni], held)
+        nv = self.interned.get(key)
+        if nv is None:
+            name, kind, cls = self.node_spec[ni]
+            nv = self.interned[key] = node_view(name, kind, cls, self.healthy[ni], key[1], key[2], key[4], self.accel_available[ni],
+                                                held, key[3])
+        return nv
 
-    def view(self, fi: int, refs, held: str | None = None) -> ClusterView:
+    def view(self, fi: int, refs, held: str | None = None, replicas: Mapping | None = None) -> ClusterView:
         """The ClusterView for function ``fi``, built as Invoker._view builds it: per node the
         function's instances (warm) and their in-flight calls, the accelerator busy unless only
         the chain's own hold keeps it, its availability; replicas from the location catalog,
-        else rendezvous hashing; the estimates. Rebuilt only where the state changed."""
+        else rendezvous hashing (or ``replicas``, when the caller has that map already); the
+        estimates. Rebuilt only where the state changed; every view shares one NodeLayout."""
         dirty = self.dirty[fi]
         if dirty:
-            row = self.nv[fi]
+            # _nodeview, inlined for the common case (the state's NodeView already exists).
+            row, busy, alive, accel, waitq, interned = self.nv[fi], self.busy[fi], self.alive[fi], self.accel_inflight, self.waitq, self.interned
+            qv = self.queue_in_view
             for ni in dirty:
-                row[ni] = self._nodeview(fi, ni)
+                nv = interned.get((ni, busy[ni], alive[ni], len(waitq[ni]) if qv else 0, accel[ni], False))
+                row[ni] = nv if nv is not None else self._nodeview(fi, ni)
             dirty.clear()
             self.nv_tuple[fi] = tuple(row)
         nodes = self.nv_tuple[fi]
         if held is not None:
             hi = self.index[held]
             nodes = nodes[:hi] + (self._nodeview(fi, hi, True),) + nodes[hi + 1:]
-        return ClusterView(nodes, {ref: self.replicas(ref) for ref in refs}, self.estimates)
+        if replicas is None:
+            replicas = {ref: self.replicas(ref) for ref in refs}
+        return ClusterView(nodes, replicas, self.estimates, self.layout)
 
     def _touch_node(self, ni: int) -> None:
         for d in self.dirty:
@@ -249,11 +266,27 @@ class Simulator:
         self.dirty = [set(range(nN)) for _ in range(nF)]
         self.nv = [[None] * nN for _ in range(nF)]
         self.nv_tuple = [() for _ in range(nF)]
+        self.interned: dict = {}
+        self.queue_in_view = c.queue_in_view
         busy, alive, dirty, accel = self.busy, self.alive, self.dirty, self.accel_inflight
         names, is_storage, functions, samplers = self.names, self.is_storage, self.functions, self.samplers
         chains, objects, index = self.chains, self.objects, self.index
         policy_place, view, located, rec = self.policy.place, self.view, self.located, self.recorder
+        first_stage: dict = {}
         touch = self._touch_node
+
+        def accel_step(ni, delta):
+            """Take (+1) or give back (-1) a node's accelerator. A row's NodeView shows it only as
+            busy or not (node_view: accel_inflight > 0 when not held), so every function's row goes
+            stale only when that flips (a chain's hold passing to its next stage on the same node
+            goes 1 -> 2 -> 1: nothing to rebuild). test_incremental_views_equal_views_built_from_scratch
+            checks this against views built from scratch."""
+            was = accel[ni] > 0
+            accel[ni] += delta
+            if (accel[ni] > 0) is not was:
+                for d in dirty:
+                    d.add(ni)
+
         keep_alive, cold_s, depth, bin_s = c.keep_alive_s, c.image_pull_s + c.model_load_s, c.queue_depth, c.bin_s
         expire_on = keep_alive != float("inf")
         pool_n = max(1, c.intermediate_pool)
@@ -309,10 +342,21 @@ class Simulator:
             """One decision through the policy, then the gateway's bookkeeping: mark the
             accelerator busy in the same step, take a slot or queue (bounded) or reject."""
             fi = job[1][job[2]]
-            f = functions[fi]
             refs = job[3]
-            inv = Invocation(f.name, f.accelerator, f.placement, refs, f.input_bytes)
-            v = view(fi, refs, held)
+            if job[2] == 0:
+                # A first stage reads an object of the app's bounded input catalog, never a
+                # located intermediate: its Invocation and replica map are the same every time,
+                # so they are built once per (function, object) and shared (both are read-only).
+                hit = first_stage.get((fi, refs))
+                if hit is None:
+                    f = functions[fi]
+                    hit = first_stage[(fi, refs)] = (Invocation(f.name, f.accelerator, f.placement, refs, f.input_bytes),
+                                                     {ref: self.replicas(ref) for ref in refs})
+                inv, replicas = hit
+            else:
+                f = functions[fi]
+                inv, replicas = Invocation(f.name, f.accelerator, f.placement, refs, f.input_bytes), None
+            v = view(fi, refs, held, replicas)
             try:
                 d = policy_place(inv, v)
             except NoNodeAvailable:
@@ -329,8 +373,7 @@ class Simulator:
             ni = index[d.node]
             job[4], job[5] = ni, d.target
             if d.target == "dscs":
-                accel[ni] += 1
-                touch(ni)
+                accel_step(ni, 1)
                 start(job, now)  # the policy hands an accelerator out only when free (or held by this chain)
             elif free[ni] > 0:
                 free[ni] -= 1
@@ -358,21 +401,28 @@ class Simulator:
                 area_sys += st["system"] * dt
                 q, bz, al = st["queued"], st["busy"], st["alive"]
                 k = int(last / bin_s)
-                while len(bq) <= int(now / bin_s):
-                    bq.append(0.0)
-                    bb.append(0.0)
-                    ba.append(0.0)
-                t0 = last
-                while True:
-                    edge = (k + 1) * bin_s
-                    t1 = now if now < edge else edge
-                    span = t1 - t0
-                    bq[k] += q * span
-                    bb[k] += bz * span
-                    ba[k] += al * span
-                    if t1 >= now:
-                        break
-                    t0, k = t1, k + 1
+                if now < (k + 1) * bin_s and int(now / bin_s) < len(bq):
+                    # The common case: the same bin as the last event, and it exists already
+                    # (the general loop below would do exactly this in one turn).
+                    bq[k] += q * dt
+                    bb[k] += bz * dt
+                    ba[k] += al * dt
+                else:
+                    while len(bq) <= int(now / bin_s):
+                        bq.append(0.0)
+                        bb.append(0.0)
+                        ba.append(0.0)
+                    t0 = last
+                    while True:
+                        edge = (k + 1) * bin_s
+                        t1 = now if now < edge else edge
+                        span = t1 - t0
+                        bq[k] += q * span
+                        bb[k] += bz * span
+                        ba[k] += al * span
+                        if t1 >= now:
+                            break
+                        t0, k = t1, k + 1
                 last = now
             if kind == _FINISH:
                 job = a
@@ -411,18 +461,15 @@ class Simulator:
                         ref = (INTERMEDIATES, f"{job[8]}/pool-{int(rand() * pool_n)}/{sname}")
                     held = names[ni] if target == "dscs" and nf.accelerator == "dscs" else None
                     if target == "dscs" and held is None:
-                        accel[ni] -= 1
-                        touch(ni)
+                        accel_step(ni, -1)
                     job[2] = stage + 1
                     job[3] = (ref,)
                     place(job, now, held)
                     if held is not None:  # the hold passes to the next stage (or ends) in the same step
-                        accel[ni] -= 1
-                        touch(ni)
+                        accel_step(ni, -1)
                 else:
                     if target == "dscs":
-                        accel[ni] -= 1
-                        touch(ni)
+                        accel_step(ni, -1)
                     completed += 1
                     st["system"] -= 1
                     lat_t.append(now)
