@@ -63,7 +63,10 @@ def test_near_data_ladder(case, invocation, cluster, node, target, reason):
 
 COMPUTE_ONLY = [
     ("least loaded compute node", view(), "c1", "compute-node"),
-    ("a warm instance beats a cold node", view(("c0", {"warm": 1})), "c0", "compute-node"),
+    ("an idle warm instance beats a cold, less busy node", view(("c0", {"warm": 4})), "c0", "compute-node"),
+    ("a busy warm instance does not: the least busy node wins", view(("c0", {"warm": 1})), "c1", "compute-node"),
+    ("queued calls keep a warm instance from counting as idle", view(("c0", {"warm": 4, "queue": 1})), "c1", "compute-node"),
+    ("equal load: warm before cold", view(("c0", {"warm": 1, "inflight": 1})), "c0", "compute-node"),
     ("queued calls count as load", view(("c1", {"queue": 5})), "c0", "compute-node"),
     ("no compute node left: any healthy node", view(("c0", {"healthy": False}), ("c1", {"healthy": False})), "s0", "no-compute-node"),
 ]

@@ -35,10 +35,14 @@ class NodeView:
 
     @cached_property
     def load_order(self) -> tuple:
-        """How _least_loaded ranks the node: a warm instance first (no cold start), then the least
-        busy, then by name. Computed once per NodeView: the simulator reuses NodeView objects
-        across decisions, so ranking 50 compute nodes is then a C-level attribute fetch each."""
-        return (self.warm == 0, self.inflight + self.queue, self.name)
+        """How _least_loaded ranks the node: one with an idle warm instance first (no cold start,
+        no wait), then the least busy, warm before cold on a tie, then by name. A warm instance
+        that is busy, or that waiting calls will take, is no reason to queue behind it: ranking
+        any warm node first piled every call of a function onto the node it first ran on while
+        the others sat idle (twin-sim.md). Computed once per NodeView: the simulator reuses
+        NodeView objects across decisions, so ranking 50 compute nodes is then an attribute fetch."""
+        load = self.inflight + self.queue
+        return (self.warm <= load, load, self.warm == 0, self.name)
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ _LOAD_ORDER = attrgetter("load_order")
 
 
 def _least_loaded(nodes) -> NodeView:
-    # Prefer a node that already has a warm instance (no cold start), then the least busy.
+    # An idle warm instance first, then the least busy (NodeView.load_order).
     return min(nodes, key=_LOAD_ORDER)
 
 
