@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The rack-scale DES (twin/sim) at scale: >= 1,000,000 requests on 200 instances, every
-placement through the live policy object. Reports wall time and events/s.
+placement through the live policy object. Reports wall time and events/s, and the wall time
+of the whole ``nearfaas twin report``.
 
     python benchmarks/twin.py [--requests N] [--policy near-data] [--chains] [--quick]
 
@@ -34,7 +35,8 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--chains", action="store_true")
     parser.add_argument("--load", type=float, default=0.2, help="arrival rate / accelerator capacity")
-    parser.add_argument("--quick", action="store_true", help="100,000 requests")
+    parser.add_argument("--quick", action="store_true", help="100,000 requests; the report at --quick size")
+    parser.add_argument("--no-report", action="store_true", help="skip timing the full `nearfaas twin report`")
     args = parser.parse_args()
     n = 100_000 if args.quick else args.requests
     if args.chains:
@@ -47,11 +49,13 @@ def main() -> int:
             services[(f.name, "dscs")] = ("exp", 0.020)
             services[(f.name, "cpu")] = ("exp", 0.040)
     instances = args.storage  # one accelerator per dscs node: the 200 instances
-    capacity = instances / 0.020 / (len(next(iter(apps.values())).functions))
+    # Each request holds an accelerator once per acceleratable stage (f3 runs on compute nodes).
+    capacity = instances / 0.020 / sum(f.accelerator == "dscs" for f in next(iter(apps.values())).functions)
     rate = args.load * capacity
     schedule = [(0.0, rate), (60.0, 1.5 * rate), (90.0, rate)]  # a 30 s burst at 1.5x
     cfg = SimConfig(storage_nodes=args.storage, compute_nodes=args.compute, compute_slots=args.slots, policy=args.policy,
-                    apps=apps, services=services, keep_alive_s=60.0, objects_per_app=256, image_pull_s=0.5, model_load_s=1.0, bin_s=1.0, seed=1)
+                    apps=apps, services=services, keep_alive_s=60.0, objects_per_app=256, image_pull_s=0.5, model_load_s=1.0, bin_s=1.0, seed=1,
+                    queue_in_view=True)  # a node's waiting calls count as its load, as in the report
     sim = Simulator(cfg)
     t0 = time.perf_counter()
     r = sim.run(poisson(schedule, 1e9, seed=1, max_requests=n))
@@ -67,12 +71,36 @@ def main() -> int:
         "labels": "simulated (modelled) latencies; wall time and events/s measured on this machine",
         "machine": machine_facts(),
     }
+    if not args.no_report:
+        out["twin_report"] = time_report(args.quick)
     # One result file per shape, so a --chains or --quick run never overwrites the default one.
     path = write_result("twin" + ("-chains" if args.chains else "") + ("-quick" if args.quick else ""), out)
     print(f"{r.arrivals:,} requests, {r.events:,} events in {r.wall_s:.2f} s wall ({r.events_per_s:,.0f} events/s); "
           f"simulated {r.sim_time_s:.1f} s, p50/p95/p99 {r.latency['p50']*1e3:.1f}/{r.latency['p95']*1e3:.1f}/"
           f"{r.latency['p99']*1e3:.1f} ms, rejected {r.rejected} -> {path}")
+    if "twin_report" in out:
+        rep = out["twin_report"]
+        print(f"twin report ({rep['nodes']} nodes): {rep['wall_s']:.1f} s wall ({rep['build_s']:.1f} s building, {rep['render_s']:.1f} s "
+              f"figures + HTML); rack simulation {rep['simulation_wall_s']}")
     return 0
+
+
+def time_report(quick: bool) -> dict:
+    """Wall time of the whole `nearfaas twin report` (build + render), measured."""
+    import tempfile
+
+    from nearfaas.twin import render, report
+
+    t0 = time.perf_counter()
+    results = report.build(quick=quick)
+    t1 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        render.write(results, d)
+    t2 = time.perf_counter()
+    return {"quick": quick, "nodes": results["inputs"]["nodes"], "wall_s": round(t2 - t0, 2), "build_s": round(t1 - t0, 2),
+            "render_s": round(t2 - t1, 2),
+            "simulation_wall_s": {p: round(r["wall_s"], 2) for p, r in results["simulation"]["runs"].items()},
+            "simulation_requests": {p: r["arrivals"] for p, r in results["simulation"]["runs"].items()}}
 
 
 if __name__ == "__main__":
