@@ -60,10 +60,9 @@ def sim_services(link: str = "s3-like", **opts) -> tuple[dict, dict]:
         slug = app.replace("_", "-")
         cpu = e2e.end_to_end(app, "cpu", 1, link, **opts)
         dscs = e2e.end_to_end(app, "dscs", 1, link, **opts)
-        for stage, fn in zip(("f1", "f2", "f3"), (f"{slug}-pre", f"{slug}-infer", f"{slug}-notify"), strict=True):
-            i = ("f1", "f2", "f3").index(stage)
+        for i, fn in enumerate((f"{slug}-pre", f"{slug}-infer", f"{slug}-notify")):
             for target, bd in (("cpu", cpu), ("dscs", dscs)):
-                if stage == "f3" and target == "dscs":
+                if i == 2 and target == "dscs":  # f3 always runs on a compute node's CPU
                     continue
                 s = bd.stages[i].total_s
                 services[(fn, target)] = ("lognormal", s, SERVICE_SIGMA)
@@ -124,10 +123,6 @@ def simulate(
     }
 
 
-def _table(d: dict) -> dict:
-    return {p: {k: v for k, v in row.items()} for p, row in d.items()}
-
-
 def build(
     quick: bool = False,
     apps=None,
@@ -161,18 +156,18 @@ def build(
         "title": "nearfaas datacenter twin: DSCS-Serverless evaluation",
         "label": ev["label"],
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "speedup_vs_cpu": _table(ev["speedup_vs_cpu"]),
-        "energy_reduction_vs_cpu": _table(ev["energy_reduction_vs_cpu"]),
-        "cost_efficiency_vs_cpu": dict(ev["cost_efficiency_vs_cpu"]),
+        "speedup_vs_cpu": ev["speedup_vs_cpu"],
+        "energy_reduction_vs_cpu": ev["energy_reduction_vs_cpu"],
+        "cost_efficiency_vs_cpu": ev["cost_efficiency_vs_cpu"],
         "runtime_breakdown_s": breakdown,
         "modelled_xeon_baseline": {
             "label": "modelled: the CPU baseline's f1/f2 from the Xeon 8275CL roofline instead of this machine's measured thread",
-            "speedup_vs_cpu": _table(xeon["speedup_vs_cpu"]),
-            "energy_reduction_vs_cpu": _table(xeon["energy_reduction_vs_cpu"]),
-            "cost_efficiency_vs_cpu": dict(xeon["cost_efficiency_vs_cpu"]),
+            "speedup_vs_cpu": xeon["speedup_vs_cpu"],
+            "energy_reduction_vs_cpu": xeon["energy_reduction_vs_cpu"],
+            "cost_efficiency_vs_cpu": xeon["cost_efficiency_vs_cpu"],
         },
         "cost_efficiency": ev["cost_efficiency"],
-        "energy_j": {p: {a: parts for a, parts in row.items()} for p, row in ev["energy"].items()},
+        "energy_j": ev["energy"],
         "sensitivity": sens,
         "simulation": sim,
         "measured_here": {
