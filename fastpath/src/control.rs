@@ -1,0 +1,216 @@
+//! Control protocol: one JSON object per line in each direction (see docs/fastpath.md).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use crate::lambda::{self, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
+use crate::server::Server;
+
+pub fn control_loop(srv: Arc<Server>, listener: TcpListener) {
+    for s in listener.incoming() {
+        let Ok(s) = s else { continue };
+        let srv = srv.clone();
+        std::thread::spawn(move || conn(srv, s));
+    }
+}
+
+fn conn(srv: Arc<Server>, s: TcpStream) {
+    let Ok(mut w) = s.try_clone() else { return };
+    let r = BufReader::new(s);
+    for line in r.split(b'\n') {
+        let Ok(line) = line else { return };
+        let text = String::from_utf8_lossy(&line);
+        if text.trim().is_empty() {
+            continue;
+        }
+        let reply = match serde_json::from_str::<Value>(&text) {
+            Ok(Value::Object(m)) => handle(&srv, &m),
+            Ok(_) => err("request: expected one JSON object per line, e.g. {\"op\": \"ping\"}"),
+            Err(e) => err(&format!("request: invalid JSON ({e}); send one JSON object per line")),
+        };
+        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+        out.push(b'\n');
+        if w.write_all(&out).is_err() {
+            return;
+        }
+    }
+}
+
+fn err(msg: &str) -> Value {
+    json!({"ok": false, "error": msg})
+}
+
+pub fn handle(srv: &Server, m: &Map<String, Value>) -> Value {
+    let op = match m.get("op") {
+        Some(Value::String(s)) => s.as_str(),
+        _ => return err("op: required string, one of deploy, remove, stats, ping"),
+    };
+    match op {
+        "ping" => json!({"ok": true, "pong": true, "workers": srv.workers}),
+        "stats" => stats(srv),
+        "remove" => match get_id(m) {
+            Err(e) => err(&e),
+            Ok(id) => match srv.remove(id) {
+                Some(old) => json!({"ok": true, "id": id, "removed_version": old.version}),
+                None => err(&format!("id: no lambda with id {id} is deployed")),
+            },
+        },
+        "deploy" => match deploy(srv, m) {
+            Ok(v) => v,
+            Err(e) => err(&e),
+        },
+        other => err(&format!("op: unknown op {other:?}; use one of deploy, remove, stats, ping")),
+    }
+}
+
+fn stats(srv: &Server) -> Value {
+    let mut lambdas = Vec::new();
+    for slot in srv.table.iter() {
+        let l = slot.read().unwrap().clone();
+        if let Some(l) = l {
+            lambdas.push(srv.lambda_json(&l));
+        }
+    }
+    let g = &srv.g;
+    let r = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let global = json!({
+        "malformed_short": r(&g.malformed_short), "unknown": r(&g.unknown),
+        "host_forwarded": r(&g.host_forwarded), "host_errors": r(&g.host_errors),
+        "packets": r(&g.packets),
+    });
+    let mut v = json!({"ok": true, "lambdas": lambdas, "global": global.clone(), "workers": srv.workers,
+                       "sched": format!("{:?}", srv.sched.mode).to_lowercase()});
+    if let (Value::Object(o), Value::Object(gm)) = (&mut v, global) {
+        o.extend(gm);
+    }
+    v
+}
+
+fn get_id(m: &Map<String, Value>) -> Result<u32, String> {
+    match m.get("id") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(i) if i <= MAX_ID as u64 => Ok(i as u32),
+            Some(i) => Err(format!("id: {i} is too large; use an integer from 0 to {MAX_ID}")),
+            None => Err(format!("id: {n} is not an integer; use an integer from 0 to {MAX_ID}")),
+        },
+        Some(v) => Err(format!("id: {v} is not an integer; use an integer from 0 to {MAX_ID}")),
+        None => Err(format!("id: required; use an integer from 0 to {MAX_ID}")),
+    }
+}
+
+fn get_uint(m: &Map<String, Value>, key: &str, default: u64, min: u64, max: u64) -> Result<u64, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(i) if (min..=max).contains(&i) => Ok(i),
+            Some(_) => Err(format!("{key}: {n} is out of range; use an integer from {min} to {max}")),
+            None => Err(format!("{key}: {n} is not an integer; use an integer from {min} to {max}")),
+        },
+        Some(v) => Err(format!("{key}: {v} is not an integer; use an integer from {min} to {max}")),
+    }
+}
+
+fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, String> {
+    match m.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(v) => Err(format!("{key}: {v} is not a string")),
+    }
+}
+
+const DEPLOY_FIELDS: &[&str] =
+    &["op", "id", "name", "kind", "path", "native", "weight", "version", "fuel", "timeout_ms", "external"];
+
+fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
+    for k in m.keys() {
+        if !DEPLOY_FIELDS.contains(&k.as_str()) {
+            return Err(format!("{k}: unknown field; deploy accepts {}", DEPLOY_FIELDS.join(", ")));
+        }
+    }
+    let id = get_id(m)?;
+    let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
+    let timeout_ms = get_uint(m, "timeout_ms", 50, 1, 60_000)?;
+    let version_given = m.get("version").is_some_and(|v| !v.is_null());
+    let mut version = get_uint(m, "version", 1, 0, u64::MAX)?;
+    let fuel = match m.get("fuel") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|f| f >= 1) => n.as_u64(),
+        Some(v) => {
+            return Err(format!(
+                "fuel: {v} is not a positive integer; give an instruction budget per call (e.g. 10000000) or null for none"
+            ))
+        }
+    };
+    if fuel.is_some() && kind_is_native(m) {
+        return Err("fuel: only wasm lambdas count fuel; set fuel to null for a native lambda".into());
+    }
+    let external = match get_str(m, "external")? {
+        None => None,
+        Some(s) => match s.to_socket_addrs().ok().and_then(|mut a| a.next()) {
+            Some(a) => Some(a),
+            None => return Err(format!("external: {s:?} is not a reachable \"host:port\" address, e.g. \"127.0.0.1:11211\"")),
+        },
+    };
+    let kind = get_str(m, "kind")?.ok_or("kind: required; use \"wasm\" or \"native\"")?;
+    let name_field = get_str(m, "name")?;
+    let code = match kind {
+        "wasm" => {
+            let path = get_str(m, "path")?.ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
+            let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
+            let engine = match fuel {
+                None => &srv.engine,
+                Some(_) => srv
+                    .fuel_engine
+                    .get_or_init(|| lambda::make_engine(true).map_err(|e| format!("{e:#}")))
+                    .as_ref()
+                    .map_err(|e| format!("fuel: cannot make the fuel-counting engine: {e}"))?,
+            };
+            let (pre, buffer_size) = lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
+            Code::Wasm { pre, buffer_size }
+        }
+        "native" => {
+            let n = match get_str(m, "native")? {
+                Some(n) => n,
+                None => name_field.ok_or("native: required for kind native; use \"web\", \"kv\" or \"gray\"")?,
+            };
+            Code::Native(NativeKind::parse(n).ok_or_else(|| format!("native: unknown native lambda {n:?}; use \"web\", \"kv\" or \"gray\""))?)
+        }
+        other => return Err(format!("kind: {other:?} is not a kind; use \"wasm\" or \"native\"")),
+    };
+    let name = name_field.map(str::to_string).unwrap_or_else(|| format!("lambda-{id}"));
+    // The new version is compiled (above); now swap it in.
+    let _g = srv.deploy_lock.lock().unwrap();
+    let old = srv.lookup(id);
+    if !version_given {
+        version = old.as_ref().map_or(1, |o| o.version + 1);
+    }
+    let stats = old.as_ref().map_or_else(|| Arc::new(LambdaStats::default()), |o| o.stats.clone());
+    let l = Arc::new(Lambda {
+        id,
+        name,
+        version,
+        weight,
+        timeout_ms,
+        fuel,
+        external,
+        code,
+        uid: srv.next_uid.fetch_add(1, Ordering::Relaxed),
+        retired: AtomicBool::new(false),
+        stats,
+    });
+    let buffer_size = match &l.code {
+        Code::Wasm { buffer_size, .. } => *buffer_size,
+        Code::Native(k) => k.buffer_size(),
+    };
+    let old = srv.install(l);
+    Ok(json!({"ok": true, "id": id, "version": version, "swapped": old.is_some(),
+              "previous_version": old.map(|o| o.version), "buffer_size": buffer_size}))
+}
+
+fn kind_is_native(m: &Map<String, Value>) -> bool {
+    matches!(m.get("kind"), Some(Value::String(k)) if k == "native")
+}

@@ -1,0 +1,185 @@
+//! Per-lambda queues and the workers' pick: deficit round-robin (weighted fair queueing
+//! between lambdas, quantum = weight, cost 1 per request) or one shared FIFO.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::lambda::Lambda;
+use crate::shm::Shm;
+
+/// Where a reply goes.
+pub enum ReplyTo {
+    Udp(SocketAddr),
+    /// A TCP connection's writer thread (it puts replies back in request order by `seq`).
+    Tcp { tx: Sender<(u64, Vec<u8>)>, seq: u64 },
+    /// A Unix datagram client; the input and the reply live in `shm`.
+    Unix { path: std::path::PathBuf, shm: Shm },
+}
+
+pub enum JobKind {
+    Request(Vec<u8>),
+    /// Input is the shared memory of `ReplyTo::Unix`.
+    ShmRequest,
+    /// An external call's reply, for `nf_resume`.
+    Resume(Vec<u8>),
+}
+
+pub struct Job {
+    pub lambda: Arc<Lambda>,
+    pub kind: JobKind,
+    pub reply: ReplyTo,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Drr,
+    Fifo,
+}
+
+#[derive(Default)]
+struct LQueue {
+    q: VecDeque<Job>,
+    /// Jobs of this lambda waiting (in `q` for DRR, in the shared FIFO otherwise).
+    len: usize,
+    deficit: i64,
+    active: bool,
+}
+
+struct Inner {
+    queues: HashMap<u32, LQueue>,
+    active: VecDeque<u32>,
+    fifo: VecDeque<Job>,
+    waiting: usize,
+    shutdown: bool,
+}
+
+pub struct Sched {
+    inner: Mutex<Inner>,
+    cv: Condvar,
+    pub mode: Mode,
+    depth: usize,
+}
+
+pub enum Pop {
+    Job(Job),
+    Idle,
+    Shutdown,
+}
+
+impl Sched {
+    pub fn new(mode: Mode, depth: usize) -> Sched {
+        Sched {
+            inner: Mutex::new(Inner {
+                queues: HashMap::new(),
+                active: VecDeque::new(),
+                fifo: VecDeque::new(),
+                waiting: 0,
+                shutdown: false,
+            }),
+            cv: Condvar::new(),
+            mode,
+            depth: depth.max(1),
+        }
+    }
+
+    /// Enqueue; `Err(job)` when the lambda's queue is full (unless `bypass`, for continuations
+    /// of external calls, which must never be dropped).
+    pub fn push(&self, job: Job, bypass: bool) -> Result<(), Job> {
+        let id = job.lambda.id;
+        let mut g = self.inner.lock().unwrap();
+        let inner = &mut *g;
+        let lq = inner.queues.entry(id).or_default();
+        if lq.len >= self.depth && !bypass {
+            return Err(job);
+        }
+        lq.len += 1;
+        match self.mode {
+            Mode::Fifo => inner.fifo.push_back(job),
+            Mode::Drr => {
+                lq.q.push_back(job);
+                if !lq.active {
+                    lq.active = true;
+                    lq.deficit = 0;
+                    inner.active.push_back(id);
+                }
+            }
+        }
+        let wake = inner.waiting > 0;
+        drop(g);
+        if wake {
+            self.cv.notify_one();
+        }
+        Ok(())
+    }
+
+    fn take(&self, inner: &mut Inner) -> Option<Job> {
+        match self.mode {
+            Mode::Fifo => {
+                let job = inner.fifo.pop_front()?;
+                if let Some(lq) = inner.queues.get_mut(&job.lambda.id) {
+                    lq.len -= 1;
+                }
+                Some(job)
+            }
+            Mode::Drr => loop {
+                let id = *inner.active.front()?;
+                let lq = inner.queues.get_mut(&id).expect("active queue exists");
+                let Some(job) = lq.q.pop_front() else {
+                    lq.active = false;
+                    lq.deficit = 0;
+                    inner.active.pop_front();
+                    continue;
+                };
+                if lq.deficit < 1 {
+                    // A new turn: the quantum is the lambda's weight (cost 1 per request).
+                    lq.deficit += job.lambda.weight.max(1) as i64;
+                }
+                lq.deficit -= 1;
+                lq.len -= 1;
+                if lq.q.is_empty() {
+                    lq.active = false;
+                    lq.deficit = 0;
+                    inner.active.pop_front();
+                } else if lq.deficit < 1 {
+                    inner.active.rotate_left(1);
+                }
+                return Some(job);
+            },
+        }
+    }
+
+    /// Next job for a worker; waits up to `idle` for one.
+    pub fn pop(&self, idle: Duration) -> Pop {
+        let mut g = self.inner.lock().unwrap();
+        loop {
+            if g.shutdown {
+                return Pop::Shutdown;
+            }
+            if let Some(j) = self.take(&mut g) {
+                return Pop::Job(j);
+            }
+            g.waiting += 1;
+            let (ng, to) = self.cv.wait_timeout(g, idle).unwrap();
+            g = ng;
+            g.waiting -= 1;
+            if to.timed_out() {
+                if let Some(j) = self.take(&mut g) {
+                    return Pop::Job(j);
+                }
+                return Pop::Idle;
+            }
+        }
+    }
+
+    pub fn queue_len(&self, id: u32) -> usize {
+        self.inner.lock().unwrap().queues.get(&id).map_or(0, |q| q.len)
+    }
+
+    pub fn shutdown(&self) {
+        self.inner.lock().unwrap().shutdown = true;
+        self.cv.notify_all();
+    }
+}

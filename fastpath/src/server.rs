@@ -1,0 +1,762 @@
+//! The executor: match table, receivers (UDP, TCP, Unix+memfd), workers, the miss path to the
+//! host, and external calls.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use wasmtime::Engine;
+
+use crate::lambda::{self, inc, Code, Lambda, Outcome, WasmInst, HDR, MAX_ID};
+use crate::sched::{Job, JobKind, Mode, Pop, ReplyTo, Sched};
+use crate::shm::Shm;
+
+pub const OK: u8 = 0;
+#[allow(dead_code)] // relayed from the host, never produced here
+pub const HOST_OK: u8 = 1;
+pub const UNKNOWN: u8 = 2;
+pub const TRAP: u8 = 3;
+pub const TIMEOUT: u8 = 4;
+pub const TOO_LARGE: u8 = 5;
+pub const OVERLOADED: u8 = 6;
+pub const HOST_ERROR: u8 = 7;
+pub const EXTERNAL_ERROR: u8 = 8;
+pub const BAD_REQUEST: u8 = 9;
+
+/// Largest UDP datagram payload.
+pub const MAX_DGRAM: usize = 65507;
+/// Host tokens unanswered for this long are expired.
+pub const HOST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most host requests waiting for an answer at once.
+pub const MAX_HOST_PENDING: usize = 65536;
+/// External calls unanswered for this long fail the connection.
+pub const EXTERNAL_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Default)]
+pub struct GlobalStats {
+    pub malformed_short: AtomicU64,
+    pub unknown: AtomicU64,
+    pub host_forwarded: AtomicU64,
+    pub host_errors: AtomicU64,
+    pub packets: AtomicU64,
+}
+
+pub struct Config {
+    pub workers: usize,
+    pub pin: bool,
+    pub mode: Mode,
+    pub queue_depth: usize,
+    pub host: Option<SocketAddr>,
+}
+
+pub struct Server {
+    pub engine: Engine,
+    /// The fuel-counting engine, made on the first deploy that asks for `fuel`.
+    pub fuel_engine: std::sync::OnceLock<Result<Engine, String>>,
+    pub table: Vec<RwLock<Option<Arc<Lambda>>>>,
+    pub sched: Sched,
+    pub udp: UdpSocket,
+    pub unix: Option<UnixDatagram>,
+    pub host: Option<HostFwd>,
+    pub ext: ExtIo,
+    pub g: GlobalStats,
+    pub retire_gen: AtomicU64,
+    pub next_uid: AtomicU64,
+    pub deploy_lock: Mutex<()>,
+    pub workers: usize,
+}
+
+fn set_sock_buf(fd: i32, size: i32) {
+    unsafe {
+        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &size as *const i32 as *const libc::c_void,
+                std::mem::size_of::<i32>() as u32,
+            );
+        }
+    }
+}
+
+impl Server {
+    pub fn new(engine: Engine, udp: UdpSocket, unix: Option<UnixDatagram>, cfg: &Config) -> std::io::Result<Server> {
+        set_sock_buf(udp.as_raw_fd(), 8 << 20);
+        let host = match cfg.host {
+            Some(addr) => {
+                let sock = UdpSocket::bind("127.0.0.1:0")?;
+                sock.set_read_timeout(Some(Duration::from_millis(100)))?;
+                set_sock_buf(sock.as_raw_fd(), 4 << 20);
+                Some(HostFwd { sock, addr, pending: Mutex::new(HashMap::new()), next: AtomicU32::new(1) })
+            }
+            None => None,
+        };
+        Ok(Server {
+            engine,
+            fuel_engine: std::sync::OnceLock::new(),
+            table: (0..=MAX_ID).map(|_| RwLock::new(None)).collect(),
+            sched: Sched::new(cfg.mode, cfg.queue_depth),
+            udp,
+            unix,
+            host,
+            ext: ExtIo { conns: Mutex::new(HashMap::new()) },
+            g: GlobalStats::default(),
+            retire_gen: AtomicU64::new(0),
+            next_uid: AtomicU64::new(1),
+            deploy_lock: Mutex::new(()),
+            workers: cfg.workers,
+        })
+    }
+
+    #[inline]
+    pub fn lookup(&self, id: u32) -> Option<Arc<Lambda>> {
+        self.table.get(id as usize)?.read().unwrap().clone()
+    }
+
+    /// Install `l` at its id (a hot swap when one is there); returns the old version.
+    pub fn install(&self, l: Arc<Lambda>) -> Option<Arc<Lambda>> {
+        let old = self.table[l.id as usize].write().unwrap().replace(l);
+        if let Some(o) = &old {
+            o.retired.store(true, Ordering::Release);
+            self.retire_gen.fetch_add(1, Ordering::Release);
+        }
+        old
+    }
+
+    pub fn remove(&self, id: u32) -> Option<Arc<Lambda>> {
+        let old = self.table.get(id as usize)?.write().unwrap().take();
+        if let Some(o) = &old {
+            o.retired.store(true, Ordering::Release);
+            self.retire_gen.fetch_add(1, Ordering::Release);
+        }
+        old
+    }
+
+    /// Match stage: `dgram` is a whole request (id + payload).
+    pub fn dispatch(&self, dgram: &[u8], reply: ReplyTo, scratch: &mut Vec<u8>) {
+        let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
+        match self.lookup(id) {
+            Some(l) => {
+                inc(&l.stats.calls);
+                let job = Job { lambda: l, kind: JobKind::Request(dgram[4..].to_vec()), reply };
+                if let Err(job) = self.sched.push(job, false) {
+                    inc(&job.lambda.stats.overloaded);
+                    self.reply_simple(&job.reply, id, OVERLOADED, b"", scratch);
+                }
+            }
+            None => match &self.host {
+                Some(h) => h.forward(self, dgram, reply, scratch),
+                None => {
+                    inc(&self.g.unknown);
+                    self.reply_simple(&reply, id, UNKNOWN, b"", scratch);
+                }
+            },
+        }
+    }
+
+    /// Reply with a payload given separately (off the worker hot path).
+    pub fn reply_simple(&self, to: &ReplyTo, id: u32, status: u8, payload: &[u8], scratch: &mut Vec<u8>) {
+        scratch.clear();
+        scratch.resize(HDR, 0);
+        scratch.extend_from_slice(payload);
+        self.reply_out(to, id, status, scratch);
+    }
+
+    /// Send the reply whose payload is `out[HDR..]` (the first HDR bytes are header room).
+    pub fn reply_out(&self, to: &ReplyTo, id: u32, mut status: u8, out: &mut Vec<u8>) {
+        match to {
+            ReplyTo::Udp(addr) => {
+                if out.len() - 4 > MAX_DGRAM {
+                    status = TOO_LARGE;
+                    out.truncate(HDR);
+                }
+                out[4..8].copy_from_slice(&id.to_be_bytes());
+                out[8] = status;
+                let _ = self.udp.send_to(&out[4..], addr);
+            }
+            ReplyTo::Tcp { tx, seq } => {
+                let len = (out.len() - 4) as u32;
+                out[0..4].copy_from_slice(&len.to_be_bytes());
+                out[4..8].copy_from_slice(&id.to_be_bytes());
+                out[8] = status;
+                let _ = tx.send((*seq, out.clone()));
+            }
+            ReplyTo::Unix { path, shm } => {
+                let payload = &out[HDR..];
+                let n = if payload.len() > shm.len() {
+                    status = TOO_LARGE;
+                    0
+                } else {
+                    shm.mapping_mut()[..payload.len()].copy_from_slice(payload);
+                    payload.len()
+                };
+                self.unix_answer(path, id, status, n);
+            }
+        }
+    }
+
+    fn unix_answer(&self, path: &PathBuf, id: u32, status: u8, n: usize) {
+        let mut h = [0u8; 9];
+        h[..4].copy_from_slice(&id.to_be_bytes());
+        h[4] = status;
+        h[5..].copy_from_slice(&(n as u32).to_be_bytes());
+        if let Some(u) = &self.unix {
+            let _ = u.send_to(&h, path);
+        }
+    }
+
+    pub fn lambda_json(&self, l: &Lambda) -> serde_json::Value {
+        let s = &l.stats;
+        let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "id": l.id, "name": l.name, "version": l.version, "weight": l.weight,
+            "kind": match l.code { Code::Wasm { .. } => "wasm", Code::Native(_) => "native" },
+            "timeout_ms": l.timeout_ms, "fuel": l.fuel,
+            "external": l.external.map(|a| a.to_string()),
+            "calls": r(&s.calls), "ok": r(&s.ok), "traps": r(&s.traps), "timeouts": r(&s.timeouts),
+            "too_large": r(&s.too_large), "overloaded": r(&s.overloaded),
+            "bad_request": r(&s.bad_request), "external_errors": r(&s.external_errors),
+            "queue_len": self.sched.queue_len(l.id),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workers
+
+struct Cached {
+    lambda: Arc<Lambda>,
+    inst: WasmInst,
+}
+
+pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
+    if pin {
+        if let Some(cores) = core_affinity::get_core_ids() {
+            if !cores.is_empty() {
+                core_affinity::set_for_current(cores[idx % cores.len()]);
+            }
+        }
+    }
+    let mut cache: HashMap<u64, Cached> = HashMap::new();
+    let mut seen_gen = srv.retire_gen.load(Ordering::Acquire);
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 16);
+    loop {
+        let gen = srv.retire_gen.load(Ordering::Acquire);
+        if gen != seen_gen {
+            seen_gen = gen;
+            cache.retain(|_, c| !c.lambda.retired.load(Ordering::Acquire));
+        }
+        match srv.sched.pop(Duration::from_millis(100)) {
+            Pop::Shutdown => return,
+            Pop::Idle => continue,
+            Pop::Job(job) => {
+                // A bug in one call must not take the worker down: drop its instances and go on.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    process(&srv, &mut cache, job, &mut out)
+                }));
+                if r.is_err() {
+                    cache.clear();
+                }
+            }
+        }
+    }
+}
+
+fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut Vec<u8>) {
+    let Job { lambda: l, kind, reply } = job;
+    out.clear();
+    out.resize(HDR, 0);
+    let (input, resume): (&[u8], bool) = match &kind {
+        JobKind::Request(v) => (v, false),
+        JobKind::Resume(v) => (v, true),
+        JobKind::ShmRequest => match &reply {
+            ReplyTo::Unix { shm, .. } => (shm.input(), false),
+            _ => (&[], false),
+        },
+    };
+    let outcome = match &l.code {
+        Code::Native(k) => {
+            if !resume && input.len() > k.buffer_size() {
+                Outcome::TooLarge
+            } else if let (lambda::NativeKind::Gray, JobKind::ShmRequest, ReplyTo::Unix { shm, path }) =
+                (k, &kind, &reply)
+            {
+                // Native in place on the shared memory.
+                let in_len = shm.in_len;
+                match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
+                    Some(n) => {
+                        inc(&l.stats.ok);
+                        srv.unix_answer(path, l.id, OK, n);
+                    }
+                    None => {
+                        inc(&l.stats.bad_request);
+                        srv.unix_answer(path, l.id, BAD_REQUEST, 0);
+                    }
+                }
+                return;
+            } else {
+                lambda::run_native(*k, input, resume, out)
+            }
+        }
+        Code::Wasm { pre, .. } => {
+            let c = match cache.entry(l.uid) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
+                    Ok(inst) => v.insert(Cached { lambda: l.clone(), inst }),
+                    Err(e) => {
+                        inc(&l.stats.traps);
+                        let msg = format!("cannot instantiate lambda: {e}");
+                        srv.reply_simple(&reply, l.id, TRAP, msg.as_bytes(), out);
+                        return;
+                    }
+                },
+            };
+            let o = c.inst.call(input, resume, l.timeout_ms, l.fuel, out);
+            if matches!(o, Outcome::Trap(_) | Outcome::Timeout) || l.retired.load(Ordering::Relaxed) {
+                // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
+                // version's instance (still draining its queued calls) is not kept.
+                cache.remove(&l.uid);
+            }
+            o
+        }
+    };
+    let id = l.id;
+    let st = &l.stats;
+    match outcome {
+        Outcome::Reply => {
+            inc(&st.ok);
+            srv.reply_out(&reply, id, OK, out);
+        }
+        Outcome::External(bytes) => match l.external {
+            Some(addr) => srv.ext.submit(srv, addr, bytes, Cont { lambda: l, reply, t: Instant::now() }, out),
+            None => {
+                inc(&st.external_errors);
+                srv.reply_simple(&reply, id, EXTERNAL_ERROR, b"lambda asked for an external call but has no `external` address", out);
+            }
+        },
+        Outcome::BadRequest => {
+            inc(&st.bad_request);
+            srv.reply_simple(&reply, id, BAD_REQUEST, b"", out);
+        }
+        Outcome::Trap(msg) => {
+            inc(&st.traps);
+            srv.reply_simple(&reply, id, TRAP, msg.as_bytes(), out);
+        }
+        Outcome::Timeout => {
+            inc(&st.timeouts);
+            srv.reply_simple(&reply, id, TIMEOUT, b"", out);
+        }
+        Outcome::TooLarge => {
+            inc(&st.too_large);
+            srv.reply_simple(&reply, id, TOO_LARGE, b"", out);
+        }
+        Outcome::ExternalError(msg) => {
+            inc(&st.external_errors);
+            srv.reply_simple(&reply, id, EXTERNAL_ERROR, msg.as_bytes(), out);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receivers
+
+pub fn udp_loop(srv: Arc<Server>) {
+    let mut buf = vec![0u8; 65536];
+    let mut scratch = Vec::with_capacity(256);
+    loop {
+        let (n, from) = match srv.udp.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        inc(&srv.g.packets);
+        if n < 4 {
+            inc(&srv.g.malformed_short);
+            continue;
+        }
+        srv.dispatch(&buf[..n], ReplyTo::Udp(from), &mut scratch);
+    }
+}
+
+pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
+    for s in listener.incoming() {
+        let Ok(s) = s else { continue };
+        let srv = srv.clone();
+        std::thread::spawn(move || tcp_conn(srv, s));
+    }
+}
+
+fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(wstream) = stream.try_clone() else { return };
+    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+    std::thread::spawn(move || tcp_writer(wstream, rx));
+    let mut r = std::io::BufReader::with_capacity(1 << 16, stream);
+    let mut seq = 0u64;
+    let mut buf = Vec::new();
+    let mut scratch = Vec::with_capacity(256);
+    loop {
+        let mut lb = [0u8; 4];
+        if r.read_exact(&mut lb).is_err() {
+            break;
+        }
+        let len = u32::from_be_bytes(lb) as usize;
+        if len > (16 << 20) {
+            break; // not a frame of this protocol; drop the connection
+        }
+        buf.resize(len, 0);
+        if r.read_exact(&mut buf).is_err() {
+            break;
+        }
+        inc(&srv.g.packets);
+        if len < 4 {
+            inc(&srv.g.malformed_short);
+            continue;
+        }
+        let to = ReplyTo::Tcp { tx: tx.clone(), seq };
+        seq += 1;
+        srv.dispatch(&buf, to, &mut scratch);
+    }
+}
+
+fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>) {
+    let mut w = BufWriter::with_capacity(1 << 16, stream);
+    let mut next = 0u64;
+    let mut held: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    while let Ok(first) = rx.recv() {
+        let mut item = Some(first);
+        loop {
+            if let Some((seq, bytes)) = item.take() {
+                held.insert(seq, bytes);
+                while let Some(b) = held.remove(&next) {
+                    if w.write_all(&b).is_err() {
+                        return;
+                    }
+                    next += 1;
+                }
+            }
+            match rx.try_recv() {
+                Ok(x) => item = Some(x),
+                Err(_) => break,
+            }
+        }
+        if w.flush().is_err() {
+            return;
+        }
+    }
+}
+
+pub fn unix_loop(srv: Arc<Server>) {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+    use std::io::IoSliceMut;
+    let Some(sock) = srv.unix.as_ref() else { return };
+    let fd = sock.as_raw_fd();
+    let mut scratch = Vec::new();
+    loop {
+        let mut buf = [0u8; 64];
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let (n, fds, from) = match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Ok(msg) => {
+                let mut fds: Vec<OwnedFd> = Vec::new();
+                if let Ok(cm) = msg.cmsgs() {
+                    for c in cm {
+                        if let ControlMessageOwned::ScmRights(v) = c {
+                            for raw in v {
+                                fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+                            }
+                        }
+                    }
+                }
+                let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
+                (msg.bytes, fds, from)
+            }
+            Err(_) => continue,
+        };
+        inc(&srv.g.packets);
+        let Some(path) = from else { continue }; // unnamed client: cannot answer
+        if n < 8 {
+            inc(&srv.g.malformed_short);
+            continue;
+        }
+        let id = u32::from_be_bytes(buf[..4].try_into().unwrap());
+        let len = u32::from_be_bytes(buf[4..8].try_into().unwrap()) as usize;
+        let Some(memfd) = fds.into_iter().next() else {
+            srv.unix_answer(&path, id, BAD_REQUEST, 0);
+            continue;
+        };
+        let shm = match Shm::map(&memfd, len) {
+            Ok(s) => s,
+            Err(_) => {
+                srv.unix_answer(&path, id, TOO_LARGE, 0);
+                continue;
+            }
+        };
+        drop(memfd);
+        let reply = ReplyTo::Unix { path, shm };
+        match srv.lookup(id) {
+            Some(l) => {
+                inc(&l.stats.calls);
+                if let Err(job) = srv.sched.push(Job { lambda: l, kind: JobKind::ShmRequest, reply }, false) {
+                    inc(&job.lambda.stats.overloaded);
+                    srv.reply_simple(&job.reply, id, OVERLOADED, b"", &mut scratch);
+                }
+            }
+            None => {
+                inc(&srv.g.unknown);
+                srv.reply_simple(&reply, id, UNKNOWN, b"", &mut scratch);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Miss path: forward to the gateway's host port
+
+pub struct HostFwd {
+    sock: UdpSocket,
+    addr: SocketAddr,
+    pending: Mutex<HashMap<u32, (u32, ReplyTo, Instant)>>,
+    next: AtomicU32,
+}
+
+impl HostFwd {
+    fn forward(&self, srv: &Server, dgram: &[u8], reply: ReplyTo, scratch: &mut Vec<u8>) {
+        let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
+        let token = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut msg = Vec::with_capacity(dgram.len() + 4);
+        msg.extend_from_slice(&token.to_be_bytes());
+        msg.extend_from_slice(dgram);
+        if msg.len() > MAX_DGRAM {
+            inc(&srv.g.host_errors);
+            srv.reply_simple(&reply, id, HOST_ERROR, b"request too large to forward to the host", scratch);
+            return;
+        }
+        {
+            let mut p = self.pending.lock().unwrap();
+            if p.len() >= MAX_HOST_PENDING {
+                drop(p);
+                inc(&srv.g.host_errors);
+                srv.reply_simple(&reply, id, HOST_ERROR, b"too many requests waiting for the host", scratch);
+                return;
+            }
+            p.insert(token, (id, reply, Instant::now()));
+        }
+        inc(&srv.g.host_forwarded);
+        if let Err(e) = self.sock.send_to(&msg, self.addr) {
+            if let Some((id, reply, _)) = self.pending.lock().unwrap().remove(&token) {
+                inc(&srv.g.host_errors);
+                srv.reply_simple(&reply, id, HOST_ERROR, format!("cannot reach host: {e}").as_bytes(), scratch);
+            }
+        }
+    }
+}
+
+pub fn host_loop(srv: Arc<Server>) {
+    let Some(h) = srv.host.as_ref() else { return };
+    let mut buf = vec![0u8; 65536];
+    let mut scratch = Vec::new();
+    let mut last_sweep = Instant::now();
+    loop {
+        if let Ok((n, _)) = h.sock.recv_from(&mut buf) {
+            if n >= 5 {
+                let token = u32::from_be_bytes(buf[..4].try_into().unwrap());
+                let entry = h.pending.lock().unwrap().remove(&token);
+                if let Some((id, reply, _)) = entry {
+                    if buf[4] == HOST_ERROR {
+                        inc(&srv.g.host_errors);
+                    }
+                    srv.reply_simple(&reply, id, buf[4], &buf[5..n], &mut scratch);
+                }
+            }
+        }
+        if last_sweep.elapsed() >= Duration::from_millis(100) {
+            last_sweep = Instant::now();
+            let expired: Vec<(u32, ReplyTo)> = {
+                let mut p = h.pending.lock().unwrap();
+                let old: Vec<u32> =
+                    p.iter().filter(|(_, v)| v.2.elapsed() >= HOST_TIMEOUT).map(|(k, _)| *k).collect();
+                old.into_iter().filter_map(|k| p.remove(&k)).map(|(id, r, _)| (id, r)).collect()
+            };
+            for (id, reply) in expired {
+                inc(&srv.g.host_errors);
+                srv.reply_simple(&reply, id, HOST_ERROR, b"host did not answer within 5 s", &mut scratch);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// External calls (memcached text protocol), non-blocking for workers
+
+pub struct Cont {
+    pub lambda: Arc<Lambda>,
+    pub reply: ReplyTo,
+    pub t: Instant,
+}
+
+/// Bytes to send and the continuation that gets the reply.
+type ExtReq = (Vec<u8>, Cont);
+
+pub struct ExtIo {
+    conns: Mutex<HashMap<SocketAddr, Sender<ExtReq>>>,
+}
+
+struct Pending {
+    q: std::collections::VecDeque<Cont>,
+    dead: bool,
+}
+
+impl ExtIo {
+    fn submit(&self, srv: &Server, addr: SocketAddr, bytes: Vec<u8>, cont: Cont, _scratch: &mut Vec<u8>) {
+        let _ = srv;
+        let mut conns = self.conns.lock().unwrap();
+        let tx = conns.entry(addr).or_insert_with(|| {
+            let (tx, rx) = mpsc::channel();
+            let srv_ptr = SrvRef::get();
+            std::thread::spawn(move || ext_writer(srv_ptr, addr, rx));
+            tx
+        });
+        if let Err(mpsc::SendError((_, cont))) = tx.send((bytes, cont)) {
+            drop(conns);
+            fail_cont(srv, cont, "external I/O thread is gone");
+        }
+    }
+}
+
+/// The server, reachable from the external I/O threads (set once at start).
+pub struct SrvRef;
+static SERVER: std::sync::OnceLock<Arc<Server>> = std::sync::OnceLock::new();
+impl SrvRef {
+    pub fn set(s: Arc<Server>) {
+        let _ = SERVER.set(s);
+    }
+    fn get() -> Arc<Server> {
+        SERVER.get().expect("server registered").clone()
+    }
+}
+
+fn fail_cont(srv: &Server, c: Cont, msg: &str) {
+    inc(&c.lambda.stats.external_errors);
+    let mut scratch = Vec::new();
+    srv.reply_simple(&c.reply, c.lambda.id, EXTERNAL_ERROR, msg.as_bytes(), &mut scratch);
+}
+
+fn ext_writer(srv: Arc<Server>, addr: SocketAddr, rx: Receiver<ExtReq>) {
+    let mut conn: Option<(BufWriter<TcpStream>, Arc<Mutex<Pending>>)> = None;
+    while let Ok(first) = rx.recv() {
+        let mut item = Some(first);
+        while let Some((bytes, cont)) = item.take() {
+            if conn.as_ref().is_none_or(|(_, p)| p.lock().unwrap().dead) {
+                conn = match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        let pending = Arc::new(Mutex::new(Pending { q: Default::default(), dead: false }));
+                        match s.try_clone() {
+                            Ok(rs) => {
+                                let (srv2, p2) = (srv.clone(), pending.clone());
+                                std::thread::spawn(move || ext_reader(srv2, rs, p2));
+                                Some((BufWriter::with_capacity(1 << 16, s), pending))
+                            }
+                            Err(_) => None,
+                        }
+                    }
+                    Err(_) => None,
+                };
+            }
+            match &mut conn {
+                None => fail_cont(&srv, cont, &format!("cannot connect to external {addr}")),
+                Some((w, pending)) => {
+                    {
+                        let mut p = pending.lock().unwrap();
+                        if p.dead {
+                            drop(p);
+                            fail_cont(&srv, cont, "external connection closed");
+                            item = rx.try_recv().ok();
+                            continue;
+                        }
+                        p.q.push_back(cont);
+                    }
+                    if w.write_all(&bytes).is_err() {
+                        let _ = w.get_ref().shutdown(std::net::Shutdown::Both);
+                    }
+                }
+            }
+            item = rx.try_recv().ok();
+        }
+        if let Some((w, _)) = &mut conn {
+            if w.flush().is_err() {
+                let _ = w.get_ref().shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn ext_reader(srv: Arc<Server>, mut s: TcpStream, pending: Arc<Mutex<Pending>>) {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+    let mut chunk = vec![0u8; 1 << 16];
+    let why = loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break "external connection closed",
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                let mut start = 0;
+                while let Some(len) = lambda::memcached_reply_len(&buf[start..]) {
+                    let c = pending.lock().unwrap().q.pop_front();
+                    if let Some(c) = c {
+                        let job = Job {
+                            lambda: c.lambda,
+                            kind: JobKind::Resume(buf[start..start + len].to_vec()),
+                            reply: c.reply,
+                        };
+                        let _ = srv.sched.push(job, true);
+                    }
+                    start += len;
+                }
+                buf.drain(..start);
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                let p = pending.lock().unwrap();
+                if p.q.front().is_some_and(|c| c.t.elapsed() > EXTERNAL_TIMEOUT) {
+                    break "external call timed out";
+                }
+            }
+            Err(_) => break "external connection failed",
+        }
+    };
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    let drained: Vec<Cont> = {
+        let mut p = pending.lock().unwrap();
+        p.dead = true;
+        p.q.drain(..).collect()
+    };
+    for c in drained {
+        fail_cont(&srv, c, why);
+    }
+}
+
+/// Epoch ticker: one epoch per millisecond of wall-clock time (the unit of lambda timeouts);
+/// it catches up if a sleep overshoots, so timeouts do not stretch with timer slack.
+pub fn ticker(srv: Arc<Server>, stop: Arc<AtomicBool>) {
+    let start = Instant::now();
+    let mut ticks: u128 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_micros(500));
+        let now = start.elapsed().as_millis();
+        while ticks < now {
+            srv.engine.increment_epoch();
+            if let Some(Ok(e)) = srv.fuel_engine.get() {
+                e.increment_epoch();
+            }
+            ticks += 1;
+        }
+    }
+}

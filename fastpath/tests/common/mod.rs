@@ -1,0 +1,237 @@
+//! Shared helpers of the integration tests: start `nearfaas-fastpath`, talk to it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const OK: u8 = 0;
+pub const HOST_OK: u8 = 1;
+pub const UNKNOWN: u8 = 2;
+pub const TRAP: u8 = 3;
+pub const TIMEOUT: u8 = 4;
+pub const TOO_LARGE: u8 = 5;
+pub const OVERLOADED: u8 = 6;
+pub const HOST_ERROR: u8 = 7;
+pub const EXTERNAL_ERROR: u8 = 8;
+pub const BAD_REQUEST: u8 = 9;
+
+/// fastpath/lambdas/build, built once per test binary with `make -C fastpath/lambdas`.
+pub fn lambdas() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lambdas");
+            let st = Command::new("make").arg("-s").arg("-C").arg(&dir).status().expect("run make");
+            assert!(st.success(), "make -C {} failed", dir.display());
+            dir.join("build")
+        })
+        .clone()
+}
+
+pub fn wasm(name: &str) -> String {
+    lambdas().join(format!("{name}.wasm")).to_string_lossy().into_owned()
+}
+
+pub fn tmpdir(tag: &str) -> PathBuf {
+    static N: Mutex<u32> = Mutex::new(0);
+    let n = {
+        let mut g = N.lock().unwrap();
+        *g += 1;
+        *g
+    };
+    let d = std::env::temp_dir().join(format!("nf-fastpath-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub struct Fp {
+    pub child: Child,
+    pub ready: Value,
+    pub dir: PathBuf,
+    ctl: Mutex<Option<(BufReader<TcpStream>, TcpStream)>>,
+}
+
+impl Fp {
+    /// Start the executor with `extra` arguments (plus --ready-file, --unix and --tcp).
+    pub fn start(extra: &[&str]) -> Fp {
+        let dir = tmpdir("srv");
+        let ready = dir.join("ready.json");
+        let unix = dir.join("fp.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_nearfaas-fastpath"))
+            .args(["--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+            .arg("--unix")
+            .arg(&unix)
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn nearfaas-fastpath");
+        let t = Instant::now();
+        let ready: Value = loop {
+            if let Ok(s) = std::fs::read_to_string(&ready) {
+                break serde_json::from_str(&s).expect("ready file is JSON");
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "no ready file");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Fp { child, ready, dir, ctl: Mutex::new(None) }
+    }
+
+    pub fn port(&self, k: &str) -> u16 {
+        self.ready[k].as_u64().unwrap() as u16
+    }
+
+    pub fn udp_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port("udp"))
+    }
+
+    pub fn unix_path(&self) -> PathBuf {
+        PathBuf::from(self.ready["unix"].as_str().unwrap())
+    }
+
+    /// One control request; returns the reply object.
+    pub fn ctl(&self, req: Value) -> Value {
+        let mut g = self.ctl.lock().unwrap();
+        if g.is_none() {
+            let s = TcpStream::connect(("127.0.0.1", self.port("control"))).unwrap();
+            *g = Some((BufReader::new(s.try_clone().unwrap()), s));
+        }
+        let (r, w) = g.as_mut().unwrap();
+        let mut line = serde_json::to_vec(&req).unwrap();
+        line.push(b'\n');
+        w.write_all(&line).unwrap();
+        let mut resp = String::new();
+        r.read_line(&mut resp).unwrap();
+        serde_json::from_str(&resp).unwrap()
+    }
+
+    pub fn deploy_wasm(&self, id: u32, name: &str, extra: Value) -> Value {
+        let mut req = json!({"op": "deploy", "id": id, "name": name, "kind": "wasm", "path": wasm(name)});
+        for (k, v) in extra.as_object().unwrap() {
+            req[k] = v.clone();
+        }
+        let r = self.ctl(req);
+        assert_eq!(r["ok"], true, "deploy {name}: {r}");
+        r
+    }
+
+    pub fn deploy_native(&self, id: u32, native: &str, extra: Value) -> Value {
+        let mut req = json!({"op": "deploy", "id": id, "name": native, "kind": "native", "native": native});
+        for (k, v) in extra.as_object().unwrap() {
+            req[k] = v.clone();
+        }
+        let r = self.ctl(req);
+        assert_eq!(r["ok"], true, "deploy native {native}: {r}");
+        r
+    }
+
+    pub fn stats(&self) -> Value {
+        let r = self.ctl(json!({"op": "stats"}));
+        assert_eq!(r["ok"], true);
+        r
+    }
+
+    pub fn lambda_stats(&self, id: u32) -> Value {
+        let s = self.stats();
+        s["lambdas"].as_array().unwrap().iter().find(|l| l["id"] == id).cloned().expect("lambda in stats")
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.udp_addr())
+    }
+
+    /// SIGTERM; returns the exit status code.
+    pub fn stop(mut self) -> Option<i32> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let st = self.child.wait().unwrap();
+        st.code()
+    }
+}
+
+impl Drop for Fp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub struct Client {
+    pub sock: UdpSocket,
+    pub to: String,
+}
+
+impl Client {
+    pub fn new(to: &str) -> Client {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        Client { sock, to: to.to_string() }
+    }
+
+    pub fn send(&self, id: u32, payload: &[u8]) {
+        let mut d = id.to_be_bytes().to_vec();
+        d.extend_from_slice(payload);
+        self.sock.send_to(&d, &self.to).unwrap();
+    }
+
+    /// Next reply: (id, status, payload).
+    pub fn recv(&self) -> Option<(u32, u8, Vec<u8>)> {
+        let mut buf = vec![0u8; 70000];
+        let n = self.sock.recv(&mut buf).ok()?;
+        assert!(n >= 5, "reply of {n} bytes");
+        Some((u32::from_be_bytes(buf[..4].try_into().unwrap()), buf[4], buf[5..n].to_vec()))
+    }
+
+    /// Request/reply; panics when no reply comes within the read timeout.
+    pub fn call(&self, id: u32, payload: &[u8]) -> (u8, Vec<u8>) {
+        self.send(id, payload);
+        let (rid, st, p) = self.recv().unwrap_or_else(|| panic!("no reply for lambda {id}"));
+        assert_eq!(rid, id);
+        (st, p)
+    }
+}
+
+/// A TCP client of the framed protocol.
+pub struct TcpClient {
+    pub s: TcpStream,
+}
+
+impl TcpClient {
+    pub fn connect(fp: &Fp) -> TcpClient {
+        let s = TcpStream::connect(("127.0.0.1", fp.port("tcp"))).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        TcpClient { s }
+    }
+    pub fn send(&mut self, id: u32, payload: &[u8]) {
+        let mut d = ((payload.len() + 4) as u32).to_be_bytes().to_vec();
+        d.extend_from_slice(&id.to_be_bytes());
+        d.extend_from_slice(payload);
+        self.s.write_all(&d).unwrap();
+    }
+    pub fn recv(&mut self) -> (u32, u8, Vec<u8>) {
+        let mut l = [0u8; 4];
+        self.s.read_exact(&mut l).unwrap();
+        let mut b = vec![0u8; u32::from_be_bytes(l) as usize];
+        self.s.read_exact(&mut b).unwrap();
+        (u32::from_be_bytes(b[..4].try_into().unwrap()), b[4], b[5..].to_vec())
+    }
+}
+
+/// A tiny xorshift PRNG (no dependency).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
