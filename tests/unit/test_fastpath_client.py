@@ -1,0 +1,160 @@
+"""The fast path's Python side without the executor: the wire format, and the baselines (B1
+forking, B2 threading) answering it as the C lambdas would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nearfaas.fastpath import baselines
+from nearfaas.fastpath.client import (
+    BAD_REQUEST,
+    OK,
+    STATUS,
+    UNKNOWN,
+    TcpClient,
+    UdpClient,
+    decode_reply,
+    decode_request,
+    encode_reply,
+    encode_request,
+    frame,
+    parse_addr,
+    status_name,
+)
+from nearfaas.fastpath.executor import binary_path, load_binary_path, target_dir
+
+WEB = baselines.BASELINE_IDS["web"]
+
+
+def test_encode_request_is_id_be_then_payload():
+    assert encode_request(7, b"hi") == b"\x00\x00\x00\x07hi"
+    assert encode_request(0xDEADBEEF) == bytes.fromhex("deadbeef")
+    assert decode_request(encode_request(258, b"xyz")) == (258, b"xyz")
+
+
+def test_reply_round_trip():
+    for lid, status, payload in [(1, OK, b""), (2**32 - 1, BAD_REQUEST, b"\x00" * 1000), (42, 8, b"boom")]:
+        assert decode_reply(encode_reply(lid, status, payload)) == (lid, status, payload)
+    assert encode_reply(7, 3, b"x") == b"\x00\x00\x00\x07\x03x"
+
+
+@pytest.mark.parametrize("short", [b"", b"\x00", b"\x00\x00\x00\x07"])
+def test_short_reply_is_a_clear_value_error(short):
+    with pytest.raises(ValueError, match="shorter than the 5-byte header"):
+        decode_reply(short)
+
+
+def test_bad_ids_and_short_requests_are_rejected():
+    with pytest.raises(ValueError, match="lambda id"):
+        encode_request(-1, b"")
+    with pytest.raises(ValueError, match="lambda id"):
+        encode_request(2**32, b"")
+    with pytest.raises(ValueError, match="shorter than the 4-byte"):
+        decode_request(b"\x00\x01")
+
+
+def test_status_names_follow_the_table():
+    assert [STATUS[i] for i in range(10)] == ["OK", "HOST_OK", "UNKNOWN", "TRAP", "TIMEOUT", "TOO_LARGE", "OVERLOADED",
+                                             "HOST_ERROR", "EXTERNAL_ERROR", "BAD_REQUEST"]
+    assert status_name(200) == "STATUS_200"
+
+
+def test_tcp_framing_and_addresses():
+    assert frame(b"abc") == b"\x00\x00\x00\x03abc"
+    assert parse_addr("127.0.0.1:9000") == ("127.0.0.1", 9000)
+    assert parse_addr(("h", "5")) == ("h", 5)
+    with pytest.raises(ValueError):
+        parse_addr("nohost")
+
+
+def test_binary_path_follows_cargo_target_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(tmp_path))
+    assert target_dir() == tmp_path
+    assert binary_path() == tmp_path / "release" / "nearfaas-fastpath"
+    monkeypatch.delenv("CARGO_TARGET_DIR")
+    assert binary_path() == Path.home() / ".cache/nearfaas/cargo-target/release/nearfaas-fastpath"
+
+
+def test_kv_lambda_semantics_match_kv_c():
+    assert baselines.kv_command(b"GET foo") == b"get foo\r\n"
+    assert baselines.kv_command(b"get foo\r\n") == b"get foo\r\n"
+    assert baselines.kv_command(b"SET k hello world") == b"set k 0 0 11\r\nhello world\r\n"
+    assert baselines.kv_command(b"SET k ") == b"set k 0 0 0\r\n\r\n"
+    for bad in (b"GET", b"GET foo bar", b"SET k", b"DEL foo", b"GETfoo", b"GET \x01"):
+        assert baselines.kv_command(bad) is None, bad
+    assert baselines.kv_reply(b"VALUE k 0 3\r\nabc\r\nEND\r\n") == (OK, b"VALUE abc")
+    assert baselines.kv_reply(b"END\r\n") == (OK, b"NOT_FOUND")
+    assert baselines.kv_reply(b"STORED\r\n") == (OK, b"STORED")
+    assert baselines.kv_reply(b"NOT_STORED\r\n")[0] == BAD_REQUEST
+
+
+def test_gray_lambda_semantics_match_gray_c():
+    status, out = baselines.gray(bytes([255, 0, 0, 9, 0, 255, 0, 9, 0, 0, 255, 9, 255, 255, 255, 0]))
+    assert status == OK and out == bytes([76, 149, 28, 255])
+    assert baselines.gray(b"abc")[0] == BAD_REQUEST
+
+
+@pytest.mark.parametrize("kind", ["forking", "threading"])
+def test_baseline_answers_web_and_survives_malformed(kind):
+    # its own process: a forked child of this one would inherit (and hold open) the test's sockets
+    with baselines.BaselineProcess(kind) as base, UdpClient(base.udp_addr, timeout=5) as client:
+        assert client.call(WEB, b"hi") == (OK, b"Hello from nearfaas fastpath v1: hi")
+        assert client.call(baselines.BASELINE_IDS["web3"], b"x") == (OK, b"Hello from nearfaas fastpath lambda 3 v1: x")
+        assert client.call(99, b"") == (UNKNOWN, b"")
+        raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for junk in (b"", b"\x01", b"\x00\x00\x01"):
+            raw.sendto(junk, base.udp_addr)  # shorter than an ID: dropped, never answered
+        raw.settimeout(0.2)
+        with pytest.raises(socket.timeout):
+            raw.recv(100)
+        raw.close()
+        assert client.call(WEB, b"again") == (OK, b"Hello from nearfaas fastpath v1: again")
+        # the same lambdas over TCP framing (how the baselines take the image)
+        with TcpClient(base.tcp_addr) as tcp:
+            assert tcp.call(WEB, b"t") == (OK, b"Hello from nearfaas fastpath v1: t")
+            img = os.urandom(256 * 256 * 4)
+            status, out = tcp.call(baselines.BASELINE_IDS["gray"], img)
+            assert status == OK and out == baselines.gray(img)[1] and len(out) == 256 * 256
+            # kv without memcached configured: EXTERNAL_ERROR, not a crash
+            assert tcp.call(baselines.BASELINE_IDS["kv"], b"GET x")[0] == 8
+
+
+def test_baseline_runs_as_a_module(tmp_path):
+    ready = tmp_path / "ready.json"
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "nearfaas.fastpath.baselines", "--kind", "threading", "--port", "0",
+                             "--ready-file", str(ready)], env=env)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        info = json.loads(ready.read_text())
+        assert info["pid"] == proc.pid and info["ids"]["web"] == WEB
+        with UdpClient(info["udp"], timeout=5) as client:
+            assert client.call(WEB, struct.pack(">I", 5)) == (OK, b"Hello from nearfaas fastpath v1: \x00\x00\x00\x05")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.skipif(not load_binary_path().exists(), reason="nearfaas-fastpath-load not built (cargo build --release in fastpath/)")
+def test_load_generator_reports_json_against_a_baseline():
+    with baselines.BaselineProcess("threading") as base:
+        out = subprocess.run([str(load_binary_path()), "--addr", "{}:{}".format(*base.udp_addr), "--ids", "1,2", "--outstanding", "4",
+                              "--duration", "0.5", "--warmup", "0.1", "--json"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["match"] == "tag"  # the web lambdas echo the payload, so replies are matched exactly
+    assert report["requests"] > 0 and report["statuses"] == {"0": report["requests"]}
+    assert set(report["per_id"]) == {"1", "2"} and report["p50_us"] > 0 and report["req_per_s"] > 0
