@@ -493,6 +493,28 @@ def bench_placement(quick, as_json):
     console.print(table)
 
 
+@bench.command("fastpath")
+@click.option("--quick", is_flag=True, help="one repeat of each measurement, the web lambda first (under a minute)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (fastpath_p50_us, forking_p50_us, threading_p50_us, ...)")
+def bench_fastpath(quick, as_json):
+    """The fast path against λ-NIC's baselines re-implemented here, side by side on the same inputs.
+
+    The executor with WebAssembly lambdas and with native ones; B1, a Python ForkingUDPServer
+    that forks per request; B2, a ThreadingUDPServer; B3, the gateway with a warm Python
+    worker. Every number is measured on this machine (docs/fastpath.md)."""
+    from nearfaas.bench.fastpath import run
+
+    with err.status("building and starting the fast path...") as status:
+        try:
+            result = run(quick, progress=lambda m: status.update(m))
+        except RuntimeError as exc:  # not built, memcached missing, ...: say what to do
+            _fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    console.print_json(json.dumps({k: v for k, v in result.items() if k.endswith("_us") or k.endswith("_per_s")}))
+
+
 @main.command()
 @click.option("--keep", is_flag=True, help="leave the cluster running afterwards")
 @common_state

@@ -78,12 +78,18 @@ def _get(url: str, timeout: float = 1.0) -> bytes:
         return resp.read()
 
 
-def _wait_ready(url: str, process: subprocess.Popen, name: str, log: Path) -> None:
+def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path) -> None:
+    """Until ``url`` answers (a Path: until that ready file exists), or the process dies."""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-10:] if log.exists() else []
             raise ClusterError(f"{name} exited with code {process.returncode} while starting; its log ({log}) ends:\n" + "\n".join(tail))
+        if isinstance(url, Path):
+            if url.exists():
+                return
+            time.sleep(0.02)
+            continue
         try:
             _get(url, timeout=0.5)
             return
@@ -116,6 +122,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile,
         "auth": {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key} if spec.auth else None,
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
+        "fastpath": _fastpath_layout(spec, host, state_dir),
     }
     _write_layout(state_dir, layout)
     env = _child_env(layout)
@@ -124,6 +131,11 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         for node in nodes:
             on_step(f"starting {node['kind']} node {node['name']} ({node['class']}) on {node['url']}")
             started.append(_spawn(node["name"], _node_command(layout, node), state_dir, env, f"{node['url']}/_nearfaas/health"))
+        if layout["fastpath"]:
+            fp = layout["fastpath"]
+            on_step(f"starting the fast path on udp {host}:{fp['udp']} ({fp['workers']} worker(s), {fp['sched']})")
+            Path(fp["ready_file"]).unlink(missing_ok=True)
+            started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"])))
         on_step(f"starting gateway on {gateway_url}")
         started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
                               state_dir, env, f"{gateway_url}/healthz"))
@@ -147,6 +159,29 @@ def _child_env(layout: dict) -> dict:
         env.update(NEARFAAS_ACCESS_KEY=layout["auth"]["access_key"], NEARFAAS_SECRET_KEY=layout["auth"]["secret_key"])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p)
     return env
+
+
+def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | None:
+    """Ports and files of the fast-path executor, or None when it is not to run."""
+    from nearfaas.fastpath.executor import binary_path
+
+    fp = spec.fastpath
+    binary = binary_path()
+    if fp.enabled == "false" or (fp.enabled == "auto" and not binary.exists()):
+        return None
+    if not binary.exists():
+        raise ClusterError(f"fastpath.enabled is true but {binary} is not built; run `make setup` (it builds the fast path), "
+                           "or set fastpath.enabled: auto")
+    return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
+            "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
+            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth}
+
+
+def _fastpath_command(layout: dict) -> list[str]:
+    fp, host = layout["fastpath"], layout["host"]
+    return [fp["binary"], "--udp", f"{host}:{fp['udp']}", "--tcp", f"{host}:{fp['tcp']}", "--control", f"{host}:{fp['control']}",
+            "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
+            "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"]]
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:
@@ -230,6 +265,8 @@ def _is_ours(args: list[str], root: str) -> bool:
     """
     if not any(a == root or a.startswith(root + "/") for a in args):
         return False
+    if args and os.path.basename(args[0]) == "nearfaas-fastpath":
+        return True
     modules = {args[i + 1] for i in range(len(args) - 1) if args[i] == "-m"}
     if modules & _OUR_MODULES:
         return True

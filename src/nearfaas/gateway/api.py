@@ -20,9 +20,11 @@ from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 
 from nearfaas import __version__
 from nearfaas.gateway.chains import ChainRunner
+from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES, FastPath
 from nearfaas.gateway.invoker import CallError
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.spec.errors import SpecError
@@ -119,10 +121,15 @@ class AsyncQueue:
             await resp.read()
 
 
+def _is_fastpath(spec: dict) -> bool:
+    return (spec.get("x") or {}).get("target") == "fastpath"
+
+
 class OpenFaaSAPI:
     def __init__(self, calls: ChainRunner, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int,
-                 max_inflight: int = 0, read_timeout: float = 60.0):
+                 max_inflight: int = 0, read_timeout: float = 60.0, fastpath_layout: dict | None = None):
         self.calls, self.invoker, self.nodes, self.metrics = calls, calls.invoker, nodes, metrics
+        self.fastpath = FastPath(fastpath_layout, self._run_for_host)
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
         self.inflight = 0
         self.read_timeout = read_timeout
@@ -152,15 +159,36 @@ class OpenFaaSAPI:
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/nodes", self.list_nodes)
         r.add_post("/system/nodes/{name}/accelerator", self.set_accelerator)
+        r.add_get("/system/fastpath", self.fastpath_status)
         r.add_route("*", "/function/{name}", self.invoke)
         r.add_route("*", "/function/{name}/{path:.*}", self.invoke)
         r.add_post("/async-function/{name}", self.invoke_async)
         r.add_post("/async-function/{name}/{path:.*}", self.invoke_async)
 
     async def restore(self) -> None:
+        await self.fastpath.start()
         for spec in self.store.load():
+            try:
+                await self.fastpath.deploy(spec)
+            except CallError as exc:  # the executor is gone or refuses it now: keep the others
+                print(json.dumps({"event": "fastpath-restore-failed", "function": spec["name"], "error": str(exc)}), flush=True)
+                continue
             self.invoker.deploy(spec)
         self.queue.start()
+
+    async def _run_for_host(self, name: str, body: bytes) -> tuple[int, bytes]:
+        """A fast-path miss: the function of that lambda ID on its normal path."""
+        result = await self.calls.invoke(name, "POST", "/", "", CIMultiDict({"Content-Type": "application/octet-stream"}), body)
+        return result.status, result.body
+
+    async def fastpath_status(self, request):
+        table = [{"name": n, "lambdaId": i, "target": (self.invoker.functions[n].spec.get("x") or {}).get("target", "worker")}
+                 for n, i in sorted(self.fastpath.ids.items(), key=lambda kv: kv[1]) if n in self.invoker.functions]
+        try:
+            executor = await self.fastpath.stats()
+        except CallError as exc:
+            executor = {"running": False, "error": str(exc)}
+        return web.json_response({"table": table, "executor": executor})
 
     def object_created(self, request: web.Request, bucket: str, key: str, info) -> None:
         """S3 event notifications, Lambda style: a new object under a function's
@@ -218,7 +246,7 @@ class OpenFaaSAPI:
             "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
             "replicas": state.desired, "availableReplicas": len(state.instances),
             "createdAt": _rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
-            "x-nearfaas": state.spec.get("x"),
+            "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
             # What `auto` predicts this function's compute with, per target: a measured stage
             # profile until the first calls, then those calls' running average (seconds).
             "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
@@ -269,6 +297,13 @@ class OpenFaaSAPI:
         exists = spec["name"] in self.invoker.functions
         if update and not exists:
             return _error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")
+        was_fast = exists and _is_fastpath(self.invoker.functions[spec["name"]].spec)
+        try:
+            if was_fast and not _is_fastpath(spec):
+                await self.fastpath.remove(spec["name"], fastpath=True)
+            await self.fastpath.deploy(spec)
+        except CallError as exc:
+            return _error(exc.status, str(exc), exc.layer)
         self.invoker.deploy(spec)
         self._persist()
         return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
@@ -281,8 +316,13 @@ class OpenFaaSAPI:
         name = body.get("functionName")
         if not isinstance(name, str):
             return _error(400, "functionName: required, the name of the function to delete")
-        if not await self.invoker.remove(name):
+        state = self.invoker.functions.get(name)
+        if state is None or not await self.invoker.remove(name):
             return _error(404, f"function {name!r} not found")
+        try:
+            await self.fastpath.remove(name, fastpath=_is_fastpath(state.spec))
+        except CallError as exc:  # removed here anyway; the executor's table is rebuilt at its next start
+            print(json.dumps({"event": "fastpath-remove-failed", "function": name, "error": str(exc)}), flush=True)
         self._persist()
         return web.Response(status=202, text=f"removed {name}\n")
 
@@ -409,6 +449,9 @@ class OpenFaaSAPI:
         self.inflight += 1
         try:
             body = await self._read_invocation_body(request)
+            state = self.invoker.functions.get(name)
+            if state is not None and _is_fastpath(state.spec):
+                return await self._invoke_fastpath(name, body)
             path, query = self._raw_target(request)
             result = await self.calls.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
         except CallError as exc:
@@ -416,6 +459,12 @@ class OpenFaaSAPI:
         finally:
             self.inflight -= 1
         return web.Response(status=result.status, headers=result.headers, body=result.body)
+
+    async def _invoke_fastpath(self, name: str, body: bytes) -> web.Response:
+        status, payload = await self.fastpath.call(name, body)
+        headers = {"X-Nearfaas-Target": "fastpath", "X-Nearfaas-Fastpath-Status": STATUS_NAMES.get(status, str(status)),
+                   "X-Nearfaas-Lambda-Id": str(self.fastpath.ids[name])}
+        return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
 
     async def invoke_async(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

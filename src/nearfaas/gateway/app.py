@@ -83,7 +83,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
     chains = ChainRunner(invoker, backend := _cluster_backend(nodes, factor, dscs))
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
-                      max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)))
+                      max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
+                      fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None)
     auth = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth
@@ -105,6 +106,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     async def cleanup(app):
         app["reaper"].cancel()
         await api.queue.stop()
+        await api.fastpath.stop()
         await nodes.stop()
 
     app.on_startup.append(startup)

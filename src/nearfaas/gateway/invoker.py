@@ -305,6 +305,9 @@ class Invoker:
         state = self.functions.get(name)
         if state is None:
             raise CallError(404, f"function {name!r} not found; deploy it first (nearfaas deploy -f stack.yml)", "gateway")
+        if (state.spec.get("x") or {}).get("target") == "fastpath":
+            raise CallError(400, f"function {name!r} is a fast-path lambda: call it with POST /function/{name} or over UDP/TCP by its "
+                                 "lambda ID (docs/fastpath.md); it cannot be a chain stage, a trigger or an async call", "fastpath")
         state.invocations += 1
         meters = state.meters or state.bind_meters(self.metrics)
         meters.inflight.inc()
@@ -471,6 +474,9 @@ class Invoker:
         if profiled is not None:
             self.compute_s[(state.name, "cpu")] = profiled
         self.metrics.service_count.labels(state.name).set(0)
+        if (spec.get("x") or {}).get("target") == "fastpath":
+            state.desired = 0  # the fast-path executor runs it: no workers (gateway/fastpath.py)
+            return state
         asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
         return state
 

@@ -31,7 +31,9 @@ CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
 PLACEMENT_POLICIES = tuple(POLICIES)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
-TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link"}
+TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath"}
+FASTPATH_ENABLED = ("auto", "true", "false")
+FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm"}
 REPLICATION_KEYS = {"factor", "dscs_replica"}
@@ -80,6 +82,16 @@ class LinkSpec:
     options: dict[str, Any] = field(default_factory=dict)  # other keys, kept for later use
 
 
+@dataclass
+class FastpathSpec:
+    """The fast-path executor (docs/fastpath.md), started with the cluster like a node."""
+
+    enabled: str = "auto"            # auto: when its binary is built (make setup); true: required; false: never
+    workers: int = 1                 # run-to-completion worker threads
+    sched: str = "drr"               # weighted fair queueing between lambdas ("fifo" for comparisons)
+    queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
+
+
 def default_nodes() -> list[NodeSpec]:
     return [NodeSpec("storage-0", "storage", "dscs"), NodeSpec("storage-1", "storage", "standard"),
             NodeSpec("compute-0", "compute", "cpu")]
@@ -95,6 +107,7 @@ class ClusterSpec:
     placement: str = "near-data"     # gateway placement policy, one of PLACEMENT_POLICIES
     auth: AuthSpec | None = None     # None: unsigned local mode; else SigV4 with these keys
     link: LinkSpec = field(default_factory=LinkSpec)
+    fastpath: FastpathSpec = field(default_factory=FastpathSpec)
 
     @property
     def storage_nodes(self) -> list[NodeSpec]:
@@ -127,6 +140,8 @@ class ClusterSpec:
             "auth": None if self.auth is None else {
                 "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
             "link": {**self.link.options, "profile": self.link.profile},
+            "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
+                         "queue_depth": self.fastpath.queue_depth},
         }
 
     @classmethod
@@ -313,6 +328,33 @@ def _link(value: Any, c: Collector) -> LinkSpec:
     return LinkSpec(profile=profile, options={k: v for k, v in m.items() if k != "profile"})
 
 
+def _fastpath(value: Any, c: Collector) -> FastpathSpec:
+    m = read_mapping(value, "fastpath", c)
+    spec = FastpathSpec()
+    if m is None:
+        return spec
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth"}, "fastpath", c, error=True)
+    enabled = str(m.get("enabled", "auto")).lower()
+    if enabled not in FASTPATH_ENABLED:
+        c.error("fastpath.enabled", f"must be auto, true or false, got {short_repr(m.get('enabled'))}",
+                "write enabled: auto (start it when it is built)")
+    else:
+        spec.enabled = enabled
+    sched = m.get("sched", "drr")
+    if sched not in FASTPATH_SCHED:
+        c.error("fastpath.sched", f"must be drr or fifo, got {short_repr(sched)}", "write sched: drr (weighted fair queueing)")
+    else:
+        spec.sched = sched
+    for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000)):
+        if key in m:
+            v = m[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                c.error(f"fastpath.{key}", f"must be a whole number from {lo} to {hi}, got {short_repr(v)}", f"write e.g. {key}: {getattr(spec, key)}")
+            else:
+                setattr(spec, key, v)
+    return spec
+
+
 # ---------------------------------------------------------------- entry points
 
 def parse_cluster(data: Any) -> ClusterSpec:
@@ -353,6 +395,7 @@ def parse_cluster(data: Any) -> ClusterSpec:
         spec.placement = placement
     spec.auth = _auth(m.get("auth"), c)
     spec.link = _link(m.get("link"), c)
+    spec.fastpath = _fastpath(m.get("fastpath"), c)
     c.raise_if_any()
     return spec
 

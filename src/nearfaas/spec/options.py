@@ -14,7 +14,11 @@ from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, par
                      read_str_list, short_repr)
 
 X_KEY = "x-nearfaas"
-X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers"}
+X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
+          "target", "fastpath"}
+TARGETS = ("worker", "fastpath")
+FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
+NATIVE_LAMBDAS = ("web", "kv", "gray")
 # Chain intermediates live here, written by the stage that made them onto its own node.
 INTERMEDIATE_BUCKET = "nearfaas-intermediates"
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -37,11 +41,14 @@ class NearfaasOptions:
     queue_depth: int = 100                  # calls that may wait for a free instance, then 429
     keep_alive: float = 60.0                # seconds an idle instance above scale.min stays warm
     triggers: list[str] = field(default_factory=list)  # "s3://bucket/prefix": a PUT there invokes this function
+    target: str = "worker"                  # "fastpath": a tiny lambda run to completion by the fast path (docs/fastpath.md)
+    fastpath: dict[str, Any] | None = None  # {module | native, weight, timeout_ms, external} when target is fastpath
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
                 "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
-                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers)}
+                "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers),
+                "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -156,9 +163,64 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 setattr(opts, flag, parse_bool(m[flag]))
             except ValueError as exc:
                 c.error(join_path(path, flag), str(exc), "write true or false")
+    if m.get("target") is not None or m.get("fastpath") is not None:
+        _parse_fastpath(m, path, opts, c)
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
+
+
+def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> None:
+    target = m.get("target") or "worker"
+    if target not in TARGETS:
+        c.error(join_path(path, "target"), f"must be one of {', '.join(TARGETS)}, got {short_repr(target)}",
+                "use target: fastpath for a tiny lambda run by the fast path, or leave it out")
+        return
+    opts.target = target
+    fpath = join_path(path, "fastpath")
+    if target != "fastpath":
+        if m.get("fastpath") is not None:
+            c.error(fpath, "only means something with target: fastpath", "add target: fastpath or remove this block")
+        return
+    fp = read_mapping(m.get("fastpath"), fpath, c) if m.get("fastpath") is not None else None
+    if fp is None:
+        if m.get("fastpath") is None:
+            c.error(fpath, "is missing: target: fastpath needs to know which lambda to run",
+                    "add fastpath: {module: lambda.wasm} (a file in the handler folder) or fastpath: {native: web}")
+        return
+    check_unknown_keys(fp, FASTPATH_KEYS, fpath, c, error=True)
+    out: dict[str, Any] = {"module": None, "native": None, "weight": 1, "timeout_ms": 50, "external": None}
+    module, native = fp.get("module"), fp.get("native")
+    if (module is None) == (native is None):
+        c.error(fpath, "give exactly one of module or native",
+                f"module: lambda.wasm (a WebAssembly module in the handler folder) or native: one of {', '.join(NATIVE_LAMBDAS)}")
+    elif module is not None:
+        if not isinstance(module, str) or not module.endswith(".wasm") or "/" in module or module.startswith("."):
+            c.error(join_path(fpath, "module"), f"{short_repr(module)} is not a .wasm file name", "name a file in the handler folder, e.g. web.wasm")
+        else:
+            out["module"] = module
+    elif native not in NATIVE_LAMBDAS:
+        c.error(join_path(fpath, "native"), f"unknown native lambda {short_repr(native)}", f"use one of {', '.join(NATIVE_LAMBDAS)}")
+    else:
+        out["native"] = native
+    for key, lo, hi, fix in (("weight", 1, 1000, "weight: 1 (its share under weighted fair queueing)"),
+                             ("timeout_ms", 1, 60_000, "timeout_ms: 50 (a lambda running longer is interrupted)")):
+        if key in fp:
+            try:
+                v = parse_int(fp[key])
+                if not lo <= v <= hi:
+                    raise ValueError(f"must be between {lo} and {hi}")
+                out[key] = v
+            except ValueError as exc:
+                c.error(join_path(fpath, key), f"bad value {short_repr(fp[key])}: {exc}", f"write e.g. {fix}")
+    ext = fp.get("external")
+    if ext is not None:
+        host, _, port = str(ext).rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            c.error(join_path(fpath, "external"), f"{short_repr(ext)} is not host:port", "write e.g. external: 127.0.0.1:11211 (a memcached)")
+        else:
+            out["external"] = str(ext)
+    opts.fastpath = out
 
 
 def parse_triggers(value: Any, path: str, c: Collector) -> list[str]:

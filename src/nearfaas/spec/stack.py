@@ -280,7 +280,9 @@ def _scale(labels: dict[str, str], path: str, c: Collector) -> dict[str, Any]:
     return out
 
 
-def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collector) -> Path | None:
+def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collector, needs: str | None = "handler.py") -> Path | None:
+    """The handler folder, resolved; it must hold ``needs`` (handler.py, or a fast-path lambda's
+    module; None for a native lambda)."""
     hpath = join_path(path, "handler")
     handler = fn.get("handler")
     if handler is None:
@@ -295,7 +297,7 @@ def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collec
         return None
     try:
         resolved = (base_dir / handler.strip()).resolve()
-        is_dir, has_py = resolved.is_dir(), (resolved / "handler.py").is_file()
+        is_dir, has_py = resolved.is_dir(), needs is None or (resolved / needs).is_file()
     except (OSError, ValueError, RuntimeError) as exc:
         c.error(hpath, f"cannot use {short_repr(handler)}: {exc}", "give a folder path relative to the stack file")
         return None
@@ -303,7 +305,9 @@ def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collec
         c.error(hpath, f"folder {resolved} does not exist", "create it, or fix the path (relative to the stack file)")
         return None
     if not has_py:
-        c.error(hpath, f"folder {resolved} has no handler.py", "add handler.py defining handle(event, context)")
+        fix = "add handler.py defining handle(event, context)" if needs == "handler.py" else \
+            "build the module into that folder (e.g. make -C fastpath/lambdas), or fix fastpath.module"
+        c.error(hpath, f"folder {resolved} has no {needs}", fix)
         return None
     return resolved
 
@@ -319,12 +323,19 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
     if fn is None:
         return None, None
     check_unknown_keys(fn, KNOWN_FUNCTION_KEYS, path, c)
+    x = parse_x(fn.get(X_KEY), join_path(path, X_KEY), c)
+    fast = x.fastpath if x is not None and x.target == "fastpath" else None
     lang = fn.get("lang")
-    if not isinstance(lang, str) or lang not in SUPPORTED_LANGS:
+    if fast is not None:
+        want = "native" if fast["native"] else "wasm"
+        if lang != want:
+            c.error(join_path(path, "lang"), f"a fast-path lambda with {'native' if fast['native'] else 'module'}: needs lang: {want}, "
+                    f"got {short_repr(lang)}", f"write lang: {want}")
+    elif not isinstance(lang, str) or lang not in SUPPORTED_LANGS:
         what = "is missing" if lang is None else f"{short_repr(lang)} is not supported"
         c.error(join_path(path, "lang"), f"{what}; supported: {', '.join(SUPPORTED_LANGS)}",
-                "use lang: python3-http (handler.py defines handle(event, context))")
-    handler_dir = _handler(fn, name, path, base_dir, c)
+                "use lang: python3-http (handler.py defines handle(event, context)), or lang: wasm with x-nearfaas target: fastpath")
+    handler_dir = _handler(fn, name, path, base_dir, c, needs=(fast["module"] if fast else "handler.py"))
     image = fn.get("image")
     if image is not None and not isinstance(image, str):
         c.error(join_path(path, "image"), f"must be a string, got {type_name(image)}")
@@ -341,7 +352,6 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
             c.error(join_path(join_path(path, "secrets"), i), f"{short_repr(s)} is not a secret name",
                     "use a plain name like db-password")
     constraints = read_str_list(fn.get("constraints"), join_path(path, "constraints"), c)
-    x = parse_x(fn.get(X_KEY), join_path(path, X_KEY), c)
     if len(c.problems) != before:
         return None, x
     spec = FunctionSpec(

@@ -1,0 +1,169 @@
+"""The gateway's side of the fast path (docs/fastpath.md): lambda IDs, the match table, misses.
+
+* **IDs.** Every deployed function gets a lambda ID (the smallest free one from 1), kept while
+  it is deployed; ``GET /system/function/<name>`` reports it as ``lambdaId``.
+* **The match table.** A function with ``x-nearfaas.target: fastpath`` is pushed to the
+  executor over its control port at deploy (a hot swap when it was there already) and removed
+  with it. Calls to it over HTTP (``/function/<name>``) are relayed over the executor's TCP
+  framing, so every client gets the same lambda.
+* **Misses** ("send to host" in λ-NIC): the executor forwards a datagram whose ID has no lambda
+  to the gateway's host UDP port as ``token | id | payload``; the function of that ID runs on
+  its normal worker path and the answer goes back as ``token | status | payload``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+
+from .invoker import CallError
+
+OK, HOST_OK, UNKNOWN, HOST_ERROR = 0, 1, 2, 7
+STATUS_HTTP = {0: 200, 2: 404, 3: 500, 4: 504, 5: 413, 6: 429, 8: 502, 9: 400}
+STATUS_NAMES = {0: "OK", 1: "HOST_OK", 2: "UNKNOWN", 3: "TRAP", 4: "TIMEOUT", 5: "TOO_LARGE", 6: "OVERLOADED",
+                7: "HOST_ERROR", 8: "EXTERNAL_ERROR", 9: "BAD_REQUEST"}
+MAX_ID = 65535
+
+
+class FastPath:
+    def __init__(self, layout: dict | None, invoke):
+        """``layout``: the cluster layout's ``fastpath`` block (None: no executor runs);
+        ``invoke(name, body) -> (status, body)`` runs a function on its normal path."""
+        self.layout = layout
+        self.invoke = invoke
+        self.ids: dict[str, int] = {}
+        self.names: dict[int, str] = {}
+        self.versions: dict[str, int] = {}
+        self._pool: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._transport = None
+
+    # -- IDs and the match table ---------------------------------------------------------------
+    def assign(self, name: str) -> int:
+        if name in self.ids:
+            return self.ids[name]
+        lambda_id = next(i for i in range(1, MAX_ID + 2) if i not in self.names)
+        if lambda_id > MAX_ID:
+            raise CallError(507, f"all {MAX_ID} lambda IDs are in use; remove functions first", "fastpath")
+        self.ids[name], self.names[lambda_id] = lambda_id, name
+        return lambda_id
+
+    def release(self, name: str) -> None:
+        lambda_id = self.ids.pop(name, None)
+        self.names.pop(lambda_id, None)
+        self.versions.pop(name, None)
+
+    async def deploy(self, spec: dict) -> int:
+        """Assign the function's ID and, for a fast-path lambda, install it (or hot-swap it)."""
+        fp = (spec.get("x") or {}).get("fastpath")
+        if (spec.get("x") or {}).get("target") != "fastpath" or not fp:
+            return self.assign(spec["name"])
+        if self.layout is None:
+            raise CallError(503, f"function {spec['name']!r} targets the fast path, but this cluster runs no fast-path executor; "
+                                 "build it with `make setup` and restart the cluster (fastpath.enabled: auto starts it when built)", "fastpath")
+        lambda_id = self.assign(spec["name"])
+        version = self.versions.get(spec["name"], 0) + 1
+        body = {"op": "deploy", "id": lambda_id, "name": spec["name"], "weight": fp["weight"], "version": version,
+                "timeout_ms": fp["timeout_ms"], "external": fp["external"]}
+        if fp["native"]:
+            body.update(kind="native", native=fp["native"])
+        else:
+            body.update(kind="wasm", path=f"{spec['handler_dir']}/{fp['module']}")
+        reply = await self.control(body)
+        if not reply.get("ok"):
+            if version == 1:
+                self.release(spec["name"])
+            raise CallError(400, f"the fast path refused {spec['name']!r}: {reply.get('error')}", "fastpath")
+        self.versions[spec["name"]] = version
+        return lambda_id
+
+    async def remove(self, name: str, fastpath: bool) -> None:
+        if fastpath and self.layout is not None and name in self.ids:
+            await self.control({"op": "remove", "id": self.ids[name]})
+        self.release(name)
+
+    async def control(self, body: dict) -> dict:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["control"]), 5)
+            try:
+                writer.write(json.dumps(body).encode() + b"\n")
+                await writer.drain()
+                return json.loads(await asyncio.wait_for(reader.readline(), 60))
+            finally:
+                writer.close()
+        except (TimeoutError, OSError, ValueError) as exc:
+            raise CallError(503, f"the fast-path executor did not answer on its control port: {exc!r}", "fastpath") from None
+
+    async def stats(self) -> dict:
+        if self.layout is None:
+            return {"running": False}
+        return {"running": True, **(await self.control({"op": "stats"}))}
+
+    # -- calls over HTTP -----------------------------------------------------------------------
+    async def call(self, name: str, payload: bytes) -> tuple[int, bytes]:
+        """Run a fast-path lambda through the executor's TCP framing: (status, reply payload)."""
+        if self.layout is None:
+            raise CallError(503, "this cluster runs no fast-path executor", "fastpath")
+        lambda_id = self.ids[name]
+        conn = self._pool.pop() if self._pool else await asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"])
+        reader, writer = conn
+        try:
+            message = struct.pack(">I", lambda_id) + payload
+            writer.write(struct.pack(">I", len(message)) + message)
+            await writer.drain()
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            reply = await reader.readexactly(length)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            writer.close()
+            raise CallError(502, f"the fast-path executor dropped the call: {exc!r}", "fastpath") from None
+        self._pool.append(conn)
+        if len(reply) < 5 or struct.unpack(">I", reply[:4])[0] != lambda_id:
+            raise CallError(502, "the fast-path executor sent a malformed reply", "fastpath")
+        return reply[4], reply[5:]
+
+    # -- misses from the executor ----------------------------------------------------------------
+    async def start(self) -> None:
+        if self.layout is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_datagram_endpoint(lambda: _HostProtocol(self), local_addr=(self.layout.get("host", "127.0.0.1"),
+                                                                                                          self.layout["host_port"]))
+
+    async def stop(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+        for _, writer in self._pool:
+            writer.close()
+        self._pool.clear()
+
+    async def miss(self, datagram: bytes) -> bytes:
+        """One forwarded miss → the host's reply datagram (token | status | payload)."""
+        token, lambda_id = struct.unpack(">II", datagram[:8])
+        payload = datagram[8:]
+        name = self.names.get(lambda_id)
+        if name is None:
+            return struct.pack(">IB", token, UNKNOWN) + f"no function has lambda ID {lambda_id}".encode()
+        try:
+            status, body = await self.invoke(name, payload)
+        except CallError as exc:
+            return struct.pack(">IB", token, HOST_ERROR) + str(exc).encode()[:60_000]
+        if status >= 400:
+            return struct.pack(">IB", token, HOST_ERROR) + f"{name}: HTTP {status}: ".encode() + body[:60_000]
+        return struct.pack(">IB", token, HOST_OK) + body[:65_000]
+
+
+class _HostProtocol(asyncio.DatagramProtocol):
+    def __init__(self, fastpath: FastPath):
+        self.fastpath = fastpath
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def datagram_received(self, data, addr):
+        if len(data) < 8:
+            return  # not from the executor: it always sends token and ID
+        asyncio.get_running_loop().create_task(self._answer(data, addr))
+
+    async def _answer(self, data, addr):
+        self.transport.sendto(await self.fastpath.miss(data), addr)
