@@ -4,6 +4,7 @@ run by the gateway on the normal worker path, and a redeploy hot-swaps a lambda 
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,16 +108,23 @@ def test_redeploy_hot_swaps_under_load_without_a_failed_call(cluster, lambdas):
     threads = [threading.Thread(target=hammer) for _ in range(4)]
     for t in threads:
         t.start()
+    def wait_for(pred, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while not pred() and time.monotonic() < deadline and not failures:
+            time.sleep(0.01)
+
     try:
+        wait_for(lambda: len(seen) >= 200)  # under load before the swap...
         resp = requests.put(f"{cluster.url}/system/functions", json=body("fp-swap", module="web_v2.wasm"), timeout=30)
         assert resp.status_code == 200, resp.text
         with udp(cluster) as client:
             assert client.call(lambda_id, b"after")[1] == b"Hello from nearfaas fastpath v2: after"
+        wait_for(lambda: sum(s.startswith(b"Hello from nearfaas fastpath v2") for s in seen[-200:]) >= 200)  # ...and after it
     finally:
         stop.set()
         for t in threads:
             t.join()
-    assert failures == [] and len(seen) > 100
+    assert failures == [] and len(seen) >= 400
     assert {s[:31] for s in seen} == {b"Hello from nearfaas fastpath v1", b"Hello from nearfaas fastpath v2"}
 
 
