@@ -30,6 +30,8 @@ pub const HOST_ERROR: u8 = 7;
 pub const EXTERNAL_ERROR: u8 = 8;
 pub const BAD_REQUEST: u8 = 9;
 
+/// Datagrams a worker classifies from the socket before each job (see Server::drain_udp).
+const DRAIN_MAX: usize = 256;
 /// Largest UDP datagram payload.
 pub const MAX_DGRAM: usize = 65507;
 /// Host tokens unanswered for this long are expired.
@@ -248,12 +250,15 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
     let mut cache: HashMap<u64, Cached> = HashMap::new();
     let mut seen_gen = srv.retire_gen.load(Ordering::Acquire);
     let mut out: Vec<u8> = Vec::with_capacity(1 << 16);
+    let mut dbuf = vec![0u8; 65536];
+    let mut scratch = Vec::with_capacity(256);
     loop {
         let gen = srv.retire_gen.load(Ordering::Acquire);
         if gen != seen_gen {
             seen_gen = gen;
             cache.retain(|_, c| !c.lambda.retired.load(Ordering::Acquire));
         }
+        srv.drain_udp(&mut dbuf, &mut scratch, DRAIN_MAX);
         match srv.sched.pop(Duration::from_millis(100)) {
             Pop::Shutdown => return,
             Pop::Idle => continue,
@@ -368,6 +373,57 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
 // ---------------------------------------------------------------------------------------------
 // Receivers
 
+/// One datagram already waiting on the UDP socket, without blocking: (length, sender).
+fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: buf and addr are valid for the lengths given; the kernel writes at most those.
+    let n = unsafe {
+        libc::recvfrom(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT,
+                       (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len)
+    };
+    if n < 0 {
+        return None;
+    }
+    let from = match addr.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            SocketAddr::from((u32::from_be(a.sin_addr.s_addr).to_be_bytes(), u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port)))
+        }
+        _ => return None,
+    };
+    Some((n as usize, from))
+}
+
+impl Server {
+    /// Classify what already waits on the UDP socket before a worker picks its next job. The
+    /// receiver thread competes for the CPU with the workers (and, on two cores, the clients),
+    /// so under a heavy lambda's burst a light lambda's datagram could sit in the kernel buffer
+    /// behind the whole burst, where weighted fair queueing cannot see it.
+    pub fn drain_udp(&self, buf: &mut [u8], scratch: &mut Vec<u8>, max: usize) {
+        let fd = self.udp.as_raw_fd();
+        for _ in 0..max {
+            let Some((n, from)) = recv_nowait(fd, buf) else { return };
+            self.accept_datagram(&buf[..n], from, scratch);
+        }
+    }
+
+    fn accept_datagram(&self, dgram: &[u8], from: SocketAddr, scratch: &mut Vec<u8>) {
+        inc(&self.g.packets);
+        if dgram.len() < 4 {
+            inc(&self.g.malformed_short);
+            return;
+        }
+        self.dispatch(dgram, ReplyTo::Udp(from), scratch);
+    }
+}
+
 pub fn udp_loop(srv: Arc<Server>) {
     let mut buf = vec![0u8; 65536];
     let mut scratch = Vec::with_capacity(256);
@@ -376,12 +432,7 @@ pub fn udp_loop(srv: Arc<Server>) {
             Ok(x) => x,
             Err(_) => continue,
         };
-        inc(&srv.g.packets);
-        if n < 4 {
-            inc(&srv.g.malformed_short);
-            continue;
-        }
-        srv.dispatch(&buf[..n], ReplyTo::Udp(from), &mut scratch);
+        srv.accept_datagram(&buf[..n], from, &mut scratch);
     }
 }
 
