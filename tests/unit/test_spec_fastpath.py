@@ -57,11 +57,11 @@ def test_bad_fastpath_blocks_name_the_field(folder, fn, needle):
 
 
 def test_cluster_fastpath_block():
-    spec = parse_cluster({"fastpath": {"enabled": "true", "workers": 2, "sched": "fifo", "queue_depth": 64}})
+    spec = parse_cluster({"fastpath": {"enabled": "true", "workers": 2, "sched": "fifo", "queue_depth": 64, "pin": False}})
     assert (spec.fastpath.enabled, spec.fastpath.workers, spec.fastpath.sched, spec.fastpath.queue_depth) == ("true", 2, "fifo", 64)
     assert parse_cluster(spec.to_dict()).fastpath == spec.fastpath
     assert parse_cluster(None).fastpath.enabled == "auto"
     for bad, needle in (({"enabled": "maybe"}, "fastpath.enabled"), ({"workers": 0}, "fastpath.workers"),
-                        ({"sched": "lottery"}, "fastpath.sched"), ({"turbo": 1}, "turbo")):
+                        ({"sched": "lottery"}, "fastpath.sched"), ({"turbo": 1}, "turbo"), ({"pin": "yes"}, "fastpath.pin")):
         with pytest.raises(SpecError, match=needle):
             parse_cluster({"fastpath": bad})

@@ -174,14 +174,14 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
                            "or set fastpath.enabled: auto")
     return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
             "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
-            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth}
+            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin}
 
 
 def _fastpath_command(layout: dict) -> list[str]:
     fp, host = layout["fastpath"], layout["host"]
     return [fp["binary"], "--udp", f"{host}:{fp['udp']}", "--tcp", f"{host}:{fp['tcp']}", "--control", f"{host}:{fp['control']}",
             "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
-            "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"]]
+            "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"]] + (["--pin"] if fp.get("pin") else [])
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:

@@ -79,7 +79,22 @@ class FastpathError(RuntimeError):
     pass
 
 
-class UdpClient:
+class _Socketed:
+    """A client owning one socket: ``close()`` and ``with``."""
+
+    sock: socket.socket
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class UdpClient(_Socketed):
     """One UDP socket connected to the executor (or a baseline); one call at a time."""
 
     def __init__(self, addr, timeout: float = 1.0):
@@ -99,17 +114,9 @@ class UdpClient:
             if rid == lambda_id:
                 return status, body
 
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class TcpClient:
+class TcpClient(_Socketed):
     """A stream connection with length-prefixed framing; replies come back in request order."""
 
     def __init__(self, addr, timeout: float = 5.0):
@@ -144,14 +151,6 @@ class TcpClient:
             raise FastpathError(f"reply for lambda {rid} to a request for {lambda_id}")
         return status, body
 
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class MemfdClient:

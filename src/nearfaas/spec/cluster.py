@@ -90,6 +90,7 @@ class FastpathSpec:
     workers: int = 1                 # run-to-completion worker threads
     sched: str = "drr"               # weighted fair queueing between lambdas ("fifo" for comparisons)
     queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
+    pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
 
 
 def default_nodes() -> list[NodeSpec]:
@@ -141,7 +142,7 @@ class ClusterSpec:
                 "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
-                         "queue_depth": self.fastpath.queue_depth},
+                         "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin},
         }
 
     @classmethod
@@ -333,7 +334,12 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
     spec = FastpathSpec()
     if m is None:
         return spec
-    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth"}, "fastpath", c, error=True)
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin"}, "fastpath", c, error=True)
+    if "pin" in m:
+        if not isinstance(m["pin"], bool):
+            c.error("fastpath.pin", f"must be true or false, got {short_repr(m['pin'])}", "write pin: true")
+        else:
+            spec.pin = m["pin"]
     enabled = str(m.get("enabled", "auto")).lower()
     if enabled not in FASTPATH_ENABLED:
         c.error("fastpath.enabled", f"must be auto, true or false, got {short_repr(m.get('enabled'))}",
