@@ -72,6 +72,8 @@ def test_match_over_udp_and_http(cluster, lambdas):
     resp = requests.post(f"{cluster.url}/function/fp-web", data=b"http", timeout=5)
     assert resp.status_code == 200 and resp.content == b"Hello from nearfaas fastpath v1: http"
     assert resp.headers["X-Nearfaas-Target"] == "fastpath" and resp.headers["X-Nearfaas-Lambda-Id"] == str(lambda_id)
+    status = requests.get(f"{cluster.url}/system/function/fp-web", timeout=5).json()
+    assert status["availableReplicas"] == 1 and status["instances"] == []  # served by the executor, no workers
     table = requests.get(f"{cluster.url}/system/fastpath", timeout=5).json()
     assert {"name": "fp-web", "lambdaId": lambda_id, "target": "fastpath"} in table["table"]
 

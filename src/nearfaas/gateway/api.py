@@ -244,7 +244,9 @@ class OpenFaaSAPI:
             "envVars": spec.environment, "constraints": spec.constraints, "secrets": spec.secrets,
             "labels": spec.labels, "annotations": spec.annotations, "limits": spec.limits or None, "requests": None,
             "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
-            "replicas": state.desired, "availableReplicas": len(state.instances),
+            # A fast-path lambda has no workers: the executor's one installed version serves it.
+            **({"replicas": 1, "availableReplicas": 1} if _is_fastpath(state.spec) and name in self.fastpath.ids
+               else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
             "createdAt": _rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
             "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
             # What `auto` predicts this function's compute with, per target: a measured stage
