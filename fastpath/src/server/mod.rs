@@ -18,6 +18,11 @@ use crate::lambda::{self, inc, Code, Lambda, Outcome, WasmInst, HDR, MAX_ID};
 use crate::sched::{Job, JobKind, Mode, Pop, ReplyTo, Sched};
 use crate::shm::Shm;
 
+mod external;
+mod host;
+pub use external::*;
+pub use host::*;
+
 pub const OK: u8 = 0;
 #[allow(dead_code)] // relayed from the host, never produced here
 pub const HOST_OK: u8 = 1;
@@ -97,7 +102,7 @@ impl Server {
                 let sock = UdpSocket::bind("127.0.0.1:0")?;
                 sock.set_read_timeout(Some(Duration::from_millis(100)))?;
                 set_sock_buf(sock.as_raw_fd(), 4 << 20);
-                Some(HostFwd { sock, addr, pending: Mutex::new(HashMap::new()), next: AtomicU32::new(1) })
+                Some(HostFwd::new(sock, addr))
             }
             None => None,
         };
@@ -109,7 +114,7 @@ impl Server {
             udp,
             unix,
             host,
-            ext: ExtIo { conns: Mutex::new(HashMap::new()) },
+            ext: ExtIo::new(),
             g: GlobalStats::default(),
             retire_gen: AtomicU64::new(0),
             next_uid: AtomicU64::new(1),
@@ -565,232 +570,6 @@ pub fn unix_loop(srv: Arc<Server>) {
                 srv.reply_simple(&reply, id, UNKNOWN, b"", &mut scratch);
             }
         }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Miss path: forward to the gateway's host port
-
-pub struct HostFwd {
-    sock: UdpSocket,
-    addr: SocketAddr,
-    pending: Mutex<HashMap<u32, (u32, ReplyTo, Instant)>>,
-    next: AtomicU32,
-}
-
-impl HostFwd {
-    fn forward(&self, srv: &Server, dgram: &[u8], reply: ReplyTo, scratch: &mut Vec<u8>) {
-        let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
-        let token = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut msg = Vec::with_capacity(dgram.len() + 4);
-        msg.extend_from_slice(&token.to_be_bytes());
-        msg.extend_from_slice(dgram);
-        if msg.len() > MAX_DGRAM {
-            inc(&srv.g.host_errors);
-            srv.reply_simple(&reply, id, HOST_ERROR, b"request too large to forward to the host", scratch);
-            return;
-        }
-        {
-            let mut p = self.pending.lock().unwrap();
-            if p.len() >= MAX_HOST_PENDING {
-                drop(p);
-                inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, b"too many requests waiting for the host", scratch);
-                return;
-            }
-            p.insert(token, (id, reply, Instant::now()));
-        }
-        inc(&srv.g.host_forwarded);
-        if let Err(e) = self.sock.send_to(&msg, self.addr) {
-            if let Some((id, reply, _)) = self.pending.lock().unwrap().remove(&token) {
-                inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, format!("cannot reach host: {e}").as_bytes(), scratch);
-            }
-        }
-    }
-}
-
-pub fn host_loop(srv: Arc<Server>) {
-    let Some(h) = srv.host.as_ref() else { return };
-    let mut buf = vec![0u8; 65536];
-    let mut scratch = Vec::new();
-    let mut last_sweep = Instant::now();
-    loop {
-        if let Ok((n, _)) = h.sock.recv_from(&mut buf) {
-            if n >= 5 {
-                let token = u32::from_be_bytes(buf[..4].try_into().unwrap());
-                let entry = h.pending.lock().unwrap().remove(&token);
-                if let Some((id, reply, _)) = entry {
-                    if buf[4] == HOST_ERROR {
-                        inc(&srv.g.host_errors);
-                    }
-                    srv.reply_simple(&reply, id, buf[4], &buf[5..n], &mut scratch);
-                }
-            }
-        }
-        if last_sweep.elapsed() >= Duration::from_millis(100) {
-            last_sweep = Instant::now();
-            let expired: Vec<(u32, ReplyTo)> = {
-                let mut p = h.pending.lock().unwrap();
-                let old: Vec<u32> =
-                    p.iter().filter(|(_, v)| v.2.elapsed() >= HOST_TIMEOUT).map(|(k, _)| *k).collect();
-                old.into_iter().filter_map(|k| p.remove(&k)).map(|(id, r, _)| (id, r)).collect()
-            };
-            for (id, reply) in expired {
-                inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, b"host did not answer within 5 s", &mut scratch);
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// External calls (memcached text protocol), non-blocking for workers
-
-pub struct Cont {
-    pub lambda: Arc<Lambda>,
-    pub reply: ReplyTo,
-    pub t: Instant,
-}
-
-/// Bytes to send and the continuation that gets the reply.
-type ExtReq = (Vec<u8>, Cont);
-
-pub struct ExtIo {
-    conns: Mutex<HashMap<SocketAddr, Sender<ExtReq>>>,
-}
-
-struct Pending {
-    q: std::collections::VecDeque<Cont>,
-    dead: bool,
-}
-
-impl ExtIo {
-    fn submit(&self, srv: &Server, addr: SocketAddr, bytes: Vec<u8>, cont: Cont, _scratch: &mut Vec<u8>) {
-        let _ = srv;
-        let mut conns = self.conns.lock().unwrap();
-        let tx = conns.entry(addr).or_insert_with(|| {
-            let (tx, rx) = mpsc::channel();
-            let srv_ptr = SrvRef::get();
-            std::thread::spawn(move || ext_writer(srv_ptr, addr, rx));
-            tx
-        });
-        if let Err(mpsc::SendError((_, cont))) = tx.send((bytes, cont)) {
-            drop(conns);
-            fail_cont(srv, cont, "external I/O thread is gone");
-        }
-    }
-}
-
-/// The server, reachable from the external I/O threads (set once at start).
-pub struct SrvRef;
-static SERVER: std::sync::OnceLock<Arc<Server>> = std::sync::OnceLock::new();
-impl SrvRef {
-    pub fn set(s: Arc<Server>) {
-        let _ = SERVER.set(s);
-    }
-    fn get() -> Arc<Server> {
-        SERVER.get().expect("server registered").clone()
-    }
-}
-
-fn fail_cont(srv: &Server, c: Cont, msg: &str) {
-    inc(&c.lambda.stats.external_errors);
-    let mut scratch = Vec::new();
-    srv.reply_simple(&c.reply, c.lambda.id, EXTERNAL_ERROR, msg.as_bytes(), &mut scratch);
-}
-
-fn ext_writer(srv: Arc<Server>, addr: SocketAddr, rx: Receiver<ExtReq>) {
-    let mut conn: Option<(BufWriter<TcpStream>, Arc<Mutex<Pending>>)> = None;
-    while let Ok(first) = rx.recv() {
-        let mut item = Some(first);
-        while let Some((bytes, cont)) = item.take() {
-            if conn.as_ref().is_none_or(|(_, p)| p.lock().unwrap().dead) {
-                conn = match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-                    Ok(s) => {
-                        let _ = s.set_nodelay(true);
-                        let pending = Arc::new(Mutex::new(Pending { q: Default::default(), dead: false }));
-                        match s.try_clone() {
-                            Ok(rs) => {
-                                let (srv2, p2) = (srv.clone(), pending.clone());
-                                std::thread::spawn(move || ext_reader(srv2, rs, p2));
-                                Some((BufWriter::with_capacity(1 << 16, s), pending))
-                            }
-                            Err(_) => None,
-                        }
-                    }
-                    Err(_) => None,
-                };
-            }
-            match &mut conn {
-                None => fail_cont(&srv, cont, &format!("cannot connect to external {addr}")),
-                Some((w, pending)) => {
-                    {
-                        let mut p = pending.lock().unwrap();
-                        if p.dead {
-                            drop(p);
-                            fail_cont(&srv, cont, "external connection closed");
-                            item = rx.try_recv().ok();
-                            continue;
-                        }
-                        p.q.push_back(cont);
-                    }
-                    if w.write_all(&bytes).is_err() {
-                        let _ = w.get_ref().shutdown(std::net::Shutdown::Both);
-                    }
-                }
-            }
-            item = rx.try_recv().ok();
-        }
-        if let Some((w, _)) = &mut conn {
-            if w.flush().is_err() {
-                let _ = w.get_ref().shutdown(std::net::Shutdown::Both);
-            }
-        }
-    }
-}
-
-fn ext_reader(srv: Arc<Server>, mut s: TcpStream, pending: Arc<Mutex<Pending>>) {
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
-    let mut chunk = vec![0u8; 1 << 16];
-    let why = loop {
-        match s.read(&mut chunk) {
-            Ok(0) => break "external connection closed",
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                let mut start = 0;
-                while let Some(len) = lambda::memcached_reply_len(&buf[start..]) {
-                    let c = pending.lock().unwrap().q.pop_front();
-                    if let Some(c) = c {
-                        let job = Job {
-                            lambda: c.lambda,
-                            kind: JobKind::Resume(buf[start..start + len].to_vec()),
-                            reply: c.reply,
-                        };
-                        let _ = srv.sched.push(job, true);
-                    }
-                    start += len;
-                }
-                buf.drain(..start);
-            }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                let p = pending.lock().unwrap();
-                if p.q.front().is_some_and(|c| c.t.elapsed() > EXTERNAL_TIMEOUT) {
-                    break "external call timed out";
-                }
-            }
-            Err(_) => break "external connection failed",
-        }
-    };
-    let _ = s.shutdown(std::net::Shutdown::Both);
-    let drained: Vec<Cont> = {
-        let mut p = pending.lock().unwrap();
-        p.dead = true;
-        p.q.drain(..).collect()
-    };
-    for c in drained {
-        fail_cont(&srv, c, why);
     }
 }
 
