@@ -104,21 +104,37 @@ class FastPath:
         """Run a fast-path lambda through the executor's TCP framing: (status, reply payload)."""
         if self.layout is None:
             raise CallError(503, "this cluster runs no fast-path executor", "fastpath")
-        lambda_id = self.ids[name]
-        conn = self._pool.pop() if self._pool else await asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"])
+        lambda_id = self.ids.get(name)
+        if lambda_id is None:
+            raise CallError(404, f"function {name!r} is not in the fast path's table (removed?)", "fastpath")
+        message = struct.pack(">I", lambda_id) + payload
+        while self._pool:  # a pooled connection may have died with an executor restart: drop it, try the next
+            try:
+                return self._exchange(lambda_id, *(await self._roundtrip(self._pool.pop(), message)))
+            except (OSError, asyncio.IncompleteReadError):
+                continue
+        try:
+            conn = await asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"])
+            return self._exchange(lambda_id, *(await self._roundtrip(conn, message)))
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            raise CallError(502, f"the fast-path executor dropped the call: {exc!r}", "fastpath") from None
+
+    async def _roundtrip(self, conn, message: bytes) -> tuple[tuple, bytes]:
         reader, writer = conn
         try:
-            message = struct.pack(">I", lambda_id) + payload
             writer.write(struct.pack(">I", len(message)) + message)
             await writer.drain()
             (length,) = struct.unpack(">I", await reader.readexactly(4))
-            reply = await reader.readexactly(length)
-        except (OSError, asyncio.IncompleteReadError) as exc:
+            return conn, await reader.readexactly(length)
+        except BaseException:
             writer.close()
-            raise CallError(502, f"the fast-path executor dropped the call: {exc!r}", "fastpath") from None
-        self._pool.append(conn)
+            raise
+
+    def _exchange(self, lambda_id: int, conn: tuple, reply: bytes) -> tuple[int, bytes]:
         if len(reply) < 5 or struct.unpack(">I", reply[:4])[0] != lambda_id:
+            conn[1].close()  # out of step with the executor: never reuse it
             raise CallError(502, "the fast-path executor sent a malformed reply", "fastpath")
+        self._pool.append(conn)
         return reply[4], reply[5:]
 
     # -- misses from the executor ----------------------------------------------------------------
