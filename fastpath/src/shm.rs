@@ -12,16 +12,32 @@ pub struct Shm {
 // The mapping is owned by exactly one job at a time.
 unsafe impl Send for Shm {}
 
+/// Why a client's memfd cannot be used.
+#[derive(Debug)]
+pub enum MapError {
+    /// Not sealed with F_SEAL_SHRINK (answered BAD_REQUEST).
+    Unsealed,
+    /// Too short for the stated input, or not mappable (answered TOO_LARGE).
+    #[allow(dead_code)] // the message is for debugging
+    Other(String),
+}
+
 impl Shm {
     /// Map the whole memfd read-write, shared. Fails if it is shorter than `in_len`.
-    pub fn map(fd: &OwnedFd, in_len: usize) -> Result<Shm, String> {
+    pub fn map(fd: &OwnedFd, in_len: usize) -> Result<Shm, MapError> {
+        // A client that shrank the memfd under our mapping would make the next touch of those
+        // pages a SIGBUS that kills the executor: only a memfd sealed against shrinking is used.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(MapError::Unsealed);
+        }
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(format!("fstat: {}", std::io::Error::last_os_error()));
+            return Err(MapError::Other(format!("fstat: {}", std::io::Error::last_os_error())));
         }
         let size = st.st_size as usize;
         if size < in_len {
-            return Err(format!("memfd holds {size} bytes but the message says {in_len}"));
+            return Err(MapError::Other(format!("memfd holds {size} bytes but the message says {in_len}")));
         }
         if size == 0 {
             return Ok(Shm { ptr: std::ptr::NonNull::dangling().as_ptr(), map_len: 0, in_len: 0 });
@@ -37,7 +53,7 @@ impl Shm {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+            return Err(MapError::Other(format!("mmap: {}", std::io::Error::last_os_error())));
         }
         Ok(Shm { ptr: p as *mut u8, map_len: size, in_len })
     }

@@ -10,13 +10,20 @@ use std::time::Duration;
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
 
-fn memfd(data: &[u8]) -> OwnedFd {
-    let fd = unsafe { libc::memfd_create(c"img".as_ptr(), libc::MFD_CLOEXEC) };
+fn unsealed_memfd(data: &[u8]) -> OwnedFd {
+    let fd = unsafe { libc::memfd_create(c"img".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let f = std::fs::File::from(fd.try_clone().unwrap());
     use std::io::Write;
     (&f).write_all(data).unwrap();
+    fd
+}
+
+/// A memfd as clients must send it: sealed against shrinking (docs/fastpath.md).
+fn memfd(data: &[u8]) -> OwnedFd {
+    let fd = unsealed_memfd(data);
+    assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
     fd
 }
 
@@ -76,6 +83,9 @@ fn gray_via_memfd_wasm_and_native() {
     // Larger than the wasm lambda's 1 MiB buffer -> TOO_LARGE
     let big = memfd(&vec![0u8; (1 << 20) + 4]);
     assert_eq!(shm_call(&sock, &fp.unix_path(), 30, &big, (1 << 20) + 4).1, TOO_LARGE);
+    // A memfd not sealed against shrinking could be truncated under the mapping (SIGBUS): refused.
+    let loose = unsealed_memfd(&img);
+    assert_eq!(shm_call(&sock, &fp.unix_path(), 30, &loose, img.len() as u32).1, BAD_REQUEST);
     // The web lambda answers through the memfd too.
     fp.deploy_wasm(7, "web", json!({}));
     let fd = memfd(b"shm!");

@@ -53,8 +53,9 @@ pub fn host_loop(srv: Arc<Server>) {
     let mut scratch = Vec::new();
     let mut last_sweep = Instant::now();
     loop {
-        if let Ok((n, _)) = h.sock.recv_from(&mut buf) {
-            if n >= 5 {
+        if let Ok((n, from)) = h.sock.recv_from(&mut buf) {
+            // Only the gateway answers misses: anything else could forge a client's reply.
+            if n >= 5 && from == h.addr {
                 let token = u32::from_be_bytes(buf[..4].try_into().unwrap());
                 let entry = h.pending.lock().unwrap().remove(&token);
                 if let Some((id, reply, _)) = entry {

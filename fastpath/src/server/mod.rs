@@ -550,8 +550,9 @@ pub fn unix_loop(srv: Arc<Server>) {
         };
         let shm = match Shm::map(&memfd, len) {
             Ok(s) => s,
-            Err(_) => {
-                srv.unix_answer(&path, id, TOO_LARGE, 0);
+            Err(e) => {
+                let status = if matches!(e, crate::shm::MapError::Unsealed) { BAD_REQUEST } else { TOO_LARGE };
+                srv.unix_answer(&path, id, status, 0);
                 continue;
             }
         };

@@ -8,6 +8,7 @@ passed over the executor's Unix datagram socket (SCM_RIGHTS).
 from __future__ import annotations
 
 import array
+import fcntl
 import contextlib
 import mmap
 import os
@@ -165,12 +166,14 @@ class MemfdClient:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(os.path.join(self._dir, "c.sock"))
         self.sock.settimeout(timeout)
-        self.fd = os.memfd_create("nearfaas-fastpath", os.MFD_CLOEXEC)
+        self.fd = os.memfd_create("nearfaas-fastpath", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        # The executor maps it and refuses one that could shrink under its mapping (docs/fastpath.md).
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         self.size = 0
         self.map: mmap.mmap | None = None  # our mapping of the memfd, kept across calls
 
     def _ensure(self, need: int) -> None:
-        if need != self.size:
+        if need > self.size:  # sealed against shrinking: it only grows
             if self.map is not None:
                 self.map.close()
             os.ftruncate(self.fd, need)

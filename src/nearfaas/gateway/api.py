@@ -463,9 +463,10 @@ class OpenFaaSAPI:
         return web.Response(status=result.status, headers=result.headers, body=result.body)
 
     async def _invoke_fastpath(self, name: str, body: bytes) -> web.Response:
+        lambda_id = self.fastpath.ids.get(name)  # before the await: a delete meanwhile must not make this a 500
         status, payload = await self.fastpath.call(name, body)
         headers = {"X-Nearfaas-Target": "fastpath", "X-Nearfaas-Fastpath-Status": STATUS_NAMES.get(status, str(status)),
-                   "X-Nearfaas-Lambda-Id": str(self.fastpath.ids[name])}
+                   "X-Nearfaas-Lambda-Id": str(lambda_id)}
         return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
 
     async def invoke_async(self, request: web.Request) -> web.Response:

@@ -24,6 +24,9 @@ STATUS_HTTP = {0: 200, 2: 404, 3: 500, 4: 504, 5: 413, 6: 429, 8: 502, 9: 400}
 STATUS_NAMES = {0: "OK", 1: "HOST_OK", 2: "UNKNOWN", 3: "TRAP", 4: "TIMEOUT", 5: "TOO_LARGE", 6: "OVERLOADED",
                 7: "HOST_ERROR", 8: "EXTERNAL_ERROR", 9: "BAD_REQUEST"}
 MAX_ID = 65535
+CALL_TIMEOUT_S = 65.0  # the longest lambda timeout_ms (60 s) and a margin
+MISSES_IN_FLIGHT = 1024  # misses the gateway runs at once; the executor answers later ones HOST_ERROR after 5 s
+MISS_TIMEOUT_S = 5.0  # the executor gives up on a miss after 5 s (HOST_TIMEOUT): so does the gateway
 
 
 class FastPath:
@@ -61,6 +64,7 @@ class FastPath:
         if self.layout is None:
             raise CallError(503, f"function {spec['name']!r} targets the fast path, but this cluster runs no fast-path executor; "
                                  "build it with `make setup` and restart the cluster (fastpath.enabled: auto starts it when built)", "fastpath")
+        new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
         body = {"op": "deploy", "id": lambda_id, "name": spec["name"], "weight": fp["weight"], "version": version,
@@ -71,7 +75,7 @@ class FastPath:
             body.update(kind="wasm", path=f"{spec['handler_dir']}/{fp['module']}")
         reply = await self.control(body)
         if not reply.get("ok"):
-            if version == 1:
+            if new_id:  # a function that had an ID (say, as a worker) keeps it
                 self.release(spec["name"])
             raise CallError(400, f"the fast path refused {spec['name']!r}: {reply.get('error')}", "fastpath")
         self.versions[spec["name"]] = version
@@ -113,9 +117,16 @@ class FastPath:
                 return self._exchange(lambda_id, *(await self._roundtrip(self._pool.pop(), message)))
             except (OSError, asyncio.IncompleteReadError):
                 continue
+            except TimeoutError:
+                raise CallError(504, f"the fast-path executor did not answer within {CALL_TIMEOUT_S:g}s", "fastpath") from None
         try:
-            conn = await asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"])
+            conn = await asyncio.wait_for(asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"]), 5)
+        except (OSError, TimeoutError) as exc:
+            raise CallError(503, f"the fast-path executor is not accepting calls: {exc!r}", "fastpath") from None
+        try:
             return self._exchange(lambda_id, *(await self._roundtrip(conn, message)))
+        except TimeoutError:
+            raise CallError(504, f"the fast-path executor did not answer within {CALL_TIMEOUT_S:g}s", "fastpath") from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             raise CallError(502, f"the fast-path executor dropped the call: {exc!r}", "fastpath") from None
 
@@ -124,10 +135,12 @@ class FastPath:
         try:
             writer.write(struct.pack(">I", len(message)) + message)
             await writer.drain()
-            (length,) = struct.unpack(">I", await reader.readexactly(4))
-            return conn, await reader.readexactly(length)
+            # A lambda is interrupted after its timeout_ms (60 s at most); an executor that
+            # never answers must not hold the HTTP call forever.
+            (length,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), CALL_TIMEOUT_S))
+            return conn, await asyncio.wait_for(reader.readexactly(length), CALL_TIMEOUT_S)
         except BaseException:
-            writer.close()
+            writer.close()  # whatever went wrong, this connection is out of step now
             raise
 
     def _exchange(self, lambda_id: int, conn: tuple, reply: bytes) -> tuple[int, bytes]:
@@ -169,17 +182,31 @@ class FastPath:
 
 
 class _HostProtocol(asyncio.DatagramProtocol):
+    """The host port: misses from the executor, which runs on the cluster's own host. Datagrams
+    from elsewhere are dropped (they would run functions by ID past the HTTP front door), and
+    at most MISSES_IN_FLIGHT run at once."""
+
     def __init__(self, fastpath: FastPath):
         self.fastpath = fastpath
         self.transport = None
+        self.tasks: set[asyncio.Task] = set()  # referenced until done, or they may be collected mid-call
 
     def connection_made(self, transport):
         self.transport = transport
 
     def datagram_received(self, data, addr):
-        if len(data) < 8:
-            return  # not from the executor: it always sends token and ID
-        asyncio.get_running_loop().create_task(self._answer(data, addr))
+        if len(data) < 8 or addr[0] != self.fastpath.layout.get("host", "127.0.0.1") or len(self.tasks) >= MISSES_IN_FLIGHT:
+            return
+        task = asyncio.get_running_loop().create_task(self._answer(data, addr))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     async def _answer(self, data, addr):
-        self.transport.sendto(await self.fastpath.miss(data), addr)
+        token = data[:4]
+        try:
+            reply = await asyncio.wait_for(self.fastpath.miss(data), MISS_TIMEOUT_S)
+        except TimeoutError:
+            return  # the executor has already answered HOST_ERROR
+        except Exception as exc:  # a bug must still answer, not leave the client to time out
+            reply = token + bytes([HOST_ERROR]) + f"the gateway failed: {exc!r}".encode()[:1000]
+        self.transport.sendto(reply, addr)
