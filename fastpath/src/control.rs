@@ -30,7 +30,9 @@ fn conn(srv: Arc<Server>, s: TcpStream) {
         let reply = match serde_json::from_str::<Value>(&text) {
             Ok(Value::Object(m)) => handle(&srv, &m),
             Ok(_) => err("request: expected one JSON object per line, e.g. {\"op\": \"ping\"}"),
-            Err(e) => err(&format!("request: invalid JSON ({e}); send one JSON object per line")),
+            Err(e) => err(&format!(
+                "request: invalid JSON ({e}); send one JSON object per line"
+            )),
         };
         let mut out = serde_json::to_vec(&reply).unwrap_or_default();
         out.push(b'\n');
@@ -63,7 +65,9 @@ pub fn handle(srv: &Server, m: &Map<String, Value>) -> Value {
             Ok(v) => v,
             Err(e) => err(&e),
         },
-        other => err(&format!("op: unknown op {other:?}; use one of deploy, remove, stats, ping")),
+        other => err(&format!(
+            "op: unknown op {other:?}; use one of deploy, remove, stats, ping"
+        )),
     }
 }
 
@@ -94,23 +98,41 @@ fn get_id(m: &Map<String, Value>) -> Result<u32, String> {
     match m.get("id") {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(i) if i <= MAX_ID as u64 => Ok(i as u32),
-            Some(i) => Err(format!("id: {i} is too large; use an integer from 0 to {MAX_ID}")),
-            None => Err(format!("id: {n} is not an integer; use an integer from 0 to {MAX_ID}")),
+            Some(i) => Err(format!(
+                "id: {i} is too large; use an integer from 0 to {MAX_ID}"
+            )),
+            None => Err(format!(
+                "id: {n} is not an integer; use an integer from 0 to {MAX_ID}"
+            )),
         },
-        Some(v) => Err(format!("id: {v} is not an integer; use an integer from 0 to {MAX_ID}")),
+        Some(v) => Err(format!(
+            "id: {v} is not an integer; use an integer from 0 to {MAX_ID}"
+        )),
         None => Err(format!("id: required; use an integer from 0 to {MAX_ID}")),
     }
 }
 
-fn get_uint(m: &Map<String, Value>, key: &str, default: u64, min: u64, max: u64) -> Result<u64, String> {
+fn get_uint(
+    m: &Map<String, Value>,
+    key: &str,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, String> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Number(n)) => match n.as_u64() {
             Some(i) if (min..=max).contains(&i) => Ok(i),
-            Some(_) => Err(format!("{key}: {n} is out of range; use an integer from {min} to {max}")),
-            None => Err(format!("{key}: {n} is not an integer; use an integer from {min} to {max}")),
+            Some(_) => Err(format!(
+                "{key}: {n} is out of range; use an integer from {min} to {max}"
+            )),
+            None => Err(format!(
+                "{key}: {n} is not an integer; use an integer from {min} to {max}"
+            )),
         },
-        Some(v) => Err(format!("{key}: {v} is not an integer; use an integer from {min} to {max}")),
+        Some(v) => Err(format!(
+            "{key}: {v} is not an integer; use an integer from {min} to {max}"
+        )),
     }
 }
 
@@ -122,13 +144,27 @@ fn get_str<'a>(m: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>, 
     }
 }
 
-const DEPLOY_FIELDS: &[&str] =
-    &["op", "id", "name", "kind", "path", "native", "weight", "version", "fuel", "timeout_ms", "external"];
+const DEPLOY_FIELDS: &[&str] = &[
+    "op",
+    "id",
+    "name",
+    "kind",
+    "path",
+    "native",
+    "weight",
+    "version",
+    "fuel",
+    "timeout_ms",
+    "external",
+];
 
 fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     for k in m.keys() {
         if !DEPLOY_FIELDS.contains(&k.as_str()) {
-            return Err(format!("{k}: unknown field; deploy accepts {}", DEPLOY_FIELDS.join(", ")));
+            return Err(format!(
+                "{k}: unknown field; deploy accepts {}",
+                DEPLOY_FIELDS.join(", ")
+            ));
         }
     }
     let id = get_id(m)?;
@@ -146,7 +182,9 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
         }
     };
     if fuel.is_some() && kind_is_native(m) {
-        return Err("fuel: only wasm lambdas count fuel; set fuel to null for a native lambda".into());
+        return Err(
+            "fuel: only wasm lambdas count fuel; set fuel to null for a native lambda".into(),
+        );
     }
     let external = match get_str(m, "external")? {
         None => None,
@@ -159,8 +197,10 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let name_field = get_str(m, "name")?;
     let code = match kind {
         "wasm" => {
-            let path = get_str(m, "path")?.ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
-            let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
+            let path = get_str(m, "path")?
+                .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
+            let bytes =
+                std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
             let engine = match fuel {
                 None => &srv.engine,
                 Some(_) => srv
@@ -169,26 +209,38 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
                     .as_ref()
                     .map_err(|e| format!("fuel: cannot make the fuel-counting engine: {e}"))?,
             };
-            let (pre, buffer_size) = lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
+            let (pre, buffer_size) =
+                lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
             Code::Wasm { pre, buffer_size }
         }
         "native" => {
             let n = match get_str(m, "native")? {
                 Some(n) => n,
-                None => name_field.ok_or("native: required for kind native; use \"web\", \"kv\" or \"gray\"")?,
+                None => name_field
+                    .ok_or("native: required for kind native; use \"web\", \"kv\" or \"gray\"")?,
             };
-            Code::Native(NativeKind::parse(n).ok_or_else(|| format!("native: unknown native lambda {n:?}; use \"web\", \"kv\" or \"gray\""))?)
+            Code::Native(NativeKind::parse(n).ok_or_else(|| {
+                format!("native: unknown native lambda {n:?}; use \"web\", \"kv\" or \"gray\"")
+            })?)
         }
-        other => return Err(format!("kind: {other:?} is not a kind; use \"wasm\" or \"native\"")),
+        other => {
+            return Err(format!(
+                "kind: {other:?} is not a kind; use \"wasm\" or \"native\""
+            ))
+        }
     };
-    let name = name_field.map(str::to_string).unwrap_or_else(|| format!("lambda-{id}"));
+    let name = name_field
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("lambda-{id}"));
     // The new version is compiled (above); now swap it in.
     let _g = srv.deploy_lock.lock().unwrap();
     let old = srv.lookup(id);
     if !version_given {
         version = old.as_ref().map_or(1, |o| o.version + 1);
     }
-    let stats = old.as_ref().map_or_else(|| Arc::new(LambdaStats::default()), |o| o.stats.clone());
+    let stats = old
+        .as_ref()
+        .map_or_else(|| Arc::new(LambdaStats::default()), |o| o.stats.clone());
     let l = Arc::new(Lambda {
         id,
         name,
@@ -207,8 +259,10 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
         Code::Native(k) => k.buffer_size(),
     };
     let old = srv.install(l);
-    Ok(json!({"ok": true, "id": id, "version": version, "swapped": old.is_some(),
-              "previous_version": old.map(|o| o.version), "buffer_size": buffer_size}))
+    Ok(
+        json!({"ok": true, "id": id, "version": version, "swapped": old.is_some(),
+              "previous_version": old.map(|o| o.version), "buffer_size": buffer_size}),
+    )
 }
 
 fn kind_is_native(m: &Map<String, Value>) -> bool {

@@ -72,7 +72,10 @@ impl NativeKind {
 }
 
 pub enum Code {
-    Wasm { pre: InstancePre<()>, buffer_size: usize },
+    Wasm {
+        pre: InstancePre<()>,
+        buffer_size: usize,
+    },
     Native(NativeKind),
 }
 
@@ -136,14 +139,20 @@ pub fn compile_wasm(engine: &Engine, bytes: &[u8]) -> Result<(InstancePre<()>, u
         }
         let ft = match imp.ty() {
             ExternType::Func(ft) => ft,
-            other => return Err(format!("module imports {m}.{n} as a non-function ({other:?})")),
+            other => {
+                return Err(format!(
+                    "module imports {m}.{n} as a non-function ({other:?})"
+                ))
+            }
         };
         let name = n.to_string();
         let is_exit = n == "proc_exit";
         linker
             .func_new(m, n, ft.clone(), move |_caller, _params, results| {
                 if is_exit {
-                    return Err(wasmtime::Error::msg(format!("wasi {name}: the lambda exited")));
+                    return Err(wasmtime::Error::msg(format!(
+                        "wasi {name}: the lambda exited"
+                    )));
                 }
                 for (i, r) in results.iter_mut().enumerate() {
                     *r = match r {
@@ -158,9 +167,12 @@ pub fn compile_wasm(engine: &Engine, bytes: &[u8]) -> Result<(InstancePre<()>, u
             .map_err(|e| format!("cannot link {m}.{n}: {e:#}"))?;
         let _ = ValType::I32;
     }
-    let pre = linker.instantiate_pre(&module).map_err(|e| format!("cannot link module: {e:#}"))?;
+    let pre = linker
+        .instantiate_pre(&module)
+        .map_err(|e| format!("cannot link module: {e:#}"))?;
     // Validate the ABI by making one instance now (deploy fails early, not on the first call).
-    let inst = WasmInst::new(&pre).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
+    let inst =
+        WasmInst::new(&pre).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
     Ok((pre, inst.buf_size))
 }
 
@@ -181,10 +193,15 @@ impl WasmInst {
         store.set_epoch_deadline(1000);
         // Fails (harmlessly) when the engine does not count fuel.
         let _ = store.set_fuel(u64::MAX / 2);
-        let inst = pre.instantiate(&mut store).map_err(|e| format!("instantiate: {e:#}"))?;
+        let inst = pre
+            .instantiate(&mut store)
+            .map_err(|e| format!("instantiate: {e:#}"))?;
         if let Some(init) = inst.get_func(&mut store, "_initialize") {
-            let init = init.typed::<(), ()>(&store).map_err(|e| format!("_initialize: {e:#}"))?;
-            init.call(&mut store, ()).map_err(|e| format!("_initialize trapped: {e:#}"))?;
+            let init = init
+                .typed::<(), ()>(&store)
+                .map_err(|e| format!("_initialize: {e:#}"))?;
+            init.call(&mut store, ())
+                .map_err(|e| format!("_initialize trapped: {e:#}"))?;
         }
         let mem = inst
             .get_memory(&mut store, "memory")
@@ -193,22 +210,44 @@ impl WasmInst {
             let f = inst
                 .get_typed_func::<(), i32>(&mut *store, name)
                 .map_err(|e| format!("export `{name}: () -> i32`: {e:#}"))?;
-            f.call(&mut *store, ()).map_err(|e| format!("{name} trapped: {e:#}"))
+            f.call(&mut *store, ())
+                .map_err(|e| format!("{name} trapped: {e:#}"))
         };
         let buf = getter(&mut store, "nf_buffer")? as u32 as usize;
         let buf_size = getter(&mut store, "nf_buffer_size")? as u32 as usize;
-        if buf.checked_add(buf_size).is_none_or(|end| end > mem.data_size(&store)) {
-            return Err(format!("nf_buffer {buf}+{buf_size} lies outside linear memory"));
+        if buf
+            .checked_add(buf_size)
+            .is_none_or(|end| end > mem.data_size(&store))
+        {
+            return Err(format!(
+                "nf_buffer {buf}+{buf_size} lies outside linear memory"
+            ));
         }
         let handle = inst
             .get_typed_func::<i32, i32>(&mut store, "nf_handle")
             .map_err(|e| format!("export `nf_handle: (i32) -> i32`: {e:#}"))?;
-        let resume = inst.get_typed_func::<i32, i32>(&mut store, "nf_resume").ok();
-        Ok(WasmInst { store, mem, buf, buf_size, handle, resume })
+        let resume = inst
+            .get_typed_func::<i32, i32>(&mut store, "nf_resume")
+            .ok();
+        Ok(WasmInst {
+            store,
+            mem,
+            buf,
+            buf_size,
+            handle,
+            resume,
+        })
     }
 
     /// Run `nf_handle` (or `nf_resume`) on `input`; the reply goes to `out[HDR..]`.
-    pub fn call(&mut self, input: &[u8], resume: bool, timeout_ms: u64, fuel: Option<u64>, out: &mut Vec<u8>) -> Outcome {
+    pub fn call(
+        &mut self,
+        input: &[u8],
+        resume: bool,
+        timeout_ms: u64,
+        fuel: Option<u64>,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
         if input.len() > self.buf_size {
             return if resume {
                 Outcome::ExternalError(format!(
@@ -230,7 +269,11 @@ impl WasmInst {
         };
         let (buf, size) = (self.buf, self.buf_size);
         // Memory can only grow, so the buffer checked at instantiation stays in bounds.
-        match self.mem.data_mut(&mut self.store).get_mut(buf..buf + input.len()) {
+        match self
+            .mem
+            .data_mut(&mut self.store)
+            .get_mut(buf..buf + input.len())
+        {
             Some(dst) => dst.copy_from_slice(input),
             None => return Outcome::Trap("buffer outside linear memory".into()),
         }
@@ -290,9 +333,11 @@ pub fn run_native(kind: NativeKind, input: &[u8], resume: bool, out: &mut Vec<u8
             if !input.len().is_multiple_of(4) {
                 return Outcome::BadRequest;
             }
-            out.extend(input.chunks_exact(4).map(|p| {
-                ((77 * p[0] as u32 + 150 * p[1] as u32 + 29 * p[2] as u32) >> 8) as u8
-            }));
+            out.extend(
+                input.chunks_exact(4).map(|p| {
+                    ((77 * p[0] as u32 + 150 * p[1] as u32 + 29 * p[2] as u32) >> 8) as u8
+                }),
+            );
             Outcome::Reply
         }
         (NativeKind::Kv, false) => match kv_request(input) {
@@ -315,7 +360,11 @@ pub fn gray_in_place(buf: &mut [u8]) -> Option<usize> {
     }
     let n = buf.len() / 4;
     for i in 0..n {
-        let (r, g, b) = (buf[4 * i] as u32, buf[4 * i + 1] as u32, buf[4 * i + 2] as u32);
+        let (r, g, b) = (
+            buf[4 * i] as u32,
+            buf[4 * i + 1] as u32,
+            buf[4 * i + 2] as u32,
+        );
         buf[i] = ((77 * r + 150 * g + 29 * b) >> 8) as u8;
     }
     Some(n)
@@ -422,14 +471,20 @@ mod tests {
         assert_eq!(memcached_reply_len(b"END\r\n"), Some(5));
         assert_eq!(memcached_reply_len(b"STORED\r\nEND"), Some(8));
         assert_eq!(memcached_reply_len(b"VALUE k 0 5\r\nEND\r\n"), None);
-        assert_eq!(memcached_reply_len(b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\n"), Some(25));
+        assert_eq!(
+            memcached_reply_len(b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\n"),
+            Some(25)
+        );
         assert_eq!(memcached_reply_len(b"VALUE k 0 5\r\nab"), None);
         let mut out = Vec::new();
         kv_reply(b"VALUE k 0 3\r\nabc\r\nEND\r\n", &mut out).unwrap();
         assert_eq!(out, b"VALUE abc");
         assert!(kv_reply(b"NOT_STORED\r\n", &mut out).is_none());
         assert!(kv_reply(b"VALUE k 0 3\r\nabcd\r\nEND\r\n", &mut out).is_none());
-        assert_eq!(kv_request(b"SET a hello world").unwrap(), b"set a 0 0 11\r\nhello world\r\n");
+        assert_eq!(
+            kv_request(b"SET a hello world").unwrap(),
+            b"set a 0 0 11\r\nhello world\r\n"
+        );
         assert_eq!(kv_request(b"GET a").unwrap(), b"get a\r\n");
         assert!(kv_request(b"PUT a").is_none());
     }

@@ -32,7 +32,8 @@ use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
 
-const USAGE: &str = "usage: nearfaas-fastpath [--udp ADDR] [--tcp ADDR] [--control ADDR] [--unix PATH]
+const USAGE: &str =
+    "usage: nearfaas-fastpath [--udp ADDR] [--tcp ADDR] [--control ADDR] [--unix PATH]
   [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N] [--sched drr|fifo] [--pin]
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr";
 
@@ -55,7 +56,9 @@ fn die(msg: &str) -> ! {
 }
 
 fn parse_args() -> Args {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let mut a = Args {
         udp: "127.0.0.1:0".into(),
         tcp: None,
@@ -70,14 +73,21 @@ fn parse_args() -> Args {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut val = || it.next().unwrap_or_else(|| die(&format!("{flag} needs a value")));
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| die(&format!("{flag} needs a value")))
+        };
         match flag.as_str() {
             "--udp" => a.udp = val(),
             "--tcp" => a.tcp = Some(val()),
             "--control" => a.control = val(),
             "--unix" => a.unix = Some(val()),
             "--workers" => {
-                a.workers = val().parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| die("--workers: use an integer >= 1"))
+                a.workers = val()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .unwrap_or_else(|| die("--workers: use an integer >= 1"))
             }
             "--host" => {
                 let v = val();
@@ -85,13 +95,18 @@ fn parse_args() -> Args {
                     v.to_socket_addrs()
                         .ok()
                         .and_then(|mut x| x.next())
-                        .unwrap_or_else(|| die(&format!("--host: {v:?} is not a host:port address"))),
+                        .unwrap_or_else(|| {
+                            die(&format!("--host: {v:?} is not a host:port address"))
+                        }),
                 )
             }
             "--ready-file" => a.ready_file = Some(val()),
             "--queue-depth" => {
-                a.queue_depth =
-                    val().parse().ok().filter(|&n| n >= 1).unwrap_or_else(|| die("--queue-depth: use an integer >= 1"))
+                a.queue_depth = val()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .unwrap_or_else(|| die("--queue-depth: use an integer >= 1"))
             }
             "--sched" => {
                 a.mode = match val().as_str() {
@@ -112,7 +127,10 @@ fn parse_args() -> Args {
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
-    std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn thread");
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawn thread");
 }
 
 fn main() {
@@ -123,17 +141,20 @@ fn main() {
     sigs.add(Signal::SIGINT);
     sigs.thread_block().expect("block signals");
 
-    let udp = UdpSocket::bind(&args.udp).unwrap_or_else(|e| die(&format!("--udp {}: {e}", args.udp)));
+    let udp =
+        UdpSocket::bind(&args.udp).unwrap_or_else(|e| die(&format!("--udp {}: {e}", args.udp)));
     let tcp = args
         .tcp
         .as_ref()
         .map(|t| TcpListener::bind(t).unwrap_or_else(|e| die(&format!("--tcp {t}: {e}"))));
-    let control = TcpListener::bind(&args.control).unwrap_or_else(|e| die(&format!("--control {}: {e}", args.control)));
+    let control = TcpListener::bind(&args.control)
+        .unwrap_or_else(|e| die(&format!("--control {}: {e}", args.control)));
     let unix = args.unix.as_ref().map(|p| {
         let _ = std::fs::remove_file(p);
         UnixDatagram::bind(p).unwrap_or_else(|e| die(&format!("--unix {p}: {e}")))
     });
-    let engine = lambda::make_engine(false).unwrap_or_else(|e| die(&format!("wasmtime engine: {e:#}")));
+    let engine =
+        lambda::make_engine(false).unwrap_or_else(|e| die(&format!("wasmtime engine: {e:#}")));
     let cfg = server::Config {
         workers: args.workers,
         pin: args.pin,
@@ -142,7 +163,8 @@ fn main() {
         host: args.host,
     };
     let srv = Arc::new(
-        server::Server::new(engine.clone(), udp, unix, &cfg).unwrap_or_else(|e| die(&format!("setup: {e}"))),
+        server::Server::new(engine.clone(), udp, unix, &cfg)
+            .unwrap_or_else(|e| die(&format!("setup: {e}"))),
     );
     server::SrvRef::set(srv.clone());
 
@@ -154,7 +176,9 @@ fn main() {
     for i in 0..cfg.workers {
         let s = srv.clone();
         let pin = cfg.pin;
-        spawn(&format!("worker-{i}"), move || server::worker_loop(s, i, pin));
+        spawn(&format!("worker-{i}"), move || {
+            server::worker_loop(s, i, pin)
+        });
     }
     {
         let s = srv.clone();
@@ -195,7 +219,9 @@ fn main() {
     match &args.ready_file {
         Some(p) => {
             let tmp = format!("{p}.tmp.{}", std::process::id());
-            if let Err(e) = std::fs::write(&tmp, ready.to_string()).and_then(|_| std::fs::rename(&tmp, p)) {
+            if let Err(e) =
+                std::fs::write(&tmp, ready.to_string()).and_then(|_| std::fs::rename(&tmp, p))
+            {
                 die(&format!("--ready-file {p}: {e}"));
             }
         }

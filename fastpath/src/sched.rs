@@ -14,9 +14,15 @@ use crate::shm::Shm;
 pub enum ReplyTo {
     Udp(SocketAddr),
     /// A TCP connection's writer thread (it puts replies back in request order by `seq`).
-    Tcp { tx: Sender<(u64, Vec<u8>)>, seq: u64 },
+    Tcp {
+        tx: Sender<(u64, Vec<u8>)>,
+        seq: u64,
+    },
     /// A Unix datagram client; the input and the reply live in `shm`.
-    Unix { path: std::path::PathBuf, shm: Shm },
+    Unix {
+        path: std::path::PathBuf,
+        shm: Shm,
+    },
 }
 
 pub enum JobKind {
@@ -175,7 +181,12 @@ impl Sched {
     }
 
     pub fn queue_len(&self, id: u32) -> usize {
-        self.inner.lock().unwrap().queues.get(&id).map_or(0, |q| q.len)
+        self.inner
+            .lock()
+            .unwrap()
+            .queues
+            .get(&id)
+            .map_or(0, |q| q.len)
     }
 
     pub fn shutdown(&self) {

@@ -33,14 +33,23 @@ impl Shm {
         }
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-            return Err(MapError::Other(format!("fstat: {}", std::io::Error::last_os_error())));
+            return Err(MapError::Other(format!(
+                "fstat: {}",
+                std::io::Error::last_os_error()
+            )));
         }
         let size = st.st_size as usize;
         if size < in_len {
-            return Err(MapError::Other(format!("memfd holds {size} bytes but the message says {in_len}")));
+            return Err(MapError::Other(format!(
+                "memfd holds {size} bytes but the message says {in_len}"
+            )));
         }
         if size == 0 {
-            return Ok(Shm { ptr: std::ptr::NonNull::dangling().as_ptr(), map_len: 0, in_len: 0 });
+            return Ok(Shm {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                map_len: 0,
+                in_len: 0,
+            });
         }
         let p = unsafe {
             libc::mmap(
@@ -53,9 +62,16 @@ impl Shm {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(MapError::Other(format!("mmap: {}", std::io::Error::last_os_error())));
+            return Err(MapError::Other(format!(
+                "mmap: {}",
+                std::io::Error::last_os_error()
+            )));
         }
-        Ok(Shm { ptr: p as *mut u8, map_len: size, in_len })
+        Ok(Shm {
+            ptr: p as *mut u8,
+            map_len: size,
+            in_len,
+        })
     }
 
     pub fn as_slice(&self) -> &[u8] {

@@ -11,9 +11,18 @@ fn match_web_wasm_and_native_and_unknown() {
     fp.deploy_wasm(7, "web", json!({}));
     fp.deploy_native(8, "web", json!({}));
     let c = fp.client();
-    assert_eq!(c.call(7, b"hi"), (OK, b"Hello from nearfaas fastpath v1: hi".to_vec()));
-    assert_eq!(c.call(8, b"yo"), (OK, b"Hello from nearfaas fastpath v1: yo".to_vec()));
-    assert_eq!(c.call(7, b""), (OK, b"Hello from nearfaas fastpath v1: ".to_vec()));
+    assert_eq!(
+        c.call(7, b"hi"),
+        (OK, b"Hello from nearfaas fastpath v1: hi".to_vec())
+    );
+    assert_eq!(
+        c.call(8, b"yo"),
+        (OK, b"Hello from nearfaas fastpath v1: yo".to_vec())
+    );
+    assert_eq!(
+        c.call(7, b""),
+        (OK, b"Hello from nearfaas fastpath v1: ".to_vec())
+    );
     // No lambda and no --host: UNKNOWN.
     assert_eq!(c.call(4242, b"x"), (UNKNOWN, vec![]));
     let s = fp.stats();
@@ -48,7 +57,13 @@ fn isolation_trap_timeout_and_memory() {
     let c = fp.client();
     for mode in [&b"r"[..], b"w", b"u", b"d", b""] {
         let (st, msg) = c.call(11, mode);
-        assert_eq!(st, TRAP, "mode {:?}: {}", mode, String::from_utf8_lossy(&msg));
+        assert_eq!(
+            st,
+            TRAP,
+            "mode {:?}: {}",
+            mode,
+            String::from_utf8_lossy(&msg)
+        );
         // The instance is rebuilt and the server keeps serving.
         assert_eq!(c.call(11, b"o"), (OK, b"ok".to_vec()));
         assert_eq!(c.call(7, b"a").0, OK);
@@ -59,7 +74,10 @@ fn isolation_trap_timeout_and_memory() {
         let (st, _) = c.call(12, b"");
         let el = t.elapsed();
         assert_eq!(st, TIMEOUT);
-        assert!(el >= Duration::from_millis(25) && el < Duration::from_millis(150), "timeout took {el:?}");
+        assert!(
+            el >= Duration::from_millis(25) && el < Duration::from_millis(150),
+            "timeout took {el:?}"
+        );
         assert_eq!(c.call(7, b"b").0, OK);
     }
     let l = fp.lambda_stats(12);
@@ -114,7 +132,11 @@ fn malformed_packets_are_counted_and_never_crash() {
     assert_eq!(c.call(21, b"GET k").0, EXTERNAL_ERROR);
     let t = Instant::now();
     while fp.stats()["global"]["malformed_short"] != 4 {
-        assert!(t.elapsed() < Duration::from_secs(3), "malformed_short not counted: {}", fp.stats());
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "malformed_short not counted: {}",
+            fp.stats()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 
@@ -136,7 +158,10 @@ fn malformed_packets_are_counted_and_never_crash() {
     }
     // Still answering (both the data path and the control port).
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(c.call(7, b"alive"), (OK, b"Hello from nearfaas fastpath v1: alive".to_vec()));
+    assert_eq!(
+        c.call(7, b"alive"),
+        (OK, b"Hello from nearfaas fastpath v1: alive".to_vec())
+    );
     assert_eq!(fp.ctl(json!({"op": "ping"}))["ok"], true);
     assert!(fp.child.id() > 0);
     let code = fp.stop();
@@ -162,7 +187,10 @@ fn tcp_framing_replies_in_order() {
         match id {
             7 | 8 => {
                 assert_eq!(st, OK);
-                assert_eq!(p, format!("Hello from nearfaas fastpath v1: m{i}").into_bytes());
+                assert_eq!(
+                    p,
+                    format!("Hello from nearfaas fastpath v1: m{i}").into_bytes()
+                );
             }
             9 => assert_eq!(st, OK),
             _ => assert_eq!(st, UNKNOWN),
@@ -177,25 +205,73 @@ fn control_rejects_bad_input_with_named_fields() {
         let r = fp.ctl(req.clone());
         assert_eq!(r["ok"], false, "{req} was accepted: {r}");
         let e = r["error"].as_str().unwrap();
-        assert!(e.starts_with(field), "{req}: error {e:?} does not name {field}");
+        assert!(
+            e.starts_with(field),
+            "{req}: error {e:?} does not name {field}"
+        );
     };
-    bad(json!({"op": "deploy", "id": 70000, "kind": "native", "native": "web"}), "id");
-    bad(json!({"op": "deploy", "id": -1, "kind": "native", "native": "web"}), "id");
-    bad(json!({"op": "deploy", "kind": "native", "native": "web"}), "id");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": 0}), "weight");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": 1.5}), "weight");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": "2"}), "weight");
+    bad(
+        json!({"op": "deploy", "id": 70000, "kind": "native", "native": "web"}),
+        "id",
+    );
+    bad(
+        json!({"op": "deploy", "id": -1, "kind": "native", "native": "web"}),
+        "id",
+    );
+    bad(
+        json!({"op": "deploy", "kind": "native", "native": "web"}),
+        "id",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": 0}),
+        "weight",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": 1.5}),
+        "weight",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weight": "2"}),
+        "weight",
+    );
     bad(json!({"op": "deploy", "id": 1, "kind": "elf"}), "kind");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "nope"}), "native");
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "nope"}),
+        "native",
+    );
     bad(json!({"op": "deploy", "id": 1, "kind": "wasm"}), "path");
-    bad(json!({"op": "deploy", "id": 1, "kind": "wasm", "path": "/nonexistent.wasm"}), "path");
-    bad(json!({"op": "deploy", "id": 1, "kind": "wasm", "path": "/etc/hostname"}), "path");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "kv", "external": "nohost"}), "external");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "fuel": 100}), "fuel");
-    bad(json!({"op": "deploy", "id": 1, "kind": "wasm", "path": wasm("web"), "fuel": -5}), "fuel");
-    bad(json!({"op": "deploy", "id": 1, "kind": "wasm", "path": wasm("web"), "fuel": "lots"}), "fuel");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weigth": 2}), "weigth");
-    bad(json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "timeout_ms": 0}), "timeout_ms");
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "wasm", "path": "/nonexistent.wasm"}),
+        "path",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "wasm", "path": "/etc/hostname"}),
+        "path",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "kv", "external": "nohost"}),
+        "external",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "fuel": 100}),
+        "fuel",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "wasm", "path": wasm("web"), "fuel": -5}),
+        "fuel",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "wasm", "path": wasm("web"), "fuel": "lots"}),
+        "fuel",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "weigth": 2}),
+        "weigth",
+    );
+    bad(
+        json!({"op": "deploy", "id": 1, "kind": "native", "native": "web", "timeout_ms": 0}),
+        "timeout_ms",
+    );
     bad(json!({"op": "remove", "id": 3}), "id");
     bad(json!({"op": "launch"}), "op");
     bad(json!({"id": 3}), "op");
@@ -213,7 +289,14 @@ fn control_rejects_bad_input_with_named_fields() {
     .unwrap();
     let out = dir.join("imp.wasm");
     let st = std::process::Command::new("clang")
-        .args(["--target=wasm32-wasi", "-O2", "-nostdlib", "-Wl,--no-entry", "-Wl,--allow-undefined", "-o"])
+        .args([
+            "--target=wasm32-wasi",
+            "-O2",
+            "-nostdlib",
+            "-Wl,--no-entry",
+            "-Wl,--allow-undefined",
+            "-o",
+        ])
         .arg(&out)
         .arg(&src)
         .status()
@@ -226,7 +309,8 @@ fn control_rejects_bad_input_with_named_fields() {
     {
         use std::io::{BufRead, BufReader, Write};
         let mut s = std::net::TcpStream::connect(("127.0.0.1", fp.port("control"))).unwrap();
-        s.write_all(b"this is not json\n[1,2]\n{\"op\":\"ping\"}\n").unwrap();
+        s.write_all(b"this is not json\n[1,2]\n{\"op\":\"ping\"}\n")
+            .unwrap();
         let mut r = BufReader::new(s);
         for expect_ok in [false, false, true] {
             let mut line = String::new();
@@ -256,7 +340,14 @@ fn wasi_imports_are_stubbed() {
     .unwrap();
     let out = dir.join("w.wasm");
     let st = std::process::Command::new("clang")
-        .args(["--target=wasm32-wasi", "-O2", "-nostdlib", "-Wl,--no-entry", "-Wl,--allow-undefined", "-o"])
+        .args([
+            "--target=wasm32-wasi",
+            "-O2",
+            "-nostdlib",
+            "-Wl,--no-entry",
+            "-Wl,--allow-undefined",
+            "-o",
+        ])
         .arg(&out)
         .arg(&src)
         .status()
@@ -280,7 +371,11 @@ fn fuel_budget_interrupts_and_state_persists() {
     let c = fp.client();
     let t = Instant::now();
     assert_eq!(c.call(12, b"").0, TIMEOUT);
-    assert!(t.elapsed() < Duration::from_millis(1000), "fuel did not stop the spin: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_millis(1000),
+        "fuel did not stop the spin: {:?}",
+        t.elapsed()
+    );
     for i in 1..=5 {
         assert_eq!(c.call(9, b""), (OK, i.to_string().into_bytes()));
     }

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 fn done(fp: &Fp, id: u32) -> (i64, i64) {
     let l = fp.lambda_stats(id);
-    (l["timeouts"].as_i64().unwrap() + l["ok"].as_i64().unwrap(), l["queue_len"].as_i64().unwrap())
+    (
+        l["timeouts"].as_i64().unwrap() + l["ok"].as_i64().unwrap(),
+        l["queue_len"].as_i64().unwrap(),
+    )
 }
 
 /// Saturate lambdas 1 (weight w1) and 2 (weight w2) and return their completions in a window.
@@ -45,9 +48,16 @@ fn shares(sched: &str, w1: u32, w2: u32) -> (f64, f64) {
     let (b1, qb1) = done(&fp, 2);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     feeder.join().unwrap();
-    assert!(qa0 > 0 && qb0 > 0 && qa1 > 0 && qb1 > 0, "queues drained: {qa0} {qb0} {qa1} {qb1}");
-    let over = fp.lambda_stats(1)["overloaded"].as_i64().unwrap() + fp.lambda_stats(2)["overloaded"].as_i64().unwrap();
-    assert!(over > 0, "the feeder overfills the queues: OVERLOADED expected");
+    assert!(
+        qa0 > 0 && qb0 > 0 && qa1 > 0 && qb1 > 0,
+        "queues drained: {qa0} {qb0} {qa1} {qb1}"
+    );
+    let over = fp.lambda_stats(1)["overloaded"].as_i64().unwrap()
+        + fp.lambda_stats(2)["overloaded"].as_i64().unwrap();
+    assert!(
+        over > 0,
+        "the feeder overfills the queues: OVERLOADED expected"
+    );
     let (da, db) = ((a1 - a0) as f64, (b1 - b0) as f64);
     assert!(da + db > 200.0, "too few completions: {da} {db}");
     (da / (da + db), db / (da + db))
@@ -57,8 +67,14 @@ fn shares(sched: &str, w1: u32, w2: u32) -> (f64, f64) {
 fn drr_shares_follow_weights_1_to_3() {
     let (a, b) = shares("drr", 1, 3);
     eprintln!("drr 1:3 shares: {a:.3} {b:.3}");
-    assert!((a - 0.25).abs() <= 0.025, "share of weight 1: {a:.3} (want 0.25 +-10%)");
-    assert!((b - 0.75).abs() <= 0.075, "share of weight 3: {b:.3} (want 0.75 +-10%)");
+    assert!(
+        (a - 0.25).abs() <= 0.025,
+        "share of weight 1: {a:.3} (want 0.25 +-10%)"
+    );
+    assert!(
+        (b - 0.75).abs() <= 0.075,
+        "share of weight 3: {b:.3} (want 0.75 +-10%)"
+    );
 }
 
 #[test]

@@ -11,7 +11,8 @@ use std::time::Duration;
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
 
 fn unsealed_memfd(data: &[u8]) -> OwnedFd {
-    let fd = unsafe { libc::memfd_create(c"img".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    let fd =
+        unsafe { libc::memfd_create(c"img".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let f = std::fs::File::from(fd.try_clone().unwrap());
@@ -23,7 +24,10 @@ fn unsealed_memfd(data: &[u8]) -> OwnedFd {
 /// A memfd as clients must send it: sealed against shrinking (docs/fastpath.md).
 fn memfd(data: &[u8]) -> OwnedFd {
     let fd = unsealed_memfd(data);
-    assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) }, 0);
+    assert_eq!(
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
+        0
+    );
     fd
 }
 
@@ -34,13 +38,25 @@ fn read_memfd(fd: &OwnedFd, n: usize) -> Vec<u8> {
     out
 }
 
-fn shm_call(sock: &UnixDatagram, server: &std::path::Path, id: u32, fd: &OwnedFd, len: u32) -> (u32, u8, u32) {
+fn shm_call(
+    sock: &UnixDatagram,
+    server: &std::path::Path,
+    id: u32,
+    fd: &OwnedFd,
+    len: u32,
+) -> (u32, u8, u32) {
     let mut msg = id.to_be_bytes().to_vec();
     msg.extend_from_slice(&len.to_be_bytes());
     let fds = [fd.as_raw_fd()];
     let addr = UnixAddr::new(server).unwrap();
-    sendmsg(sock.as_raw_fd(), &[IoSlice::new(&msg)], &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), Some(&addr))
-        .unwrap();
+    sendmsg(
+        sock.as_raw_fd(),
+        &[IoSlice::new(&msg)],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        Some(&addr),
+    )
+    .unwrap();
     let mut b = [0u8; 64];
     let n = sock.recv(&mut b).expect("shm reply");
     assert_eq!(n, 9);
@@ -82,17 +98,29 @@ fn gray_via_memfd_wasm_and_native() {
     assert_eq!(shm_call(&sock, &fp.unix_path(), 30, &fd, 1000).1, TOO_LARGE);
     // Larger than the wasm lambda's 1 MiB buffer -> TOO_LARGE
     let big = memfd(&vec![0u8; (1 << 20) + 4]);
-    assert_eq!(shm_call(&sock, &fp.unix_path(), 30, &big, (1 << 20) + 4).1, TOO_LARGE);
+    assert_eq!(
+        shm_call(&sock, &fp.unix_path(), 30, &big, (1 << 20) + 4).1,
+        TOO_LARGE
+    );
     // A memfd not sealed against shrinking could be truncated under the mapping (SIGBUS): refused.
     let loose = unsealed_memfd(&img);
-    assert_eq!(shm_call(&sock, &fp.unix_path(), 30, &loose, img.len() as u32).1, BAD_REQUEST);
+    assert_eq!(
+        shm_call(&sock, &fp.unix_path(), 30, &loose, img.len() as u32).1,
+        BAD_REQUEST
+    );
     // The web lambda answers through the memfd too.
     fp.deploy_wasm(7, "web", json!({}));
     let fd = memfd(b"shm!");
     // The reply is longer than the 4-byte memfd: TOO_LARGE (the executor never grows it).
-    assert_eq!(shm_call(&sock, &fp.unix_path(), 7, &fd, 4), (7, TOO_LARGE, 0));
+    assert_eq!(
+        shm_call(&sock, &fp.unix_path(), 7, &fd, 4),
+        (7, TOO_LARGE, 0)
+    );
     let fd = memfd(&[b'.'; 100]);
     let (_, st, n) = shm_call(&sock, &fp.unix_path(), 7, &fd, 4);
     assert_eq!(st, OK);
-    assert_eq!(read_memfd(&fd, n as usize), b"Hello from nearfaas fastpath v1: ....");
+    assert_eq!(
+        read_memfd(&fd, n as usize),
+        b"Hello from nearfaas fastpath v1: ...."
+    );
 }

@@ -16,7 +16,11 @@ fn miss_is_relayed_through_the_host_and_expires() {
     let mut buf = [0u8; 2048];
     let (n, from) = host.recv_from(&mut buf).unwrap();
     assert_eq!(n, 4 + 4 + 3);
-    assert_eq!(&buf[4..8], &55u32.to_be_bytes(), "the original id follows the token");
+    assert_eq!(
+        &buf[4..8],
+        &55u32.to_be_bytes(),
+        "the original id follows the token"
+    );
     assert_eq!(&buf[8..n], b"abc");
     let mut ans = buf[..4].to_vec();
     ans.push(HOST_OK);
@@ -46,13 +50,19 @@ fn miss_is_relayed_through_the_host_and_expires() {
     assert_eq!(t.recv(), (57, HOST_OK, b"ok-tcp".to_vec()));
 
     // No answer: the token expires after 5 s -> HOST_ERROR, counted.
-    c.sock.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    c.sock
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
     let t0 = Instant::now();
     c.send(58, b"lost");
     let _ = host.recv_from(&mut buf).unwrap();
     let (id, st, _) = c.recv().expect("HOST_ERROR after expiry");
     assert_eq!((id, st), (58, HOST_ERROR));
-    assert!(t0.elapsed() >= Duration::from_millis(4900), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(4900),
+        "{:?}",
+        t0.elapsed()
+    );
     let s = fp.stats();
     assert_eq!(s["global"]["host_forwarded"], 4);
     assert_eq!(s["global"]["host_errors"], 1);

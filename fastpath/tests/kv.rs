@@ -18,16 +18,35 @@ impl Drop for Memcached {
 }
 
 fn memcached() -> Memcached {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut cmd = Command::new("memcached");
-    cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-t", "1"]);
+    cmd.args([
+        "-l",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+        "-U",
+        "0",
+        "-t",
+        "1",
+    ]);
     if unsafe { libc::geteuid() } == 0 {
         cmd.args(["-u", "root"]);
     }
-    let child = cmd.stdout(Stdio::null()).spawn().expect("memcached (apt-get install memcached)");
+    let child = cmd
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("memcached (apt-get install memcached)");
     let t = Instant::now();
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(5), "memcached did not start");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "memcached did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     Memcached(child, port)
@@ -43,13 +62,25 @@ fn kv_wasm_and_native_against_memcached() {
     let c = fp.client();
     for id in [20u32, 21] {
         let k = format!("key{id}");
-        assert_eq!(c.call(id, format!("GET {k}").as_bytes()), (OK, b"NOT_FOUND".to_vec()));
-        assert_eq!(c.call(id, format!("SET {k} hello world {id}").as_bytes()), (OK, b"STORED".to_vec()));
-        assert_eq!(c.call(id, format!("GET {k}").as_bytes()), (OK, format!("VALUE hello world {id}").into_bytes()));
+        assert_eq!(
+            c.call(id, format!("GET {k}").as_bytes()),
+            (OK, b"NOT_FOUND".to_vec())
+        );
+        assert_eq!(
+            c.call(id, format!("SET {k} hello world {id}").as_bytes()),
+            (OK, b"STORED".to_vec())
+        );
+        assert_eq!(
+            c.call(id, format!("GET {k}").as_bytes()),
+            (OK, format!("VALUE hello world {id}").into_bytes())
+        );
         assert_eq!(c.call(id, b"DEL x").0, BAD_REQUEST);
     }
     // The two implementations see the same store.
-    assert_eq!(c.call(20, b"GET key21"), (OK, b"VALUE hello world 21".to_vec()));
+    assert_eq!(
+        c.call(20, b"GET key21"),
+        (OK, b"VALUE hello world 21".to_vec())
+    );
     assert_eq!(c.call(21, b"SET shared \r\n"), (OK, b"STORED".to_vec()));
     assert_eq!(c.call(20, b"GET shared"), (OK, b"VALUE ".to_vec()));
 
@@ -127,11 +158,16 @@ fn worker_does_not_wait_for_external_replies() {
     for _ in 0..50 {
         assert_eq!(c.call(7, b"x").0, OK);
     }
-    assert!(t0.elapsed() < Duration::from_millis(350), "web calls waited for the external call");
+    assert!(
+        t0.elapsed() < Duration::from_millis(350),
+        "web calls waited for the external call"
+    );
     assert_eq!(kvc.recv().unwrap(), (20, OK, b"NOT_FOUND".to_vec()));
     assert!(t0.elapsed() >= Duration::from_millis(400));
     // An external that never answers: EXTERNAL_ERROR after the external timeout.
-    kvc.sock.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    kvc.sock
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
     let t1 = Instant::now();
     kvc.send(22, b"GET b");
     let (id, st, _) = kvc.recv().expect("EXTERNAL_ERROR");

@@ -21,12 +21,20 @@ fn hot_swap_under_load_loses_nothing() {
             while !stop.load(Ordering::Relaxed) {
                 let p = format!("c{k}-{i}");
                 let (st, r) = c.call(7, p.as_bytes());
-                assert_eq!(st, OK, "request {i} of client {k} failed during the swap: {}", String::from_utf8_lossy(&r));
+                assert_eq!(
+                    st,
+                    OK,
+                    "request {i} of client {k} failed during the swap: {}",
+                    String::from_utf8_lossy(&r)
+                );
                 if r == format!("Hello from nearfaas fastpath v1: {p}").into_bytes() {
                     assert_eq!(v2, 0, "v1 reply after a v2 reply");
                     v1 += 1;
                 } else {
-                    assert_eq!(r, format!("Hello from nearfaas fastpath v2: {p}").into_bytes());
+                    assert_eq!(
+                        r,
+                        format!("Hello from nearfaas fastpath v2: {p}").into_bytes()
+                    );
                     v2 += 1;
                 }
                 i += 1;
@@ -35,8 +43,10 @@ fn hot_swap_under_load_loses_nothing() {
         }));
     }
     std::thread::sleep(Duration::from_millis(500));
-    let r = fp.ctl(json!({"op": "deploy", "id": 7, "name": "web", "kind": "wasm",
-                          "path": wasm("web_v2"), "version": 2}));
+    let r = fp.ctl(
+        json!({"op": "deploy", "id": 7, "name": "web", "kind": "wasm",
+                          "path": wasm("web_v2"), "version": 2}),
+    );
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["swapped"], true);
     std::thread::sleep(Duration::from_millis(500));

@@ -82,8 +82,14 @@ fn parse_args() -> Args {
         if flag == "-h" || flag == "--help" {
             usage("help");
         }
-        let value = argv.get(i + 1).unwrap_or_else(|| usage(&format!("{flag} needs a value"))).clone();
-        let num = |v: &str| -> f64 { v.parse::<f64>().unwrap_or_else(|_| usage(&format!("{flag}: not a number: {v}"))) };
+        let value = argv
+            .get(i + 1)
+            .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+            .clone();
+        let num = |v: &str| -> f64 {
+            v.parse::<f64>()
+                .unwrap_or_else(|_| usage(&format!("{flag}: not a number: {v}")))
+        };
         match flag {
             "--addr" => {
                 addr = Some(
@@ -98,7 +104,11 @@ fn parse_args() -> Args {
                 ids = value
                     .split(',')
                     .filter(|s| !s.is_empty())
-                    .map(|s| s.trim().parse::<u32>().unwrap_or_else(|_| usage(&format!("--ids: not a u32: {s}"))))
+                    .map(|s| {
+                        s.trim()
+                            .parse::<u32>()
+                            .unwrap_or_else(|_| usage(&format!("--ids: not a u32: {s}")))
+                    })
                     .collect();
                 if ids.is_empty() {
                     usage("--ids: empty");
@@ -181,7 +191,9 @@ impl Stats {
         let cap = expect.min(max_samples);
         Stats {
             lat_ns: Vec::with_capacity(cap),
-            per_id_lat: (0..n_ids).map(|_| Vec::with_capacity(cap / n_ids + 16)).collect(),
+            per_id_lat: (0..n_ids)
+                .map(|_| Vec::with_capacity(cap / n_ids + 16))
+                .collect(),
             statuses: [0; 256],
             timeouts: 0,
             malformed: 0,
@@ -235,12 +247,12 @@ struct Gen {
     ids: Vec<u32>,
     offsets: Vec<Option<usize>>, // per id index: where the tag sits in the reply payload (tag mode)
     tag: bool,
-    buf: Vec<u8>,    // the request being built: id + payload
-    rbuf: Vec<u8>,   // receive buffer
-    rr: usize,       // round-robin position over ids
+    buf: Vec<u8>,  // the request being built: id + payload
+    rbuf: Vec<u8>, // receive buffer
+    rr: usize,     // round-robin position over ids
     k: usize,
-    slots: Vec<Slot>,                       // tag mode
-    fifo: Vec<VecDeque<(Instant, bool)>>,   // fifo mode: per id index, outstanding send times (measured?)
+    slots: Vec<Slot>,                     // tag mode
+    fifo: Vec<VecDeque<(Instant, bool)>>, // fifo mode: per id index, outstanding send times (measured?)
     fifo_total: usize,
     timeout: Duration,
 }
@@ -276,7 +288,12 @@ impl Gen {
         if self.tag {
             let seq = self.slots[s].seq + self.k as u64;
             let now = Instant::now();
-            self.slots[s] = Slot { seq, sent: now, busy: true, measured };
+            self.slots[s] = Slot {
+                seq,
+                sent: now,
+                busy: true,
+                measured,
+            };
             self.send_raw(idx, Some(seq));
         } else {
             let now = Instant::now();
@@ -289,7 +306,13 @@ impl Gen {
 
     /// Handles one received datagram; returns the slot freed (tag mode: its index; fifo: 0), if any.
     #[inline]
-    fn on_reply(&mut self, n: usize, now: Instant, stats: &mut Stats, recording: bool) -> Option<usize> {
+    fn on_reply(
+        &mut self,
+        n: usize,
+        now: Instant,
+        stats: &mut Stats,
+        recording: bool,
+    ) -> Option<usize> {
         if n < 5 {
             stats.malformed += 1;
             return None;
@@ -425,8 +448,14 @@ fn probe(sock: &UdpSocket, ids: &[u32], payload: &[u8]) -> Vec<Option<usize>> {
 
 fn main() {
     let args = parse_args();
-    let sock = UdpSocket::bind(if args.addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).unwrap_or_else(|e| usage(&format!("bind: {e}")));
-    sock.connect(args.addr).unwrap_or_else(|e| usage(&format!("connect {}: {e}", args.addr)));
+    let sock = UdpSocket::bind(if args.addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    })
+    .unwrap_or_else(|e| usage(&format!("bind: {e}")));
+    sock.connect(args.addr)
+        .unwrap_or_else(|e| usage(&format!("connect {}: {e}", args.addr)));
     set_bufsize(&sock, 4 << 20);
 
     let mut matching = args.matching;
@@ -463,9 +492,16 @@ fn main() {
         k,
         // slot s carries sequence numbers s, s+K, s+2K, ... (seq % K == s); the first send adds K
         slots: (0..k)
-            .map(|s| Slot { seq: s as u64, sent: Instant::now(), busy: false, measured: false })
+            .map(|s| Slot {
+                seq: s as u64,
+                sent: Instant::now(),
+                busy: false,
+                measured: false,
+            })
             .collect(),
-        fifo: (0..args.ids.len()).map(|_| VecDeque::with_capacity(k)).collect(),
+        fifo: (0..args.ids.len())
+            .map(|_| VecDeque::with_capacity(k))
+            .collect(),
         fifo_total: 0,
         timeout: args.timeout,
     };
@@ -496,7 +532,10 @@ fn main() {
                         g.send_next(s, measuring, &mut stats);
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::Interrupted => {}
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock
+                        || e.kind() == ErrorKind::TimedOut
+                        || e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => {
                     // ECONNREFUSED: nobody listens (yet); pause a little, the timeouts resend
                     std::thread::sleep(Duration::from_millis(1));
@@ -571,8 +610,18 @@ fn main() {
     let mut all = std::mem::take(&mut stats.lat_ns);
     all.sort_unstable();
     let n = all.len() as u64;
-    let mean = if n > 0 { all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1000.0 } else { f64::NAN };
-    let not_ok: u64 = stats.statuses.iter().enumerate().filter(|(s, _)| *s > 1).map(|(_, c)| *c).sum();
+    let mean = if n > 0 {
+        all.iter().map(|&x| x as f64).sum::<f64>() / n as f64 / 1000.0
+    } else {
+        f64::NAN
+    };
+    let not_ok: u64 = stats
+        .statuses
+        .iter()
+        .enumerate()
+        .filter(|(s, _)| *s > 1)
+        .map(|(_, c)| *c)
+        .sum();
     let errors = stats.timeouts + stats.malformed + not_ok;
     let completed: u64 = stats.statuses.iter().sum();
     let rps = n as f64 / elapsed;

@@ -4,7 +4,6 @@
 
 use super::*;
 
-
 pub struct Cont {
     pub lambda: Arc<Lambda>,
     pub reply: ReplyTo,
@@ -20,7 +19,9 @@ pub struct ExtIo {
 
 impl ExtIo {
     pub fn new() -> ExtIo {
-        ExtIo { conns: Mutex::new(HashMap::new()) }
+        ExtIo {
+            conns: Mutex::new(HashMap::new()),
+        }
     }
 }
 
@@ -30,7 +31,14 @@ struct Pending {
 }
 
 impl ExtIo {
-    pub(super) fn submit(&self, srv: &Server, addr: SocketAddr, bytes: Vec<u8>, cont: Cont, _scratch: &mut Vec<u8>) {
+    pub(super) fn submit(
+        &self,
+        srv: &Server,
+        addr: SocketAddr,
+        bytes: Vec<u8>,
+        cont: Cont,
+        _scratch: &mut Vec<u8>,
+    ) {
         let _ = srv;
         let mut conns = self.conns.lock().unwrap();
         let tx = conns.entry(addr).or_insert_with(|| {
@@ -61,7 +69,13 @@ impl SrvRef {
 fn fail_cont(srv: &Server, c: Cont, msg: &str) {
     inc(&c.lambda.stats.external_errors);
     let mut scratch = Vec::new();
-    srv.reply_simple(&c.reply, c.lambda.id, EXTERNAL_ERROR, msg.as_bytes(), &mut scratch);
+    srv.reply_simple(
+        &c.reply,
+        c.lambda.id,
+        EXTERNAL_ERROR,
+        msg.as_bytes(),
+        &mut scratch,
+    );
 }
 
 fn ext_writer(srv: Arc<Server>, addr: SocketAddr, rx: Receiver<ExtReq>) {
@@ -73,7 +87,10 @@ fn ext_writer(srv: Arc<Server>, addr: SocketAddr, rx: Receiver<ExtReq>) {
                 conn = match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
-                        let pending = Arc::new(Mutex::new(Pending { q: Default::default(), dead: false }));
+                        let pending = Arc::new(Mutex::new(Pending {
+                            q: Default::default(),
+                            dead: false,
+                        }));
                         match s.try_clone() {
                             Ok(rs) => {
                                 let (srv2, p2) = (srv.clone(), pending.clone());
@@ -138,9 +155,17 @@ fn ext_reader(srv: Arc<Server>, mut s: TcpStream, pending: Arc<Mutex<Pending>>) 
                 }
                 buf.drain(..start);
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 let p = pending.lock().unwrap();
-                if p.q.front().is_some_and(|c| c.t.elapsed() > EXTERNAL_TIMEOUT) {
+                if p.q
+                    .front()
+                    .is_some_and(|c| c.t.elapsed() > EXTERNAL_TIMEOUT)
+                {
                     break "external call timed out";
                 }
             }

@@ -3,7 +3,6 @@
 
 use super::*;
 
-
 pub struct HostFwd {
     sock: UdpSocket,
     addr: SocketAddr,
@@ -13,10 +12,21 @@ pub struct HostFwd {
 
 impl HostFwd {
     pub fn new(sock: UdpSocket, addr: SocketAddr) -> HostFwd {
-        HostFwd { sock, addr, pending: Mutex::new(HashMap::new()), next: AtomicU32::new(1) }
+        HostFwd {
+            sock,
+            addr,
+            pending: Mutex::new(HashMap::new()),
+            next: AtomicU32::new(1),
+        }
     }
 
-    pub(super) fn forward(&self, srv: &Server, dgram: &[u8], reply: ReplyTo, scratch: &mut Vec<u8>) {
+    pub(super) fn forward(
+        &self,
+        srv: &Server,
+        dgram: &[u8],
+        reply: ReplyTo,
+        scratch: &mut Vec<u8>,
+    ) {
         let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let mut msg = Vec::with_capacity(dgram.len() + 4);
@@ -24,7 +34,13 @@ impl HostFwd {
         msg.extend_from_slice(dgram);
         if msg.len() > MAX_DGRAM {
             inc(&srv.g.host_errors);
-            srv.reply_simple(&reply, id, HOST_ERROR, b"request too large to forward to the host", scratch);
+            srv.reply_simple(
+                &reply,
+                id,
+                HOST_ERROR,
+                b"request too large to forward to the host",
+                scratch,
+            );
             return;
         }
         {
@@ -32,7 +48,13 @@ impl HostFwd {
             if p.len() >= MAX_HOST_PENDING {
                 drop(p);
                 inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, b"too many requests waiting for the host", scratch);
+                srv.reply_simple(
+                    &reply,
+                    id,
+                    HOST_ERROR,
+                    b"too many requests waiting for the host",
+                    scratch,
+                );
                 return;
             }
             p.insert(token, (id, reply, Instant::now()));
@@ -41,7 +63,13 @@ impl HostFwd {
         if let Err(e) = self.sock.send_to(&msg, self.addr) {
             if let Some((id, reply, _)) = self.pending.lock().unwrap().remove(&token) {
                 inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, format!("cannot reach host: {e}").as_bytes(), scratch);
+                srv.reply_simple(
+                    &reply,
+                    id,
+                    HOST_ERROR,
+                    format!("cannot reach host: {e}").as_bytes(),
+                    scratch,
+                );
             }
         }
     }
@@ -70,13 +98,25 @@ pub fn host_loop(srv: Arc<Server>) {
             last_sweep = Instant::now();
             let expired: Vec<(u32, ReplyTo)> = {
                 let mut p = h.pending.lock().unwrap();
-                let old: Vec<u32> =
-                    p.iter().filter(|(_, v)| v.2.elapsed() >= HOST_TIMEOUT).map(|(k, _)| *k).collect();
-                old.into_iter().filter_map(|k| p.remove(&k)).map(|(id, r, _)| (id, r)).collect()
+                let old: Vec<u32> = p
+                    .iter()
+                    .filter(|(_, v)| v.2.elapsed() >= HOST_TIMEOUT)
+                    .map(|(k, _)| *k)
+                    .collect();
+                old.into_iter()
+                    .filter_map(|k| p.remove(&k))
+                    .map(|(id, r, _)| (id, r))
+                    .collect()
             };
             for (id, reply) in expired {
                 inc(&srv.g.host_errors);
-                srv.reply_simple(&reply, id, HOST_ERROR, b"host did not answer within 5 s", &mut scratch);
+                srv.reply_simple(
+                    &reply,
+                    id,
+                    HOST_ERROR,
+                    b"host did not answer within 5 s",
+                    &mut scratch,
+                );
             }
         }
     }

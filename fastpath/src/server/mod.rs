@@ -95,7 +95,12 @@ fn set_sock_buf(fd: i32, size: i32) {
 }
 
 impl Server {
-    pub fn new(engine: Engine, udp: UdpSocket, unix: Option<UnixDatagram>, cfg: &Config) -> std::io::Result<Server> {
+    pub fn new(
+        engine: Engine,
+        udp: UdpSocket,
+        unix: Option<UnixDatagram>,
+        cfg: &Config,
+    ) -> std::io::Result<Server> {
         set_sock_buf(udp.as_raw_fd(), 8 << 20);
         let host = match cfg.host {
             Some(addr) => {
@@ -153,7 +158,11 @@ impl Server {
         match self.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);
-                let job = Job { lambda: l, kind: JobKind::Request(dgram[4..].to_vec()), reply };
+                let job = Job {
+                    lambda: l,
+                    kind: JobKind::Request(dgram[4..].to_vec()),
+                    reply,
+                };
                 if let Err(job) = self.sched.push(job, false) {
                     inc(&job.lambda.stats.overloaded);
                     self.reply_simple(&job.reply, id, OVERLOADED, b"", scratch);
@@ -170,7 +179,14 @@ impl Server {
     }
 
     /// Reply with a payload given separately (off the worker hot path).
-    pub fn reply_simple(&self, to: &ReplyTo, id: u32, status: u8, payload: &[u8], scratch: &mut Vec<u8>) {
+    pub fn reply_simple(
+        &self,
+        to: &ReplyTo,
+        id: u32,
+        status: u8,
+        payload: &[u8],
+        scratch: &mut Vec<u8>,
+    ) {
         scratch.clear();
         scratch.resize(HDR, 0);
         scratch.extend_from_slice(payload);
@@ -281,7 +297,11 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
 }
 
 fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut Vec<u8>) {
-    let Job { lambda: l, kind, reply } = job;
+    let Job {
+        lambda: l,
+        kind,
+        reply,
+    } = job;
     out.clear();
     out.resize(HDR, 0);
     let (input, resume): (&[u8], bool) = match &kind {
@@ -292,50 +312,70 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
             _ => (&[], false),
         },
     };
-    let outcome = match &l.code {
-        Code::Native(k) => {
-            if !resume && input.len() > k.buffer_size() {
-                Outcome::TooLarge
-            } else if let (lambda::NativeKind::Gray, JobKind::ShmRequest, ReplyTo::Unix { shm, path }) =
-                (k, &kind, &reply)
-            {
-                // Native in place on the shared memory.
-                let in_len = shm.in_len;
-                match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
-                    Some(n) => {
-                        inc(&l.stats.ok);
-                        srv.unix_answer(path, l.id, OK, n);
+    // A panic while running this call must still answer it: a TCP connection's writer sends
+    // replies in request order, so one lost reply would hold back every later one forever.
+    let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Option<Outcome> {
+        Some(match &l.code {
+            Code::Native(k) => {
+                if !resume && input.len() > k.buffer_size() {
+                    Outcome::TooLarge
+                } else if let (
+                    lambda::NativeKind::Gray,
+                    JobKind::ShmRequest,
+                    ReplyTo::Unix { shm, path },
+                ) = (k, &kind, &reply)
+                {
+                    // Native in place on the shared memory.
+                    let in_len = shm.in_len;
+                    match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
+                        Some(n) => {
+                            inc(&l.stats.ok);
+                            srv.unix_answer(path, l.id, OK, n);
+                        }
+                        None => {
+                            inc(&l.stats.bad_request);
+                            srv.unix_answer(path, l.id, BAD_REQUEST, 0);
+                        }
                     }
-                    None => {
-                        inc(&l.stats.bad_request);
-                        srv.unix_answer(path, l.id, BAD_REQUEST, 0);
-                    }
+                    return None;
+                } else {
+                    lambda::run_native(*k, input, resume, out)
                 }
-                return;
-            } else {
-                lambda::run_native(*k, input, resume, out)
             }
-        }
-        Code::Wasm { pre, .. } => {
-            let c = match cache.entry(l.uid) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
-                    Ok(inst) => v.insert(Cached { lambda: l.clone(), inst }),
-                    Err(e) => {
-                        inc(&l.stats.traps);
-                        let msg = format!("cannot instantiate lambda: {e}");
-                        srv.reply_simple(&reply, l.id, TRAP, msg.as_bytes(), out);
-                        return;
-                    }
-                },
-            };
-            let o = c.inst.call(input, resume, l.timeout_ms, l.fuel, out);
-            if matches!(o, Outcome::Trap(_) | Outcome::Timeout) || l.retired.load(Ordering::Relaxed) {
-                // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
-                // version's instance (still draining its queued calls) is not kept.
-                cache.remove(&l.uid);
+            Code::Wasm { pre, .. } => {
+                let c = match cache.entry(l.uid) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
+                        Ok(inst) => v.insert(Cached {
+                            lambda: l.clone(),
+                            inst,
+                        }),
+                        Err(e) => {
+                            inc(&l.stats.traps);
+                            let msg = format!("cannot instantiate lambda: {e}");
+                            srv.reply_simple(&reply, l.id, TRAP, msg.as_bytes(), out);
+                            return None;
+                        }
+                    },
+                };
+                let o = c.inst.call(input, resume, l.timeout_ms, l.fuel, out);
+                if matches!(o, Outcome::Trap(_) | Outcome::Timeout)
+                    || l.retired.load(Ordering::Relaxed)
+                {
+                    // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
+                    // version's instance (still draining its queued calls) is not kept.
+                    cache.remove(&l.uid);
+                }
+                o
             }
-            o
+        })
+    }));
+    let outcome = match computed {
+        Ok(Some(o)) => o,
+        Ok(None) => return, // answered already (in place on shared memory, or cannot instantiate)
+        Err(_) => {
+            cache.clear();
+            Outcome::Trap("the executor panicked in this call; its instances were dropped".into())
         }
     };
     let id = l.id;
@@ -346,10 +386,26 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
             srv.reply_out(&reply, id, OK, out);
         }
         Outcome::External(bytes) => match l.external {
-            Some(addr) => srv.ext.submit(srv, addr, bytes, Cont { lambda: l, reply, t: Instant::now() }, out),
+            Some(addr) => srv.ext.submit(
+                srv,
+                addr,
+                bytes,
+                Cont {
+                    lambda: l,
+                    reply,
+                    t: Instant::now(),
+                },
+                out,
+            ),
             None => {
                 inc(&st.external_errors);
-                srv.reply_simple(&reply, id, EXTERNAL_ERROR, b"lambda asked for an external call but has no `external` address", out);
+                srv.reply_simple(
+                    &reply,
+                    id,
+                    EXTERNAL_ERROR,
+                    b"lambda asked for an external call but has no `external` address",
+                    out,
+                );
             }
         },
         Outcome::BadRequest => {
@@ -384,8 +440,14 @@ fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     // SAFETY: buf and addr are valid for the lengths given; the kernel writes at most those.
     let n = unsafe {
-        libc::recvfrom(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT,
-                       (&mut addr as *mut libc::sockaddr_storage).cast(), &mut len)
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
     };
     if n < 0 {
         return None;
@@ -393,12 +455,17 @@ fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
     let from = match addr.ss_family as i32 {
         libc::AF_INET => {
             // SAFETY: the family says this storage holds a sockaddr_in.
-            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            SocketAddr::from((u32::from_be(a.sin_addr.s_addr).to_be_bytes(), u16::from_be(a.sin_port)))
+            let a =
+                unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            SocketAddr::from((
+                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(a.sin_port),
+            ))
         }
         libc::AF_INET6 => {
             // SAFETY: the family says this storage holds a sockaddr_in6.
-            let a = unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let a =
+                unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port)))
         }
         _ => return None,
@@ -414,7 +481,9 @@ impl Server {
     pub fn drain_udp(&self, buf: &mut [u8], scratch: &mut Vec<u8>, max: usize) {
         let fd = self.udp.as_raw_fd();
         for _ in 0..max {
-            let Some((n, from)) = recv_nowait(fd, buf) else { return };
+            let Some((n, from)) = recv_nowait(fd, buf) else {
+                return;
+            };
             self.accept_datagram(&buf[..n], from, scratch);
         }
     }
@@ -451,7 +520,9 @@ pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
 
 fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
-    let Ok(wstream) = stream.try_clone() else { return };
+    let Ok(wstream) = stream.try_clone() else {
+        return;
+    };
     let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
     std::thread::spawn(move || tcp_writer(wstream, rx));
     let mut r = std::io::BufReader::with_capacity(1 << 16, stream);
@@ -476,7 +547,10 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
             inc(&srv.g.malformed_short);
             continue;
         }
-        let to = ReplyTo::Tcp { tx: tx.clone(), seq };
+        let to = ReplyTo::Tcp {
+            tx: tx.clone(),
+            seq,
+        };
         seq += 1;
         srv.dispatch(&buf, to, &mut scratch);
     }
@@ -512,30 +586,35 @@ fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>) {
 pub fn unix_loop(srv: Arc<Server>) {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
     use std::io::IoSliceMut;
-    let Some(sock) = srv.unix.as_ref() else { return };
+    let Some(sock) = srv.unix.as_ref() else {
+        return;
+    };
     let fd = sock.as_raw_fd();
     let mut scratch = Vec::new();
     loop {
         let mut buf = [0u8; 64];
         let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let (n, fds, from) = match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-            Ok(msg) => {
-                let mut fds: Vec<OwnedFd> = Vec::new();
-                if let Ok(cm) = msg.cmsgs() {
-                    for c in cm {
-                        if let ControlMessageOwned::ScmRights(v) = c {
-                            for raw in v {
-                                fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+        let (n, fds, from) =
+            match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(msg) => {
+                    let mut fds: Vec<OwnedFd> = Vec::new();
+                    if let Ok(cm) = msg.cmsgs() {
+                        for c in cm {
+                            if let ControlMessageOwned::ScmRights(v) = c {
+                                for raw in v {
+                                    fds.push(unsafe {
+                                        <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw)
+                                    });
+                                }
                             }
                         }
                     }
+                    let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
+                    (msg.bytes, fds, from)
                 }
-                let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
-                (msg.bytes, fds, from)
-            }
-            Err(_) => continue,
-        };
+                Err(_) => continue,
+            };
         inc(&srv.g.packets);
         let Some(path) = from else { continue }; // unnamed client: cannot answer
         if n < 8 {
@@ -551,7 +630,11 @@ pub fn unix_loop(srv: Arc<Server>) {
         let shm = match Shm::map(&memfd, len) {
             Ok(s) => s,
             Err(e) => {
-                let status = if matches!(e, crate::shm::MapError::Unsealed) { BAD_REQUEST } else { TOO_LARGE };
+                let status = if matches!(e, crate::shm::MapError::Unsealed) {
+                    BAD_REQUEST
+                } else {
+                    TOO_LARGE
+                };
                 srv.unix_answer(&path, id, status, 0);
                 continue;
             }
@@ -561,7 +644,14 @@ pub fn unix_loop(srv: Arc<Server>) {
         match srv.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);
-                if let Err(job) = srv.sched.push(Job { lambda: l, kind: JobKind::ShmRequest, reply }, false) {
+                if let Err(job) = srv.sched.push(
+                    Job {
+                        lambda: l,
+                        kind: JobKind::ShmRequest,
+                        reply,
+                    },
+                    false,
+                ) {
                     inc(&job.lambda.stats.overloaded);
                     srv.reply_simple(&job.reply, id, OVERLOADED, b"", &mut scratch);
                 }

@@ -27,7 +27,12 @@ pub fn lambdas() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lambdas");
-            let st = Command::new("make").arg("-s").arg("-C").arg(&dir).status().expect("run make");
+            let st = Command::new("make")
+                .arg("-s")
+                .arg("-C")
+                .arg(&dir)
+                .status()
+                .expect("run make");
             assert!(st.success(), "make -C {} failed", dir.display());
             dir.join("build")
         })
@@ -35,7 +40,10 @@ pub fn lambdas() -> PathBuf {
 }
 
 pub fn wasm(name: &str) -> String {
-    lambdas().join(format!("{name}.wasm")).to_string_lossy().into_owned()
+    lambdas()
+        .join(format!("{name}.wasm"))
+        .to_string_lossy()
+        .into_owned()
 }
 
 pub fn tmpdir(tag: &str) -> PathBuf {
@@ -65,7 +73,14 @@ impl Fp {
         let ready = dir.join("ready.json");
         let unix = dir.join("fp.sock");
         let child = Command::new(env!("CARGO_BIN_EXE_nearfaas-fastpath"))
-            .args(["--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--control", "127.0.0.1:0"])
+            .args([
+                "--udp",
+                "127.0.0.1:0",
+                "--tcp",
+                "127.0.0.1:0",
+                "--control",
+                "127.0.0.1:0",
+            ])
             .arg("--unix")
             .arg(&unix)
             .arg("--ready-file")
@@ -82,7 +97,12 @@ impl Fp {
             assert!(t.elapsed() < Duration::from_secs(20), "no ready file");
             std::thread::sleep(Duration::from_millis(10));
         };
-        Fp { child, ready, dir, ctl: Mutex::new(None) }
+        Fp {
+            child,
+            ready,
+            dir,
+            ctl: Mutex::new(None),
+        }
     }
 
     pub fn port(&self, k: &str) -> u16 {
@@ -114,7 +134,8 @@ impl Fp {
     }
 
     pub fn deploy_wasm(&self, id: u32, name: &str, extra: Value) -> Value {
-        let mut req = json!({"op": "deploy", "id": id, "name": name, "kind": "wasm", "path": wasm(name)});
+        let mut req =
+            json!({"op": "deploy", "id": id, "name": name, "kind": "wasm", "path": wasm(name)});
         for (k, v) in extra.as_object().unwrap() {
             req[k] = v.clone();
         }
@@ -124,7 +145,8 @@ impl Fp {
     }
 
     pub fn deploy_native(&self, id: u32, native: &str, extra: Value) -> Value {
-        let mut req = json!({"op": "deploy", "id": id, "name": native, "kind": "native", "native": native});
+        let mut req =
+            json!({"op": "deploy", "id": id, "name": native, "kind": "native", "native": native});
         for (k, v) in extra.as_object().unwrap() {
             req[k] = v.clone();
         }
@@ -141,7 +163,13 @@ impl Fp {
 
     pub fn lambda_stats(&self, id: u32) -> Value {
         let s = self.stats();
-        s["lambdas"].as_array().unwrap().iter().find(|l| l["id"] == id).cloned().expect("lambda in stats")
+        s["lambdas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == id)
+            .cloned()
+            .expect("lambda in stats")
     }
 
     pub fn client(&self) -> Client {
@@ -173,7 +201,10 @@ impl Client {
     pub fn new(to: &str) -> Client {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        Client { sock, to: to.to_string() }
+        Client {
+            sock,
+            to: to.to_string(),
+        }
     }
 
     pub fn send(&self, id: u32, payload: &[u8]) {
@@ -187,13 +218,19 @@ impl Client {
         let mut buf = vec![0u8; 70000];
         let n = self.sock.recv(&mut buf).ok()?;
         assert!(n >= 5, "reply of {n} bytes");
-        Some((u32::from_be_bytes(buf[..4].try_into().unwrap()), buf[4], buf[5..n].to_vec()))
+        Some((
+            u32::from_be_bytes(buf[..4].try_into().unwrap()),
+            buf[4],
+            buf[5..n].to_vec(),
+        ))
     }
 
     /// Request/reply; panics when no reply comes within the read timeout.
     pub fn call(&self, id: u32, payload: &[u8]) -> (u8, Vec<u8>) {
         self.send(id, payload);
-        let (rid, st, p) = self.recv().unwrap_or_else(|| panic!("no reply for lambda {id}"));
+        let (rid, st, p) = self
+            .recv()
+            .unwrap_or_else(|| panic!("no reply for lambda {id}"));
         assert_eq!(rid, id);
         (st, p)
     }
@@ -221,7 +258,11 @@ impl TcpClient {
         self.s.read_exact(&mut l).unwrap();
         let mut b = vec![0u8; u32::from_be_bytes(l) as usize];
         self.s.read_exact(&mut b).unwrap();
-        (u32::from_be_bytes(b[..4].try_into().unwrap()), b[4], b[5..].to_vec())
+        (
+            u32::from_be_bytes(b[..4].try_into().unwrap()),
+            b[4],
+            b[5..].to_vec(),
+        )
     }
 }
 
