@@ -1,0 +1,235 @@
+//! The receivers: UDP (λ-NIC's wire format), TCP framing, and the Unix socket that carries a
+//! memfd. Each turns a request into a job on its lambda's queue (the match stage is
+//! `Server::dispatch`).
+
+use super::*;
+
+/// One datagram already waiting on the UDP socket, without blocking: (length, sender).
+fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<(usize, SocketAddr)> {
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: buf and addr are valid for the lengths given; the kernel writes at most those.
+    let n = unsafe {
+        libc::recvfrom(
+            fd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+            (&mut addr as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if n < 0 {
+        return None;
+    }
+    let from = match addr.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let a =
+                unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            SocketAddr::from((
+                u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                u16::from_be(a.sin_port),
+            ))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let a =
+                unsafe { &*(&addr as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            SocketAddr::from((a.sin6_addr.s6_addr, u16::from_be(a.sin6_port)))
+        }
+        _ => return None,
+    };
+    Some((n as usize, from))
+}
+
+impl Server {
+    /// Classify what already waits on the UDP socket before a worker picks its next job. The
+    /// receiver thread competes for the CPU with the workers (and, on two cores, the clients),
+    /// so under a heavy lambda's burst a light lambda's datagram could sit in the kernel buffer
+    /// behind the whole burst, where weighted fair queueing cannot see it.
+    pub fn drain_udp(&self, buf: &mut [u8], scratch: &mut Vec<u8>, max: usize) {
+        let fd = self.udp.as_raw_fd();
+        for _ in 0..max {
+            let Some((n, from)) = recv_nowait(fd, buf) else {
+                return;
+            };
+            self.accept_datagram(&buf[..n], from, scratch);
+        }
+    }
+
+    fn accept_datagram(&self, dgram: &[u8], from: SocketAddr, scratch: &mut Vec<u8>) {
+        inc(&self.g.packets);
+        if dgram.len() < 4 {
+            inc(&self.g.malformed_short);
+            return;
+        }
+        self.dispatch(dgram, ReplyTo::Udp(from), scratch);
+    }
+}
+
+pub fn udp_loop(srv: Arc<Server>) {
+    let mut buf = vec![0u8; 65536];
+    let mut scratch = Vec::with_capacity(256);
+    loop {
+        let (n, from) = match srv.udp.recv_from(&mut buf) {
+            Ok(x) => x,
+            Err(_) => continue,
+        };
+        srv.accept_datagram(&buf[..n], from, &mut scratch);
+    }
+}
+
+pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
+    for s in listener.incoming() {
+        let Ok(s) = s else { continue };
+        let srv = srv.clone();
+        std::thread::spawn(move || tcp_conn(srv, s));
+    }
+}
+
+fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(wstream) = stream.try_clone() else {
+        return;
+    };
+    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+    std::thread::spawn(move || tcp_writer(wstream, rx));
+    let mut r = std::io::BufReader::with_capacity(1 << 16, stream);
+    let mut seq = 0u64;
+    let mut buf = Vec::new();
+    let mut scratch = Vec::with_capacity(256);
+    loop {
+        let mut lb = [0u8; 4];
+        if r.read_exact(&mut lb).is_err() {
+            break;
+        }
+        let len = u32::from_be_bytes(lb) as usize;
+        if len > (16 << 20) {
+            break; // not a frame of this protocol; drop the connection
+        }
+        buf.resize(len, 0);
+        if r.read_exact(&mut buf).is_err() {
+            break;
+        }
+        inc(&srv.g.packets);
+        if len < 4 {
+            inc(&srv.g.malformed_short);
+            continue;
+        }
+        let to = ReplyTo::Tcp {
+            tx: tx.clone(),
+            seq,
+        };
+        seq += 1;
+        srv.dispatch(&buf, to, &mut scratch);
+    }
+}
+
+fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>) {
+    let mut w = BufWriter::with_capacity(1 << 16, stream);
+    let mut next = 0u64;
+    let mut held: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    while let Ok(first) = rx.recv() {
+        let mut item = Some(first);
+        loop {
+            if let Some((seq, bytes)) = item.take() {
+                held.insert(seq, bytes);
+                while let Some(b) = held.remove(&next) {
+                    if w.write_all(&b).is_err() {
+                        return;
+                    }
+                    next += 1;
+                }
+            }
+            match rx.try_recv() {
+                Ok(x) => item = Some(x),
+                Err(_) => break,
+            }
+        }
+        if w.flush().is_err() {
+            return;
+        }
+    }
+}
+
+pub fn unix_loop(srv: Arc<Server>) {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+    use std::io::IoSliceMut;
+    let Some(sock) = srv.unix.as_ref() else {
+        return;
+    };
+    let fd = sock.as_raw_fd();
+    let mut scratch = Vec::new();
+    loop {
+        let mut buf = [0u8; 64];
+        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let (n, fds, from) =
+            match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(msg) => {
+                    let mut fds: Vec<OwnedFd> = Vec::new();
+                    if let Ok(cm) = msg.cmsgs() {
+                        for c in cm {
+                            if let ControlMessageOwned::ScmRights(v) = c {
+                                for raw in v {
+                                    fds.push(unsafe {
+                                        <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw)
+                                    });
+                                }
+                            }
+                        }
+                    }
+                    let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
+                    (msg.bytes, fds, from)
+                }
+                Err(_) => continue,
+            };
+        inc(&srv.g.packets);
+        let Some(path) = from else { continue }; // unnamed client: cannot answer
+        if n < 8 {
+            inc(&srv.g.malformed_short);
+            continue;
+        }
+        let id = u32::from_be_bytes(buf[..4].try_into().unwrap());
+        let len = u32::from_be_bytes(buf[4..8].try_into().unwrap()) as usize;
+        let Some(memfd) = fds.into_iter().next() else {
+            srv.unix_answer(&path, id, BAD_REQUEST, 0);
+            continue;
+        };
+        let shm = match Shm::map(&memfd, len) {
+            Ok(s) => s,
+            Err(e) => {
+                let status = if matches!(e, crate::shm::MapError::Unsealed) {
+                    BAD_REQUEST
+                } else {
+                    TOO_LARGE
+                };
+                srv.unix_answer(&path, id, status, 0);
+                continue;
+            }
+        };
+        drop(memfd);
+        let reply = ReplyTo::Unix { path, shm };
+        match srv.lookup(id) {
+            Some(l) => {
+                inc(&l.stats.calls);
+                if let Err(job) = srv.sched.push(
+                    Job {
+                        lambda: l,
+                        kind: JobKind::ShmRequest,
+                        reply,
+                    },
+                    false,
+                ) {
+                    inc(&job.lambda.stats.overloaded);
+                    srv.reply_simple(&job.reply, id, OVERLOADED, b"", &mut scratch);
+                }
+            }
+            None => {
+                inc(&srv.g.unknown);
+                srv.reply_simple(&reply, id, UNKNOWN, b"", &mut scratch);
+            }
+        }
+    }
+}
