@@ -383,3 +383,36 @@ fn fuel_budget_interrupts_and_state_persists() {
     assert_eq!(fp.lambda_stats(12)["timeouts"], 1);
     assert_eq!(fp.lambda_stats(12)["fuel"], 2_000_000);
 }
+
+#[test]
+fn a_tcp_client_that_never_reads_is_pushed_back_not_buffered() {
+    let fp = Fp::start(&["--workers", "1"]);
+    fp.deploy_wasm(7, "web", json!({}));
+    let t = TcpClient::connect(&fp);
+    let mut w = t.s.try_clone().unwrap();
+    // 20,000 requests of 8 KiB whose 8 KiB replies are never read: once the client's receive
+    // buffer is full the executor's writer blocks, and its reader must stop taking requests.
+    let sender = std::thread::spawn(move || {
+        use std::io::Write;
+        let payload = vec![b'x'; 8192];
+        let mut frame = ((payload.len() + 4) as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&7u32.to_be_bytes());
+        frame.extend_from_slice(&payload);
+        for _ in 0..20_000 {
+            if w.write_all(&frame).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let calls = fp.lambda_stats(7)["calls"].as_u64().unwrap();
+    assert!(
+        calls < 10_000,
+        "{calls} requests taken from a client that reads nothing"
+    );
+    // The executor still serves everyone else.
+    assert_eq!(fp.client().call(7, b"ok").0, OK);
+    drop(t);
+    drop(fp); // stops the executor, which closes the connection and ends the sender
+    let _ = sender.join();
+}

@@ -94,7 +94,11 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
         return;
     };
     let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
-    std::thread::spawn(move || tcp_writer(wstream, rx));
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let written = written.clone();
+        std::thread::spawn(move || tcp_writer(wstream, rx, written))
+    };
     let mut r = std::io::BufReader::with_capacity(1 << 16, stream);
     let mut seq = 0u64;
     let mut buf = Vec::new();
@@ -117,6 +121,14 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
             inc(&srv.g.malformed_short);
             continue;
         }
+        // A client that sends without reading its replies must not make them pile up here
+        // without bound: stop reading (TCP pushes back on it) until the writer catches up.
+        while seq - written.load(Ordering::Acquire) >= TCP_MAX_UNANSWERED {
+            if writer.is_finished() {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
         let to = ReplyTo::Tcp {
             tx: tx.clone(),
             seq,
@@ -126,7 +138,10 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
     }
 }
 
-fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>) {
+/// Replies of one TCP connection not yet written back before its reader stops reading.
+const TCP_MAX_UNANSWERED: u64 = 4096;
+
+fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>, written: Arc<AtomicU64>) {
     let mut w = BufWriter::with_capacity(1 << 16, stream);
     let mut next = 0u64;
     let mut held: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
@@ -140,6 +155,7 @@ fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>) {
                         return;
                     }
                     next += 1;
+                    written.store(next, Ordering::Release);
                 }
             }
             match rx.try_recv() {
