@@ -22,7 +22,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
+from nearfaas.bench.http_load import closed_loop
 from nearfaas.telemetry.headers import parse_timing
 
 TARGET_P50_MS = 0.5
@@ -87,38 +87,9 @@ def run_wrk(url: str, clients: int, duration: float) -> dict:
 
 
 def run_python_client(url: str, clients: int, duration: float) -> dict:
-    import http.client
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    deadline = time.perf_counter() + duration
-
-    def client():
-        conn = http.client.HTTPConnection(parts.hostname, parts.port)
-        mine = []
-        while time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            conn.request("GET", parts.path or "/")
-            resp = conn.getresponse()
-            resp.read()
-            mine.append(time.perf_counter() - t0)
-            if resp.status != 200:
-                errors[0] += 1
-        with lock:
-            latencies.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    latencies, errors, elapsed = closed_loop(url, clients, duration)
     return {"p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
-            "rps": len(latencies) / elapsed, "errors": errors[0]}
+            "rps": len(latencies) / elapsed, "errors": errors}
 
 
 def warm_calls(systems: dict[str, str], duration: float, repeats: int, load) -> dict:

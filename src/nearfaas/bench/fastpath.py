@@ -161,33 +161,12 @@ def _wrk(url: str, clients: int, duration: float, body: bytes) -> dict:
 
 
 def _http_python(url: str, clients: int, duration: float, body: bytes) -> dict:
-    import http.client
-    from urllib.parse import urlsplit
+    from nearfaas.bench.http_load import closed_loop
 
-    parts = urlsplit(url)
-    lat: list[float] = []
-    lock = threading.Lock()
-    deadline = time.perf_counter() + duration
-
-    def client():
-        conn = http.client.HTTPConnection(parts.hostname, parts.port)
-        mine = []
-        while time.perf_counter() < deadline:
-            t0 = time.perf_counter()
-            conn.request("POST", parts.path, body=body)
-            conn.getresponse().read()
-            mine.append((time.perf_counter() - t0) * 1e6)
-        with lock:
-            lat.extend(mine)
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    lat_s, errors, elapsed = closed_loop(url, clients, duration, "POST", body)
+    lat = [x * 1e6 for x in lat_s]
     return {"p50_us": _pct(lat, 50), "p99_us": _pct(lat, 99), "mean_us": statistics.mean(lat) if lat else None,
-            "req_per_s": len(lat) / (time.perf_counter() - t0), "errors": 0, "match": "python"}
+            "req_per_s": len(lat) / elapsed, "errors": errors, "match": "python"}
 
 
 # ---- image and kv helpers -----------------------------------------------------------------------
@@ -200,31 +179,31 @@ def _image() -> bytes:
 
 
 def _image_memfd(unix_path: str, lambda_id: int, img: bytes, expect: bytes, calls: int) -> dict:
-    lat = []
     with MemfdClient(unix_path) as client:
-        for i in range(calls + 5):
-            t0 = time.perf_counter_ns()
-            status, out = client.call(lambda_id, img)
-            dt = (time.perf_counter_ns() - t0) / 1e3
-            if status != OK or out != expect:
-                raise RuntimeError(f"image lambda {lambda_id}: {status_name(status)}, {len(out)} bytes, correct={out == expect}")
-            if i >= 5:
-                lat.append(dt)
-    return _lat_summary(lat, "memfd (Unix datagram + SCM_RIGHTS)")
+        return _timed_image_calls(lambda: client.call(lambda_id, img), expect, calls, 5, f"image lambda {lambda_id}",
+                                  "memfd (Unix datagram + SCM_RIGHTS)")
 
 
 def _image_tcp(addr, lambda_id: int, img: bytes, expect: bytes, calls: int) -> dict:
-    lat = []
-    for i in range(calls + 3):
-        t0 = time.perf_counter_ns()
+    def one():
         with TcpClient(addr, timeout=10) as client:  # a connection per request: a fork/thread per request
-            status, out = client.call(lambda_id, img)
+            return client.call(lambda_id, img)
+
+    return _timed_image_calls(one, expect, calls, 3, "baseline image lambda", "TCP framing, one connection per request")
+
+
+def _timed_image_calls(call, expect: bytes, calls: int, warmup: int, what: str, transport: str) -> dict:
+    """``calls`` timed calls after ``warmup`` untimed ones, each answer checked against ``expect``."""
+    lat = []
+    for i in range(calls + warmup):
+        t0 = time.perf_counter_ns()
+        status, out = call()
         dt = (time.perf_counter_ns() - t0) / 1e3
         if status != OK or out != expect:
-            raise RuntimeError(f"baseline image lambda: {status_name(status)}, {len(out)} bytes")
-        if i >= 3:
+            raise RuntimeError(f"{what}: {status_name(status)}, {len(out)} bytes, correct={out == expect}")
+        if i >= warmup:
             lat.append(dt)
-    return _lat_summary(lat, "TCP framing, one connection per request")
+    return _lat_summary(lat, transport)
 
 
 def _lat_summary(lat: list[float], transport: str) -> dict:
