@@ -48,11 +48,13 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-def _http(method: str, url: str, body=None, headers=None, timeout: float = 60.0):
+def _http(state: str | None, method: str, url: str, body=None, headers=None, timeout: float = 60.0):
     import requests
 
+    from nearfaas.client import gateway_session
+
     try:
-        return requests.request(method, url, json=body if not isinstance(body, (bytes, str)) else None,
+        return gateway_session(_state(state)).request(method, url, json=body if not isinstance(body, (bytes, str)) else None,
                                 data=body if isinstance(body, (bytes, str)) else None, headers=headers, timeout=timeout)
     except requests.ConnectionError:
         _fail(f"cannot reach the gateway at {url}; is the cluster up? (`nearfaas status`)")
@@ -203,7 +205,7 @@ def deploy(stack_file, only, wait, state, gateway):
     url = _gateway(state, gateway)
     names = [n for n in stack.functions if not only or n in only]
     for name in names:
-        resp = _http("POST", f"{url}/system/functions", deployment_body(stack.functions[name]))
+        resp = _http(state, "POST", f"{url}/system/functions", deployment_body(stack.functions[name]))
         if resp.status_code >= 300:
             _fail(f"deploying {name} failed ({resp.status_code}): {resp.text.strip()}")
         console.print(f"[green]deployed[/] {name}")
@@ -214,8 +216,11 @@ def deploy(stack_file, only, wait, state, gateway):
 
 def deployment_body(fn) -> dict:
     """An OpenFaaS FunctionDeployment for a parsed FunctionSpec (plus nearfaas's own fields)."""
+    from nearfaas.spec.bundle import pack
+
     d = fn.to_dict()
-    return {"service": fn.name, "lang": fn.lang, "handler": str(fn.handler_dir), "envVars": fn.environment,
+    # The code travels with the deployment (spec/bundle.py): the gateway runs no path it is told.
+    return {"service": fn.name, "lang": fn.lang, "bundle": pack(fn.handler_dir), "envVars": fn.environment,
             "labels": fn.labels, "annotations": fn.annotations, "secrets": fn.secrets, "limits": fn.limits or None,
             "constraints": fn.constraints, "x-nearfaas": d.get("x")}
 
@@ -224,7 +229,7 @@ def _wait_warm(url: str, name: str, want: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     with console.status(f"waiting for {name} to warm up..."):
         while time.monotonic() < deadline:
-            resp = _http("GET", f"{url}/system/function/{name}")
+            resp = _http(state, "GET", f"{url}/system/function/{name}")
             if resp.status_code == 200 and resp.json()["availableReplicas"] >= min(want, 1):
                 return
             time.sleep(0.1)
@@ -239,7 +244,7 @@ def remove(names, state, gateway):
     """Remove deployed functions (their workers are stopped)."""
     url = _gateway(state, gateway)
     for name in names:
-        resp = _http("DELETE", f"{url}/system/functions", {"functionName": name})
+        resp = _http(state, "DELETE", f"{url}/system/functions", {"functionName": name})
         if resp.status_code >= 300:
             _fail(f"removing {name}: {resp.text.strip()}")
         console.print(f"removed {name}")
@@ -251,7 +256,7 @@ def remove(names, state, gateway):
 @click.option("--json", "as_json", is_flag=True)
 def list_functions(state, gateway, as_json):
     """List deployed functions."""
-    functions = _http("GET", f"{_gateway(state, gateway)}/system/functions").json()
+    functions = _http(state, "GET", f"{_gateway(state, gateway)}/system/functions").json()
     if as_json:
         click.echo(json.dumps(functions, indent=2))
         return
@@ -294,7 +299,7 @@ def invoke(name, data, input_uri, is_async, callback, verbose, policy, state, ga
         headers["X-Nearfaas-Policy"] = policy
     url = _gateway(state, gateway)
     path = "async-function" if is_async else "function"
-    resp = _http("POST", f"{url}/{path}/{name}", body, headers, timeout=600)
+    resp = _http(state, "POST", f"{url}/{path}/{name}", body, headers, timeout=600)
     if verbose or resp.status_code >= 400:
         for h in ("X-Call-Id", "X-Nearfaas-App", "X-Nearfaas-Start", "X-Nearfaas-Node", "X-Nearfaas-Policy", "X-Nearfaas-Placement",
                   "X-Nearfaas-Timing", "X-Nearfaas-Link", "X-Nearfaas-Predicted", "X-Nearfaas-Chain-Failed", "X-Duration-Seconds"):
@@ -334,7 +339,7 @@ def logs(name, tail, since, state, gateway):
     """Print a function's stdout/stderr from every node."""
     # Encoded: a "+02:00" offset in --since would otherwise arrive as a space.
     params = urlencode({"name": name, "tail": tail} | ({"since": since} if since else {}))
-    resp = _http("GET", f"{_gateway(state, gateway)}/system/logs?{params}")
+    resp = _http(state, "GET", f"{_gateway(state, gateway)}/system/logs?{params}")
     if resp.status_code >= 300:
         _fail(resp.text.strip())
     for line in resp.text.splitlines():
@@ -430,7 +435,7 @@ def accelerator(node, state_, state, gateway):
     """Mark a dscs node's accelerator available (on) or unavailable (off).
 
     While it is off, functions marked `accelerator: dscs` fall back to CPU compute nodes."""
-    resp = _http("POST", f"{_gateway(state, gateway)}/system/nodes/{node}/accelerator", {"available": state_ == "on"})
+    resp = _http(state, "POST", f"{_gateway(state, gateway)}/system/nodes/{node}/accelerator", {"available": state_ == "on"})
     if resp.status_code >= 300:
         _fail(resp.text.strip())
     console.print(f"accelerator of {node}: {'available' if state_ == 'on' else 'unavailable'}")
@@ -453,7 +458,7 @@ def secret_create(name, literal, from_file, state, gateway):
     if (literal is None) == (from_file is None):
         _fail("give exactly one of --from-literal VALUE or --from-file PATH")
     value = literal if literal is not None else Path(from_file).read_text()
-    resp = _http("PUT", f"{_gateway(state, gateway)}/system/secrets", {"name": name, "value": value})
+    resp = _http(state, "PUT", f"{_gateway(state, gateway)}/system/secrets", {"name": name, "value": value})
     if resp.status_code >= 300:
         _fail(resp.text.strip())
     console.print(f"secret {name} stored")

@@ -25,3 +25,17 @@ def s3_client(gateway_url: str, state_dir: Path | None = None, access_key: str |
         region_name="us-east-1",
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2, "mode": "standard"}),
     )
+
+
+def gateway_session(state_dir: Path | None = None, layout: dict | None = None):
+    """A requests.Session for the gateway's OpenFaaS API, carrying the cluster admin's
+    credentials (HTTP basic auth, as faas-cli sends them) when the cluster requires them."""
+    import requests
+
+    from nearfaas.cluster.launcher import admin_headers, read_layout
+
+    session = requests.Session()
+    if layout is None and state_dir is not None:
+        layout = read_layout(Path(state_dir))
+    session.headers.update(admin_headers(layout or {}))
+    return session

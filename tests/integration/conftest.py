@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import shutil
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -16,8 +18,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from nearfaas.client import s3_client
+from nearfaas.client import gateway_session, s3_client
 from nearfaas.cluster import launcher
+from nearfaas.spec.bundle import pack
 from nearfaas.spec.cluster import load_cluster
 
 FUNCTIONS = Path(__file__).parent / "functions"
@@ -55,6 +58,8 @@ class Cluster:
         self.state_dir = state_dir
         self.layout = layout
         self.url = layout["gateway_url"]
+        # The cluster admin's session (basic auth, as faas-cli sends it): auth is on by default.
+        self.http = gateway_session(layout=layout)
 
     def s3(self, **keys):
         return s3_client(self.url, self.state_dir, **keys)
@@ -62,9 +67,17 @@ class Cluster:
     def node(self, name: str) -> dict:
         return next(n for n in self.layout["nodes"] if n["name"] == name)
 
+    def node_health(self, url: str) -> dict:
+        """A node's internal health, asked as the gateway asks: signed with the cluster secret."""
+        return json.loads(launcher._signed_get(self.layout, f"{url}/_nearfaas/health", timeout=5))
+
     def deploy(self, name: str, handler: Path, wait: bool = True, **fields) -> requests.Response:
-        body = {"service": name, "lang": "python3-http", "handler": str(handler)} | fields
-        resp = requests.post(f"{self.url}/system/functions", json=body, timeout=30)
+        """Deploy a test function, uploaded as a bundle as `nearfaas deploy` does. Its S3 key may
+        use every bucket unless the test declares x-nearfaas.buckets itself."""
+        x = dict(fields.pop("x-nearfaas", None) or {})
+        x.setdefault("buckets", ["*"])
+        body = {"service": name, "lang": "python3-http", "bundle": pack(handler), "x-nearfaas": x} | fields
+        resp = self.http.post(f"{self.url}/system/functions", json=body, timeout=30)
         if wait and resp.status_code < 300:
             self.wait_warm(name)
         return resp
@@ -79,7 +92,7 @@ class Cluster:
     def wait_warm(self, name: str, replicas: int = 1, timeout: float = 60.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            status = requests.get(f"{self.url}/system/function/{name}", timeout=5).json()
+            status = self.http.get(f"{self.url}/system/function/{name}", timeout=5).json()
             if status["availableReplicas"] >= replicas:
                 return status
             time.sleep(0.05)
@@ -87,8 +100,11 @@ class Cluster:
 
 
 def start_cluster(state_dir: Path, **overrides) -> Cluster:
+    """A cluster with the defaults (auth and isolation on). Tests may also deploy handler folders
+    by path from this checkout or the temp folders pytest makes (gateway.handler_roots)."""
     spec = load_cluster(None)
     spec.gateway.port = 0
+    spec.gateway.handler_roots = [str(Path(__file__).resolve().parents[2]), tempfile.gettempdir()]
     for key, value in overrides.items():
         setattr(spec, key, value)
     layout = launcher.up(spec, state_dir)
@@ -128,7 +144,7 @@ def scratch(cluster):
 
     yield deploy
     for name in names:
-        requests.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
 
 
 @pytest.fixture

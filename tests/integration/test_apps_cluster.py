@@ -88,13 +88,13 @@ def test_a_model_file_that_is_not_onnx_is_a_4xx_and_the_worker_survives(apps_clu
     fake.write_text("definitely not protobuf")
     body = next(b for b in deployment_bodies("credit_risk", "tiny", str(fake)) if b["service"].endswith("-infer"))
     body["service"] = "broken-infer"
-    assert requests.post(f"{apps_cluster.url}/system/functions", json=body, timeout=30).status_code == 202
+    assert apps_cluster.http.post(f"{apps_cluster.url}/system/functions", json=body, timeout=30).status_code == 202
     apps_cluster.wait_warm("broken-infer")
     for _ in range(2):  # the same warm worker answers both: nothing crashed
         resp = requests.post(f"{apps_cluster.url}/function/broken-infer", json={}, timeout=30)
         assert 400 <= resp.status_code < 500, resp.text
         assert "not-a-model.onnx" in resp.text and json.loads(resp.text)["stage"] == "broken-infer"
-    pids = {i["id"] for i in requests.get(f"{apps_cluster.url}/system/function/broken-infer", timeout=10).json()["instances"]}
+    pids = {i["id"] for i in apps_cluster.http.get(f"{apps_cluster.url}/system/function/broken-infer", timeout=10).json()["instances"]}
     assert len(pids) == 1
 
 
@@ -122,7 +122,7 @@ def test_auto_starts_from_the_measured_stage_profile_of_the_same_model_size(clus
     measured = load().compute_s("asset-damage-infer")
     assert measured, "benchmarks/results/apps.json has no asset-damage-infer (run benchmarks/apps.py)"
     scratch("asset-damage-infer", functions_dir / "echo", envVars={"MODEL_SIZE": "full"})
-    status = requests.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()
+    status = cluster.http.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()
     assert status["estimates"] == {"cpu": measured}
     scratch("asset-damage-infer", functions_dir / "echo", envVars={"MODEL_SIZE": "tiny"})  # redeployed: no full-size guess
-    assert requests.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()["estimates"] == {}
+    assert cluster.http.get(f"{cluster.url}/system/function/asset-damage-infer", timeout=10).json()["estimates"] == {}

@@ -108,18 +108,18 @@ def test_busy_or_unavailable_accelerator_sends_the_chain_to_cpu(s3like):
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(requests.post, f"{url}/function/hog?sleep=3", timeout=30)
         deadline = time.monotonic() + 5
-        while not next(n for n in requests.get(f"{url}/system/nodes", timeout=5).json() if n["name"] == "storage-0")["accelerator"]["busy"]:
+        while not next(n for n in s3like.http.get(f"{url}/system/nodes", timeout=5).json() if n["name"] == "storage-0")["accelerator"]["busy"]:
             assert time.monotonic() < deadline, "the hog never occupied the accelerator"
             time.sleep(0.02)
         busy, _, _ = _run(s3like, "near-data")
         assert running.result().headers["X-Nearfaas-Placement"] == "dscs;no-input"
     assert [s["reason"] for s in json.loads(busy.headers["X-Nearfaas-Chain"])[:2]] == ["fallback-busy"] * 2
 
-    assert requests.post(f"{url}/system/nodes/storage-0/accelerator", json={"available": False}, timeout=10).status_code == 200
+    assert s3like.http.post(f"{url}/system/nodes/storage-0/accelerator", json={"available": False}, timeout=10).status_code == 200
     try:
         down, read, _ = _run(s3like, "near-data")
     finally:
-        requests.post(f"{url}/system/nodes/storage-0/accelerator", json={"available": True}, timeout=10)
+        s3like.http.post(f"{url}/system/nodes/storage-0/accelerator", json={"available": True}, timeout=10)
     assert [s["reason"] for s in json.loads(down.headers["X-Nearfaas-Chain"])[:2]] == ["fallback-accel-unavailable"] * 2
     assert read >= SIZE
     assert busy.content == down.content
@@ -167,7 +167,7 @@ def test_a_trigger_runs_a_whole_chain(s3like):
     body = {"service": "damage-detect", "lang": "python3-http", "handler": str(EXAMPLES / "damage-preprocess"),
             "envVars": {"exec_timeout": "60s"},
             "x-nearfaas": {"accelerator": "dscs", "placement": "data", "chain": ["damage-classify"], "triggers": ["s3://cams/incoming/"]}}
-    assert requests.put(f"{url}/system/functions", json=body, timeout=30).status_code == 200
+    assert s3like.http.put(f"{url}/system/functions", json=body, timeout=30).status_code == 200
     s3like.wait_warm("damage-detect")
 
     def chains_ok() -> float:

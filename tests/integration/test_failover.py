@@ -34,7 +34,7 @@ def test_kill_9_compute_node(fresh_cluster, functions_dir):
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         while True:
-            nodes = {n["name"]: n for n in requests.get(f"{url}/system/nodes").json()}
+            nodes = {n["name"]: n for n in cluster.http.get(f"{url}/system/nodes").json()}
             if not nodes["compute-0"]["healthy"]:
                 detected = time.monotonic() - killed
                 break
@@ -83,7 +83,7 @@ def test_idle_node_that_dies_leaves_placement_within_2s_by_polling_alone(fresh_c
     os.kill(pid, signal.SIGSTOP)  # hung, not dead: no refused connection to give it away
     try:
         stopped = time.monotonic()
-        while any(n["name"] == "storage-1" and n["healthy"] for n in requests.get(f"{cluster.url}/system/nodes").json()):
+        while any(n["name"] == "storage-1" and n["healthy"] for n in cluster.http.get(f"{cluster.url}/system/nodes").json()):
             assert time.monotonic() - stopped < 5
             time.sleep(0.02)
         detected = time.monotonic() - stopped

@@ -20,21 +20,21 @@ def test_deploy_list_get_update_delete(cluster, functions_dir):
     resp = cluster.deploy("crud", functions_dir / "echo", envVars={"GREETING": "hello"},
                           labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
     assert resp.status_code == 202, resp.text
-    names = [f["name"] for f in requests.get(f"{url}/system/functions").json()]
+    names = [f["name"] for f in cluster.http.get(f"{url}/system/functions").json()]
     assert "crud" in names
-    status = requests.get(f"{url}/system/function/crud").json()
+    status = cluster.http.get(f"{url}/system/function/crud").json()
     assert status["envVars"]["GREETING"] == "hello" and status["availableReplicas"] >= 1
     assert requests.post(f"{url}/function/crud", data=b"x").json()["greeting"] == "hello"
 
     body = {"service": "crud", "lang": "python3-http", "handler": str(functions_dir / "echo"), "envVars": {"GREETING": "bonjour"}}
-    assert requests.put(f"{url}/system/functions", json=body).status_code == 200
+    assert cluster.http.put(f"{url}/system/functions", json=body).status_code == 200
     cluster.wait_warm("crud")
     assert requests.post(f"{url}/function/crud", data=b"x").json()["greeting"] == "bonjour"
 
-    assert requests.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 202
-    assert requests.get(f"{url}/system/function/crud").status_code == 404
+    assert cluster.http.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 202
+    assert cluster.http.get(f"{url}/system/function/crud").status_code == 404
     assert requests.post(f"{url}/function/crud").status_code == 404
-    assert requests.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 404
+    assert cluster.http.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 404
 
 
 def test_sync_invoke_headers_and_warm_reuse(cluster, functions_dir):
@@ -54,7 +54,7 @@ def test_cold_start_when_scaled_from_zero(cluster, functions_dir):
     cluster.deploy("zero", functions_dir / "counter", wait=False,
                    labels={"com.openfaas.scale.min": "0", "com.openfaas.scale.zero": "true"})
     time.sleep(0.3)
-    assert requests.get(f"{cluster.url}/system/function/zero").json()["availableReplicas"] == 0
+    assert cluster.http.get(f"{cluster.url}/system/function/zero").json()["availableReplicas"] == 0
     resp = requests.post(f"{cluster.url}/function/zero")
     assert resp.status_code == 200 and resp.headers["X-Nearfaas-Start"] == "cold"
     cold = float(resp.headers["X-Nearfaas-Timing"].split("cold_start=")[1].split(";")[0])
@@ -66,17 +66,17 @@ def test_cold_start_when_scaled_from_zero(cluster, functions_dir):
 
 def test_scale_function(cluster, functions_dir):
     cluster.deploy("scaled", functions_dir / "echo", labels={"com.openfaas.scale.max": "3"})
-    resp = requests.post(f"{cluster.url}/system/scale-function/scaled", json={"serviceName": "scaled", "replicas": 3})
+    resp = cluster.http.post(f"{cluster.url}/system/scale-function/scaled", json={"serviceName": "scaled", "replicas": 3})
     assert resp.status_code == 202
     assert cluster.wait_warm("scaled", replicas=3)["availableReplicas"] == 3
-    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 1}).status_code == 202
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 1}).status_code == 202
     deadline = time.monotonic() + 10
-    while requests.get(f"{cluster.url}/system/function/scaled").json()["availableReplicas"] != 1:
+    while cluster.http.get(f"{cluster.url}/system/function/scaled").json()["availableReplicas"] != 1:
         assert time.monotonic() < deadline, "scale down did not happen"
         time.sleep(0.05)
-    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 9}).status_code == 400
-    assert requests.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": "two"}).status_code == 400
-    assert requests.post(f"{cluster.url}/system/scale-function/nope", json={"replicas": 1}).status_code == 404
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": 9}).status_code == 400
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/scaled", json={"replicas": "two"}).status_code == 400
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/nope", json={"replicas": 1}).status_code == 404
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -165,19 +165,19 @@ def test_logs_capture_stdout(cluster, functions_dir):
     requests.post(f"{cluster.url}/function/talker", data=b"12345")
     deadline = time.monotonic() + 5
     while True:
-        resp = requests.get(f"{cluster.url}/system/logs", params={"name": "talker", "tail": 10})
+        resp = cluster.http.get(f"{cluster.url}/system/logs", params={"name": "talker", "tail": 10})
         lines = [json.loads(line) for line in resp.text.splitlines()]
         if any("echo called with 5 bytes" in line["text"] for line in lines):
             break
         assert time.monotonic() < deadline, lines
         time.sleep(0.05)
     assert all({"name", "instance", "timestamp", "text"} <= set(line) for line in lines)
-    assert requests.get(f"{cluster.url}/system/logs", params={"name": "ghost"}).status_code == 404
-    assert requests.get(f"{cluster.url}/system/logs").status_code == 400
+    assert cluster.http.get(f"{cluster.url}/system/logs", params={"name": "ghost"}).status_code == 404
+    assert cluster.http.get(f"{cluster.url}/system/logs").status_code == 400
 
 
 def test_secrets_are_mounted_as_files(cluster, functions_dir):
-    assert requests.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}).status_code == 200
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}).status_code == 200
     cluster.deploy("secretive", functions_dir / "secretreader", secrets=["api-key"])
     assert requests.post(f"{cluster.url}/function/secretive").text == "s3cr3t"
     missing = cluster.deploy("needs-missing", functions_dir / "secretreader", wait=False, secrets=["no-such-secret"])
@@ -195,17 +195,17 @@ def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir):
 
 def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
     url = cluster.url
-    image_only = requests.post(f"{url}/system/functions", json={"service": "img", "image": "ghcr.io/x/y:latest"})
+    image_only = cluster.http.post(f"{url}/system/functions", json={"service": "img", "image": "ghcr.io/x/y:latest"})
     assert image_only.status_code == 400 and "container engine" in image_only.text and "handler" in image_only.text
-    bad_timeout = requests.post(f"{url}/system/functions", json={"service": "t", "handler": str(functions_dir / "echo"),
+    bad_timeout = cluster.http.post(f"{url}/system/functions", json={"service": "t", "handler": str(functions_dir / "echo"),
                                                                  "envVars": {"exec_timeout": "soon"}})
     assert bad_timeout.status_code == 400 and "exec_timeout" in bad_timeout.text
-    bad_name = requests.post(f"{url}/system/functions", json={"service": "Not_A_Name", "handler": str(functions_dir / "echo")})
+    bad_name = cluster.http.post(f"{url}/system/functions", json={"service": "Not_A_Name", "handler": str(functions_dir / "echo")})
     assert bad_name.status_code == 400 and "Not_A_Name" in bad_name.text
-    no_handler = requests.post(f"{url}/system/functions", json={"service": "nohandler", "handler": "/does/not/exist"})
+    no_handler = cluster.http.post(f"{url}/system/functions", json={"service": "nohandler", "handler": "/does/not/exist"})
     assert no_handler.status_code == 400 and "handler" in no_handler.text
-    assert requests.post(f"{url}/system/functions", data=b"{not json").status_code == 400
-    assert requests.post(f"{url}/system/functions", json=[1, 2]).status_code == 400
+    assert cluster.http.post(f"{url}/system/functions", data=b"{not json").status_code == 400
+    assert cluster.http.post(f"{url}/system/functions", json=[1, 2]).status_code == 400
     assert requests.post(f"{url}/function/does-not-exist").status_code == 404
     big = requests.post(f"{url}/function/does-not-exist", data=b"x" * (9 * 1024 * 1024))
     assert big.status_code == 413 and "object reference" in big.text
@@ -213,9 +213,9 @@ def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
 
 def test_info_health_openapi_and_metrics(cluster, functions_dir):
     assert requests.get(f"{cluster.url}/healthz").text == "OK"
-    info = requests.get(f"{cluster.url}/system/info").json()
+    info = cluster.http.get(f"{cluster.url}/system/info").json()
     assert info["provider"]["provider"] == "nearfaas"
-    doc = requests.get(f"{cluster.url}/system/openapi.json").json()
+    doc = cluster.http.get(f"{cluster.url}/system/openapi.json").json()
     assert doc["openapi"].startswith("3.") and "/system/functions" in doc["paths"]
     cluster.deploy("metered", functions_dir / "echo")
     requests.post(f"{cluster.url}/function/metered")
@@ -255,7 +255,7 @@ def test_update_lets_calls_in_flight_finish(cluster, functions_dir):
         busy = pool.submit(requests.post, f"{cluster.url}/function/draining?sleep=1.0", timeout=30)
         time.sleep(0.3)
         body = {"service": "draining", "lang": "python3-http", "handler": str(functions_dir / "slow"), "envVars": {"V": "2"}}
-        assert requests.put(f"{cluster.url}/system/functions", json=body).status_code == 200
+        assert cluster.http.put(f"{cluster.url}/system/functions", json=body).status_code == 200
         assert busy.result().status_code == 200, busy.result().text
     cluster.wait_warm("draining")
     assert requests.post(f"{cluster.url}/function/draining?sleep=0").status_code == 200

@@ -39,7 +39,7 @@ deployment_like = st.fixed_dictionaries({}, optional={
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.one_of(deployment_like, json_values))
 def test_random_deployments_never_get_a_5xx(cluster, body):
-    resp = requests.post(f"{cluster.url}/system/functions", data=json.dumps(body), timeout=10)
+    resp = cluster.http.post(f"{cluster.url}/system/functions", data=json.dumps(body), timeout=10)
     assert resp.status_code < 500, (body, resp.status_code, resp.text)
     assert resp.headers.get("X-Call-Id")
 

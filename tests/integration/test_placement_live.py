@@ -28,7 +28,7 @@ def test_busy_accelerator_falls_back_to_cpu(cluster, accelerated):
     with ThreadPoolExecutor(1) as pool:
         first = pool.submit(requests.post, f"{url}?sleep=1.0", json=body, timeout=30)
         time.sleep(0.3)  # the first call is running to completion on storage-0's accelerator
-        nodes = {n["name"]: n for n in requests.get(f"{cluster.url}/system/nodes").json()}
+        nodes = {n["name"]: n for n in cluster.http.get(f"{cluster.url}/system/nodes").json()}
         assert nodes["storage-0"]["accelerator"] == {"available": True, "busy": True}
         second = requests.post(f"{url}?sleep=0", json=body, timeout=30)
         assert first.result().headers["X-Nearfaas-Placement"] == "dscs;home-replica"
@@ -44,17 +44,17 @@ def test_busy_accelerator_falls_back_to_cpu(cluster, accelerated):
 def test_accelerator_marked_unavailable_falls_back_to_cpu(cluster, accelerated):
     name, body = accelerated
     url = f"{cluster.url}/function/{name}?sleep=0"
-    off = requests.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": False})
+    off = cluster.http.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": False})
     try:
         assert off.status_code == 200 and off.json()["accelerator"]["available"] is False
         resp = requests.post(url, json=body)
         assert resp.status_code == 200 and resp.headers["X-Nearfaas-Placement"] == "cpu;fallback-accel-unavailable"
     finally:
-        requests.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": True})
+        cluster.http.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": True})
     assert requests.post(url, json=body).headers["X-Nearfaas-Placement"] == "dscs;home-replica"
-    assert requests.post(f"{cluster.url}/system/nodes/compute-0/accelerator", json={"available": False}).status_code == 400
-    assert requests.post(f"{cluster.url}/system/nodes/nope/accelerator", json={"available": False}).status_code == 404
-    assert requests.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": "no"}).status_code == 400
+    assert cluster.http.post(f"{cluster.url}/system/nodes/compute-0/accelerator", json={"available": False}).status_code == 400
+    assert cluster.http.post(f"{cluster.url}/system/nodes/nope/accelerator", json={"available": False}).status_code == 404
+    assert cluster.http.post(f"{cluster.url}/system/nodes/storage-0/accelerator", json={"available": "no"}).status_code == 400
 
 
 def test_policy_can_be_chosen_per_call(cluster, accelerated):

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def _available(cluster, name) -> int:
-    return requests.get(f"{cluster.url}/system/function/{name}").json()["availableReplicas"]
+    return cluster.http.get(f"{cluster.url}/system/function/{name}").json()["availableReplicas"]
 
 
 def test_calls_wait_in_a_bounded_queue_then_get_429(cluster, functions_dir):
@@ -49,9 +49,9 @@ def test_keep_alive_and_scale_to_zero(cluster, functions_dir):
     cluster.deploy("idler", functions_dir / "echo", wait=False,
                    labels={"com.openfaas.scale.min": "0", "com.openfaas.scale.max": "3", "com.openfaas.scale.zero": "true",
                            "com.openfaas.scale.zero-duration": "2s"}, **{"x-nearfaas": {"keep_alive": "1s"}})
-    assert requests.post(f"{cluster.url}/system/scale-function/idler", json={"replicas": 3}).status_code == 202
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/idler", json={"replicas": 3}).status_code == 202
     cluster.wait_warm("idler", replicas=3)
-    assert requests.post(f"{cluster.url}/system/scale-function/idler", json={"replicas": 0}).status_code == 202
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/idler", json={"replicas": 0}).status_code == 202
     first = requests.post(f"{cluster.url}/function/idler")
     assert first.status_code == 200
     # Idle past zero-duration: scaled to zero, and the next call is a cold start.

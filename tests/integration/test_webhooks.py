@@ -20,5 +20,5 @@ def test_events_are_kept_in_order_and_bad_ones_get_a_clear_4xx(cluster):
     assert not_json.status_code == 400 and "JSON" in not_json.json()["error"]
     too_big = requests.post(url, data=b'"' + b"x" * (70 * 1024) + b'"', timeout=10)
     assert too_big.status_code == 413 and "result object" in too_big.json()["error"]
-    bad_name = requests.post(f"{cluster.url}/system/webhooks/Bad_Name", json={}, timeout=10)
+    bad_name = cluster.http.post(f"{cluster.url}/system/webhooks/Bad_Name", json={}, timeout=10)
     assert bad_name.status_code == 400 and "DNS-1123" in bad_name.json()["error"]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from nearfaas.spec.bundle import pack
+
 from .catalog import AppCard, get_app
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -65,10 +67,11 @@ def _labels(card: AppCard, which: str, size: str) -> dict:
 
 def _x(card: AppCard, which: str) -> dict:
     f1, f2, f3 = card.functions
+    buckets = [INPUT_BUCKET, RESULT_BUCKET]  # all its S3 key may touch, with the chain's intermediates
     if which == "notify":  # DSCS-Serverless: function 3 always runs on a CPU of a compute node
-        return {"placement": "compute"}
+        return {"placement": "compute", "buckets": buckets}
     nxt = f2 if which == "pre" else f3
-    return {"accelerator": "dscs", "placement": "data", "inputs": ["input"], "chain": [nxt], "idempotent": True}
+    return {"accelerator": "dscs", "placement": "data", "inputs": ["input"], "chain": [nxt], "idempotent": True, "buckets": buckets}
 
 
 def _functions(card: AppCard, size: str, model_path, webhook_url, handler_base: Path | None) -> dict:
@@ -106,7 +109,7 @@ def deployment_bodies(app_key: str, size: str = "tiny", model_path: str | Path |
     stack = stack_for(app_key, size, model_path, webhook_url)
     bodies = []
     for name, fn in reversed(list(stack["functions"].items())):
-        bodies.append({"service": name, "lang": fn["lang"], "handler": fn["handler"], "envVars": dict(fn["environment"]),
+        bodies.append({"service": name, "lang": fn["lang"], "bundle": pack(Path(fn["handler"])), "envVars": dict(fn["environment"]),
                        "labels": dict(fn["labels"]), "x-nearfaas": dict(fn["x-nearfaas"])})
     return bodies
 

@@ -14,10 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
+import secrets
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
+from nearfaas.auth import internal
 from nearfaas.spec.cluster import ClusterSpec
 
 READY_TIMEOUT_S = 30.0
@@ -73,9 +76,15 @@ def is_running(state_dir: Path) -> bool:
     return bool(layout) and any(_alive(p["pid"]) for p in layout.get("processes", []))
 
 
-def _get(url: str, timeout: float = 1.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+def _get(url: str, timeout: float = 1.0, headers: dict | None = None) -> bytes:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
         return resp.read()
+
+
+def _signed_get(layout: dict, url: str, timeout: float = 1.0) -> bytes:
+    """GET a node's internal API as the gateway does: signed with the cluster secret."""
+    target = "/" + url.split("://", 1)[1].partition("/")[2]
+    return _get(url, timeout, internal.sign(layout["internal_secret"], "GET", target))
 
 
 def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path) -> None:
@@ -92,6 +101,8 @@ def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path
             continue
         try:
             _get(url, timeout=0.5)
+            return
+        except urllib.error.HTTPError:  # it answered (a node's API refuses unsigned calls): it is up
             return
         except OSError:
             time.sleep(0.05)
@@ -115,12 +126,14 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
                       "workers_max": node.workers_max, "prewarm": node.prewarm})
     layout = {
+        "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
+        "isolation": spec.isolation,
         "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
         "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
-        "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile,
-        "auth": {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key} if spec.auth else None,
+        "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile, "handler_roots": spec.gateway.handler_roots,
+        "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
         "fastpath": _fastpath_layout(spec, host, state_dir),
     }
@@ -153,10 +166,27 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
     return layout
 
 
+def _client_keys(spec: ClusterSpec, state_dir: Path) -> dict | None:
+    """The keys clients use (S3 SigV4, and the /system API's admin password); None in unsigned
+    local mode. Keys the cluster made itself are kept across `down`/`up` of one state dir, so a
+    configured boto3 or faas-cli keeps working."""
+    if spec.auth is None:
+        return None
+    if not spec.auth.generated:
+        return {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key, "region": spec.auth.region,
+                "generated": False}
+    old = (read_layout(state_dir) or {}).get("auth") or {}
+    if old.get("generated"):
+        return old
+    return {"access_key": "NF" + secrets.token_hex(8).upper(), "secret_key": secrets.token_urlsafe(30), "region": spec.auth.region,
+            "generated": True}
+
+
 def _child_env(layout: dict) -> dict:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    if layout.get("auth"):  # workers sign their own S3 calls to the gateway (see runtime/context.py)
-        env.update(NEARFAAS_ACCESS_KEY=layout["auth"]["access_key"], NEARFAAS_SECRET_KEY=layout["auth"]["secret_key"])
+    # No key travels in the environment: each process reads what it needs from cluster.json,
+    # which only root can read, and workers get keys of their own (auth/function_keys.py).
+    env = {k: v for k, v in os.environ.items() if k not in ("NEARFAAS_ACCESS_KEY", "NEARFAAS_SECRET_KEY")}
+    env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH")) if p)
     return env
 
@@ -188,7 +218,8 @@ def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
             "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32)),
-            "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1))]
+            "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1)),
+            "--isolation", "on" if layout.get("isolation", True) else "off"]
 
 
 def restart_node(state_dir: Path, name: str) -> int:
@@ -206,6 +237,16 @@ def restart_node(state_dir: Path, name: str) -> int:
     _write_layout(state_dir, layout)
     _wait_ready(url, proc, name, log)
     return proc.pid
+
+
+def admin_headers(layout: dict) -> dict[str, str]:
+    """The Authorization header of the cluster's admin for its /system API ({} in unsigned mode)."""
+    import base64
+
+    keys = layout.get("auth")
+    if not keys:
+        return {}
+    return {"Authorization": "Basic " + base64.b64encode(f"admin:{keys['secret_key']}".encode()).decode()}
 
 
 def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str):
@@ -327,7 +368,7 @@ def status(state_dir: Path) -> dict:
     for node in layout["nodes"]:
         entry = {k: node[k] for k in ("name", "kind", "class", "url")} | {"pid": pids.get(node["name"]), "healthy": False}
         try:
-            health = json.loads(_get(f"{node['url']}/_nearfaas/health"))
+            health = json.loads(_signed_get(layout, f"{node['url']}/_nearfaas/health"))
             entry.update(healthy=True, workers=len(health.get("workers", [])), store=health.get("store"))
         except (OSError, ValueError):
             pass
@@ -337,7 +378,7 @@ def status(state_dir: Path) -> dict:
     try:
         functions = [{"name": f["name"], "replicas": f["replicas"], "available": f["availableReplicas"],
                       "invocations": f["invocationCount"], "placement": (f.get("x-nearfaas") or {}).get("placement")}
-                     for f in json.loads(_get(f"{layout['gateway_url']}/system/functions"))]
+                     for f in json.loads(_get(f"{layout['gateway_url']}/system/functions", headers=admin_headers(layout)))]
         gateway_ok = True
     except (OSError, ValueError):
         pass

@@ -27,8 +27,9 @@ from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES, FastPath
 from nearfaas.gateway.invoker import CallError
 from nearfaas.gateway.nodes import NodeDirectory
+from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
-from nearfaas.spec.options import check_chain_cycles
+from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
 from nearfaas.spec.stack import FunctionSpec, parse_stack
 from nearfaas.telemetry.metrics import GatewayMetrics
 
@@ -73,6 +74,31 @@ class FunctionStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+class UidAllocator:
+    """Each function runs under a uid of its own (node/jail.py). A new function, or a function
+    deleted and deployed again, gets a uid never used before, so its S3 key is new too
+    (auth/function_keys.py); an update keeps the uid it has."""
+
+    FIRST = 200_000
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def next(self, in_use: list[int]) -> int:
+        try:
+            last = int(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            last = self.FIRST - 1
+        uid = max([last, *in_use]) + 1
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(uid))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        return uid
 
 
 class AsyncQueue:
@@ -127,7 +153,8 @@ def _is_fastpath(spec: dict) -> bool:
 
 class OpenFaaSAPI:
     def __init__(self, calls: ChainRunner, nodes: NodeDirectory, metrics: GatewayMetrics, state_dir: Path, invoke_max_body: int,
-                 max_inflight: int = 0, read_timeout: float = 60.0, fastpath_layout: dict | None = None):
+                 max_inflight: int = 0, read_timeout: float = 60.0, fastpath_layout: dict | None = None,
+                 handler_roots: list[str] = ()):
         self.calls, self.invoker, self.nodes, self.metrics = calls, calls.invoker, nodes, metrics
         self.fastpath = FastPath(fastpath_layout, self._run_for_host)
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
@@ -135,6 +162,9 @@ class OpenFaaSAPI:
         self.read_timeout = read_timeout
         self.state_dir = state_dir
         self.store = FunctionStore(state_dir / "gateway" / "functions.json")
+        self.uids = UidAllocator(state_dir / "gateway" / "last_uid")
+        self.functions_dir = state_dir / "functions"  # deployed code, one folder per bundle (spec/bundle.py)
+        self.handler_roots = [Path(r) for r in handler_roots]
         self.secrets_dir = state_dir / "secrets"
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.invoke_max_body = invoke_max_body
@@ -212,6 +242,11 @@ class OpenFaaSAPI:
                 continue
             self.metrics.triggers.labels(name).inc()
 
+    def requires_auth(self, name: str) -> bool:
+        """Whether calls of function ``name`` need the cluster's credentials (x-nearfaas.auth)."""
+        state = self.invoker.functions.get(name)
+        return state is not None and state.options.auth
+
     def _persist(self) -> None:
         self.store.save([s.spec for s in self.invoker.functions.values()])
 
@@ -280,9 +315,45 @@ class OpenFaaSAPI:
         if env:
             fn["environment"] = env
         fn.setdefault("lang", "python3-http")
-        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path(body.get("base_dir") or "/"),
-                            whole=False)
-        return stack.functions[name].to_dict()
+        if re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):  # else parse_stack names the problem
+            fn["handler"] = str(self._code(name, body))
+        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path("/"), whole=False)
+        spec = stack.functions[name].to_dict()
+        current = self.invoker.functions.get(name)
+        spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
+            self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
+        buckets = NearfaasOptions.from_dict(spec["x"]).allowed_buckets()
+        spec["buckets"] = sorted(buckets) if buckets is not None else ["*"]  # what its workers may read locally
+        return spec
+
+    def _code(self, name: str, body: dict) -> Path:
+        """The deployment's code, copied into the state dir: from an uploaded ``bundle``, or from
+        a ``handler`` folder under one of the cluster's gateway.handler_roots."""
+        if body.get("bundle") is not None:
+            try:
+                return unpack(body["bundle"], self.functions_dir, name)
+            except BundleError as exc:
+                raise SpecErrorResponse(str(exc)) from None
+        handler, base_dir = body.get("handler"), body.get("base_dir")
+        if base_dir is not None and not isinstance(base_dir, str):
+            raise SpecErrorResponse("base_dir: must be a string, the folder a relative handler path starts from")
+        if not isinstance(handler, str) or not handler.strip():
+            raise SpecErrorResponse('handler: required: upload the folder as "bundle" (base64 of a .tar.gz; `nearfaas deploy` '
+                                    "does this), or name a folder under the cluster's gateway.handler_roots")
+        try:
+            folder = (Path(base_dir or "/") / handler.strip()).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise SpecErrorResponse(f"handler: cannot use {handler!r}: {exc}") from None
+        if not any(folder.is_relative_to(root) for root in self.handler_roots):
+            roots = ", ".join(map(str, self.handler_roots)) or "none are configured"
+            raise SpecErrorResponse(f"handler: {folder} is not under the cluster's gateway.handler_roots ({roots}); upload "
+                                    "the folder as a bundle instead (`nearfaas deploy` does), or add its parent to handler_roots")
+        if not folder.is_dir():
+            raise SpecErrorResponse(f"handler: {folder} is not a folder")
+        try:
+            return copy_folder(folder, self.functions_dir, name)
+        except BundleError as exc:
+            raise SpecErrorResponse(f"handler: {exc}") from None
 
     async def deploy(self, request, update: bool = False):
         body = await _json_body(request)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas.auth import function_keys
+from nearfaas.auth.admin import AdminGuard
+from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.cluster_backend import ClusterBackend
@@ -53,10 +56,11 @@ class _StoreCollector:
 
 def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
+    credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
     def client_for(name: str) -> NodeClient:
         if name not in clients:
-            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session)
+            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session, credentials=credentials)
         return clients[name]
 
     return ClusterBackend(nodes, client_for, factor, dscs)
@@ -73,8 +77,23 @@ def _stage_profiles():
         return Profiles()
 
 
+def _function_key_resolver(invoker: Invoker, secret: str):
+    """S3 keys of deployed functions: each may use only the buckets its spec allows."""
+    from nearfaas.s3.sigv4 import Principal
+
+    def resolve(access: str):
+        parsed = function_keys.parse(access)
+        state = invoker.functions.get(parsed[0]) if parsed else None
+        if state is None or state.spec.get("uid") != parsed[1]:
+            return None  # not a function key, or its function is gone (or was redeployed anew)
+        return Principal(f"function key {access}", function_keys.secret_key(secret, access), state.options.allowed_buckets())
+
+    return resolve
+
+
 def build_app(layout: dict, state_dir: Path) -> web.Application:
-    nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]])
+    nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]],
+                          secret=layout.get("internal_secret"))
     metrics = GatewayMetrics()
     metrics.add_collector(_StoreCollector(nodes))
     replication = layout.get("replication", {})
@@ -84,15 +103,18 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     chains = ChainRunner(invoker, backend := _cluster_backend(nodes, factor, dscs))
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
-                      fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None)
+                      fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
+                      handler_roots=layout.get("handler_roots") or [])
     auth = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth
 
-        auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]})
+        auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]},
+                      resolver=_function_key_resolver(invoker, layout["internal_secret"]))
     s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created)
+    guard = AdminGuard(layout.get("auth"), auth, protected=api.requires_auth)
 
-    app = web.Application(middlewares=[stamp_calls], client_max_size=1024**3)
+    app = web.Application(middlewares=[guard.middleware, stamp_calls], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
     WebhookSink().routes(app)

@@ -11,7 +11,9 @@ import time
 from dataclasses import dataclass, field
 
 import aiohttp
+import yarl
 
+from nearfaas.auth import function_keys, internal
 from nearfaas.gateway.replicas import StorageNode
 
 # A node that stops answering leaves placement within HEALTH_INTERVAL_S + HEALTH_TIMEOUT_S
@@ -39,8 +41,9 @@ class NodeError(Exception):
 
 
 class NodeDirectory:
-    def __init__(self, nodes: list[Node]):
+    def __init__(self, nodes: list[Node], secret: str | None = None):
         self.nodes = {n.name: n for n in nodes}
+        self.secret = secret  # the cluster secret: signs every internal call (auth/internal.py)
         self.session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
         self.on_poll = []  # callbacks(node) after each successful poll
@@ -51,7 +54,12 @@ class NodeDirectory:
         # hang a request forever: the S3 NodeClients share this session. sock_read counts only
         # while waiting on the node (from the end of the request body, and paused while the
         # gateway itself is not reading). Calls that pass their own timeout replace this one.
-        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120))
+        # Every call to a node's internal API is signed on its way out; S3 calls to nodes are
+        # signed with SigV4 by their NodeClients.
+        origins = {str(yarl.URL(n.url).origin()) for n in self.nodes.values()}
+        middlewares = (internal.client_middleware(self.secret, "/_nearfaas/", origins),) if self.secret else ()
+        self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120),
+                                             middlewares=middlewares)
         await self.poll_all()
         self._task = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -114,6 +122,8 @@ class NodeDirectory:
             raise NodeError(node_name, 503, f"node {node_name} is unreachable: {exc}", "node") from None
 
     async def start_worker(self, node_name: str, spec: dict, timeout: float) -> dict:
+        if self.secret and "uid" in spec:  # the worker's own S3 key, scoped to its function (never the cluster's)
+            spec = spec | {"credentials": function_keys.credentials(self.secret, spec["name"], spec["uid"])}
         return await self.call(node_name, "POST", f"/_nearfaas/functions/{spec['name']}/workers", json=spec, timeout=timeout)
 
     async def stop_worker(self, node_name: str, worker_id: str) -> None:

@@ -44,9 +44,9 @@ class NodeAgent:
             # Chain intermediates land here from this node's own workers; every storage node has
             # the bucket from its start, so no chain waits on (or fails with) a node that is down.
             self.store.create_bucket(INTERMEDIATE_BUCKET)
-            # Nodes listen on loopback behind the gateway, which authenticates clients; the
-            # node accepts the gateway's unsigned internal calls (local mode).
-            self.s3 = S3Frontend(LocalBackend(self.store))
+            # The node's S3 port answers the gateway (signed with the cluster secret) and this
+            # node's own workers writing a chain intermediate (their function keys), no one else.
+            self.s3 = S3Frontend(LocalBackend(self.store), auth=_node_s3_auth(_cluster_secret(state_dir)))
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
@@ -106,6 +106,32 @@ class NodeAgent:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")
 
 
+def _cluster_secret(state_dir: Path) -> str:
+    """The cluster secret from cluster.json (root-only, hidden from functions): never from the
+    environment, which workers could inherit."""
+    try:
+        secret = json.loads((state_dir / "cluster.json").read_text()).get("internal_secret")
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"cannot read the cluster secret from {state_dir / 'cluster.json'}: {exc}; start nodes with `nearfaas up`") from None
+    if not secret:
+        raise SystemExit(f"{state_dir / 'cluster.json'} has no internal_secret; it was written by an older nearfaas: "
+                         "run `nearfaas down` and `nearfaas up` again")
+    return secret
+
+
+def _node_s3_auth(secret: str):
+    from nearfaas.auth import function_keys
+    from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+    from nearfaas.s3.sigv4 import Principal, S3Auth
+
+    def function_key(access: str):
+        if function_keys.parse(access) is None:
+            return None
+        return Principal(f"function key {access}", function_keys.secret_key(secret, access), frozenset({INTERMEDIATE_BUCKET}))
+
+    return S3Auth({INTERNAL_ACCESS_KEY: secret}, resolver=function_key)
+
+
 class _NodeCollector:
     """Exports the node's own counters at scrape time; nothing to keep in sync."""
 
@@ -140,7 +166,9 @@ class _NodeCollector:
 async def serve(args) -> None:
     agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
                       prewarm=args.prewarm, url=node_url(args.host, args.port))
-    app = web.Application(client_max_size=1024**3)
+    from nearfaas.auth.internal import server_middleware
+
+    app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
     agent.routes(app)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
@@ -184,6 +212,8 @@ def main(argv=None) -> None:
     parser.add_argument("--link", default="local", help="link profile its workers' remote object I/O crosses")
     parser.add_argument("--prewarm", type=_count, default=1,
                         help="pre-warmed generic workers kept idle to cut cold starts (0 turns it off)")
+    parser.add_argument("--isolation", choices=["on", "off"], default="on",
+                        help="run workers unprivileged in their own mount view (node/jail.py); off is unsafe")
     args = parser.parse_args(argv)
     try:
         import uvloop

@@ -18,7 +18,8 @@ from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.policy import POLICIES
 
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
-                     parse_duration, parse_int, parse_memory, read_mapping, read_text_file, short_repr, type_name)
+                     parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
+                     type_name)
 
 MiB = 1024**2
 GiB = 1024**3
@@ -31,10 +32,10 @@ CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
 PLACEMENT_POLICIES = tuple(POLICIES)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
-TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath"}
+TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation"}
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
-GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout"}
+GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm"}
 REPLICATION_KEYS = {"factor", "dscs_replica"}
 AUTH_KEYS = {"access_key", "secret_key", "region"}
@@ -47,6 +48,9 @@ class GatewaySpec:
     invoke_max_body: int = 8 * MiB   # largest /function/ request body; big data goes by object reference
     max_inflight: int = 32           # invocations forwarded at once, all functions together; 0 = unlimited
     read_timeout: float = 60.0       # seconds to wait for a client's request body
+    # Folders a deployment may name its handler under (a copy is deployed); empty: code comes
+    # only as an uploaded bundle, which is what `nearfaas deploy` sends (spec/bundle.py).
+    handler_roots: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +78,12 @@ class AuthSpec:
     access_key: str
     secret_key: str = field(repr=False)  # kept out of repr so it does not end up in logs
     region: str = "us-east-1"            # SigV4 signing region clients must use
+    generated: bool = False              # keys made by `nearfaas up` (kept in cluster.json), none given
+
+
+def generated_auth() -> AuthSpec:
+    """The default: the cluster makes its own random keys at `nearfaas up` (auth is on)."""
+    return AuthSpec("", "", generated=True)
 
 
 @dataclass
@@ -106,7 +116,10 @@ class ClusterSpec:
     nodes: list[NodeSpec] = field(default_factory=default_nodes)
     replication: ReplicationSpec = field(default_factory=ReplicationSpec)
     placement: str = "near-data"     # gateway placement policy, one of PLACEMENT_POLICIES
-    auth: AuthSpec | None = None     # None: unsigned local mode; else SigV4 with these keys
+    # Keys for SigV4 and the /system API. The default makes random ones at `up`; None is the
+    # unsigned local mode, an explicit opt-in (`auth: off`) for demos on a private machine.
+    auth: AuthSpec | None = field(default_factory=generated_auth)
+    isolation: bool = True           # workers unprivileged, in their own mount view; off only by choice (unsafe)
     link: LinkSpec = field(default_factory=LinkSpec)
     fastpath: FastpathSpec = field(default_factory=FastpathSpec)
 
@@ -134,12 +147,13 @@ class ClusterSpec:
         return {
             "state_dir": self.state_dir, "host": self.host,
             "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
-                        "max_inflight": g.max_inflight, "read_timeout": g.read_timeout},
+                        "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots)},
             "nodes": [n.to_dict() for n in self.nodes],
             "replication": {"factor": self.replication.factor, "dscs_replica": self.replication.dscs_replica},
             "placement": self.placement,
-            "auth": None if self.auth is None else {
+            "auth": "off" if self.auth is None else "generate" if self.auth.generated else {
                 "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
+            "isolation": "on" if self.isolation else "off",
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
                          "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin},
@@ -214,6 +228,13 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
         except ValueError as exc:
             c.error("gateway.read_timeout", f"bad duration {short_repr(m['read_timeout'])}: {exc}",
                     'write e.g. "60s", "1m30s" or a number of seconds')
+    if "handler_roots" in m:
+        roots = read_str_list(m["handler_roots"], "gateway.handler_roots", c, allow_single=True) or []
+        for i, root in enumerate(roots):
+            if not Path(root).is_absolute():
+                c.error(join_path("gateway.handler_roots", i), f"{short_repr(root)} is not an absolute path",
+                        "list absolute folders, e.g. /srv/functions")
+        g.handler_roots = [str(Path(r).resolve()) for r in roots if Path(r).is_absolute()]
     return g
 
 
@@ -300,9 +321,24 @@ def _replication(value: Any, storage: list[NodeSpec], nodes_ok: bool, c: Collect
     return r
 
 
+def _switch(value: Any) -> bool | None:
+    """on/off (YAML also reads these as true/false); None when it is neither."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("on", "off", "true", "false"):
+        return value.strip().lower() in ("on", "true")
+    return None
+
+
 def _auth(value: Any, c: Collector) -> AuthSpec | None:
-    if value is None:
-        return None
+    if value is None or value == "generate":
+        return generated_auth()
+    if _switch(value) is False:
+        return None  # unsigned local mode, asked for by name
+    if not isinstance(value, dict):
+        c.error("auth", f"must be off, generate, or a mapping with access_key and secret_key; got {short_repr(value)}",
+                "write `auth: off` for unsigned local mode, or give `auth: {access_key: ..., secret_key: ...}`")
+        return generated_auth()
     m = read_mapping(value, "auth", c)
     if m is None:
         return None
@@ -310,7 +346,7 @@ def _auth(value: Any, c: Collector) -> AuthSpec | None:
     for key in ("access_key", "secret_key"):
         if key not in m:
             c.error(join_path("auth", key), "is missing", "give both access_key and secret_key, or remove auth "
-                    "for unsigned local mode")
+                    "to have `nearfaas up` make random keys")
     access = _str(m, "access_key", "auth", c, "", "AKIAEXAMPLE")
     secret = _str(m, "secret_key", "auth", c, "", '"a-long-random-string"')
     region = _str(m, "region", "auth", c, "us-east-1", "us-east-1")
@@ -400,6 +436,13 @@ def parse_cluster(data: Any) -> ClusterSpec:
     else:
         spec.placement = placement
     spec.auth = _auth(m.get("auth"), c)
+    if "isolation" in m:
+        isolation = _switch(m["isolation"])
+        if isolation is None:
+            c.error("isolation", f"must be on or off, got {short_repr(m['isolation'])}",
+                    "leave it on (functions run unprivileged in their own mount view); off runs them as the node's user, unsafe")
+        else:
+            spec.isolation = isolation
     spec.link = _link(m.get("link"), c)
     spec.fastpath = _fastpath(m.get("fastpath"), c)
     c.raise_if_any()

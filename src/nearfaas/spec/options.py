@@ -15,7 +15,7 @@ from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, par
 
 X_KEY = "x-nearfaas"
 X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
-          "target", "fastpath"}
+          "target", "fastpath", "buckets", "auth"}
 TARGETS = ("worker", "fastpath")
 FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
 NATIVE_LAMBDAS = ("web", "kv", "gray")
@@ -43,12 +43,24 @@ class NearfaasOptions:
     triggers: list[str] = field(default_factory=list)  # "s3://bucket/prefix": a PUT there invokes this function
     target: str = "worker"                  # "fastpath": a tiny lambda run to completion by the fast path (docs/fastpath.md)
     fastpath: dict[str, Any] | None = None  # {module | native, weight, timeout_ms, external} when target is fastpath
+    # The buckets this function's own S3 key may use ("*": any). Its trigger buckets and the chain
+    # intermediate bucket are added for it (auth/function_keys.py); nothing else is reachable.
+    buckets: list[str] = field(default_factory=list)
+    auth: bool = False                      # calls to /function/<name> need the cluster's credentials
+
+    def allowed_buckets(self) -> frozenset[str] | None:
+        """What the function's key may touch; None means every bucket (``buckets: ["*"]``)."""
+        if "*" in self.buckets:
+            return None
+        triggers = {t.removeprefix("s3://").split("/", 1)[0] for t in self.triggers}
+        return frozenset(self.buckets) | triggers | {INTERMEDIATE_BUCKET}
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
                 "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
                 "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers),
-                "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None}
+                "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None,
+                "buckets": list(self.buckets), "auth": self.auth}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -157,7 +169,14 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
             opts.keep_alive = parse_duration(m["keep_alive"])
         except ValueError as exc:
             c.error(join_path(path, "keep_alive"), str(exc), 'write a duration, e.g. keep_alive: 60s')
-    for flag in ("keep_intermediates", "idempotent"):
+    if "buckets" in m:
+        buckets = read_str_list(m["buckets"], join_path(path, "buckets"), c, allow_single=True) or []
+        for i, b in enumerate(buckets):
+            if b != "*" and not _BUCKET.fullmatch(b):
+                c.error(join_path(join_path(path, "buckets"), i), f"{short_repr(b)} is not a bucket name",
+                        'list bucket names (3-63 lower-case letters, digits, "-" or "."), or "*" for every bucket')
+        opts.buckets = buckets
+    for flag in ("keep_intermediates", "idempotent", "auth"):
         if flag in m:
             try:
                 setattr(opts, flag, parse_bool(m[flag]))

@@ -242,7 +242,28 @@ def _environment(fn: dict[str, Any], path: str, base_dir: Path, c: Collector) ->
     inline = read_str_map(fn.get("environment"), join_path(path, "environment"), c, env=True)
     for k, v in (inline or {}).items():
         env[k], origin[k] = v, join_path(join_path(path, "environment"), k)
+    for k in env:
+        if interpreter_variable(k):
+            c.error(origin[k], f"{k} changes how the interpreter, the loader or a library starts, and runs code the "
+                    "platform did not deploy", "remove it: put settings in your handler's code or in a file of its "
+                    "folder, and dependencies in requirements.txt")
     return env, origin
+
+
+# Variables that make an interpreter, the dynamic loader or a common library load or run other
+# code (PYTHONSTARTUP, LD_PRELOAD, PYTHONWARNINGS=...:module.Class, BROWSER, ...), or that the
+# platform sets for the worker itself (NEARFAAS_*: its node, its keys).
+_INTERPRETER_PREFIXES = ("PYTHON", "LD_", "NEARFAAS_", "MALLOC_", "GCONV", "PERL", "RUBY", "NODE_", "JAVA_TOOL", "_JAVA",
+                         "BASH_FUNC_", "DYLD_", "OPENSSL_", "SSL_CERT", "GIT_")
+_INTERPRETER_NAMES = {"GLIBC_TUNABLES", "BROWSER", "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "IFS", "PATH", "HOME", "TMPDIR",
+                      "HOSTALIASES", "LOCPATH", "NLSPATH", "RESOLV_HOST_CONF", "LOCALDOMAIN", "EDITOR", "VISUAL", "PAGER",
+                      "TERMINFO", "TZDIR", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "NO_PROXY",
+                      "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "OMP_TOOL_LIBRARIES", "KMP_TOOL_LIBRARIES"}
+
+
+def interpreter_variable(name: str) -> bool:
+    """Whether a function may not set the environment variable ``name``."""
+    return name in _INTERPRETER_NAMES or name.upper().startswith(_INTERPRETER_PREFIXES)
 
 
 def _scale(labels: dict[str, str], path: str, c: Collector) -> dict[str, Any]:

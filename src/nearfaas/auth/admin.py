@@ -1,0 +1,118 @@
+"""Who may use the gateway's OpenFaaS ``/system`` API, and why a web page cannot.
+
+Mechanism, in the order the middleware applies it to each request:
+
+1. **Cross-site checks (always, signed mode or not).** A state-changing request (POST, PUT,
+   PATCH, DELETE) to ``/system/*`` or to the S3 API must not come from another origin: an
+   ``Origin`` header whose host is not the request's ``Host`` (or ``Sec-Fetch-Site: cross-site``)
+   is a 403. A ``/system`` body must be sent as ``application/json``: a browser sends
+   ``text/plain`` or form bodies cross-site without asking, never JSON. ``/function/*`` is
+   exempt, as in OpenFaaS: functions may serve web pages, and their callers are their business.
+2. **Credentials (when the cluster has keys).** ``/system/*`` needs either HTTP basic auth as
+   the admin (user ``admin`` or the access key, password the secret key — what ``faas-cli
+   login`` sends) or a SigV4 signature by the cluster's key. A function declared with
+   ``x-nearfaas: {auth: true}`` needs the same on ``/function/<name>`` and
+   ``/async-function/<name>``. Anything else is a 401 with ``WWW-Authenticate: Basic``.
+   ``/healthz``, ``/metrics`` and ``POST /system/webhooks/<name>`` (the notification sink that
+   functions post to) stay open.
+
+Worked example: ``curl -X POST localhost:8080/system/functions -d '{...}'`` → 401;
+``curl -u admin:$SECRET -H 'Content-Type: application/json' ...`` → 202; the same with
+``-H 'Origin: https://evil.example'`` → 403 even with the password.
+
+Known caveats:
+- Basic auth sends the secret on every call: keep the gateway on loopback or behind TLS.
+- ``/metrics`` is open, as Prometheus scrapers expect; it names functions and nodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from urllib.parse import parse_qsl, urlsplit
+
+from aiohttp import web
+
+from nearfaas.s3.errors import S3Error
+
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_OPEN = ("/healthz", "/metrics")
+
+
+def _deny(status: int, message: str, basic: bool = False) -> web.Response:
+    headers = {"X-Nearfaas-Layer": "gateway"}
+    if basic:
+        headers["WWW-Authenticate"] = 'Basic realm="nearfaas"'
+    return web.Response(status=status, text=message + "\n", headers=headers)
+
+
+def cross_site(request: web.Request) -> str | None:
+    """Why this request looks like it came from another site's page, or None."""
+    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
+        return "cross-site requests are refused (Sec-Fetch-Site: cross-site)"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return None
+    if origin == "null" or urlsplit(origin).netloc.lower() != request.host.lower():
+        return f"requests from origin {origin!r} are refused: this API answers only its own origin ({request.host})"
+    return None
+
+
+class AdminGuard:
+    """The gateway's request guard; ``keys`` is the layout's auth block, None in unsigned mode.
+    ``protected(name)`` says whether function ``name`` requires credentials."""
+
+    def __init__(self, keys: dict | None, s3_auth=None, protected=lambda name: False):
+        self.keys = keys
+        self.s3_auth = s3_auth  # the gateway's S3Auth, to check SigV4 signatures with the cluster key
+        self.protected = protected
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler):
+        path = request.path
+        is_system = path == "/system" or path.startswith("/system/")
+        is_function = path.startswith(("/function/", "/async-function/"))
+        webhook_post = path.startswith("/system/webhooks/") and request.method == "POST"
+        if request.method in MUTATING and not is_function:
+            why = cross_site(request)
+            if why:
+                return _deny(403, why)
+            if is_system and not webhook_post and request.content_type != "application/json" and request.can_read_body:
+                return _deny(415, f"{request.method} {path} needs Content-Type: application/json "
+                                  f"(got {request.content_type or 'none'})")
+        if self.keys and path not in _OPEN and not webhook_post:
+            needs = is_system or (is_function and self.protected(request.path.split("/")[2]))
+            if needs:
+                why = await self.check(request)
+                if why:
+                    return _deny(401, why, basic=True)
+        return await handler(request)
+
+    async def check(self, request: web.Request) -> str | None:
+        """None when the request carries the admin's credentials, else why not."""
+        authorization = request.headers.get("Authorization", "")
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value.strip(), validate=True).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return "the basic auth header is malformed"
+            good_user = user in ("admin", self.keys["access_key"])
+            good_password = hmac.compare_digest(password.encode(), self.keys["secret_key"].encode())
+            return None if good_user and good_password else "wrong user or password (user admin, password the cluster's secret key)"
+        if scheme == "AWS4-HMAC-SHA256" and self.s3_auth is not None:
+            raw_path, _, raw_query = request.raw_path.partition("?")
+            try:
+                ctx = self.s3_auth.authenticate(request.method, raw_path, parse_qsl(raw_query, keep_blank_values=True), request.headers)
+            except S3Error as exc:
+                return f"SigV4: {exc.code}: {exc.message}"
+            if ctx.access_key != self.keys["access_key"]:
+                return "only the cluster's own key may use the /system API (a function's key may not)"
+            signed = ctx.payload_hash
+            if signed and signed != "UNSIGNED-PAYLOAD" and signed != hashlib.sha256(await request.read()).hexdigest():
+                return "SigV4: the body does not match x-amz-content-sha256"
+            return None
+        return ("this API needs credentials: HTTP basic auth as admin with the cluster's secret key "
+                "(`nearfaas` reads it from the state dir; faas-cli: `faas-cli login -u admin`), or a SigV4 signature")
