@@ -418,16 +418,30 @@ def test_stack_for_passes_the_stack_parser_with_the_chain_and_placement(size, tm
         stack_for("chatbot", "huge", "/m.onnx")
 
 
-def test_deployment_bodies_go_f3_f2_f1_and_pass_the_rest_api_validation():
+def _api_validator(tmp_path):
+    """Just enough of the gateway's API object to run its deployment validation."""
+    from types import SimpleNamespace
+
+    from nearfaas.gateway.api import UidAllocator
+
+    api = SimpleNamespace(functions_dir=tmp_path / "functions", handler_roots=[], uids=UidAllocator(tmp_path / "uid"),
+                          invoker=SimpleNamespace(functions={}))
+    api._code = lambda name, body: OpenFaaSAPI._code(api, name, body)
+    return api
+
+
+def test_deployment_bodies_go_f3_f2_f1_and_pass_the_rest_api_validation(tmp_path):
+    api = _api_validator(tmp_path)
     for key, card in APPS.items():
         bodies = deployment_bodies(key, "tiny", "/models/m.onnx")
         assert [b["service"] for b in bodies] == list(reversed(card.functions))
         deployed: set[str] = set()
         for body in bodies:
-            spec = OpenFaaSAPI._spec_from_request(None, json.loads(json.dumps(body)))  # through JSON, as over HTTP
+            spec = OpenFaaSAPI._spec_from_request(api, json.loads(json.dumps(body)))  # through JSON, as over HTTP
             assert spec["name"] == body["service"] and spec["lang"] == "python3-http"
             assert set(spec["x"]["chain"]) <= deployed  # a chain's target is deployed before it
             assert spec["environment"]["APP"] == key
+            assert spec["uid"] >= 200_000 and "nearfaas-apps" in spec["buckets"]  # its own uid, its declared buckets
             deployed.add(spec["name"])
 
 

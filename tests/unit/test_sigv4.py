@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.node_client import NodeClient
-from nearfaas.s3.sigv4 import S3Auth
+from nearfaas.s3.sigv4 import Principal, S3Auth
 from s3_test_server import S3TestServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -271,3 +271,120 @@ def test_signature_covers_method_path_and_query():
     body = b"payload"
     headers = signed_headers("http://node:9000/bkt/key", "PUT", body)
     assert _authenticate(auth, "PUT", "http://node:9000/bkt/key", headers).payload_hash == hashlib.sha256(body).hexdigest()
+
+
+# -- principals limited to some buckets -----------------------------------------------------------
+
+SCOPED_KEY, SCOPED_SECRET = "nff.resize.200001", "scoped-secret"
+
+
+@pytest.fixture(scope="module")
+def scoped(tmp_path_factory):
+    asked: list[str] = []
+
+    def resolver(access_key: str) -> Principal | None:
+        asked.append(access_key)
+        if access_key == SCOPED_KEY:
+            return Principal(f"function key {SCOPED_KEY}", SCOPED_SECRET, frozenset({"docs", "nearfaas-intermediate"}))
+        return None
+
+    srv = S3TestServer(tmp_path_factory.mktemp("scoped"), auth=S3Auth({KEY: SECRET}, resolver=resolver)).start()
+    admin = srv.client(KEY, SECRET)
+    for name in ("docs", "private"):
+        admin.create_bucket(Bucket=name)
+    admin.put_object(Bucket="private", Key="secret.txt", Body=b"not for functions")
+    srv.asked = asked
+    yield srv
+    srv.stop()
+
+
+def test_scoped_principal_uses_its_buckets_only(scoped):
+    s3 = scoped.client(SCOPED_KEY, SCOPED_SECRET)
+    s3.put_object(Bucket="docs", Key="in.txt", Body=b"mine")
+    assert s3.get_object(Bucket="docs", Key="in.txt")["Body"].read() == b"mine"
+    denied = [lambda: s3.get_object(Bucket="private", Key="secret.txt"),
+              lambda: s3.head_object(Bucket="private", Key="secret.txt"),
+              lambda: s3.put_object(Bucket="private", Key="secret.txt", Body=b"overwritten"),
+              lambda: s3.delete_object(Bucket="private", Key="secret.txt"),
+              lambda: s3.list_objects_v2(Bucket="private"),
+              lambda: s3.delete_objects(Bucket="private", Delete={"Objects": [{"Key": "secret.txt"}]}),
+              lambda: s3.create_multipart_upload(Bucket="private", Key="mp"),
+              lambda: s3.create_bucket(Bucket="brand-new"),
+              lambda: s3.delete_bucket(Bucket="private")]
+    for call in denied:
+        with pytest.raises(ClientError) as e:
+            call()
+        meta = e.value.response["ResponseMetadata"]
+        assert (meta["HTTPStatusCode"], meta["HTTPHeaders"]["x-nearfaas-error-code"]) == (403, "AccessDenied")
+        if e.value.response["Error"]["Code"] != "403":  # a HEAD answer has no body, so no message
+            assert e.value.response["Error"]["Message"] == (
+                f"Access Denied: function key {SCOPED_KEY} may only use buckets docs, nearfaas-intermediate, not "
+                + ("brand-new." if "brand-new" in e.value.response["Error"].get("Resource", "") else "private."))
+    admin = scoped.client(KEY, SECRET)
+    assert admin.get_object(Bucket="private", Key="secret.txt")["Body"].read() == b"not for functions"
+    assert "brand-new" not in [b["Name"] for b in admin.list_buckets()["Buckets"]]
+    # Its own buckets: creating one in scope works, and ListBuckets shows only those.
+    s3.create_bucket(Bucket="nearfaas-intermediate")
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["docs", "nearfaas-intermediate"]
+    assert {b["Name"] for b in admin.list_buckets()["Buckets"]} == {"docs", "nearfaas-intermediate", "private"}
+
+
+def test_scope_follows_the_bucket_the_request_addresses(scoped):
+    """Virtual-host style names the bucket in Host; the path is then all key."""
+    def put(host: str, path: str, body: bytes) -> tuple[int, bytes]:
+        url = f"http://{host}:{scoped.port}{path}"
+        request = AWSRequest(method="PUT", url=url, data=body)
+        S3SigV4Auth(Credentials(SCOPED_KEY, SCOPED_SECRET), "s3", "us-east-1").add_auth(request)
+        return send(scoped, "PUT", path, {"Host": f"{host}:{scoped.port}", **dict(request.headers.items())}, body)
+
+    status, body = put("private.localhost", "/docs/x", b"sneaky")  # bucket private, key docs/x
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
+    status, body = put("docs.localhost", "/private/secret.txt", b"fine")  # bucket docs, key private/secret.txt
+    assert status == 200, body
+    admin = scoped.client(KEY, SECRET)
+    assert admin.get_object(Bucket="docs", Key="private/secret.txt")["Body"].read() == b"fine"
+    assert admin.get_object(Bucket="private", Key="secret.txt")["Body"].read() == b"not for functions"
+
+
+def test_presigned_urls_carry_the_scope(scoped):
+    s3 = scoped.client(SCOPED_KEY, SCOPED_SECRET)
+    s3.put_object(Bucket="docs", Key="shared", Body=b"shared body")
+    ok = s3.generate_presigned_url("get_object", Params={"Bucket": "docs", "Key": "shared"}, ExpiresIn=60)
+    assert urllib.request.urlopen(ok, timeout=10).read() == b"shared body"
+    for method, params in (("get_object", {"Bucket": "private", "Key": "secret.txt"}),
+                           ("put_object", {"Bucket": "private", "Key": "secret.txt"})):
+        url = s3.generate_presigned_url(method, Params=params, ExpiresIn=60)
+        request = urllib.request.Request(url, data=b"x" if method == "put_object" else None,
+                                         method="PUT" if method == "put_object" else "GET")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=10)
+        assert e.value.code == 403 and b"<Code>AccessDenied</Code>" in e.value.read()
+    assert scoped.client(KEY, SECRET).get_object(Bucket="private", Key="secret.txt")["Body"].read() == b"not for functions"
+
+
+def test_credentials_first_then_resolver_then_unknown(scoped):
+    scoped.asked.clear()
+    scoped.client(KEY, SECRET).list_buckets()
+    assert scoped.asked == []  # a configured key never reaches the resolver
+    with pytest.raises(ClientError) as e:
+        scoped.client("AKIDNOBODY", SECRET).list_buckets()
+    assert code_of(e) == ("InvalidAccessKeyId", 403) and scoped.asked == ["AKIDNOBODY"]
+    with pytest.raises(ClientError) as e:  # a scoped key with the wrong secret
+        scoped.client(SCOPED_KEY, "wrong").get_object(Bucket="docs", Key="in.txt")
+    assert code_of(e) == ("SignatureDoesNotMatch", 403)
+
+
+def test_principal_and_auth_context_api():
+    auth = S3Auth(resolver=lambda key: Principal("p", "s", frozenset({"b1"})) if key == "k" else None)
+    assert auth.enabled and not S3Auth().enabled and S3Auth({KEY: SECRET}).enabled
+    assert auth.principal("k") == Principal("p", "s", frozenset({"b1"}))
+    assert S3Auth({KEY: SECRET}).principal(KEY) == Principal(KEY, SECRET, None)
+    assert "s'" not in repr(Principal("p", "s")) and SECRET not in repr(S3Auth({KEY: SECRET}).principal(KEY))
+    assert Principal("p", "s").may_use("anything") and not Principal("p", "s", frozenset()).may_use("b1")
+    url = "http://node:9000/b1/key"
+    headers = {"Host": "node:9000"}
+    request = AWSRequest(method="GET", url=url)
+    S3SigV4Auth(Credentials("k", "s"), "s3", "us-east-1").add_auth(request)
+    context = _authenticate(auth, "GET", url, {**headers, **dict(request.headers.items())})
+    assert context.access_key == "k" and context.principal.name == "p" and context.streaming is None
+    assert _authenticate(S3Auth(), "GET", url, headers).principal is None

@@ -507,7 +507,8 @@ def test_cluster_defaults() -> None:
         ("storage-0", "storage", "dscs"), ("storage-1", "storage", "standard"), ("compute-0", "compute", "cpu")]
     assert all(n.port == 0 and n.workers_max >= 1 for n in spec.nodes)
     assert (spec.replication.factor, spec.replication.dscs_replica) == (2, True)
-    assert spec.auth is None and spec.link.profile == "local"
+    assert spec.auth is not None and spec.auth.generated and spec.isolation  # secure unless asked otherwise
+    assert spec.link.profile == "local"
     assert [n.name for n in spec.storage_nodes] == ["storage-0", "storage-1"] and spec.node("compute-0").cls == "cpu"
 
 

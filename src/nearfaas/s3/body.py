@@ -8,7 +8,11 @@ held in memory whole.
 
 Framing: plain bodies (Content-Length or chunked transfer encoding) and ``aws-chunked``
 bodies (``Content-Encoding: aws-chunked`` or ``x-amz-content-sha256: STREAMING-*``), whose
-chunk signatures are stripped (not verified) and whose trailers may carry checksums.
+trailers may carry checksums. When the request was verified with a signed streaming payload
+(``signing``, from ``AuthContext.streaming``), every chunk's ``chunk-signature`` and the trailer
+signature are checked as each chunk ends (``s3/sigv4_streaming.py``); a chunk's data is hashed
+as it streams, never held whole. Otherwise (auth off, anonymous, unsigned payload) chunk
+signatures are stripped unread.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ import aiohttp
 from aiohttp import http_exceptions
 
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.sigv4_streaming import EMPTY_SHA256, StreamingSeed
 
 READ_CHUNK = 256 * 1024
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+# int(x, 16) alone would also take "0x10", "-1" or "1_0"; a chunk size is plain hex digits.
+_HEX_SIZE = re.compile(rb"^[0-9a-fA-F]{1,16}$")
 _MAX_CHUNK_HEADER = 4096
 _MAX_TRAILERS = 16
 # Checksums we can verify with the standard library; CRC32C / CRC64NVME are accepted unverified.
@@ -82,12 +89,15 @@ class RequestBody:
     """One request's body. `declared_length` is the length the client promised (decoded
     length for aws-chunked), or None for a chunked-transfer body of unknown length."""
 
-    def __init__(self, stream: aiohttp.StreamReader, headers, *, max_body: int, require_length: bool = True):
+    def __init__(self, stream: aiohttp.StreamReader, headers, *, max_body: int, require_length: bool = True,
+                 signing: StreamingSeed | None = None):
         self._stream = stream
+        self._signing = signing
         self._require_length = require_length
         self._headers = headers
         self.max_body = max_body
-        self.aws_chunked = is_aws_chunked(headers)
+        # A signed streaming payload is aws-chunked whatever Content-Encoding says.
+        self.aws_chunked = signing is not None or is_aws_chunked(headers)
         self.declared_length = self._declared_length()
         if self.declared_length is not None and self.declared_length > max_body:
             raise S3Error("EntityTooLarge", f"The body of {self.declared_length} bytes exceeds the maximum of "
@@ -181,30 +191,41 @@ class RequestBody:
             raise S3Error("IncompleteBody", f"The connection ended before the body was complete ({exc!r}).") from None
 
     async def _aws_chunked_data(self, wire_hash) -> AsyncIterator[bytes | dict]:
+        # A chunk's data is yielded before its signature can be checked (it follows the data),
+        # which is safe: nothing is committed until this generator has ended without raising.
+        chain = self._signing.chain() if self._signing is not None else None
         try:
             while True:
                 line = await self._read_line(wire_hash)
-                size_text = line.split(b";", 1)[0].strip()
-                try:
-                    size = int(size_text, 16)
-                except ValueError:
-                    raise _bad_chunking(f"bad chunk header {line[:40]!r}") from None
-                if size < 0:
-                    raise _bad_chunking("negative chunk size")
-                if size == 0:
-                    yield await self._read_trailers(wire_hash)
+                size_text, _, extensions = line.partition(b";")
+                if not _HEX_SIZE.match(size_text.strip()):
+                    raise _bad_chunking(f"bad chunk header {line[:40]!r}")
+                size = int(size_text, 16)
+                if size == 0:  # the final chunk, signed too: without it a body could be cut short
+                    if chain is not None:
+                        chain.check_chunk(_chunk_signature(extensions), EMPTY_SHA256, 0)
+                    trailers = await self._read_trailers(wire_hash)
+                    if chain is not None:
+                        chain.check_trailers(trailers)
+                    yield trailers
                     return
-                while size:
-                    data = await self._stream.readexactly(min(size, READ_CHUNK))
+                data_hash = hashlib.sha256() if chain is not None else None
+                remaining = size
+                while remaining:
+                    data = await self._stream.readexactly(min(remaining, READ_CHUNK))
                     if wire_hash is not None:
                         wire_hash.update(data)
-                    size -= len(data)
+                    if data_hash is not None:
+                        data_hash.update(data)
+                    remaining -= len(data)
                     yield data
                 crlf = await self._stream.readexactly(2)
                 if wire_hash is not None:
                     wire_hash.update(crlf)
                 if crlf != b"\r\n":
                     raise _bad_chunking("chunk data not followed by CRLF")
+                if chain is not None:
+                    chain.check_chunk(_chunk_signature(extensions), data_hash.hexdigest(), size)
         except _READ_ERRORS as exc:
             raise S3Error("IncompleteBody", f"The aws-chunked body ended early ({exc!r}).") from None
 
@@ -230,8 +251,20 @@ class RequestBody:
             name, sep, value = line.decode("latin-1").partition(":")
             if not sep:
                 raise _bad_chunking(f"bad trailer line {line[:40]!r}")
-            trailers[name.strip().lower()] = value.strip()
+            name = name.strip().lower()
+            if name in trailers:  # which copy would count is ambiguous, and only one was signed
+                raise _bad_chunking(f"trailer {name} sent twice")
+            trailers[name] = value.strip()
         raise _bad_chunking("too many trailers")
+
+
+def _chunk_signature(extensions: bytes) -> str | None:
+    """The chunk-signature=<hex> among a chunk header's extensions (after its size)."""
+    for extension in extensions.split(b";"):
+        name, _, value = extension.partition(b"=")
+        if name.strip() == b"chunk-signature":
+            return value.strip().decode("latin-1")
+    return None
 
 
 def _decode_checksum(header: str, value: str) -> bytes:

@@ -14,6 +14,11 @@ Custom headers: ``x-nearfaas-dscs-replica: true`` (CreateBucket/PutObject option
 ``x-nearfaas-upload-id`` (CreateMultipartUpload: use this upload id), and on responses
 ``x-nearfaas-last-modified`` / ``x-nearfaas-object-size`` / ``x-nearfaas-bucket-*`` (exact
 values for the node client) and ``x-nearfaas-error-code`` on errors (HEAD has no body).
+
+Authorization: a principal limited to some buckets (``Principal.buckets``, s3/sigv4.py) gets
+AccessDenied for any request addressing another bucket (checked on the bucket the request
+resolves to, path or virtual-host style, before any backend sees it), and ListBuckets shows it
+only its own. Signed streaming bodies are verified chunk by chunk (s3/body.py).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.sigv4 import S3Auth
+from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key)
 
@@ -144,7 +149,11 @@ class S3Frontend:
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         raw_path, bucket, key, query = self._target(request)
         # Raises unless the request may proceed; the body's payload hash is checked as it streams.
-        self.auth.authenticate(request.method, raw_path, query, request.headers)
+        context = request[_AUTH_CONTEXT] = self.auth.authenticate(request.method, raw_path, query, request.headers)
+        principal = context.principal
+        # The bucket checked is the one _target resolved, the same name every operation below uses.
+        if bucket is not None and principal is not None and not principal.may_use(bucket):
+            raise _outside_scope(principal, bucket)
         q = dict(query)
         method = request.method
         # Checked here, before any backend sees the names: the gateway routes and fans out by
@@ -155,7 +164,10 @@ class S3Frontend:
                 validate_key(key)
         if bucket is None:
             if method in ("GET", "HEAD"):
-                return self._xml(request, s3xml.list_buckets_xml(await self.backend.list_buckets()))
+                buckets = await self.backend.list_buckets()
+                if principal is not None and principal.buckets is not None:
+                    buckets = [b for b in buckets if b.name in principal.buckets]
+                return self._xml(request, s3xml.list_buckets_xml(buckets))
             raise S3Error("MethodNotAllowed", f"{method} is not allowed on the service root; name a bucket.")
         unsupported = sorted(UNSUPPORTED_SUBRESOURCES.intersection(q))
         if unsupported:
@@ -173,7 +185,7 @@ class S3Frontend:
                 raise S3Error("NotImplemented", "ListMultipartUploads is not implemented by nearfaas.")
             return await self._list_objects(request, bucket, q)
         if method == "PUT":
-            body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
+            body = self._body(request, require_length=False)
             s3xml.parse_create_bucket(await body.read_all(MAX_XML_BODY))  # validated, then ignored
             options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
             info = await self.backend.create_bucket(bucket, options)
@@ -222,8 +234,7 @@ class S3Frontend:
     async def _delete_objects(self, request, bucket: str) -> web.StreamResponse:
         """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted."""
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
-        body = await RequestBody(request.content, request.headers, max_body=self.max_body,
-                                 require_length=False).read_all(MAX_XML_BODY)
+        body = await self._body(request, require_length=False).read_all(MAX_XML_BODY)
         if content_md5 is not None and hashlib.md5(body).digest() != content_md5:
             raise S3Error("BadDigest", "The Content-MD5 you specified does not match the request body.")
         keys, quiet = s3xml.parse_delete_objects(body)
@@ -271,7 +282,7 @@ class S3Frontend:
 
     async def _put_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
-        body = RequestBody(request.content, request.headers, max_body=self.max_body)
+        body = self._body(request)
         options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
         info = await self.backend.put_object(
             bucket, key, body.chunks(), content_md5=content_md5, content_type=request.headers.get("Content-Type"),
@@ -286,7 +297,7 @@ class S3Frontend:
         if not raw_number.isdigit():
             raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to 10000, not {raw_number!r}.")
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
-        body = RequestBody(request.content, request.headers, max_body=self.max_body)
+        body = self._body(request)
         etag = await self.backend.upload_part(bucket, key, upload_id, int(raw_number), body.chunks(),
                                               content_md5=content_md5)
         return self._empty(request, 200, {"ETag": f'"{etag}"'})
@@ -354,7 +365,7 @@ class S3Frontend:
         return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id))
 
     async def _complete_multipart(self, request, bucket: str, key: str, upload_id: str) -> web.StreamResponse:
-        body = RequestBody(request.content, request.headers, max_body=self.max_body, require_length=False)
+        body = self._body(request, require_length=False)
         parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
         info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts)
         self._notify_created(request, bucket, key, info)
@@ -368,6 +379,12 @@ class S3Frontend:
             self.on_created(request, bucket, key, info)
         except Exception:
             log.exception("object-created listener failed for s3://%s/%s", bucket, key)
+
+    def _body(self, request: web.Request, *, require_length: bool = True) -> RequestBody:
+        """The request's body, checked against what its signature covers as it streams."""
+        context = request.get(_AUTH_CONTEXT)
+        return RequestBody(request.content, request.headers, max_body=self.max_body, require_length=require_length,
+                           signing=context.streaming if context is not None else None)
 
     # -- responses -------------------------------------------------------------------------------
 
@@ -393,6 +410,13 @@ def add_s3_routes(app: web.Application, backend: StorageBackend | Callable[[], S
 
 
 _REQUEST_ID = web.RequestKey("nearfaas_s3_request_id", str)
+_AUTH_CONTEXT = web.RequestKey("nearfaas_s3_auth_context", AuthContext)
+
+
+def _outside_scope(principal: Principal, bucket: str) -> S3Error:
+    allowed = sorted(principal.buckets or ())
+    scope = f"may only use buckets {', '.join(allowed)}" if allowed else "may not use any bucket"
+    return S3Error("AccessDenied", f"Access Denied: {principal.name} {scope}, not {bucket}.", resource=f"/{bucket}")
 
 
 def _request_id(request: web.Request) -> str:

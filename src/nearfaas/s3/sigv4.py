@@ -10,10 +10,18 @@ Payload hash policy (see also s3/body.py): the payload hash is whatever the clie
 (``x-amz-content-sha256``). Where it is a hex digest, the front end hashes the body while it
 streams and checks the digest at the end, *before* the object is committed, so a mismatch
 (XAmzContentSHA256Mismatch) never leaves an object behind and no body is buffered.
-``UNSIGNED-PAYLOAD`` and the ``STREAMING-*`` forms are accepted; for aws-chunked bodies the
-seed signature is verified but the per-chunk signatures are stripped, not verified.
+``UNSIGNED-PAYLOAD`` and ``STREAMING-UNSIGNED-PAYLOAD-TRAILER`` leave the body unsigned (the
+signer's choice). ``STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]`` bodies (aws-chunked) carry a
+signature per chunk chained from this request's signature: the verified request hands its body a
+:class:`~nearfaas.s3.sigv4_streaming.StreamingSeed` (``AuthContext.streaming``) and the body
+checks every chunk, the final empty one and the signed trailer as they stream
+(``s3/sigv4_streaming.py``), so a captured request replayed with another body is refused.
 
-With no credentials configured (local mode) every request is accepted, signed or not.
+Who signs: an access key is looked up in ``credentials`` (full access), then through the
+optional ``resolver``, which returns a :class:`Principal` that may be limited to some buckets;
+the front end enforces that scope (``s3/frontend.py``).
+
+With no credentials and no resolver (local mode) every request is accepted, signed or not.
 """
 
 from __future__ import annotations
@@ -22,10 +30,10 @@ import calendar
 import hmac
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Protocol
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import quote, unquote
 
 from botocore.auth import S3SigV4Auth
@@ -34,6 +42,7 @@ from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
 
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.sigv4_streaming import KNOWN_STREAMING, SIGNED_STREAMING, STREAMING_PAYLOAD_TRAILER, StreamingSeed, signing_key
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +61,27 @@ class HeaderLookup(Protocol):
 
 
 @dataclass(frozen=True)
+class Principal:
+    """Who signed a request. `name` is shown in AccessDenied messages; `buckets` is the set of
+    buckets it may touch, None for every bucket."""
+
+    name: str
+    secret_key: str = field(repr=False)  # never in a log line or a traceback's locals repr
+    buckets: frozenset[str] | None = None
+
+    def may_use(self, bucket: str) -> bool:
+        return self.buckets is None or bucket in self.buckets
+
+
+@dataclass(frozen=True)
 class AuthContext:
     access_key: str | None  # None for an anonymous request or when auth is off
     payload_hash: str | None  # the signed x-amz-content-sha256 value, if any
     presigned: bool = False
+    principal: Principal | None = None  # None for an anonymous request or when auth is off
+    # Set when the payload is signed chunk by chunk (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]):
+    # the body must verify its chunk signatures against it.
+    streaming: StreamingSeed | None = None
 
 
 class _BotocoreVerifier(S3SigV4Auth):
@@ -82,16 +108,32 @@ class _BotocoreVerifier(S3SigV4Auth):
 
 
 class S3Auth:
+    """`credentials` maps access keys to secrets with access to every bucket; `resolver` is asked
+    about any other access key and returns its Principal (possibly limited to some buckets) or
+    None when the key is unknown. With neither, auth is off."""
+
     def __init__(self, credentials: dict[str, str] | None = None, allow_anonymous: bool = False,
-                 *, max_skew_s: float = 900.0, clock=time.time):
+                 *, resolver: Callable[[str], Principal | None] | None = None, max_skew_s: float = 900.0,
+                 clock=time.time):
         self.credentials = dict(credentials or {})
+        self.resolver = resolver
         self.allow_anonymous = allow_anonymous
         self.max_skew_s = max_skew_s
         self._clock = clock
 
     @property
     def enabled(self) -> bool:
-        return bool(self.credentials)
+        return bool(self.credentials) or self.resolver is not None
+
+    def principal(self, access_key: str) -> Principal:
+        """The principal behind `access_key`; InvalidAccessKeyId when nobody knows it."""
+        secret = self.credentials.get(access_key)
+        if secret is not None:
+            return Principal(access_key, secret)
+        found = self.resolver(access_key) if self.resolver is not None else None
+        if found is None:
+            raise S3Error("InvalidAccessKeyId", f"The access key id {access_key!r} is not known to this server.")
+        return found
 
     def authenticate(self, method: str, path: str, query: list[tuple[str, str]], headers: HeaderLookup) -> AuthContext:
         """Check one request. `path` is the raw (still percent-encoded) path; `query` the
@@ -132,12 +174,18 @@ class S3Auth:
         if not payload_hash:
             raise S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256 "
                           "(the SHA-256 hex of the body, or UNSIGNED-PAYLOAD).")
+        if payload_hash.startswith("STREAMING-") and payload_hash not in KNOWN_STREAMING:
+            raise S3Error("InvalidArgument", f"x-amz-content-sha256 {payload_hash!r} is not supported; use the SHA-256 "
+                          "hex of the body, UNSIGNED-PAYLOAD or one of " + ", ".join(sorted(KNOWN_STREAMING)) + ".")
         timestamp = _request_timestamp(headers)
         self._check_skew(timestamp)
-        access_key, region = self._check_scope(fields["Credential"], timestamp, "AuthorizationHeaderMalformed")
+        access_key, principal, region = self._check_scope(fields["Credential"], timestamp,
+                                                          "AuthorizationHeaderMalformed")
         signed = self._signed_header_map(fields["SignedHeaders"], headers)
-        self._compare(access_key, region, signed, payload_hash, method, path, query, timestamp, fields["Signature"])
-        return AuthContext(access_key=access_key, payload_hash=payload_hash)
+        signature = fields["Signature"]
+        self._compare(principal, region, signed, payload_hash, method, path, query, timestamp, signature)
+        return AuthContext(access_key=access_key, payload_hash=payload_hash, principal=principal,
+                           streaming=_streaming_seed(principal, region, payload_hash, timestamp, signature))
 
     # -- presigned URL: ?X-Amz-Algorithm=...&X-Amz-Signature=... --------------------------------
 
@@ -165,19 +213,20 @@ class S3Auth:
             raise S3Error("AccessDenied", "Request has expired: the presigned URL's lifetime has passed.")
         if signed_at > now + self.max_skew_s:
             raise S3Error("AccessDenied", "Request is not valid yet: its X-Amz-Date is in the future.")
-        access_key, region = self._check_scope(params["X-Amz-Credential"], timestamp,
-                                               "AuthorizationQueryParametersError")
+        access_key, principal, region = self._check_scope(params["X-Amz-Credential"], timestamp,
+                                                          "AuthorizationQueryParametersError")
         signed = self._signed_header_map(params["X-Amz-SignedHeaders"], headers)
         # As botocore signs presigned URLs: the payload is unsigned unless its hash was a signed header.
         payload_hash = signed.get("x-amz-content-sha256") or UNSIGNED_PAYLOAD
         canonical_query = [(k, v) for k, v in query if k != "X-Amz-Signature"]
-        self._compare(access_key, region, signed, payload_hash, method, path, canonical_query, timestamp,
-                      params["X-Amz-Signature"])
-        return AuthContext(access_key=access_key, payload_hash=payload_hash, presigned=True)
+        signature = params["X-Amz-Signature"]
+        self._compare(principal, region, signed, payload_hash, method, path, canonical_query, timestamp, signature)
+        return AuthContext(access_key=access_key, payload_hash=payload_hash, presigned=True, principal=principal,
+                           streaming=_streaming_seed(principal, region, payload_hash, timestamp, signature))
 
     # -- shared --------------------------------------------------------------------------------
 
-    def _check_scope(self, credential: str, timestamp: str, malformed_code: str) -> tuple[str, str]:
+    def _check_scope(self, credential: str, timestamp: str, malformed_code: str) -> tuple[str, Principal, str]:
         parts = credential.rsplit("/", 4)
         if len(parts) != 5 or parts[4] != "aws4_request" or parts[3] != "s3" or not parts[0]:
             raise S3Error(malformed_code, f"The credential {credential!r} is malformed; expected "
@@ -186,10 +235,7 @@ class S3Auth:
         if date != timestamp[:8]:
             raise S3Error(malformed_code, f"The credential date {date} does not match the request date "
                           f"{timestamp[:8]}.")
-        if access_key not in self.credentials:
-            raise S3Error("InvalidAccessKeyId", f"The access key id {access_key!r} is not known to this "
-                          "server.")
-        return access_key, region  # any region is accepted: nearfaas is one region
+        return access_key, self.principal(access_key), region  # any region is accepted: nearfaas is one region
 
     def _check_skew(self, timestamp: str) -> None:
         skew = abs(self._clock() - _parse_amz_date(timestamp))
@@ -211,14 +257,27 @@ class S3Auth:
                 signed[name] = value
         return signed
 
-    def _compare(self, access_key, region, signed, payload_hash, method, path, query, timestamp, provided) -> None:
-        verifier = _BotocoreVerifier(Credentials(access_key, self.credentials[access_key]), region, signed,
-                                     payload_hash)
+    def _compare(self, principal: Principal, region, signed, payload_hash, method, path, query, timestamp,
+                 provided) -> None:
+        # The access key is not part of what is signed (the scope is date/region/service), so the
+        # principal's name stands in for it whatever form the resolver gave it.
+        verifier = _BotocoreVerifier(Credentials(principal.name, principal.secret_key), region, signed, payload_hash)
         for candidate_path in _canonical_path_candidates(path):
             expected = verifier.expected_signature(method, candidate_path, query, timestamp)
             if hmac.compare_digest(expected.encode(), provided.encode()):
                 return
         raise S3Error("SignatureDoesNotMatch")
+
+
+def _streaming_seed(principal: Principal, region: str, payload_hash: str, timestamp: str,
+                    signature: str) -> StreamingSeed | None:
+    """The first link of the chunk-signature chain, for a payload signed chunk by chunk."""
+    if payload_hash not in SIGNED_STREAMING:
+        return None  # the fast path: no key derivation unless chunks must be checked
+    date = timestamp[:8]
+    return StreamingSeed(key=signing_key(principal.secret_key, date, region), timestamp=timestamp,
+                         scope=f"{date}/{region}/s3/aws4_request", signature=signature,
+                         trailer=payload_hash == STREAMING_PAYLOAD_TRAILER)
 
 
 def _canonical_path_candidates(raw_path: str) -> Iterable[str]:
