@@ -140,12 +140,44 @@ def up(config, state, port):
     for node in layout["nodes"]:
         console.print(f"  [green]✓[/] {node['kind']:<8} {node['name']:<12} class={node['class']:<9} {node['url']}")
     console.print(f"gateway: [bold]{layout['gateway_url']}[/]   (state: {state_dir})")
+    if layout.get("auth"):
+        console.print(f"credentials: access key {layout['auth']['access_key']}; `nearfaas credentials` prints them for "
+                      "boto3, aws-cli and faas-cli", markup=False, highlight=False)
+    else:
+        err.print("warning: auth is off: anyone on this host may deploy code and read every object", style="yellow")
     if state_dir.resolve() != _state(None).resolve():
         # Every later command (down, status, deploy...) looks in _state(None) unless told: say so,
         # or `nearfaas down` would miss this cluster. On stderr: stdout's last line is the URL.
         err.print(f"note: this cluster's state is in {state_dir}; pass --state {state_dir} to later commands "
                   f"(down, status, deploy...) or run: export NEARFAAS_STATE={state_dir}", markup=False, highlight=False, soft_wrap=True)
     click.echo(layout["gateway_url"])
+
+
+@main.command()
+@common_state
+@click.option("--json", "as_json", is_flag=True, help="print them as JSON")
+def credentials(state, as_json):
+    """The cluster's keys: for S3 clients (SigV4) and the /system API (basic auth as admin).
+
+    \b
+    eval "$(nearfaas credentials)"           # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY for aws-cli, boto3
+    nearfaas credentials --json
+    faas-cli login -g <gateway> -u admin -p "$AWS_SECRET_ACCESS_KEY"
+    """
+    from nearfaas.cluster.launcher import read_layout
+
+    layout = read_layout(_state(state))
+    if not layout:
+        _fail(f"no cluster found in {_state(state)}; start one with `nearfaas up`")
+    keys = layout.get("auth")
+    if not keys:
+        _fail("this cluster runs with `auth: off`: it takes no credentials (and anyone on the host may use it)")
+    if as_json:
+        click.echo(json.dumps({"gateway": layout["gateway_url"], "access_key": keys["access_key"], "secret_key": keys["secret_key"],
+                               "region": keys.get("region", "us-east-1"), "admin_user": "admin"}))
+        return
+    click.echo(f"export AWS_ACCESS_KEY_ID={keys['access_key']}\nexport AWS_SECRET_ACCESS_KEY={keys['secret_key']}\n"
+               f"export AWS_ENDPOINT_URL={layout['gateway_url']}\nexport OPENFAAS_URL={layout['gateway_url']}")
 
 
 @main.command()
@@ -211,7 +243,7 @@ def deploy(stack_file, only, wait, state, gateway):
         console.print(f"[green]deployed[/] {name}")
     if wait:
         for name in names:
-            _wait_warm(url, name, stack.functions[name].scale_min)
+            _wait_warm(state, url, name, stack.functions[name].scale_min)
 
 
 def deployment_body(fn) -> dict:
@@ -225,7 +257,7 @@ def deployment_body(fn) -> dict:
             "constraints": fn.constraints, "x-nearfaas": d.get("x")}
 
 
-def _wait_warm(url: str, name: str, want: int, timeout: float = 120.0) -> None:
+def _wait_warm(state: str | None, url: str, name: str, want: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     with console.status(f"waiting for {name} to warm up..."):
         while time.monotonic() < deadline:
