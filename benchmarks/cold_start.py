@@ -28,15 +28,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine_facts, median, percentile, write_result
 
+from nearfaas.cluster import launcher
+from nearfaas.spec.bundle import pack
+
 SYSTEMS = {"prewarm-on": 1, "prewarm-off": 0}
 
 
-def _get(url: str):
-    return json.loads(urllib.request.urlopen(url, timeout=10).read())
+def _get(url: str, headers: dict):
+    return json.loads(urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10).read())
 
 
-def _post(url: str, body: dict) -> None:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict, headers: dict) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **headers})
     urllib.request.urlopen(req, timeout=30).read()
 
 
@@ -63,15 +67,16 @@ def cluster(prewarm: int):
 class System:
     def __init__(self, name: str, layout: dict):
         self.name, self.gw, self.nodes = name, layout["gateway_url"], [n["url"] for n in layout["nodes"]]
+        self.layout, self.admin = layout, launcher.admin_headers(layout)
         self.cold_ms: list[float] = []
         self.call_ms: list[float] = []
         self.prewarmed: list[bool] = []
         self.rounds: list[dict] = []
 
     def deploy(self) -> None:
-        _post(f"{self.gw}/system/functions", {"service": "hello", "lang": "python3-http", "handler": str(ROOT / "examples" / "hello"),
-                                              "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}})
-        self._wait(lambda: _get(f"{self.gw}/system/function/hello")["availableReplicas"] >= 1, "hello to warm up")
+        _post(f"{self.gw}/system/functions", {"service": "hello", "lang": "python3-http", "bundle": pack(ROOT / "examples" / "hello"),
+                                              "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}}, self.admin)
+        self._wait(lambda: _get(f"{self.gw}/system/function/hello", self.admin)["availableReplicas"] >= 1, "hello to warm up")
 
     def _wait(self, done, what: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -82,7 +87,7 @@ class System:
 
     def _settled(self) -> bool:
         for url in self.nodes:
-            health = _get(f"{url}/_nearfaas/health")
+            health = self._health(url)
             if any(w["function"] == "hello" for w in health["workers"]):
                 return False
             pool = health.get("prewarm") or {}
@@ -90,9 +95,12 @@ class System:
                 return False
         return True
 
+    def _health(self, url: str) -> dict:
+        return json.loads(launcher.signed_get(self.layout, f"{url}/_nearfaas/health", timeout=10))  # signed, as the gateway asks
+
     def sample(self) -> None:
-        _post(f"{self.gw}/system/scale-function/hello", {"replicas": 0})
-        self._wait(lambda: _get(f"{self.gw}/system/function/hello")["availableReplicas"] == 0, "scale to zero")
+        _post(f"{self.gw}/system/scale-function/hello", {"replicas": 0}, self.admin)
+        self._wait(lambda: _get(f"{self.gw}/system/function/hello", self.admin)["availableReplicas"] == 0, "scale to zero")
         self._wait(self._settled, "the nodes to settle")
         time.sleep(0.1)  # let the exited worker's clean-up finish before the clock starts
         t0 = time.perf_counter()
@@ -100,7 +108,7 @@ class System:
             resp.read()
             self.call_ms.append((time.perf_counter() - t0) * 1e3)
             assert resp.headers["X-Nearfaas-Start"] == "cold", dict(resp.headers)
-        worker = next(w for url in self.nodes for w in _get(f"{url}/_nearfaas/health")["workers"] if w["function"] == "hello")
+        worker = next(w for url in self.nodes for w in self._health(url)["workers"] if w["function"] == "hello")
         self.cold_ms.append(worker["cold_start_seconds"] * 1e3)
         self.prewarmed.append(bool(worker.get("prewarmed")))
 

@@ -64,8 +64,9 @@ def write_result(name: str, result: dict) -> Path:
 
 
 @contextlib.contextmanager
-def scratch_cluster():
-    """A fresh local cluster on free ports in a temporary state directory; always torn down."""
+def scratch_cluster(**overrides):
+    """A fresh local cluster on free ports in a temporary state directory; always torn down.
+    ``overrides`` set ClusterSpec fields (e.g. ``auth=None, isolation=False``)."""
     sys.path.insert(0, str(ROOT / "src"))
     from nearfaas.cluster import launcher
     from nearfaas.spec.cluster import load_cluster
@@ -74,6 +75,8 @@ def scratch_cluster():
         state = Path(tmp) / "state"
         spec = load_cluster(None)
         spec.gateway.port = 0
+        for key, value in overrides.items():
+            setattr(spec, key, value)
         layout = launcher.up(spec, state)
         try:
             yield layout, state

@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
 """Warm-call overhead of the platform, side by side in one run (all numbers measured here).
 
+Two clusters run at once, so the cost of trust is measured side by side:
+  open      — the configuration before issue 12: `auth: off`, `isolation: off` (root workers)
+  secured   — today's default: keys on every port, workers unprivileged in their own mount view
 Systems, each serving a no-op that answers "ok":
-  gateway   — GET /function/hello through the nearfaas gateway to a warm Python worker
-  worker    — the same warm worker, called directly (no gateway hop)
-  baseline  — a plain Python http.server (ThreadingHTTPServer, keep-alive, TCP_NODELAY)
-at 1 and 8 concurrent clients, several repeats each; then cold starts (scale to zero, call).
+  gateway        — GET /function/hello through a gateway to a warm Python worker (open function)
+  gateway-auth   — (secured only) the same through a function with x-nearfaas auth: true, called
+                   with the admin's basic-auth header: the cost of checking credentials per call
+  worker         — the same warm worker, called directly (no gateway hop)
+  baseline       — a plain Python http.server (ThreadingHTTPServer, keep-alive, TCP_NODELAY)
+at 1 and 8 concurrent clients, several repeats each, interleaved; then cold starts on both.
 
 Load comes from `wrk` (C, keep-alive) when installed, so the client costs little CPU on this
 2-core box; otherwise from a Python client, which is recorded in the result.
 
     python benchmarks/invoke_overhead.py [--duration 5] [--repeats 3] [--cold 15]
+
+Target (issue 12): the secured configuration adds at most 15% to the open one's warm p50.
 """
 
 from __future__ import annotations
@@ -31,10 +38,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
 from nearfaas.bench.http_load import closed_loop
+from nearfaas.cluster.launcher import admin_headers
+from nearfaas.spec.bundle import pack
 from nearfaas.telemetry.headers import parse_timing
 
 TARGET_P50_MS = 0.5
 TARGET_RPS_8 = 3000
+TARGET_TRUST_OVERHEAD = 0.15  # secured vs open warm p50 through the gateway
 
 
 class _Ok(BaseHTTPRequestHandler):
@@ -74,9 +84,10 @@ def start_baseline() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/"
 
 
-def run_wrk(url: str, clients: int, duration: float) -> dict:
+def run_wrk(url: str, clients: int, duration: float, headers: dict | None = None) -> dict:
     threads = min(clients, 2)
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{clients}", f"-d{duration:g}s", "--latency", url],
+    flags = [part for k, v in (headers or {}).items() for part in ("-H", f"{k}: {v}")]
+    out = subprocess.run(["wrk", f"-t{threads}", f"-c{clients}", f"-d{duration:g}s", "--latency", *flags, url],
                          capture_output=True, text=True, check=True).stdout
     pct = {}
     for label, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
@@ -86,23 +97,23 @@ def run_wrk(url: str, clients: int, duration: float) -> dict:
     return {"p50_ms": pct["50"], "p99_ms": pct["99"], "rps": rps, "errors": int(errors.group(1)) if errors else 0}
 
 
-def run_python_client(url: str, clients: int, duration: float) -> dict:
-    latencies, errors, elapsed = closed_loop(url, clients, duration)
+def run_python_client(url: str, clients: int, duration: float, headers: dict | None = None) -> dict:
+    latencies, errors, elapsed = closed_loop(url, clients, duration, headers=headers)
     return {"p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
             "rps": len(latencies) / elapsed, "errors": errors}
 
 
-def warm_calls(systems: dict[str, str], duration: float, repeats: int, load) -> dict:
+def warm_calls(systems: dict[str, tuple[str, dict]], duration: float, repeats: int, load) -> dict:
     """Repeats are interleaved (every system once per round) so that drift in this shared
     machine's speed lands on all systems alike instead of on whichever ran last."""
     results = {}
     for clients in (1, 8):
         runs: dict[str, list[dict]] = {name: [] for name in systems}
-        for url in systems.values():
-            load(url, clients, 1.0)  # warm-up: connections, caches
+        for url, headers in systems.values():
+            load(url, clients, 1.0, headers)  # warm-up: connections, caches
         for _ in range(repeats):
-            for name, url in systems.items():
-                runs[name].append(load(url, clients, duration))
+            for name, (url, headers) in systems.items():
+                runs[name].append(load(url, clients, duration, headers))
         for name in systems:
             rs = runs[name]
             r = results[f"{name}@{clients}"] = {
@@ -110,26 +121,30 @@ def warm_calls(systems: dict[str, str], duration: float, repeats: int, load) -> 
                 "p50_ms": median([x["p50_ms"] for x in rs]), "p99_ms": median([x["p99_ms"] for x in rs]),
                 "rps": median([x["rps"] for x in rs]), "errors": sum(x["errors"] for x in rs),
             }
-            print(f"  {name:<9} clients={clients}  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['rps']:,.0f} req/s", flush=True)
+            print(f"  {name:<22} clients={clients}  p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  {r['rps']:,.0f} req/s", flush=True)
     return results
 
 
-def _post(url: str, body: dict) -> None:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict, headers: dict) -> None:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json", **headers})
     urllib.request.urlopen(req, timeout=30).read()
 
 
-def _available(gw: str, name: str) -> int:
-    return json.loads(urllib.request.urlopen(f"{gw}/system/function/{name}", timeout=5).read())["availableReplicas"]
+def _status(gw: str, name: str, headers: dict) -> dict:
+    return json.loads(urllib.request.urlopen(urllib.request.Request(f"{gw}/system/function/{name}", headers=headers), timeout=5).read())
 
 
-def cold_starts(gw: str, count: int) -> dict:
+def _available(gw: str, name: str, headers: dict) -> int:
+    return _status(gw, name, headers)["availableReplicas"]
+
+
+def cold_starts(gw: str, count: int, headers: dict) -> dict:
     """Scale to zero, then call: the call pays spawn + import + init (node-measured)."""
     cold, end_to_end = [], []
     for _ in range(count):
-        _post(f"{gw}/system/scale-function/hello", {"replicas": 0})
+        _post(f"{gw}/system/scale-function/hello", {"replicas": 0}, headers)
         deadline = time.monotonic() + 10
-        while _available(gw, "hello") and time.monotonic() < deadline:
+        while _available(gw, "hello", headers) and time.monotonic() < deadline:
             time.sleep(0.02)
         t0 = time.perf_counter()
         with urllib.request.urlopen(f"{gw}/function/hello", timeout=60) as resp:
@@ -139,56 +154,77 @@ def cold_starts(gw: str, count: int) -> dict:
             timing = parse_timing(resp.headers["X-Nearfaas-Timing"])
         cold.append(float(timing["cold_start"]) * 1e3)
         end_to_end.append(elapsed * 1e3)
-    _post(f"{gw}/system/scale-function/hello", {"replicas": 1})
+    _post(f"{gw}/system/scale-function/hello", {"replicas": 1}, headers)
     return {"count": count, "cold_start_p50_ms": percentile(cold, 50), "cold_start_p95_ms": percentile(cold, 95),
             "cold_call_p50_ms": percentile(end_to_end, 50), "cold_call_p95_ms": percentile(end_to_end, 95),
             "samples_ms": [round(c, 2) for c in cold]}
+
+
+def _deploy_hello(gw: str, headers: dict, name: str = "hello", auth: bool = False) -> str:
+    """Deploy the no-op (uploaded as a bundle); the URL of its warm worker."""
+    _post(f"{gw}/system/functions", {"service": name, "lang": "python3-http", "bundle": pack(ROOT / "examples" / "hello"),
+                                     "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"},
+                                     "x-nearfaas": {"auth": auth}}, headers)
+    deadline = time.monotonic() + 30
+    while not _available(gw, name, headers):
+        assert time.monotonic() < deadline, f"{name} never warmed up"
+        time.sleep(0.05)
+    return _status(gw, name, headers)["instances"][0]["url"] + "/"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cold", type=int, default=15, help="cold starts to measure")
+    parser.add_argument("--cold", type=int, default=15, help="cold starts to measure, per configuration")
     args = parser.parse_args()
     load = run_wrk if shutil.which("wrk") else run_python_client
     generator = "wrk" if load is run_wrk else "python http.client threads"
     print(f"load generator: {generator}")
     baseline, baseline_url = start_baseline()
     try:
-        with scratch_cluster() as (layout, state):
-            gw = layout["gateway_url"]
-            _post(f"{gw}/system/functions", {"service": "hello", "lang": "python3-http", "handler": str(ROOT / "examples" / "hello"),
-                                             "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}})
-            deadline = time.monotonic() + 30
-            while not _available(gw, "hello"):
-                assert time.monotonic() < deadline, "hello never warmed up"
-                time.sleep(0.05)
-            status = json.loads(urllib.request.urlopen(f"{gw}/system/function/hello").read())
-            worker_url = status["instances"][0]["url"] + "/"
-            systems = {"gateway": f"{gw}/function/hello", "worker": worker_url, "baseline": baseline_url}
+        with scratch_cluster(auth=None, isolation=False) as (open_layout, _), scratch_cluster() as (layout, _):
+            open_gw, gw, admin = open_layout["gateway_url"], layout["gateway_url"], admin_headers(layout)
+            systems = {"open/gateway": (f"{open_gw}/function/hello", {}),
+                       "open/worker": (_deploy_hello(open_gw, {}), {}),
+                       "secured/gateway": (f"{gw}/function/hello", {}),
+                       "secured/worker": (_deploy_hello(gw, admin), {}),
+                       "secured/gateway-auth": (f"{gw}/function/hello-auth", admin),
+                       "baseline": (baseline_url, {})}
+            _deploy_hello(gw, admin, "hello-auth", auth=True)
             print("warm no-op calls (measured):")
             warm = warm_calls(systems, args.duration, args.repeats, load)
-            print("cold starts (measured):")
-            cold = cold_starts(gw, args.cold)
-            print(f"  cold start p50 {cold['cold_start_p50_ms']:.0f} ms, p95 {cold['cold_start_p95_ms']:.0f} ms; "
-                  f"cold call p50 {cold['cold_call_p50_ms']:.0f} ms, p95 {cold['cold_call_p95_ms']:.0f} ms")
+            cold = {}
+            for config, url, headers in (("open", open_gw, {}), ("secured", gw, admin)):
+                print(f"cold starts, {config} (measured):")
+                cold[config] = c = cold_starts(url, args.cold, headers)
+                print(f"  cold start p50 {c['cold_start_p50_ms']:.0f} ms, p95 {c['cold_start_p95_ms']:.0f} ms; "
+                      f"cold call p50 {c['cold_call_p50_ms']:.0f} ms, p95 {c['cold_call_p95_ms']:.0f} ms")
     finally:
         baseline.terminate()
-    g1, g8 = warm["gateway@1"], warm["gateway@8"]
+    g1, g8 = warm["secured/gateway@1"], warm["secured/gateway@8"]
+    trust = {f"{system}@{c}": warm[f"secured/{system}@{c}"]["p50_ms"] / warm[f"open/{other}@{c}"]["p50_ms"] - 1
+             for system, other in (("gateway", "gateway"), ("gateway-auth", "gateway"), ("worker", "worker")) for c in (1, 8)}
+    worst = max(trust[f"{s}@{c}"] for s in ("gateway", "gateway-auth") for c in (1, 8))
     targets = {
         "gateway_p50_ms_at_1_client": {"target": f"<= {TARGET_P50_MS}", "measured": g1["p50_ms"], "met": g1["p50_ms"] <= TARGET_P50_MS,
                                        "off_by": f"{g1['p50_ms'] / TARGET_P50_MS:.2f}x the target"},
         "gateway_rps_at_8_clients": {"target": f">= {TARGET_RPS_8}", "measured": g8["rps"], "met": g8["rps"] >= TARGET_RPS_8,
                                      "off_by": f"{g8['rps'] / TARGET_RPS_8:.2f}x the target"},
+        "trust_added_to_warm_p50": {"target": f"<= {TARGET_TRUST_OVERHEAD:.0%}", "measured": worst, "met": worst <= TARGET_TRUST_OVERHEAD,
+                                    "off_by": f"{worst:+.1%} (secured vs open, worst of gateway and gateway-auth at 1 and 8 clients)"},
     }
-    ratios = {f"gateway_vs_{other}@{c}": {"p50": warm[f"gateway@{c}"]["p50_ms"] / warm[f"{other}@{c}"]["p50_ms"],
-                                           "rps": warm[f"gateway@{c}"]["rps"] / warm[f"{other}@{c}"]["rps"]}
-              for other in ("worker", "baseline") for c in (1, 8)}
+    ratios = {f"{cfg}/gateway_vs_{other}@{c}": {"p50": warm[f"{cfg}/gateway@{c}"]["p50_ms"] / warm[f"{o}@{c}"]["p50_ms"],
+                                                 "rps": warm[f"{cfg}/gateway@{c}"]["rps"] / warm[f"{o}@{c}"]["rps"]}
+              for cfg in ("open", "secured") for other, o in (("worker", f"{cfg}/worker"), ("baseline", "baseline")) for c in (1, 8)}
     result = {"benchmark": "invoke_overhead", "label": "measured", "load_generator": generator,
               "duration_s": args.duration, "repeats": args.repeats, "machine": machine_facts(),
-              "warm": warm, "ratios": ratios, "cold": cold, "targets": targets}
+              "configurations": {"open": "auth: off, isolation: off (before issue 12)",
+                                 "secured": "auth and isolation on (the default)"},
+              "warm": warm, "ratios": ratios, "trust_overhead_p50": trust, "cold": cold, "targets": targets}
     path = write_result("invoke_overhead", result)
+    for name, value in trust.items():
+        print(f"secured vs open, {name}: warm p50 {value:+.1%}")
     for name, t in targets.items():
         print(f"target {name}: {t['target']}, measured {t['measured']:.3f} -> {'MET' if t['met'] else 'MISSED'} ({t['off_by']})")
     print(f"wrote {path}")

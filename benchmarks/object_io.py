@@ -26,11 +26,11 @@ from common import machine_facts, median, percentile, scratch_cluster, write_res
 SIZES = {"4KiB": 4 * 1024, "1MiB": 1024 * 1024, "64MiB": 64 * 1024 * 1024}
 
 
-def _client(url: str):
+def _client(url: str, access_key: str = "bench", secret_key: str = "bench"):
     import boto3
     from botocore.config import Config
 
-    return boto3.client("s3", endpoint_url=url, aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1",
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1",
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
 
@@ -105,11 +105,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     results: dict = {}
-    with scratch_cluster() as (layout, state):
+    # auth: off on the gateway, so the plain-HTTP row can run unsigned; a node answers only the
+    # cluster's internal key (what the gateway signs with).
+    with scratch_cluster(auth=None) as (layout, state):
+        from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+
         gateway = _client(layout["gateway_url"])
         gateway.create_bucket(Bucket="bench")
         node = next(n for n in layout["nodes"] if n["kind"] == "storage")
-        direct = _client(node["url"])
+        direct = _client(node["url"], INTERNAL_ACCESS_KEY, layout["internal_secret"])
         direct.create_bucket(Bucket="bench-direct")
         for label, size in SIZES.items():
             data = os.urandom(size)

@@ -9,7 +9,8 @@ import time
 from urllib.parse import urlsplit
 
 
-def closed_loop(url: str, clients: int, duration: float, method: str = "GET", body: bytes | None = None) -> tuple[list[float], int, float]:
+def closed_loop(url: str, clients: int, duration: float, method: str = "GET", body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[list[float], int, float]:
     """``clients`` threads each sending ``method url`` back to back for ``duration`` seconds.
     Returns (latencies in seconds, non-200 answers, elapsed seconds)."""
     parts = urlsplit(url)
@@ -23,7 +24,7 @@ def closed_loop(url: str, clients: int, duration: float, method: str = "GET", bo
         mine, bad = [], 0
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
-            conn.request(method, parts.path or "/", body=body)
+            conn.request(method, parts.path or "/", body=body, headers=headers or {})
             resp = conn.getresponse()
             resp.read()
             mine.append(time.perf_counter() - t0)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import requests
 
-from nearfaas.client import s3_client
+from nearfaas.client import gateway_session, s3_client
 from nearfaas.cluster import launcher
+from nearfaas.spec.bundle import pack
 from nearfaas.spec.cluster import LinkSpec, load_cluster
 from nearfaas.telemetry.headers import parse_link, parse_timing
 
@@ -49,9 +50,9 @@ def run_profile(profile: str, sizes: list[int], repeats: int, progress=lambda ms
             url = layout["gateway_url"]
             for name, (folder, chain) in CHAIN.items():
                 x = {"chain": chain} | ({"accelerator": "dscs", "placement": "data"} if chain else {})
-                body = {"service": name, "lang": "python3-http", "handler": str(EXAMPLES / folder), "envVars": {"exec_timeout": "120s"},
-                        "x-nearfaas": x}
-                requests.post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
+                body = {"service": name, "lang": "python3-http", "bundle": pack(EXAMPLES / folder), "envVars": {"exec_timeout": "120s"},
+                        "x-nearfaas": x | {"buckets": ["bench"]}}
+                gateway_session(layout=layout).post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
             s3 = s3_client(url, state)
             s3.create_bucket(Bucket="bench")
             results = {}

@@ -28,6 +28,7 @@ def webhook_url(gateway: str, app: str) -> str:
 def deploy_app(gateway: str, state_dir: Path, key: str, size: str = "tiny", on_step=lambda message: None,
                wait_s: float = 120.0) -> dict:
     from nearfaas.apps import APPS, INPUT_BUCKET, RESULT_BUCKET, deployment_bodies
+    from nearfaas.client import gateway_session
     from nearfaas.models import build
 
     card = _card(APPS, key)
@@ -37,14 +38,15 @@ def deploy_app(gateway: str, state_dir: Path, key: str, size: str = "tiny", on_s
     model = build(card.model, size, cache_dir=Path(state_dir).resolve() / "models")
     built_s = time.perf_counter() - started
     on_step(f"{key}: deploying {', '.join(card.functions)}")
+    admin = gateway_session(state_dir)
     for body in deployment_bodies(key, size, str(model), webhook_url=webhook_url(gateway, key)):
-        resp = requests.post(f"{gateway}/system/functions", json=body, timeout=60)
+        resp = admin.post(f"{gateway}/system/functions", json=body, timeout=60)
         if resp.status_code >= 300:
             raise AppError(f"deploying {body['service']} of {key} failed ({resp.status_code}): {resp.text.strip()}")
     deadline = time.monotonic() + wait_s
     for name in card.functions:
         on_step(f"{key}: waiting for {name} to warm up")
-        while requests.get(f"{gateway}/system/function/{name}", timeout=10).json()["availableReplicas"] < 1:
+        while admin.get(f"{gateway}/system/function/{name}", timeout=10).json()["availableReplicas"] < 1:
             if time.monotonic() > deadline:
                 raise AppError(f"{name} of {key} has no warm replica after {wait_s:g}s; see `nearfaas logs {name}`")
             time.sleep(0.1)

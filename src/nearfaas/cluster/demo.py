@@ -112,7 +112,7 @@ def _demo_twin(report_dir: Path, console) -> int:
 
 def _cluster_demo(state_dir: Path, keep: bool, console) -> int:
     from nearfaas.cli import deployment_body
-    from nearfaas.client import s3_client
+    from nearfaas.client import gateway_session, s3_client
 
     if launcher.is_running(state_dir):
         launcher.down(state_dir)
@@ -128,13 +128,14 @@ def _cluster_demo(state_dir: Path, keep: bool, console) -> int:
                       + ", ".join(f"{n['name']} ({n['kind']}/{n['class']})" for n in layout["nodes"]))
 
         stack = load_stack(EXAMPLES / "stack.yml")
+        admin = gateway_session(layout=layout)  # the cluster's own keys: auth is on, as by default
         for fn in stack.functions.values():
-            resp = requests.post(f"{url}/system/functions", json=deployment_body(fn), timeout=30)
+            resp = admin.post(f"{url}/system/functions", json=deployment_body(fn), timeout=30)
             resp.raise_for_status()
         with console.status("waiting for warm replicas..."):
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                ready = [requests.get(f"{url}/system/function/{n}", timeout=5).json()["availableReplicas"] for n in stack.functions]
+                ready = [admin.get(f"{url}/system/function/{n}", timeout=5).json()["availableReplicas"] for n in stack.functions]
                 if all(r >= 1 for r in ready):
                     break
                 time.sleep(0.1)

@@ -81,7 +81,7 @@ def _get(url: str, timeout: float = 1.0, headers: dict | None = None) -> bytes:
         return resp.read()
 
 
-def _signed_get(layout: dict, url: str, timeout: float = 1.0) -> bytes:
+def signed_get(layout: dict, url: str, timeout: float = 1.0) -> bytes:
     """GET a node's internal API as the gateway does: signed with the cluster secret."""
     target = "/" + url.split("://", 1)[1].partition("/")[2]
     return _get(url, timeout, internal.sign(layout["internal_secret"], "GET", target))
@@ -193,6 +193,7 @@ def _child_env(layout: dict) -> dict:
 
 def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | None:
     """Ports and files of the fast-path executor, or None when it is not to run."""
+    from nearfaas.fastpath.auth import new_key_file
     from nearfaas.fastpath.executor import binary_path
 
     fp = spec.fastpath
@@ -202,16 +203,21 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
     if not binary.exists():
         raise ClusterError(f"fastpath.enabled is true but {binary} is not built; run `make setup` (it builds the fast path), "
                            "or set fastpath.enabled: auto")
+    # A fresh per-cluster secret for the control port (mode 0600 from creation): only the gateway,
+    # which reads it from here, can install or swap lambdas (docs/fastpath.md, "Security").
+    key_file = new_key_file(state_dir / "fastpath.key")
     return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
             "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
-            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin}
+            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
+            "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json")}
 
 
 def _fastpath_command(layout: dict) -> list[str]:
     fp, host = layout["fastpath"], layout["host"]
     return [fp["binary"], "--udp", f"{host}:{fp['udp']}", "--tcp", f"{host}:{fp['tcp']}", "--control", f"{host}:{fp['control']}",
             "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
-            "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"]] + (["--pin"] if fp.get("pin") else [])
+            "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
+            "--control-key-file", fp["control_key_file"]] + (["--pin"] if fp.get("pin") else [])
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:
@@ -368,7 +374,7 @@ def status(state_dir: Path) -> dict:
     for node in layout["nodes"]:
         entry = {k: node[k] for k in ("name", "kind", "class", "url")} | {"pid": pids.get(node["name"]), "healthy": False}
         try:
-            health = json.loads(_signed_get(layout, f"{node['url']}/_nearfaas/health"))
+            health = json.loads(signed_get(layout, f"{node['url']}/_nearfaas/health"))
             entry.update(healthy=True, workers=len(health.get("workers", [])), store=health.get("store"))
         except (OSError, ValueError):
             pass

@@ -1,0 +1,170 @@
+"""Nothing runs without credentials (issue 12): the /system API, CSRF, node ports, deployments
+that name paths or interpreter variables, per-function auth and scoped function keys.
+
+Each test here failed on the code before issue 12: unsigned and cross-origin deploys were
+accepted (202), node APIs answered anyone, `base_dir: 5` was a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from nearfaas.auth import function_keys
+from nearfaas.spec.bundle import pack
+
+pytestmark = pytest.mark.integration
+
+SYSTEM_CALLS = [
+    ("POST", "/system/functions", {"service": "evil", "handler": "/tmp", "envVars": {"PYTHONWARNINGS": "ignore::x.y"}}),
+    ("PUT", "/system/functions", {"service": "evil", "handler": "/tmp"}),
+    ("DELETE", "/system/functions", {"functionName": "anything"}),
+    ("POST", "/system/scale-function/anything", {"replicas": 0}),
+    ("GET", "/system/functions", None), ("GET", "/system/function/anything", None), ("GET", "/system/logs?name=x", None),
+    ("GET", "/system/secrets", None), ("POST", "/system/secrets", {"name": "s", "value": "v"}),
+    ("PUT", "/system/secrets", {"name": "s", "value": "v"}), ("DELETE", "/system/secrets", {"name": "s"}),
+    ("GET", "/system/nodes", None), ("POST", "/system/nodes/storage-0/accelerator", {"available": False}),
+    ("GET", "/system/info", None), ("GET", "/system/fastpath", None), ("GET", "/system/webhooks/x", None),
+]
+
+
+@pytest.mark.parametrize("method,path,body", SYSTEM_CALLS, ids=[f"{m} {p}" for m, p, _ in SYSTEM_CALLS])
+def test_unsigned_system_calls_are_refused(cluster, method, path, body):
+    resp = requests.request(method, f"{cluster.url}{path}", json=body, timeout=10)
+    assert resp.status_code == 401, resp.text
+    assert resp.headers["WWW-Authenticate"].startswith("Basic")
+    wrong = requests.request(method, f"{cluster.url}{path}", json=body, auth=("admin", "not-the-secret"), timeout=10)
+    assert wrong.status_code == 401
+
+
+def test_cross_site_deploys_are_refused_even_with_credentials(cluster, functions_dir):
+    body = json.dumps({"service": "csrf", "bundle": pack(functions_dir / "echo")})
+    # What a web page can make a browser send without a preflight: text/plain, a foreign Origin.
+    plain = cluster.http.post(f"{cluster.url}/system/functions", data=body, headers={"Content-Type": "text/plain"}, timeout=10)
+    assert plain.status_code == 415 and "application/json" in plain.text
+    foreign = cluster.http.post(f"{cluster.url}/system/functions", data=body, timeout=10,
+                                headers={"Content-Type": "application/json", "Origin": "https://evil.example"})
+    assert foreign.status_code == 403 and "evil.example" in foreign.text
+    fetch = cluster.http.post(f"{cluster.url}/system/secrets", json={"name": "x", "value": "y"}, headers={"Sec-Fetch-Site": "cross-site"})
+    assert fetch.status_code == 403
+    unsigned_plain = requests.post(f"{cluster.url}/system/functions", data=body, headers={"Content-Type": "text/plain"}, timeout=10)
+    assert unsigned_plain.status_code in (401, 415)
+    assert cluster.http.get(f"{cluster.url}/system/function/csrf").status_code == 404  # nothing was deployed
+    # An S3 write from another origin (a form POST of DeleteObjects, say) is refused as well.
+    assert requests.post(f"{cluster.url}/some-bucket?delete", data=b"<Delete/>", headers={"Origin": "http://evil.example"}).status_code == 403
+
+
+def test_same_origin_and_sigv4_callers_are_accepted(cluster):
+    same = cluster.http.get(f"{cluster.url}/system/functions", headers={"Origin": cluster.url})
+    assert same.status_code == 200
+    keys = cluster.layout["auth"]
+    request = AWSRequest(method="GET", url=f"{cluster.url}/system/functions")
+    SigV4Auth(Credentials(keys["access_key"], keys["secret_key"]), "s3", "us-east-1").add_auth(request)
+    signed = requests.get(f"{cluster.url}/system/functions", headers=dict(request.headers), timeout=10)
+    assert signed.status_code == 200, signed.text
+    forged = dict(request.headers, Authorization=request.headers["Authorization"][:-4] + "0000")
+    assert requests.get(f"{cluster.url}/system/functions", headers=forged, timeout=10).status_code == 401
+
+
+def test_a_function_key_cannot_use_the_system_api(cluster):
+    creds = function_keys.credentials(cluster.layout["internal_secret"], "whatever", 200_000)
+    request = AWSRequest(method="GET", url=f"{cluster.url}/system/functions")
+    SigV4Auth(Credentials(creds["access_key"], creds["secret_key"]), "s3", "us-east-1").add_auth(request)
+    assert requests.get(f"{cluster.url}/system/functions", headers=dict(request.headers), timeout=10).status_code == 401
+
+
+def test_node_ports_refuse_unsigned_callers(cluster, bucket):
+    cluster.s3().put_object(Bucket=bucket, Key="private.txt", Body=b"private bytes")
+    for node in cluster.layout["nodes"]:
+        url = node["url"]
+        start = requests.post(f"{url}/_nearfaas/functions/evil/workers", timeout=10,
+                              json={"name": "evil", "handler_dir": "/tmp", "environment": {"PYTHONSTARTUP": "/tmp/x.py"}})
+        assert start.status_code == 401, (node["name"], start.text)
+        assert requests.get(f"{url}/_nearfaas/health", timeout=10).status_code == 401
+        assert requests.get(f"{url}/_nearfaas/logs/x", timeout=10).status_code == 401
+        assert requests.delete(f"{url}/_nearfaas/functions/x", timeout=10).status_code == 401
+        if node["kind"] == "storage":
+            for path in (f"/{bucket}/private.txt", f"/{bucket}", "/"):
+                resp = requests.get(f"{url}{path}", timeout=10)
+                assert resp.status_code == 403 and b"private bytes" not in resp.content, (node["name"], path)
+            assert requests.put(f"{url}/{bucket}/planted", data=b"x", timeout=10).status_code == 403
+        # A signature copied from another path does not open this one.
+        health_sig = json.loads(json.dumps(__import__("nearfaas.auth.internal", fromlist=["sign"]).sign("guess", "GET", "/_nearfaas/health")))
+        assert requests.get(f"{url}/_nearfaas/health", headers=health_sig, timeout=10).status_code == 401
+
+
+def test_an_async_callback_cannot_make_the_gateway_call_a_node(scratch, cluster, functions_dir):
+    """The gateway signs only its own calls to node URLs: a callback URL aimed at a node's
+    internal API arrives unsigned (401), so a function's answer never becomes a node command."""
+    assert scratch("cb-echo", functions_dir / "echo").status_code == 202
+    node = cluster.layout["nodes"][-1]
+    evil = {"name": "cb-evil", "handler_dir": "/tmp"}
+    resp = requests.post(f"{cluster.url}/async-function/cb-echo", data=json.dumps(evil),
+                         headers={"X-Callback-Url": f"{node['url']}/_nearfaas/functions/cb-evil/workers"}, timeout=10)
+    assert resp.status_code == 202
+    time.sleep(1.5)
+    workers = cluster.node_health(node["url"])["workers"]
+    assert not [w for w in workers if w["function"] == "cb-evil"]
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"handler": "echo", "base_dir": 5}, "base_dir"),
+    ({"handler": "/etc"}, "handler_roots"),
+    ({"handler": "/root"}, "handler_roots"),
+    ({"bundle": 5}, "bundle"),
+    ({"bundle": "not base64!"}, "base64"),
+    ({"handler": None}, "handler"),
+], ids=["base_dir-int", "etc", "root", "bundle-int", "bundle-junk", "no-code"])
+def test_deployments_naming_paths_or_junk_get_a_400_naming_the_field(cluster, body, field):
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json={"service": "pathy"} | body, timeout=10)
+    assert resp.status_code == 400 and field in resp.text, resp.text
+
+
+def test_interpreter_variables_are_refused_by_name(cluster, functions_dir):
+    for name in ("PYTHONWARNINGS", "BROWSER", "LD_PRELOAD", "NEARFAAS_SECRET_KEY"):
+        resp = cluster.http.post(f"{cluster.url}/system/functions", timeout=10,
+                                 json={"service": "envy", "bundle": pack(functions_dir / "echo"), "envVars": {name: "x"}})
+        assert resp.status_code == 400 and name in resp.text, resp.text
+
+
+def test_deployed_code_is_a_copy_not_the_path(scratch, cluster, functions_dir, tmp_path):
+    import shutil
+
+    folder = tmp_path / "mutable"
+    shutil.copytree(functions_dir / "echo", folder)
+    assert scratch("copied", folder).status_code == 202
+    (folder / "handler.py").write_text("def handle(event, context):\n    return 'changed behind the gateway'\n")
+    status = cluster.http.get(f"{cluster.url}/system/function/copied").json()
+    assert status["handler"].startswith(str(cluster.state_dir.resolve() / "functions" / "copied"))
+    assert "changed behind" not in requests.post(f"{cluster.url}/function/copied", data=b"x", timeout=30).text
+
+
+def test_a_function_can_require_credentials(scratch, cluster, functions_dir):
+    assert scratch("private-fn", functions_dir / "echo", **{"x-nearfaas": {"auth": True}}).status_code == 202
+    assert scratch("public-fn", functions_dir / "echo").status_code == 202
+    assert requests.post(f"{cluster.url}/function/private-fn", data=b"x", timeout=30).status_code == 401
+    assert requests.post(f"{cluster.url}/async-function/private-fn", data=b"x", timeout=30).status_code == 401
+    assert cluster.http.post(f"{cluster.url}/function/private-fn", data=b"x", timeout=30).status_code == 200
+    assert requests.post(f"{cluster.url}/function/public-fn", data=b"x", timeout=30).status_code == 200
+
+
+def test_a_function_key_reaches_only_its_declared_buckets(scratch, cluster, functions_dir):
+    s3 = cluster.s3()
+    for b in ("scope-mine", "scope-theirs"):
+        s3.create_bucket(Bucket=b)
+        s3.put_object(Bucket=b, Key="in.txt", Body=b"bytes of " + b.encode())
+    assert scratch("scoped-upper", functions_dir / "upper", **{"x-nearfaas": {"buckets": ["scope-mine"], "placement": "compute"}}).status_code == 202
+    ok = requests.post(f"{cluster.url}/function/scoped-upper", json={"input": {"bucket": "scope-mine", "key": "in.txt"}}, timeout=30)
+    assert ok.status_code == 200, ok.text
+    denied = requests.post(f"{cluster.url}/function/scoped-upper", json={"input": {"bucket": "scope-theirs", "key": "in.txt"}}, timeout=30)
+    assert denied.status_code >= 400 and "AccessDenied" in denied.text, denied.text
+    assert "scope-theirs/in.txt.upper" not in [o["Key"] for o in s3.list_objects_v2(Bucket="scope-theirs").get("Contents", [])]
+    # The key of a deleted function stops working at once.
+    spec_uid = cluster.http.get(f"{cluster.url}/system/function/scoped-upper").json()
+    assert "lambdaId" in spec_uid
