@@ -1,42 +1,121 @@
 //! Control protocol: one JSON object per line in each direction (see docs/fastpath.md).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::lambda::{self, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
+use crate::auth::{self, LineError};
+use crate::lambda::{self, inc, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
 use crate::server::Server;
 
-pub fn control_loop(srv: Arc<Server>, listener: TcpListener) {
+/// Control connections open at once; more are closed at accept (each holds a thread).
+const MAX_CONTROL_CONNS: usize = 16;
+/// The client has this long to answer the challenge; an unauthenticated peer cannot park a
+/// thread here.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest line before authentication (the answer is ~90 bytes) and after it (a deploy is a
+/// few hundred bytes; the limit only stops a line that never ends).
+const PRE_AUTH_LINE: usize = 512;
+const LINE_LIMIT: usize = 1 << 20;
+
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+pub fn control_loop(srv: Arc<Server>, listener: TcpListener, key: Arc<Vec<u8>>) {
     for s in listener.incoming() {
         let Ok(s) = s else { continue };
-        let srv = srv.clone();
-        std::thread::spawn(move || conn(srv, s));
+        if OPEN.fetch_add(1, Ordering::AcqRel) >= MAX_CONTROL_CONNS {
+            OPEN.fetch_sub(1, Ordering::AcqRel);
+            inc(&srv.g.conns_refused);
+            continue; // dropping `s` closes it
+        }
+        let (srv, key) = (srv.clone(), key.clone());
+        let spawned = std::thread::Builder::new()
+            .name("control-conn".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                conn(&srv, s, &key);
+                OPEN.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            OPEN.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
-fn conn(srv: Arc<Server>, s: TcpStream) {
+fn send(w: &mut TcpStream, v: &Value) -> bool {
+    let mut out = serde_json::to_vec(v).unwrap_or_default();
+    out.push(b'\n');
+    w.write_all(&out).is_ok()
+}
+
+/// Challenge-response before any op: send `{"challenge": hex nonce}`, expect
+/// `{"op": "auth", "hmac": hex HMAC-SHA256(key, nonce)}`. Anything else is refused, counted and
+/// the connection closed.
+fn authenticate(srv: &Server, r: &mut BufReader<TcpStream>, w: &mut TcpStream, key: &[u8]) -> bool {
+    let Ok(nonce) = auth::nonce() else {
+        return false; // no randomness: fail closed
+    };
+    let _ = w.set_read_timeout(Some(AUTH_TIMEOUT));
+    let challenge = json!({"challenge": auth::encode_hex(&nonce), "auth": "hmac-sha256"});
+    if !send(w, &challenge) {
+        return false;
+    }
+    let answer = match auth::read_line_limited(r, PRE_AUTH_LINE) {
+        Ok(Some(line)) => serde_json::from_slice::<Value>(&line).ok(),
+        _ => None,
+    };
+    let ok = match &answer {
+        Some(Value::Object(m)) if m.get("op") == Some(&json!("auth")) => match m.get("hmac") {
+            Some(Value::String(h)) => auth::verify(key, &nonce, h),
+            _ => false,
+        },
+        _ => false,
+    };
+    if !ok {
+        inc(&srv.g.auth_failures);
+        send(w, &err("auth: answer the challenge first with {\"op\": \"auth\", \"hmac\": hex HMAC-SHA256(key, nonce)}; the answer was missing or wrong"));
+        return false;
+    }
+    let _ = w.set_read_timeout(None);
+    send(w, &json!({"ok": true, "op": "auth"}))
+}
+
+fn conn(srv: &Server, s: TcpStream, key: &[u8]) {
     let Ok(mut w) = s.try_clone() else { return };
-    let r = BufReader::new(s);
-    for line in r.split(b'\n') {
-        let Ok(line) = line else { return };
+    let mut r = BufReader::new(s);
+    if !authenticate(srv, &mut r, &mut w, key) {
+        return;
+    }
+    loop {
+        let line = match auth::read_line_limited(&mut r, LINE_LIMIT) {
+            Ok(Some(l)) => l,
+            Ok(None) | Err(LineError::Io) => return,
+            Err(LineError::TooLong) => {
+                send(
+                    &mut w,
+                    &err(&format!(
+                        "request: a line is longer than {LINE_LIMIT} bytes"
+                    )),
+                );
+                return;
+            }
+        };
         let text = String::from_utf8_lossy(&line);
         if text.trim().is_empty() {
             continue;
         }
         let reply = match serde_json::from_str::<Value>(&text) {
-            Ok(Value::Object(m)) => handle(&srv, &m),
+            Ok(Value::Object(m)) => handle(srv, &m),
             Ok(_) => err("request: expected one JSON object per line, e.g. {\"op\": \"ping\"}"),
             Err(e) => err(&format!(
                 "request: invalid JSON ({e}); send one JSON object per line"
             )),
         };
-        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
-        out.push(b'\n');
-        if w.write_all(&out).is_err() {
+        if !send(&mut w, &reply) {
             return;
         }
     }
@@ -84,7 +163,9 @@ fn stats(srv: &Server) -> Value {
     let global = json!({
         "malformed_short": r(&g.malformed_short), "unknown": r(&g.unknown),
         "host_forwarded": r(&g.host_forwarded), "host_errors": r(&g.host_errors),
-        "packets": r(&g.packets),
+        "packets": r(&g.packets), "auth_failures": r(&g.auth_failures),
+        "conns_refused": r(&g.conns_refused), "frames_too_large": r(&g.frames_too_large),
+        "tcp_conns": srv.tcp_conns.load(Ordering::Relaxed),
     });
     let mut v = json!({"ok": true, "lambdas": lambdas, "global": global.clone(), "workers": srv.workers,
                        "sched": format!("{:?}", srv.sched.mode).to_lowercase()});

@@ -113,6 +113,17 @@ pub struct Lambda {
     pub stats: Arc<LambdaStats>,
 }
 
+impl Lambda {
+    /// The largest request payload this lambda accepts (its I/O buffer).
+    #[inline]
+    pub fn input_capacity(&self) -> usize {
+        match &self.code {
+            Code::Wasm { buffer_size, .. } => *buffer_size,
+            Code::Native(k) => k.buffer_size(),
+        }
+    }
+}
+
 /// What one call of a lambda produced. For `Reply` the reply payload is in the worker's output
 /// buffer after the `HDR` bytes.
 pub enum Outcome {

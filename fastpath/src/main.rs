@@ -16,9 +16,16 @@
 //! * external I/O: per external address a writer thread (one persistent TCP connection) and a
 //!   reader thread that frames memcached replies and queues `nf_resume` continuations, so workers
 //!   never wait on an external call.
-//! * `control`: JSON lines (deploy / remove / stats / ping). A deploy compiles and validates the
-//!   new module first, then swaps the slot's `Arc`; queued and running calls finish on the old one.
+//! * `control`: JSON lines (deploy / remove / stats / ping), each connection authenticated first
+//!   by challenge-response over the `--control-key-file` key (src/auth.rs). A deploy compiles and
+//!   validates the new module first, then swaps the slot's `Arc`; queued and running calls
+//!   finish on the old one.
+//!
+//! Limits (docs/fastpath.md, "Security"): TCP connections are capped (`--max-connections`; each
+//! holds a reader and a writer thread), a frame over `--max-frame` closes its connection, and a
+//! frame's buffer grows only as its bytes arrive.
 
+mod auth;
 mod control;
 mod lambda;
 mod sched;
@@ -33,9 +40,12 @@ use std::sync::Arc;
 use nix::sys::signal::{SigSet, Signal};
 
 const USAGE: &str =
-    "usage: nearfaas-fastpath [--udp ADDR] [--tcp ADDR] [--control ADDR] [--unix PATH]
-  [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N] [--sched drr|fifo] [--pin]
-defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr";
+    "usage: nearfaas-fastpath --control-key-file PATH [--udp ADDR] [--tcp ADDR] [--control ADDR]
+  [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
+  [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
+--control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
+defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
+  --max-connections 256 --max-frame 2097152";
 
 struct Args {
     udp: String,
@@ -48,6 +58,9 @@ struct Args {
     queue_depth: usize,
     mode: sched::Mode,
     pin: bool,
+    control_key_file: Option<String>,
+    max_conns: usize,
+    max_frame: usize,
 }
 
 fn die(msg: &str) -> ! {
@@ -70,6 +83,9 @@ fn parse_args() -> Args {
         queue_depth: 1024,
         mode: sched::Mode::Drr,
         pin: false,
+        control_key_file: None,
+        max_conns: 256,
+        max_frame: 2 << 20,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -116,6 +132,21 @@ fn parse_args() -> Args {
                 }
             }
             "--pin" => a.pin = true,
+            "--control-key-file" => a.control_key_file = Some(val()),
+            "--max-connections" => {
+                a.max_conns = val()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n >= 1)
+                    .unwrap_or_else(|| die("--max-connections: use an integer >= 1"))
+            }
+            "--max-frame" => {
+                a.max_frame = val()
+                    .parse()
+                    .ok()
+                    .filter(|&n| (8..=(64 << 20)).contains(&n))
+                    .unwrap_or_else(|| die("--max-frame: use a byte count from 8 to 67108864"))
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0)
@@ -135,6 +166,17 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
 
 fn main() {
     let args = parse_args();
+    // Fail closed: without a key the control port (which can swap any lambda's code) would be
+    // open to every local user.
+    let key = match &args.control_key_file {
+        None => die(
+            "--control-key-file is required: the control port accepts only clients that \
+             prove they hold its key (write 64 hex digits to a mode-0600 file)",
+        ),
+        Some(p) => {
+            Arc::new(auth::load_key(p).unwrap_or_else(|e| die(&format!("--control-key-file: {e}"))))
+        }
+    };
     // SIGTERM/SIGINT are taken synchronously by the main thread (blocked in every thread).
     let mut sigs = SigSet::empty();
     sigs.add(Signal::SIGTERM);
@@ -161,6 +203,8 @@ fn main() {
         mode: args.mode,
         queue_depth: args.queue_depth,
         host: args.host,
+        max_frame: args.max_frame,
+        max_conns: args.max_conns,
     };
     let srv = Arc::new(
         server::Server::new(engine.clone(), udp, unix, &cfg)
@@ -200,7 +244,7 @@ fn main() {
     let control_addr = control.local_addr().unwrap();
     {
         let s = srv.clone();
-        spawn("control", move || control::control_loop(s, control));
+        spawn("control", move || control::control_loop(s, control, key));
     }
 
     let udp_addr = srv.udp.local_addr().unwrap();

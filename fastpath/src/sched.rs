@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -13,10 +12,12 @@ use crate::shm::Shm;
 /// Where a reply goes.
 pub enum ReplyTo {
     Udp(SocketAddr),
-    /// A TCP connection's writer thread (it puts replies back in request order by `seq`).
+    /// A TCP connection's writer thread (it puts replies back in request order by `seq`);
+    /// `req_len` request bytes stay counted against the connection until the reply is written.
     Tcp {
-        tx: Sender<(u64, Vec<u8>)>,
+        conn: Arc<crate::server::TcpConn>,
         seq: u64,
+        req_len: usize,
     },
     /// A Unix datagram client; the input and the reply live in `shm`.
     Unix {

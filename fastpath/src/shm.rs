@@ -23,8 +23,9 @@ pub enum MapError {
 }
 
 impl Shm {
-    /// Map the whole memfd read-write, shared. Fails if it is shorter than `in_len`.
-    pub fn map(fd: &OwnedFd, in_len: usize) -> Result<Shm, MapError> {
+    /// Map the whole memfd read-write, shared. Fails if it is shorter than `in_len` or larger
+    /// than `max_size`.
+    pub fn map(fd: &OwnedFd, in_len: usize, max_size: usize) -> Result<Shm, MapError> {
         // A client that shrank the memfd under our mapping would make the next touch of those
         // pages a SIGBUS that kills the executor: only a memfd sealed against shrinking is used.
         let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -42,6 +43,11 @@ impl Shm {
         if size < in_len {
             return Err(MapError::Other(format!(
                 "memfd holds {size} bytes but the message says {in_len}"
+            )));
+        }
+        if size > max_size {
+            return Err(MapError::Other(format!(
+                "memfd holds {size} bytes; the executor maps at most {max_size}"
             )));
         }
         if size == 0 {

@@ -307,11 +307,11 @@ fn control_rejects_bad_input_with_named_fields() {
     assert!(r["error"].as_str().unwrap().contains("env.evil"), "{r}");
     // Garbage lines do not kill the control connection.
     {
-        use std::io::{BufRead, BufReader, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", fp.port("control"))).unwrap();
+        use std::io::{BufRead, Write};
+        let (mut r, mut s, auth) = control_conn(&fp, Some(&unhex(KEY_HEX)));
+        assert_eq!(auth.unwrap()["ok"], true);
         s.write_all(b"this is not json\n[1,2]\n{\"op\":\"ping\"}\n")
             .unwrap();
-        let mut r = BufReader::new(s);
         for expect_ok in [false, false, true] {
             let mut line = String::new();
             r.read_line(&mut line).unwrap();

@@ -124,3 +124,30 @@ fn gray_via_memfd_wasm_and_native() {
         b"Hello from nearfaas fastpath v1: ...."
     );
 }
+
+#[test]
+fn memfd_inputs_are_bounded_like_tcp_frames() {
+    let fp = Fp::start(&["--workers", "1", "--max-frame", "65536"]);
+    fp.deploy_native(32, "gray", json!({}));
+    let dir = tmpdir("shm-bounds");
+    let sock = UnixDatagram::bind(dir.join("client.sock")).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // An input over --max-frame: refused before it is mapped or queued.
+    let img = vec![7u8; 256 * 256 * 4];
+    let fd = memfd(&img);
+    assert_eq!(
+        shm_call(&sock, &fp.unix_path(), 32, &fd, img.len() as u32),
+        (32, TOO_LARGE, 0)
+    );
+    assert_eq!(fp.stats()["global"]["frames_too_large"], 1);
+    // A small input in a (sparse) 80 MiB memfd: larger than the executor maps.
+    let huge = memfd(&[1u8; 16]);
+    assert_eq!(unsafe { libc::ftruncate(huge.as_raw_fd(), 80 << 20) }, 0);
+    assert_eq!(shm_call(&sock, &fp.unix_path(), 32, &huge, 16).1, TOO_LARGE);
+    // Within both limits: served.
+    let ok = memfd(&img[..4096]);
+    assert_eq!(
+        shm_call(&sock, &fp.unix_path(), 32, &ok, 4096),
+        (32, OK, 1024)
+    );
+}

@@ -36,13 +36,13 @@ def lambdas(cluster):
 
     def deploy(name, **kw):
         names.append(name)
-        resp = requests.post(f"{cluster.url}/system/functions", json=body(name, **kw), timeout=30)
+        resp = cluster.http.post(f"{cluster.url}/system/functions", json=body(name, **kw), timeout=30)
         assert resp.status_code == 202, resp.text
-        return requests.get(f"{cluster.url}/system/function/{name}", timeout=5).json()["lambdaId"]
+        return cluster.http.get(f"{cluster.url}/system/function/{name}", timeout=5).json()["lambdaId"]
 
     yield deploy
     for name in names:
-        requests.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
 
 
 def udp(cluster):
@@ -58,7 +58,7 @@ def test_the_cluster_runs_the_executor_and_down_stops_it(tmp_path):
     try:
         pid = next(p["pid"] for p in c.layout["processes"] if p["name"] == "fastpath")
         assert pid in launcher.processes_of(state)
-        assert requests.get(f"{c.url}/system/fastpath", timeout=5).json()["executor"]["running"] is True
+        assert c.http.get(f"{c.url}/system/fastpath", timeout=5).json()["executor"]["running"] is True
     finally:
         launcher.down(state)
     assert launcher.processes_of(state) == []
@@ -72,9 +72,9 @@ def test_match_over_udp_and_http(cluster, lambdas):
     resp = requests.post(f"{cluster.url}/function/fp-web", data=b"http", timeout=5)
     assert resp.status_code == 200 and resp.content == b"Hello from nearfaas fastpath v1: http"
     assert resp.headers["X-Nearfaas-Target"] == "fastpath" and resp.headers["X-Nearfaas-Lambda-Id"] == str(lambda_id)
-    status = requests.get(f"{cluster.url}/system/function/fp-web", timeout=5).json()
+    status = cluster.http.get(f"{cluster.url}/system/function/fp-web", timeout=5).json()
     assert status["availableReplicas"] == 1 and status["instances"] == []  # served by the executor, no workers
-    table = requests.get(f"{cluster.url}/system/fastpath", timeout=5).json()
+    table = cluster.http.get(f"{cluster.url}/system/fastpath", timeout=5).json()
     assert {"name": "fp-web", "lambdaId": lambda_id, "target": "fastpath"} in table["table"]
 
 
@@ -87,13 +87,13 @@ def test_native_lambda_matches_too(cluster, lambdas):
 
 def test_a_miss_runs_on_the_worker_path(cluster, scratch):
     assert scratch("fp-hello", ROOT / "examples" / "hello").status_code == 202
-    lambda_id = requests.get(f"{cluster.url}/system/function/fp-hello", timeout=5).json()["lambdaId"]
+    lambda_id = cluster.http.get(f"{cluster.url}/system/function/fp-hello", timeout=5).json()["lambdaId"]
     assert isinstance(lambda_id, int)
     with udp(cluster) as client:
         assert client.call(lambda_id, b"{}") == (HOST_OK, b"ok")
         status, reply = client.call(65_000, b"x")
     assert status == UNKNOWN and b"65000" in reply
-    stats = requests.get(f"{cluster.url}/system/fastpath", timeout=5).json()["executor"]
+    stats = cluster.http.get(f"{cluster.url}/system/fastpath", timeout=5).json()["executor"]
     assert stats["host_forwarded"] >= 2
 
 
@@ -117,7 +117,7 @@ def test_redeploy_hot_swaps_under_load_without_a_failed_call(cluster, lambdas):
 
     try:
         wait_for(lambda: len(seen) >= 200)  # under load before the swap...
-        resp = requests.put(f"{cluster.url}/system/functions", json=body("fp-swap", module="web_v2.wasm"), timeout=30)
+        resp = cluster.http.put(f"{cluster.url}/system/functions", json=body("fp-swap", module="web_v2.wasm"), timeout=30)
         assert resp.status_code == 200, resp.text
         with udp(cluster) as client:
             assert client.call(lambda_id, b"after")[1] == b"Hello from nearfaas fastpath v2: after"
@@ -131,10 +131,10 @@ def test_redeploy_hot_swaps_under_load_without_a_failed_call(cluster, lambdas):
 
 
 def test_removed_lambda_is_unknown(cluster):
-    resp = requests.post(f"{cluster.url}/system/functions", json=body("fp-gone", module="web.wasm"), timeout=30)
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=body("fp-gone", module="web.wasm"), timeout=30)
     assert resp.status_code == 202
-    lambda_id = requests.get(f"{cluster.url}/system/function/fp-gone", timeout=5).json()["lambdaId"]
-    requests.delete(f"{cluster.url}/system/functions", json={"functionName": "fp-gone"}, timeout=30)
+    lambda_id = cluster.http.get(f"{cluster.url}/system/function/fp-gone", timeout=5).json()["lambdaId"]
+    cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "fp-gone"}, timeout=30)
     with udp(cluster) as client:
         assert client.call(lambda_id, b"x")[0] == UNKNOWN
 
@@ -151,7 +151,7 @@ def test_removed_lambda_is_unknown(cluster):
 )
 def test_bad_fastpath_specs_are_400_naming_the_field(cluster, fields, needle):
     spec = {"service": "fp-bad", "lang": "wasm", "handler": str(LAMBDAS)} | fields
-    resp = requests.post(f"{cluster.url}/system/functions", json=spec, timeout=30)
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=spec, timeout=30)
     assert resp.status_code == 400 and needle in resp.text, resp.text
 
 
@@ -159,6 +159,79 @@ def test_a_module_the_executor_refuses_is_a_400(cluster, tmp_path):
     (tmp_path / "junk.wasm").write_bytes(b"\0asm\1\0\0\0garbage")
     spec = {"service": "fp-junk", "lang": "wasm", "handler": str(tmp_path),
             "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "junk.wasm"}}}
-    resp = requests.post(f"{cluster.url}/system/functions", json=spec, timeout=30)
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=spec, timeout=30)
     assert resp.status_code == 400 and "refused" in resp.text, resp.text
-    assert requests.get(f"{cluster.url}/system/function/fp-junk", timeout=5).status_code == 404
+    assert cluster.http.get(f"{cluster.url}/system/function/fp-junk", timeout=5).status_code == 404
+
+
+def _restart_gateway(c) -> None:
+    """Kill the gateway and start it again the way `nearfaas up` does; cluster.json keeps
+    naming it so `nearfaas down` still stops it."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    state = c.state_dir.resolve()
+    layout = json.loads((state / "cluster.json").read_text())
+    entry = next(p for p in layout["processes"] if p["name"] == "gateway")
+    os.killpg(entry["pid"], signal.SIGKILL)  # its own session (start_new_session), as launched
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            requests.get(f"{c.url}/healthz", timeout=0.5)
+        except requests.ConnectionError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the killed gateway still answers")
+    with open(state / "logs" / "gateway.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=launcher._child_env(layout),
+                                start_new_session=True, cwd=state)
+    entry["pid"] = proc.pid
+    (state / "cluster.json").write_text(json.dumps(layout, indent=2))
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, (state / "logs" / "gateway.log").read_text()[-3000:]
+        try:
+            if requests.get(f"{c.url}/healthz", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline, "the restarted gateway did not become healthy"
+        time.sleep(0.1)
+
+
+def test_lambda_ids_survive_a_gateway_restart(fresh_cluster):
+    c = fresh_cluster
+    http = getattr(c, "http", requests)
+
+    def deploy(name, spec):
+        resp = http.post(f"{c.url}/system/functions", json=spec, timeout=30)
+        assert resp.status_code == 202, resp.text
+        return http.get(f"{c.url}/system/function/{name}", timeout=5).json()["lambdaId"]
+
+    ids = {"r-a": deploy("r-a", body("r-a", module="web.wasm")), "r-gone": deploy("r-gone", body("r-gone", module="web.wasm"))}
+    hello = ROOT / "examples" / "hello"
+    assert c.deploy("r-hello", hello).status_code == 202
+    ids["r-hello"] = http.get(f"{c.url}/system/function/r-hello", timeout=5).json()["lambdaId"]
+    ids["r-b"] = deploy("r-b", body("r-b", module="web_v2.wasm"))
+    assert http.delete(f"{c.url}/system/functions", json={"functionName": "r-gone"}, timeout=30).status_code in (200, 202)
+    gone = ids.pop("r-gone")
+    assert (c.state_dir / "gateway" / "lambda_ids.json").exists()
+
+    _restart_gateway(c)
+
+    for name, lambda_id in ids.items():  # the same IDs as before the restart
+        assert http.get(f"{c.url}/system/function/{name}", timeout=5).json()["lambdaId"] == lambda_id, name
+    with udp(c) as client:
+        assert client.call(ids["r-b"], b"x") == (OK, b"Hello from nearfaas fastpath v2: x")
+        assert client.call(ids["r-a"], b"y") == (OK, b"Hello from nearfaas fastpath v1: y")
+        assert client.call(ids["r-hello"], b"{}") == (HOST_OK, b"ok")  # a miss, run by the restarted gateway
+        assert client.call(gone, b"z")[0] == UNKNOWN  # the deleted function's ID reaches nobody
+    # A function deployed after the restart gets a new ID, never the deleted one's.
+    new_id = deploy("r-new", body("r-new", native="web"))
+    assert new_id not in (gone, *ids.values()) and new_id > max(gone, *ids.values())
+    with udp(c) as client:
+        assert client.call(gone, b"z")[0] == UNKNOWN

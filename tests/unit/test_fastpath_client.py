@@ -1,11 +1,15 @@
-"""The fast path's Python side without the executor: the wire format, and the baselines (B1
-forking, B2 threading) answering it as the C lambdas would."""
+"""The fast path's Python side: the wire format, the baselines (B1 forking, B2 threading)
+answering it as the C lambdas would, and the control port's key and challenge-response (against
+the real executor when it is built)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -30,7 +34,9 @@ from nearfaas.fastpath.client import (
     parse_addr,
     status_name,
 )
-from nearfaas.fastpath.executor import binary_path, load_binary_path, target_dir
+from nearfaas.fastpath.auth import ControlAuthError, check_reply, new_key_file, read_key
+from nearfaas.fastpath.auth import answer as control_answer
+from nearfaas.fastpath.executor import ControlClient, Executor, ExecutorError, binary_path, load_binary_path, target_dir
 
 WEB = baselines.BASELINE_IDS["web"]
 
@@ -158,3 +164,69 @@ def test_load_generator_reports_json_against_a_baseline():
     assert report["match"] == "tag"  # the web lambdas echo the payload, so replies are matched exactly
     assert report["requests"] > 0 and report["statuses"] == {"0": report["requests"]}
     assert set(report["per_id"]) == {"1", "2"} and report["p50_us"] > 0 and report["req_per_s"] > 0
+
+
+# -- control-port authentication (nearfaas.fastpath.auth) ------------------------------------------
+
+def test_key_file_is_0600_from_creation_and_read_back(tmp_path):
+    path = tmp_path / "k"
+    path.write_text("old")
+    os.chmod(path, 0o644)  # an existing file must not keep a readable mode
+    assert new_key_file(path) == path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    key = read_key(path)
+    assert len(key) == 32 and path.read_text() == key.hex()
+    assert read_key(new_key_file(tmp_path / "k2")) != key  # fresh randomness each time
+
+
+@pytest.mark.parametrize("content, needle", [("zz", "not a hex"), ("abcd", "at least 16"), (None, "cannot read")])
+def test_bad_keys_are_named(tmp_path, content, needle):
+    path = tmp_path / "k"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ControlAuthError, match=needle):
+        read_key(path)
+
+
+def test_answer_is_hmac_sha256_of_the_nonce():
+    key, nonce = b"k" * 32, bytes(range(32))
+    line = control_answer(key, json.dumps({"challenge": nonce.hex(), "auth": "hmac-sha256"}).encode() + b"\n")
+    assert line.endswith(b"\n")
+    assert json.loads(line) == {"op": "auth", "hmac": hmac.new(key, nonce, hashlib.sha256).hexdigest()}
+    with pytest.raises(ControlAuthError, match="did not send a challenge"):
+        control_answer(key, b'{"ok": true, "pong": true}\n')
+    with pytest.raises(ControlAuthError, match="refused the control key"):
+        check_reply(b'{"ok": false, "error": "auth: wrong"}\n')
+    with pytest.raises(ControlAuthError, match="connection closed"):
+        check_reply(b"")
+    check_reply(b'{"ok": true, "op": "auth"}\n')
+
+
+_built = pytest.mark.skipif(not binary_path().exists(), reason="nearfaas-fastpath not built (make setup)")
+
+
+@_built
+def test_the_executor_runs_ops_only_for_the_key_holder(tmp_path):
+    with Executor(workers=1) as ex:
+        assert stat.S_IMODE(ex.control_key_file.stat().st_mode) == 0o600
+        ex.deploy(7, "web", "native")
+        with UdpClient(ex.udp_addr, timeout=5) as client:
+            assert client.call(7, b"k") == (OK, b"Hello from nearfaas fastpath v1: k")
+        with pytest.raises(ExecutorError, match="refused the control key"):
+            ControlClient(ex.control_addr, read_key(new_key_file(tmp_path / "wrong.key")))
+        # Speaking the old protocol (an op first): refused and closed, the op not run.
+        with socket.create_connection(ex.control_addr, timeout=10) as raw:
+            f = raw.makefile("rwb")
+            assert "challenge" in json.loads(f.readline())
+            f.write(b'{"op": "remove", "id": 7}\n')
+            f.flush()
+            assert json.loads(f.readline())["ok"] is False
+            assert f.readline() == b""
+        assert [lam["id"] for lam in ex.stats()["lambdas"]] == [7]
+        assert ex.stats()["auth_failures"] == 2
+
+
+@_built
+def test_the_executor_refuses_to_start_without_a_key(tmp_path):
+    out = subprocess.run([str(binary_path()), "--workers", "1"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--control-key-file is required" in out.stderr

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -55,6 +55,30 @@ pub struct GlobalStats {
     pub host_forwarded: AtomicU64,
     pub host_errors: AtomicU64,
     pub packets: AtomicU64,
+    /// Control connections that failed the challenge-response.
+    pub auth_failures: AtomicU64,
+    /// TCP and control connections closed at accept (over the connection cap).
+    pub conns_refused: AtomicU64,
+    /// TCP connections closed for a frame over `--max-frame`, or for not reading their replies
+    /// while more than the per-connection buffer of them piled up.
+    pub frames_too_large: AtomicU64,
+}
+
+/// One TCP connection as a reply sees it: the channel to its writer, and the byte accounting
+/// it shares with the writer. The writer holds only `state`, never `tx`, so the channel closes
+/// (and the writer ends) once the reader and every job of the connection are done.
+pub struct TcpConn {
+    pub tx: Sender<(u64, Vec<u8>, usize)>,
+    pub state: Arc<TcpState>,
+}
+
+/// Bytes one TCP connection holds (requests admitted but not yet answered, replies not yet
+/// written), so a client cannot make the executor buffer more than `limit` for it.
+pub struct TcpState {
+    pub pending: AtomicUsize,
+    pub limit: usize,
+    /// Set when a reply would pass `limit`: the writer closes the connection at that point.
+    pub overflow: AtomicBool,
 }
 
 pub struct Config {
@@ -63,6 +87,10 @@ pub struct Config {
     pub mode: Mode,
     pub queue_depth: usize,
     pub host: Option<SocketAddr>,
+    /// Largest TCP frame (and memfd input) accepted, in bytes.
+    pub max_frame: usize,
+    /// Most TCP connections open at once.
+    pub max_conns: usize,
 }
 
 pub struct Server {
@@ -80,6 +108,10 @@ pub struct Server {
     pub next_uid: AtomicU64,
     pub deploy_lock: Mutex<()>,
     pub workers: usize,
+    pub max_frame: usize,
+    pub max_conns: usize,
+    /// TCP connections open now (at most `max_conns`).
+    pub tcp_conns: AtomicUsize,
 }
 
 fn set_sock_buf(fd: i32, size: i32) {
@@ -127,6 +159,9 @@ impl Server {
             next_uid: AtomicU64::new(1),
             deploy_lock: Mutex::new(()),
             workers: cfg.workers,
+            max_frame: cfg.max_frame,
+            max_conns: cfg.max_conns,
+            tcp_conns: AtomicUsize::new(0),
         })
     }
 
@@ -160,6 +195,13 @@ impl Server {
         match self.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);
+                // Larger than the lambda's buffer: answer now rather than queue a copy of the
+                // payload that the worker would refuse anyway (this bounds queued bytes).
+                if dgram.len() - 4 > l.input_capacity() {
+                    inc(&l.stats.too_large);
+                    self.reply_simple(&reply, id, TOO_LARGE, b"", scratch);
+                    return;
+                }
                 let job = Job {
                     lambda: l,
                     kind: JobKind::Request(dgram[4..].to_vec()),
@@ -207,12 +249,26 @@ impl Server {
                 out[8] = status;
                 let _ = self.udp.send_to(&out[4..], addr);
             }
-            ReplyTo::Tcp { tx, seq } => {
+            ReplyTo::Tcp { conn, seq, req_len } => {
                 let len = (out.len() - 4) as u32;
                 out[0..4].copy_from_slice(&len.to_be_bytes());
                 out[4..8].copy_from_slice(&id.to_be_bytes());
                 out[8] = status;
-                let _ = tx.send((*seq, out.clone()));
+                let n = out.len();
+                // One atomic add, no syscall: the hot path stays as it was.
+                let st = &conn.state;
+                let before = st.pending.fetch_add(n, Ordering::AcqRel);
+                // Over the limit with other requests or replies still pending: the client is not
+                // reading its replies, so stop buffering for it (one large reply on its own is
+                // always let through). An empty reply at this seq tells the writer to close the
+                // connection there.
+                if before + n > st.limit && before > *req_len {
+                    st.pending.fetch_sub(n, Ordering::AcqRel);
+                    st.overflow.store(true, Ordering::Release);
+                    let _ = conn.tx.send((*seq, Vec::new(), *req_len));
+                } else {
+                    let _ = conn.tx.send((*seq, out.clone(), *req_len));
+                }
             }
             ReplyTo::Unix { path, shm } => {
                 let payload = &out[HDR..];

@@ -80,24 +80,88 @@ pub fn udp_loop(srv: Arc<Server>) {
     }
 }
 
+/// Stack of a TCP connection's reader and writer threads: they parse frames and queue jobs, and
+/// never run a lambda, so a small stack keeps a thread's reserved memory small.
+const CONN_STACK: usize = 256 << 10;
+
 pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
     for s in listener.incoming() {
         let Ok(s) = s else { continue };
-        let srv = srv.clone();
-        std::thread::spawn(move || tcp_conn(srv, s));
+        // Each connection holds two threads and up to ~3 x --max-frame bytes: beyond the cap,
+        // close at once (dropping `s`) rather than let a flood of connections exhaust memory.
+        if srv.tcp_conns.fetch_add(1, Ordering::AcqRel) >= srv.max_conns {
+            srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+            inc(&srv.g.conns_refused);
+            continue;
+        }
+        let srv2 = srv.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tcp-conn".into())
+            .stack_size(CONN_STACK)
+            .spawn(move || {
+                tcp_conn(&srv2, s);
+                srv2.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 
-fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
+/// Read `len` bytes into `buf`, growing it only as bytes arrive (at most 64 KiB ahead of them,
+/// never past `len`): a peer that declares a large frame and sends nothing costs nothing.
+fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> bool {
+    const STEP: usize = 64 << 10;
+    buf.clear();
+    while buf.len() < len {
+        let have = buf.len();
+        let want = (len - have).min(STEP);
+        if have + want > buf.capacity() {
+            // Double as usual, but never past the frame's length.
+            let target = (buf.capacity() * 2).max(have + want).min(len);
+            buf.reserve_exact(target - have);
+        }
+        buf.resize(have + want, 0);
+        match r.read(&mut buf[have..]) {
+            Ok(0) => return false,
+            Ok(n) => buf.truncate(have + n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(have),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+fn tcp_conn(srv: &Arc<Server>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
     let Ok(wstream) = stream.try_clone() else {
         return;
     };
-    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>)>();
+    let (tx, rx) = mpsc::channel::<(u64, Vec<u8>, usize)>();
+    // Requests in flight and replies not yet written stay under `soft` before a new request is
+    // read (TCP pushes back on the client); replies to requests already admitted may add up to
+    // another `max_frame` before the connection is dropped as not reading its replies.
+    let soft = srv.max_frame;
+    let state = Arc::new(TcpState {
+        pending: AtomicUsize::new(0),
+        limit: soft + srv.max_frame + (64 << 10),
+        overflow: AtomicBool::new(false),
+    });
+    let conn = Arc::new(TcpConn {
+        tx,
+        state: state.clone(),
+    });
     let written = Arc::new(AtomicU64::new(0));
     let writer = {
-        let written = written.clone();
-        std::thread::spawn(move || tcp_writer(wstream, rx, written))
+        let (written, conn, srv) = (written.clone(), state.clone(), srv.clone());
+        match std::thread::Builder::new()
+            .name("tcp-writer".into())
+            .stack_size(CONN_STACK)
+            .spawn(move || tcp_writer(&srv, wstream, rx, written, &conn))
+        {
+            Ok(h) => h,
+            Err(_) => return,
+        }
     };
     let mut r = std::io::BufReader::with_capacity(1 << 16, stream);
     let mut seq = 0u64;
@@ -109,11 +173,11 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
             break;
         }
         let len = u32::from_be_bytes(lb) as usize;
-        if len > (16 << 20) {
-            break; // not a frame of this protocol; drop the connection
+        if len > srv.max_frame {
+            inc(&srv.g.frames_too_large);
+            break; // over the limit (or not this protocol): drop the connection
         }
-        buf.resize(len, 0);
-        if r.read_exact(&mut buf).is_err() {
+        if !read_frame(&mut r, &mut buf, len) {
             break;
         }
         inc(&srv.g.packets);
@@ -123,37 +187,76 @@ fn tcp_conn(srv: Arc<Server>, stream: TcpStream) {
         }
         // A client that sends without reading its replies must not make them pile up here
         // without bound: stop reading (TCP pushes back on it) until the writer catches up.
-        while seq - written.load(Ordering::Acquire) >= TCP_MAX_UNANSWERED {
+        while seq - written.load(Ordering::Acquire) >= TCP_MAX_UNANSWERED
+            || state.pending.load(Ordering::Acquire) >= soft
+        {
             if writer.is_finished() {
                 return;
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+        state.pending.fetch_add(len, Ordering::AcqRel);
         let to = ReplyTo::Tcp {
-            tx: tx.clone(),
+            conn: conn.clone(),
             seq,
+            req_len: len,
         };
         seq += 1;
         srv.dispatch(&buf, to, &mut scratch);
+        if buf.capacity() > (256 << 10) {
+            buf = Vec::new(); // an idle connection does not keep a large frame's buffer
+        }
     }
 }
 
 /// Replies of one TCP connection not yet written back before its reader stops reading.
 const TCP_MAX_UNANSWERED: u64 = 4096;
+/// A client that reads none of its replies for this long is dropped (its writer would block
+/// holding its replies forever).
+const TCP_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>, written: Arc<AtomicU64>) {
+fn tcp_writer(
+    srv: &Server,
+    stream: TcpStream,
+    rx: Receiver<(u64, Vec<u8>, usize)>,
+    written: Arc<AtomicU64>,
+    conn: &TcpState,
+) {
+    let _ = stream.set_write_timeout(Some(TCP_WRITE_TIMEOUT));
+    let closer = stream.try_clone().ok();
+    write_replies(srv, stream, rx, written, conn);
+    // Whatever ended the writer, the reader must not go on admitting requests nobody answers:
+    // shut the socket so its blocking read returns.
+    if let Some(s) = closer {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn write_replies(
+    srv: &Server,
+    stream: TcpStream,
+    rx: Receiver<(u64, Vec<u8>, usize)>,
+    written: Arc<AtomicU64>,
+    conn: &TcpState,
+) {
     let mut w = BufWriter::with_capacity(1 << 16, stream);
     let mut next = 0u64;
-    let mut held: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut held: BTreeMap<u64, (Vec<u8>, usize)> = BTreeMap::new();
     while let Ok(first) = rx.recv() {
         let mut item = Some(first);
         loop {
-            if let Some((seq, bytes)) = item.take() {
-                held.insert(seq, bytes);
-                while let Some(b) = held.remove(&next) {
+            if let Some((seq, bytes, req_len)) = item.take() {
+                held.insert(seq, (bytes, req_len));
+                while let Some((b, req_len)) = held.remove(&next) {
+                    if b.is_empty() && conn.overflow.load(Ordering::Acquire) {
+                        inc(&srv.g.frames_too_large);
+                        let _ = w.flush();
+                        return;
+                    }
                     if w.write_all(&b).is_err() {
                         return;
                     }
+                    conn.pending.fetch_sub(b.len() + req_len, Ordering::AcqRel);
                     next += 1;
                     written.store(next, Ordering::Release);
                 }
@@ -168,6 +271,10 @@ fn tcp_writer(stream: TcpStream, rx: Receiver<(u64, Vec<u8>)>, written: Arc<Atom
         }
     }
 }
+
+/// The largest memfd mapped (input plus room for the reply). Mappings of queued requests are
+/// address space until touched, but the bound keeps a client from parking huge ones there.
+const MAX_SHM_MAP: usize = 64 << 20;
 
 pub fn unix_loop(srv: Arc<Server>) {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
@@ -213,7 +320,14 @@ pub fn unix_loop(srv: Arc<Server>) {
             srv.unix_answer(&path, id, BAD_REQUEST, 0);
             continue;
         };
-        let shm = match Shm::map(&memfd, len) {
+        // Bounded like a TCP frame: an input over --max-frame, or a memfd larger than
+        // MAX_SHM_MAP, is refused before it is mapped.
+        if len > srv.max_frame {
+            inc(&srv.g.frames_too_large);
+            srv.unix_answer(&path, id, TOO_LARGE, 0);
+            continue;
+        }
+        let shm = match Shm::map(&memfd, len, MAX_SHM_MAP) {
             Ok(s) => s,
             Err(e) => {
                 let status = if matches!(e, crate::shm::MapError::Unsealed) {

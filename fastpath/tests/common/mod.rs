@@ -59,6 +59,84 @@ pub fn tmpdir(tag: &str) -> PathBuf {
     d
 }
 
+/// The control key every test executor gets (hex, written to a mode-0600 file).
+pub const KEY_HEX: &str = "6e656172666161732d746573742d6b65792d6e6f742d7365637265742d2d2d21";
+
+/// Write `hex` to `dir/control.key` with mode 0600; returns its path.
+pub fn key_file(dir: &std::path::Path, hex: &str) -> PathBuf {
+    use std::os::unix::fs::OpenOptionsExt;
+    let p = dir.join("control.key");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&p)
+        .unwrap();
+    f.write_all(hex.as_bytes()).unwrap();
+    p
+}
+
+/// HMAC-SHA256(key, nonce) in hex: the answer to a control challenge.
+pub fn hmac_hex(key: &[u8], nonce: &[u8]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    m.update(nonce);
+    m.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Read one JSON line.
+pub fn read_json(r: &mut BufReader<TcpStream>) -> Option<Value> {
+    let mut line = String::new();
+    match r.read_line(&mut line) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => serde_json::from_str(&line).ok(),
+    }
+}
+
+/// Open a control connection and answer its challenge with `key` (None: answer nothing).
+/// Returns the connection and the executor's reply to the answer.
+pub fn control_conn(
+    fp: &Fp,
+    key: Option<&[u8]>,
+) -> (BufReader<TcpStream>, TcpStream, Option<Value>) {
+    let s = TcpStream::connect(("127.0.0.1", fp.port("control"))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let challenge = read_json(&mut r).expect("a challenge line");
+    let nonce = unhex(challenge["challenge"].as_str().expect("challenge is hex"));
+    let reply = key.map(|k| {
+        let mut line =
+            serde_json::to_vec(&json!({"op": "auth", "hmac": hmac_hex(k, &nonce)})).unwrap();
+        line.push(b'\n');
+        w.write_all(&line).unwrap();
+        read_json(&mut r).expect("an answer to auth")
+    });
+    (r, w, reply)
+}
+
+/// The RSS of a process in KiB (VmRSS in /proc/<pid>/status).
+pub fn rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status")
+}
+
 pub struct Fp {
     pub child: Child,
     pub ready: Value,
@@ -72,6 +150,7 @@ impl Fp {
         let dir = tmpdir("srv");
         let ready = dir.join("ready.json");
         let unix = dir.join("fp.sock");
+        let key = key_file(&dir, KEY_HEX);
         let child = Command::new(env!("CARGO_BIN_EXE_nearfaas-fastpath"))
             .args([
                 "--udp",
@@ -85,6 +164,8 @@ impl Fp {
             .arg(&unix)
             .arg("--ready-file")
             .arg(&ready)
+            .arg("--control-key-file")
+            .arg(&key)
             .args(extra)
             .stdout(Stdio::null())
             .spawn()
@@ -121,8 +202,9 @@ impl Fp {
     pub fn ctl(&self, req: Value) -> Value {
         let mut g = self.ctl.lock().unwrap();
         if g.is_none() {
-            let s = TcpStream::connect(("127.0.0.1", self.port("control"))).unwrap();
-            *g = Some((BufReader::new(s.try_clone().unwrap()), s));
+            let (r, w, reply) = control_conn(self, Some(&unhex(KEY_HEX)));
+            assert_eq!(reply.unwrap()["ok"], true, "control authentication");
+            *g = Some((r, w));
         }
         let (r, w) = g.as_mut().unwrap();
         let mut line = serde_json::to_vec(&req).unwrap();

@@ -209,7 +209,8 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
     return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
             "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
-            "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json")}
+            "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
+            "max_frame": 2 << 20, "max_connections": 256}
 
 
 def _fastpath_command(layout: dict) -> list[str]:
@@ -217,7 +218,8 @@ def _fastpath_command(layout: dict) -> list[str]:
     return [fp["binary"], "--udp", f"{host}:{fp['udp']}", "--tcp", f"{host}:{fp['tcp']}", "--control", f"{host}:{fp['control']}",
             "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
-            "--control-key-file", fp["control_key_file"]] + (["--pin"] if fp.get("pin") else [])
+            "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
+            "--max-connections", str(fp.get("max_connections", 256))] + (["--pin"] if fp.get("pin") else [])
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:

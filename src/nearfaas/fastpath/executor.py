@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from nearfaas.fastpath import auth
 from nearfaas.fastpath.client import parse_addr
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,12 +79,20 @@ def build(progress=None, lambdas: bool = True) -> Path:
 
 
 class ControlClient:
-    """JSON lines over TCP: one request object per line, one reply object per line."""
+    """JSON lines over TCP: one request object per line, one reply object per line, after the
+    challenge-response that proves this client holds the executor's key (``nearfaas.fastpath.auth``)."""
 
-    def __init__(self, addr, timeout: float = 30.0):
+    def __init__(self, addr, key: bytes, timeout: float = 30.0):
         self.sock = socket.create_connection(parse_addr(addr), timeout=timeout)
         self.file = self.sock.makefile("rwb")
         self._lock = threading.Lock()
+        try:
+            self.file.write(auth.answer(key, self.file.readline()))
+            self.file.flush()
+            auth.check_reply(self.file.readline())
+        except (auth.ControlAuthError, OSError) as exc:
+            self.close()
+            raise ExecutorError(f"control port {addr}: {exc}") from None
 
     def request(self, **body) -> dict:
         with self._lock:
@@ -114,12 +123,16 @@ class Executor:
 
     def __init__(self, workers: int = 1, sched: str | None = None, queue_depth: int | None = None, pin: bool = False,
                  host: str | None = None, binary: str | os.PathLike | None = None, extra_args: list[str] | None = None,
-                 start_timeout: float = 20.0, env: dict | None = None):
+                 start_timeout: float = 20.0, env: dict | None = None, control_key_file: str | os.PathLike | None = None):
+        """``control_key_file``: the control port's key (hex, mode 0600); None makes a fresh one
+        next to the ready file."""
         self.binary = Path(binary) if binary else binary_path()
         self.workers, self.sched, self.queue_depth, self.pin, self.host = workers, sched, queue_depth, pin, host
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
         self.env = env
+        self.control_key_file = Path(control_key_file) if control_key_file else None
+        self._own_key = control_key_file is None
         self.proc: subprocess.Popen | None = None
         self.info: dict = {}
         self._tmp: tempfile.TemporaryDirectory | None = None
@@ -133,8 +146,11 @@ class Executor:
         self._tmp = tempfile.TemporaryDirectory(prefix="nearfaas-fastpath-")
         ready = Path(self._tmp.name) / "ready.json"
         self._stderr_path = Path(self._tmp.name) / "stderr.log"
+        if self._own_key:
+            self.control_key_file = auth.new_key_file(Path(self._tmp.name) / "control.key")
         cmd = [str(self.binary), "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--control", "127.0.0.1:0",
-               "--unix", str(Path(self._tmp.name) / "fastpath.sock"), "--workers", str(self.workers), "--ready-file", str(ready)]
+               "--unix", str(Path(self._tmp.name) / "fastpath.sock"), "--workers", str(self.workers), "--ready-file", str(ready),
+               "--control-key-file", str(self.control_key_file)]
         if self.host:
             cmd += ["--host", self.host]
         if self.queue_depth is not None:
@@ -229,7 +245,7 @@ class Executor:
     @property
     def control(self) -> ControlClient:
         if self._control is None:
-            self._control = ControlClient(self.control_addr)
+            self._control = ControlClient(self.control_addr, auth.read_key(self.control_key_file))
         return self._control
 
     def deploy(self, lambda_id: int, name: str, kind: str = "wasm", path=None, native: str | None = None, weight: int = 1,

@@ -1,9 +1,14 @@
 """The gateway's side of the fast path (docs/fastpath.md): lambda IDs, the match table, misses.
 
-* **IDs.** Every deployed function gets a lambda ID (the smallest free one from 1), kept while
-  it is deployed; ``GET /system/function/<name>`` reports it as ``lambdaId``.
+* **IDs.** Every deployed function gets a lambda ID from a counter that never goes back, so an
+  ID is never given to a second function: a client holding a deleted function's ID gets UNKNOWN,
+  never someone else's function (and its secrets). With a state dir (``layout["ids_file"]``) the
+  name->ID map and the counter are written there at every change (atomically, fsync'ed), so a
+  restarted gateway gives every function the ID it had. ``GET /system/function/<name>`` reports
+  it as ``lambdaId``.
 * **The match table.** A function with ``x-nearfaas.target: fastpath`` is pushed to the
-  executor over its control port at deploy (a hot swap when it was there already) and removed
+  executor over its control port (authenticated by challenge-response with the key in
+  ``layout["control_key_file"]``, ``nearfaas.fastpath.auth``) at deploy (a hot swap when it was there already) and removed
   with it. Calls to it over HTTP (``/function/<name>``) are relayed over the executor's TCP
   framing, so every client gets the same lambda.
 * **Misses** ("send to host" in λ-NIC): the executor forwards a datagram whose ID has no lambda
@@ -15,7 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import struct
+from pathlib import Path
+
+from nearfaas.fastpath import auth
 
 from .invoker import CallError
 
@@ -27,6 +36,10 @@ MAX_ID = 65535
 CALL_TIMEOUT_S = 65.0  # the longest lambda timeout_ms (60 s) and a margin
 MISSES_IN_FLIGHT = 1024  # misses the gateway runs at once; the executor answers later ones HOST_ERROR after 5 s
 MISS_TIMEOUT_S = 5.0  # the executor gives up on a miss after 5 s (HOST_TIMEOUT): so does the gateway
+DEFAULT_MAX_FRAME = 2 << 20  # the executor's --max-frame default: a longer frame closes the connection
+# TCP connections the gateway opens to the executor at most (it caps them at --max-connections,
+# 256 by default, closing the rest at once); calls beyond these wait for a free one.
+GATEWAY_CONNECTIONS = 64
 
 
 class FastPath:
@@ -38,23 +51,77 @@ class FastPath:
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
         self.versions: dict[str, int] = {}
+        self.next_id = 1  # never goes back: a released ID is not handed out again
+        self.ids_file = Path(layout["ids_file"]) if layout and layout.get("ids_file") else None
+        self._key: bytes | None = None
         self._pool: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._conns = asyncio.Semaphore(GATEWAY_CONNECTIONS)
         self._transport = None
+        if self.ids_file is not None:
+            self._load_ids()
 
     # -- IDs and the match table ---------------------------------------------------------------
+    def _load_ids(self) -> None:
+        try:
+            data = json.loads(self.ids_file.read_text())
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            # Starting over would hand old IDs to other functions: the very thing the file prevents.
+            raise RuntimeError(f"cannot read the lambda ID table {self.ids_file}: {exc}; restore it from a backup, "
+                               "or delete it to give every function a new ID (clients holding old IDs must be updated)") from None
+        ids, next_id = data.get("ids"), data.get("next")
+        if not isinstance(ids, dict) or not isinstance(next_id, int) or not all(
+                isinstance(i, int) and 1 <= i < next_id for i in ids.values()) or len(set(ids.values())) != len(ids):
+            raise RuntimeError(f"the lambda ID table {self.ids_file} is malformed (want {{\"next\": int, \"ids\": {{name: id}}}}); "
+                               "restore it, or delete it to give every function a new ID")
+        self.ids = dict(ids)
+        self.names = {i: n for n, i in ids.items()}
+        self.next_id = next_id
+
+    def _save_ids(self) -> None:
+        """Write the table atomically and durably: a temp file, fsync, rename, fsync the directory."""
+        if self.ids_file is None:
+            return
+        self.ids_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.ids_file.with_name(f".{self.ids_file.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump({"next": self.next_id, "ids": self.ids}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.ids_file)
+        dir_fd = os.open(self.ids_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
     def assign(self, name: str) -> int:
         if name in self.ids:
             return self.ids[name]
-        lambda_id = next(i for i in range(1, MAX_ID + 2) if i not in self.names)
-        if lambda_id > MAX_ID:
-            raise CallError(507, f"all {MAX_ID} lambda IDs are in use; remove functions first", "fastpath")
+        if self.next_id > MAX_ID:
+            raise CallError(507, f"all {MAX_ID} lambda IDs have been given out (IDs of deleted functions are never reused, "
+                                 "so that an old ID cannot reach a new function)", "fastpath")
+        lambda_id = self.next_id
         self.ids[name], self.names[lambda_id] = lambda_id, name
+        self.next_id += 1
+        try:
+            self._save_ids()
+        except OSError as exc:
+            self.ids.pop(name)
+            self.names.pop(lambda_id)  # the counter stays advanced: that ID may have reached the disk
+            raise CallError(500, f"cannot record lambda ID {lambda_id} for {name!r} in {self.ids_file}: {exc}", "fastpath") from None
         return lambda_id
 
     def release(self, name: str) -> None:
         lambda_id = self.ids.pop(name, None)
         self.names.pop(lambda_id, None)
         self.versions.pop(name, None)
+        if lambda_id is not None:
+            try:
+                self._save_ids()
+            except OSError as exc:  # the function is gone either way; its ID stays reserved in the old file
+                print(json.dumps({"event": "fastpath-ids-save-failed", "file": str(self.ids_file), "error": str(exc)}), flush=True)
 
     async def deploy(self, spec: dict) -> int:
         """Assign the function's ID and, for a fast-path lambda, install it (or hot-swap it)."""
@@ -86,15 +153,34 @@ class FastPath:
             await self.control({"op": "remove", "id": self.ids[name]})
         self.release(name)
 
+    def _control_key(self) -> bytes:
+        if self._key is None:
+            path = self.layout.get("control_key_file")
+            if not path:
+                raise CallError(503, "the cluster layout names no fast-path control key (control_key_file); "
+                                     "restart the cluster (nearfaas down; nearfaas up)", "fastpath")
+            try:
+                self._key = auth.read_key(path)
+            except auth.ControlAuthError as exc:
+                raise CallError(503, str(exc), "fastpath") from None
+        return self._key
+
     async def control(self, body: dict) -> dict:
+        key = self._control_key()
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["control"]), 5)
             try:
+                # Challenge-response first (nearfaas.fastpath.auth): the executor runs no op before it.
+                writer.write(auth.answer(key, await asyncio.wait_for(reader.readline(), 5)))
+                await writer.drain()
+                auth.check_reply(await asyncio.wait_for(reader.readline(), 5))
                 writer.write(json.dumps(body).encode() + b"\n")
                 await writer.drain()
                 return json.loads(await asyncio.wait_for(reader.readline(), 60))
             finally:
                 writer.close()
+        except auth.ControlAuthError as exc:
+            raise CallError(503, str(exc), "fastpath") from None
         except (TimeoutError, OSError, ValueError) as exc:
             raise CallError(503, f"the fast-path executor did not answer on its control port: {exc!r}", "fastpath") from None
 
@@ -112,6 +198,14 @@ class FastPath:
         if lambda_id is None:
             raise CallError(404, f"function {name!r} is not in the fast path's table (removed?)", "fastpath")
         message = struct.pack(">I", lambda_id) + payload
+        limit = self.layout.get("max_frame", DEFAULT_MAX_FRAME)
+        if len(message) > limit:  # the executor would close the connection on it
+            raise CallError(413, f"the payload of {len(payload)} bytes is over the fast path's limit of {limit - 4} bytes "
+                                 "(its --max-frame); send large inputs through a memfd (docs/fastpath.md)", "fastpath")
+        async with self._conns:
+            return await self._call(lambda_id, message)
+
+    async def _call(self, lambda_id: int, message: bytes) -> tuple[int, bytes]:
         while self._pool:  # a pooled connection may have died with an executor restart: drop it, try the next
             try:
                 return self._exchange(lambda_id, *(await self._roundtrip(self._pool.pop(), message)))
