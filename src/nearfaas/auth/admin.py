@@ -34,6 +34,7 @@ import hmac
 from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from nearfaas.s3.errors import S3Error
 
@@ -104,8 +105,13 @@ class AdminGuard:
             return None if good_user and good_password else "wrong user or password (user admin, password the cluster's secret key)"
         if scheme == "AWS4-HMAC-SHA256" and self.s3_auth is not None:
             raw_path, _, raw_query = request.raw_path.partition("?")
+            headers = request.headers
+            if "x-amz-content-sha256" not in headers:
+                # A SigV4 client for a non-S3 service signs the body's hash without sending it.
+                headers = CIMultiDict(headers)
+                headers["x-amz-content-sha256"] = hashlib.sha256(await request.read()).hexdigest()
             try:
-                ctx = self.s3_auth.authenticate(request.method, raw_path, parse_qsl(raw_query, keep_blank_values=True), request.headers)
+                ctx = self.s3_auth.authenticate(request.method, raw_path, parse_qsl(raw_query, keep_blank_values=True), headers)
             except S3Error as exc:
                 return f"SigV4: {exc.code}: {exc.message}"
             if ctx.access_key != self.keys["access_key"]:
