@@ -69,7 +69,7 @@ class Cluster:
 
     def node_health(self, url: str) -> dict:
         """A node's internal health, asked as the gateway asks: signed with the cluster secret."""
-        return json.loads(launcher._signed_get(self.layout, f"{url}/_nearfaas/health", timeout=5))
+        return json.loads(launcher.signed_get(self.layout, f"{url}/_nearfaas/health", timeout=5))
 
     def deploy(self, name: str, handler: Path, wait: bool = True, **fields) -> requests.Response:
         """Deploy a test function, uploaded as a bundle as `nearfaas deploy` does. Its S3 key may

@@ -53,7 +53,7 @@ def test_every_app_runs_under_both_placements_with_table1_outputs(apps_cluster, 
         assert answer["delivery"]["result"] == {"stored": answer["result"]}
     # Same input, same model: the same answer wherever it ran.
     assert answers["near-data"]["summary"] == answers["compute-only"]["summary"]
-    events = requests.get(webhook_url(apps_cluster.url, key), timeout=10).json()
+    events = apps_cluster.http.get(webhook_url(apps_cluster.url, key), timeout=10).json()
     assert len(events) >= 2 and events[-1]["event"]["app"] == key
 
 

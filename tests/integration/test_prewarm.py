@@ -72,7 +72,7 @@ def _run_with_pool(state: Path, prewarm: int, body) -> list[int]:
 
 def _assert_served_like_a_worker(answer: dict, pools: WorkerPools, name: str = "whereami") -> None:
     assert answer["greeting"] == "hello from the spec"
-    assert Path(answer["cwd"]).parent == state.resolve() / "functions" / "whereami"  # its deployed bundle == answer["sys_path_0"]
+    assert answer["cwd"] == str(FUNCTIONS / "whereami") == answer["sys_path_0"]
     assert (answer["function"], answer["node"], answer["node_url"]) == (name, "node-a", NODE_URL)
     assert answer["stdin_is_devnull"]
     texts = [r["text"] for r in pools.read_logs(name)]

@@ -28,7 +28,7 @@ INTERNAL = "/_nearfaas"
 
 class NodeAgent:
     def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
-                 link: str = "local", prewarm: int = 1, url: str | None = None):
+                 link: str = "local", prewarm: int = 1, url: str | None = None, isolation: bool = True):
         self.name, self.kind, self.cls = name, kind, cls
         self.started = time.time()
         self.store = None
@@ -47,7 +47,8 @@ class NodeAgent:
             # The node's S3 port answers the gateway (signed with the cluster secret) and this
             # node's own workers writing a chain intermediate (their function keys), no one else.
             self.s3 = S3Frontend(LocalBackend(self.store), auth=_node_s3_auth(_cluster_secret(state_dir)))
-        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url)
+        self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
+                                 isolation=isolation)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
 
@@ -165,7 +166,7 @@ class _NodeCollector:
 
 async def serve(args) -> None:
     agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
-                      prewarm=args.prewarm, url=node_url(args.host, args.port))
+                      prewarm=args.prewarm, url=node_url(args.host, args.port), isolation=args.isolation == "on")
     from nearfaas.auth.internal import server_middleware
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
@@ -215,6 +216,15 @@ def main(argv=None) -> None:
     parser.add_argument("--isolation", choices=["on", "off"], default="on",
                         help="run workers unprivileged in their own mount view (node/jail.py); off is unsafe")
     args = parser.parse_args(argv)
+    if args.isolation == "on":
+        # Fail closed: a node that cannot isolate functions does not start (node/jail.py).
+        # Probed here, before the event loop and its threads exist, in a forked child.
+        from nearfaas.node import jail
+
+        problems = jail.probe(Path(args.state), args.name)
+        if problems:
+            print(jail.refusal(args.name, problems), file=sys.stderr, flush=True)
+            sys.exit(2)
     try:
         import uvloop
 

@@ -4,6 +4,11 @@ The node agent owns process lifetimes: it starts a worker (a cold start: special
 pre-warmed generic worker, or spawn + import, then handler init), learns its port from a ready
 pipe, watches it, and reaps it. Which node runs how many instances is the gateway's decision;
 this module only does what it is asked, quickly.
+
+Every worker is isolated (node/jail.py) unless the node runs with ``--isolation off``: its own
+uid, a mount namespace without the state directory, cgroup limits. Either way its environment
+is built from an allow-list (never the node's own, which may hold keys), and on a storage node
+it reads local objects through file descriptors the node hands it (node/objectfds.py).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nearfaas.node import jail
+from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
 from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
 
@@ -46,11 +53,14 @@ class WorkerProcess:
     handler_dir: str
     prewarmed: bool = False          # specialised from a pre-warmed generic worker
     spawn_reason: str | None = None  # why it was spawned instead, when it was
+    uid: int | None = None           # the function's uid, when isolated
+    channel: Channel | None = None   # its object socket, on a storage node
+    cgroups: list = field(default_factory=list)
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
                 "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
-                "spawn_reason": self.spawn_reason}
+                "spawn_reason": self.spawn_reason, "uid": self.uid}
 
 
 @dataclass
@@ -63,7 +73,7 @@ class PoolStats:
 
 class WorkerPools:
     def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32,
-                 link: str = "local", prewarm: int = 1, node_url: str | None = None):
+                 link: str = "local", prewarm: int = 1, node_url: str | None = None, isolation: bool = True):
         self.node = node
         self.link = link
         self.workers_max = workers_max
@@ -77,14 +87,27 @@ class WorkerPools:
         self._env_locks: dict[str, asyncio.Lock] = {}
         (self.node_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
+        self.isolation = isolation
+        # Checked once (cached per process: the node agent probed already before it started);
+        # while anything is missing every start fails, naming it: never a silent unisolated run.
+        self.jail_problems = jail.probe(state_dir, node) if isolation else []
+        self.cgroups = jail.Cgroups(state_dir, node) if isolation else None
+        if self.cgroups is not None and not self.jail_problems:
+            self.cgroups.sweep()
+        self.fds = ObjectFdServer(store_root) if store_root is not None else None
         # What every worker of this node gets, before its function's own environment.
         self.node_env = {"NEARFAAS_NODE": node, "PYTHONUNBUFFERED": "1"}
         if node_url:
             self.node_env["NEARFAAS_NODE_URL"] = node_url  # the node's own base URL (its S3 endpoint on storage nodes)
-        base = dict(os.environ)
+        # Never the node's whole environment: it may hold the cluster's keys.
+        self.base_env = jail.allowed_env(os.environ) | {"HOME": "/tmp"}
+        if os.environ.get("PYTHONPATH"):
+            self.base_env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+        base = dict(self.base_env)
         base["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), base.get("PYTHONPATH")) if p)
         # A name no function can have (function names are DNS labels), so read_logs never mixes it in.
-        self.prewarm = PrewarmPool(prewarm, self.node_dir, base | self.node_env, self.node_dir / "logs" / "_prewarm.log")
+        self.prewarm = PrewarmPool(prewarm, self.node_dir, base | self.node_env, self.node_dir / "logs" / "_prewarm.log", self.fds,
+                                   self.cgroups if not self.jail_problems else None)
 
     def start_prewarming(self) -> None:
         """Fill the pre-warmed pool; call once the event loop runs (the node agent does at start-up)."""
@@ -106,44 +129,73 @@ class WorkerPools:
     async def _start(self, spec: dict, name: str) -> WorkerProcess:
         started = time.perf_counter()
         instance = f"{name}-{self.node}-{uuid.uuid4().hex[:6]}"
+        uid = self._uid(spec)
         extra_path = await self._ensure_requirements(spec)
-        secrets_dir = self._mount_secrets(spec, instance)
-        spec_file = self.node_dir / "specs" / f"{name}.json"
-        spec_file.write_text(json.dumps(spec))
-        env = self._function_env(spec, extra_path)
-        # The worker's arguments, named as worker.main's parser names them.
-        args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
-                "store_root": str(self.store_root) if self.store_root else None,
-                "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
-        generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
-        launched = None
-        if generic is not None:
-            launched = await self._specialise(generic, args, env, extra_path, spec["handler_dir"], name)
-            if launched is None:
-                spawn_reason = "the pre-warmed worker exited before it could be used"
-        if launched is None:
-            launched = await self._spawn(args, env, spec["handler_dir"], name)
-        process, ready, transport = launched
-        prewarmed = spawn_reason is None
+        held = _Held()  # what this start has made, undone unless a worker takes it over
         try:
-            line = (await asyncio.wait_for(ready.readline(), COLD_START_TIMEOUT_S)).decode(errors="replace")
-        except TimeoutError:
-            kill_group(process)
-            raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
-                            f"(handler import or init() is too slow)", status=504) from None
-        finally:
-            transport.close()
-        if not line.startswith("READY "):
-            await process.wait()
-            detail = line.removeprefix("FAILED ").strip()
+            secrets_dir = held.secrets = self._mount_secrets(spec, instance, uid)
+            spec_file = self.node_dir / "specs" / f"{name}.json"
+            # The credentials go into the environment only; the spec file keeps no keys.
+            _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
+            env = self._function_env(spec, extra_path)
+            limits = self._limits(spec) if uid is not None else None
+            show = [p for p in (spec["handler_dir"], extra_path, secrets_dir and str(secrets_dir)) if p]
+            # The worker's arguments, named as worker.main's parser names them.
+            args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
+                    "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
+            generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
+            if generic is not None and uid is not None:
+                try:  # it is in its own groups already: they get the function's limits
+                    self.cgroups.set_limits(generic.cgroups, limits)
+                except OSError as exc:
+                    generic.discard()
+                    generic, spawn_reason = None, f"the pre-warmed worker's cgroups refused the function's limits ({exc})"
+            launched = None
+            if generic is not None:
+                held.channel = generic.channel
+                if held.channel is not None:
+                    held.channel.authorise(spec)
+                held.cgroups, generic.cgroups = generic.cgroups, []  # the worker's from now on
+                plan = jail.plan(uid, self.state_dir, show, []) if uid is not None else None  # joined at spawn
+                launched = await self._specialise(generic, args, plan, env, extra_path, spec["handler_dir"], name)
+                if launched is None:
+                    spawn_reason = "the pre-warmed worker exited before it could be used"
+                    held.channel = None  # closed with the generic worker
+                    await _remove_cgroups(held.cgroups)
+                    held.cgroups = []
+            if launched is None:
+                held.channel = self.fds.open_channel() if self.fds is not None else None
+                if held.channel is not None:
+                    held.channel.authorise(spec)
+                plan = None
+                if uid is not None:
+                    held.cgroups = self._cgroups(instance, limits)
+                    plan = jail.plan(uid, self.state_dir, show, held.cgroups)
+                launched = await self._spawn(args, plan, held.channel, env, spec["handler_dir"], name)
+            process, ready, transport = launched
+            prewarmed = spawn_reason is None
             try:
-                detail = "\n".join(json.loads(detail))
-            except ValueError:
-                detail = detail or self.tail_log(name, 8)
-            raise PoolError(f"cold start of {name!r} failed on {self.node}: the handler could not be loaded:\n{detail}")
+                line = (await asyncio.wait_for(ready.readline(), COLD_START_TIMEOUT_S)).decode(errors="replace")
+            except TimeoutError:
+                kill_group(process)
+                raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
+                                f"(handler import or init() is too slow)", status=504) from None
+            finally:
+                transport.close()
+            if not line.startswith("READY "):
+                await process.wait()
+                detail = line.removeprefix("FAILED ").strip()
+                try:
+                    detail = "\n".join(json.loads(detail))
+                except ValueError:
+                    detail = detail or self.tail_log(name, 8)
+                raise PoolError(f"cold start of {name!r} failed on {self.node}: the handler could not be loaded:\n{detail}")
+        except BaseException:
+            await self._release(held)
+            raise
         elapsed = time.perf_counter() - started
         worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
-                               prewarmed, spawn_reason)
+                               prewarmed, spawn_reason, uid, held.channel, held.cgroups)
         self.workers[instance] = worker
         self.stats.cold_starts += 1
         self.stats.prewarmed_starts += prewarmed
@@ -151,27 +203,71 @@ class WorkerPools:
         asyncio.get_running_loop().create_task(self._reap(worker))
         return worker
 
+    def _uid(self, spec: dict) -> int | None:
+        """The function's uid, or None when this node runs unisolated (``--isolation off``)."""
+        if not self.isolation:
+            return None
+        if self.jail_problems:
+            raise PoolError(jail.refusal(self.node, self.jail_problems), status=503)
+        try:
+            return jail.function_uid(spec)
+        except ValueError as exc:
+            raise PoolError(f"cannot start {spec['name']!r}: {exc}", status=400) from None
+
+    @staticmethod
+    def _limits(spec: dict) -> dict:
+        try:
+            return jail.limits_of(spec)
+        except ValueError as exc:
+            raise PoolError(f"function {spec['name']!r} has invalid limits: {exc}; write e.g. memory: 128Mi, cpu: 500m",
+                            status=400) from None
+
+    def _cgroups(self, instance: str, limits: dict) -> list[str]:
+        try:
+            return self.cgroups.create(instance, limits)
+        except OSError as exc:
+            raise PoolError(f"could not create the cgroups of {instance} on {self.node}: {exc}", status=503) from None
+
+    async def _release(self, held: _Held) -> None:
+        if held.channel is not None:
+            held.channel.close()
+        if held.secrets is not None:
+            shutil.rmtree(held.secrets, ignore_errors=True)
+        await _remove_cgroups(held.cgroups)
+
     def _function_env(self, spec: dict, extra_path: str | None) -> dict:
         """The environment a worker of this function runs with, whichever way it is started."""
-        env = dict(os.environ)
+        env = dict(self.base_env)
         env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, package_root(), env.get("PYTHONPATH")) if p)
         env.update(self.node_env, NEARFAAS_FUNCTION=spec["name"])
+        credentials = spec.get("credentials") or {}
+        if credentials.get("access_key") and credentials.get("secret_key") is not None:
+            # The function's own S3 keys, scoped to it by the gateway (runtime/context.py reads them).
+            env.update(NEARFAAS_ACCESS_KEY=str(credentials["access_key"]), NEARFAAS_SECRET_KEY=str(credentials["secret_key"]))
         return env
 
-    async def _spawn(self, args: dict, env: dict, cwd: str, name: str):
+    async def _spawn(self, args: dict, plan: dict | None, channel: Channel | None, env: dict, cwd: str, name: str):
         """The classic cold start: a fresh interpreter for this function."""
+        args = dict(args, jail=json.dumps(plan) if plan else None, object_fd=str(channel.worker_fd) if channel else None)
         # Flag and value as separate arguments: `nearfaas down` recognises our processes by
         # arguments that are paths under the state directory (cluster/launcher.py).
         flags = [part for key, value in args.items() if value is not None for part in (f"--{key.replace('_', '-')}", value)]
-        return await spawn_with_ready_pipe([sys.executable, "-m", "nearfaas.runtime.worker", *flags],
-                                           log_path=self.log_path(name), env=env, cwd=cwd)
+        try:
+            return await spawn_with_ready_pipe([sys.executable, "-m", "nearfaas.runtime.worker", *flags],
+                                               log_path=self.log_path(name), env=env, cwd=cwd,
+                                               extra_fds=(channel.child_fd,) if channel else ())
+        finally:
+            if channel is not None:
+                channel.release_child()  # the worker has its copy (or never will)
 
-    async def _specialise(self, generic: GenericWorker, args: dict, env: dict, extra_path: str | None, cwd: str, name: str):
+    async def _specialise(self, generic: GenericWorker, args: dict, plan: dict | None, env: dict, extra_path: str | None,
+                          cwd: str, name: str):
         """Turn a pre-warmed generic worker into this function's worker; None if it was gone."""
         base = self.prewarm.env
         message = dict(args, env={k: v for k, v in env.items() if base.get(k) != v}, sys_path=extra_path, cwd=cwd,
-                       log=str(self.log_path(name)))
+                       log=str(self.log_path(name)), jail=plan,
+                       object_fd=generic.channel.worker_fd if generic.channel is not None else None)
         if not await self.prewarm.hand_over(generic, message):
             return None
         return generic.process, generic.ready, generic.transport
@@ -180,6 +276,9 @@ class WorkerPools:
         code = await worker.process.wait()
         self.workers.pop(worker.id, None)
         shutil.rmtree(self.node_dir / "secrets" / worker.id, ignore_errors=True)
+        if worker.channel is not None:
+            worker.channel.close()
+        await _remove_cgroups(worker.cgroups)
         self.stats.exits[code] = self.stats.exits.get(code, 0) + 1
 
     async def stop(self, worker_id: str) -> bool:
@@ -195,7 +294,14 @@ class WorkerPools:
         return len(ids)
 
     async def shutdown(self) -> None:
-        await asyncio.gather(self.prewarm.shutdown(), *(self.stop(i) for i in list(self.workers)))
+        workers = list(self.workers.values())
+        await asyncio.gather(self.prewarm.shutdown(), *(self.stop(w.id) for w in workers))
+        for worker in workers:  # their reapers may not have run yet; removing twice is harmless
+            await _remove_cgroups(worker.cgroups)
+        if self.fds is not None:
+            self.fds.close()
+        if self.cgroups is not None:
+            self.cgroups.close()
 
     # -- per-function environment ----------------------------------------------------------------
     async def _ensure_requirements(self, spec: dict) -> str | None:
@@ -238,9 +344,10 @@ class WorkerPools:
         (staging / ".complete").touch()
         staging.rename(target)
 
-    def _mount_secrets(self, spec: dict, instance: str) -> Path | None:
+    def _mount_secrets(self, spec: dict, instance: str, uid: int | None = None) -> Path | None:
         """Copy the function's secrets into a folder of this instance's own: starting a new
-        instance never touches the files that running ones read."""
+        instance never touches the files that running ones read. An isolated worker sees only
+        this folder of the state directory, and only its uid may read it."""
         names = spec.get("secrets") or []
         if not names:
             return None
@@ -254,6 +361,11 @@ class WorkerPools:
         for secret in names:
             shutil.copyfile(source / secret, mount / secret)
             os.chmod(mount / secret, 0o400)
+            if uid is not None:
+                os.chown(mount / secret, uid, uid)
+        if uid is not None:
+            os.chown(mount, uid, uid)
+            os.chmod(mount, 0o500)
         return mount
 
     # -- logs ------------------------------------------------------------------------------------
@@ -284,3 +396,28 @@ class WorkerPools:
                 records.append(record)
         return records[-tail:] if tail else records
 
+
+@dataclass
+class _Held:
+    """What a start has made so far (undone if the start fails)."""
+
+    secrets: Path | None = None
+    channel: Channel | None = None
+    cgroups: list = field(default_factory=list)
+
+
+async def _remove_cgroups(dirs: list[str]) -> None:
+    """Remove a reaped worker's cgroups; a straggler it started is killed first and may take a
+    moment to leave its group."""
+    for _ in range(50):
+        dirs = jail.remove_cgroups(dirs)
+        if not dirs:
+            return
+        await asyncio.sleep(0.02)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)  # an older file keeps its mode through O_TRUNC

@@ -6,6 +6,13 @@ interpreters that have done that already, idle, each blocked on its stdin; a col
 one a specialisation message instead of spawning (node/pool.py), and the pool is refilled in
 the background.
 
+A generic worker runs as root, unconfined, until it is specialised: it runs only our code until
+then, and enters the function's jail (node/jail.py) before it imports any of the function's.
+Its end of the object socket (node/objectfds.py) is made when it is spawned; the node lets it
+read buckets only once it knows the function. It also joins cgroups of its own when it starts
+(default limits until it is specialised, then the function's): a cgroup v1 memory join waits
+for an RCU grace period (5-20 ms here), which would otherwise land on the cold start.
+
 Idle generic workers do not count against ``workers_max``: they run no function, hold ~40 MB
 RSS each and ``target`` is small (default 1). One that is taken becomes an ordinary worker and
 counts from then on.
@@ -23,9 +30,12 @@ import json
 import os
 import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nearfaas.node import jail
+from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.procs import kill_group, spawn_with_ready_pipe
 
 WARM_TIMEOUT_S = 60.0
@@ -75,22 +85,30 @@ class GenericWorker:
     process: asyncio.subprocess.Process
     ready: asyncio.StreamReader       # the ready pipe: WARM now, READY/FAILED once specialised
     transport: asyncio.BaseTransport  # closing it closes the pipe
+    channel: Channel | None = None    # its object socket, on a storage node
+    cgroups: list = field(default_factory=list)  # joined at spawn; handed to the worker it becomes
     modules: frozenset[str] = frozenset()
     warm_since: float = field(default_factory=time.time)
 
     def discard(self) -> None:
         kill_group(self.process)
         self.transport.close()
+        if self.channel is not None:
+            self.channel.close()
         if self.process.stdin is not None:
             self.process.stdin.close()
 
 
 class PrewarmPool:
-    def __init__(self, target: int, node_dir: Path, env: dict, log_path: Path):
+    def __init__(self, target: int, node_dir: Path, env: dict, log_path: Path, fds: ObjectFdServer | None = None,
+                 cgroups: jail.Cgroups | None = None):
         self.target = max(0, target)
         self.node_dir = node_dir
         self.env = env            # the generic workers' environment; a function's is this plus its own
         self.log_path = log_path  # their output until they are specialised (start-up errors land here)
+        self.fds = fds            # the node's object fd server, on a storage node
+        self.cgroups = cgroups    # when isolated
+        self._cleanups: set[asyncio.Task] = set()  # cgroup removals waiting for their process to exit
         self.idle: list[GenericWorker] = []
         self.starting = 0
         self.replaced = 0         # idle generic workers that died and were replaced
@@ -163,6 +181,7 @@ class PrewarmPool:
         for generic in idle:
             generic.discard()  # SIGKILL: an idle generic worker holds nothing worth a clean exit
         await asyncio.gather(*(g.process.wait() for g in idle))
+        await asyncio.gather(*self._cleanups, return_exceptions=True)
 
     # -- internals -------------------------------------------------------------------------------
     async def _start_one(self) -> None:
@@ -191,10 +210,34 @@ class PrewarmPool:
             task.add_done_callback(self._tasks.discard)
 
     async def _launch(self) -> GenericWorker:
-        process, reader, transport = await spawn_with_ready_pipe(
-            [sys.executable, "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir)],
-            log_path=self.log_path, env=self.env, cwd=str(self.node_dir), stdin=asyncio.subprocess.PIPE)
-        return GenericWorker(process, reader, transport)
+        channel = self.fds.open_channel() if self.fds is not None else None
+        cgroups = self.cgroups.create(f"prewarm-{uuid.uuid4().hex[:8]}", jail.limits_of({})) if self.cgroups else []
+        try:
+            process, reader, transport = await spawn_with_ready_pipe(
+                [sys.executable, "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir),
+                 *(part for folder in cgroups for part in ("--cgroup", folder))],
+                log_path=self.log_path, env=self.env, cwd=str(self.node_dir), stdin=asyncio.subprocess.PIPE,
+                extra_fds=(channel.child_fd,) if channel else ())
+        except BaseException:
+            if channel is not None:
+                self.fds.close_channel(channel)
+            jail.remove_cgroups(cgroups)
+            raise
+        if channel is not None:
+            channel.release_child()
+        generic = GenericWorker(process, reader, transport, channel, cgroups)
+        task = asyncio.get_running_loop().create_task(self._remove_cgroups_after_exit(generic))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return generic
+
+    async def _remove_cgroups_after_exit(self, generic: GenericWorker) -> None:
+        await generic.process.wait()
+        for _ in range(50):  # a taken generic worker's groups were handed on (its list emptied)
+            generic.cgroups = jail.remove_cgroups(generic.cgroups)
+            if not generic.cgroups:
+                return
+            await asyncio.sleep(0.02)
 
     async def _watch(self, generic: GenericWorker) -> None:
         code = await generic.process.wait()

@@ -26,9 +26,12 @@ async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransp
     return reader, transport
 
 
-async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, cwd: str, stdin=asyncio.subprocess.DEVNULL):
+async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, cwd: str, stdin=asyncio.subprocess.DEVNULL,
+                                extra_fds: tuple[int, ...] = ()):
     """Start ``argv --ready-fd N`` in its own session, output appended to ``log_path``; returns
-    the process and a reader of the pipe on which it reports (WARM / READY / FAILED lines)."""
+    the process and a reader of the pipe on which it reports (WARM / READY / FAILED lines).
+    ``extra_fds`` are inherited under the same numbers (the object socket); the caller closes
+    its copies."""
     read_fd, write_fd = os.pipe()
     try:
         reader, transport = await pipe_reader(read_fd)
@@ -38,7 +41,7 @@ async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, c
     try:
         with open(log_path, "ab") as log:
             process = await asyncio.create_subprocess_exec(
-                *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log, stderr=log, env=env, pass_fds=(write_fd,),
+                *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log, stderr=log, env=env, pass_fds=(write_fd, *extra_fds),
                 cwd=cwd, start_new_session=True)
     except BaseException:
         transport.close()

@@ -12,6 +12,8 @@ import http.client
 import json
 import mmap
 import os
+import socket
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -20,7 +22,8 @@ from pathlib import Path
 # Imported with the worker (part of its cold start), not on a call's first read, where it
 # would be charged to that call's data-movement time.
 from nearfaas.link.profiles import EmulatedLink
-from nearfaas.node.objectfile import locate_object
+
+LOCAL_TIMEOUT_S = 10.0  # the node answers from its event loop; past this, read through S3 instead
 
 
 @dataclass(frozen=True)
@@ -68,20 +71,84 @@ class IOStats:
     link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
 
 
+class LocalObjects:
+    """The worker's end of the object socket (node/objectfds.py has the protocol): asks the
+    node for an object of this node's store and receives the open object file as an fd.
+
+    The worker cannot see the store itself (node/jail.py); this is how a local read stays a
+    zero-copy mmap. Handler threads share one socket, so a request and its answer are one step
+    under a lock; answers carry the request's id, so a late answer to a request that timed out
+    is recognised and dropped.
+    """
+
+    def __init__(self, fd: int):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=fd)
+        self._sock.settimeout(LOCAL_TIMEOUT_S)
+        self._lock = threading.Lock()
+        self._next = 0
+        self.broken = False  # the node closed its end: every read goes through S3 from then on
+
+    def ask(self, op: str, bucket: str, key: str) -> tuple[dict, int | None] | None:
+        """The node's answer and the fd it sent (the caller owns it), or None when the node
+        could not be asked (gone, or too slow)."""
+        with self._lock:
+            if self.broken:
+                return None
+            self._next += 1
+            rid = self._next
+            try:
+                self._sock.send(json.dumps({"id": rid, "op": op, "bucket": bucket, "key": key}).encode())
+                while True:
+                    data, fds, flags, _ = socket.recv_fds(self._sock, 65536, 1)
+                    if not data:
+                        self.broken = True
+                        return None
+                    reply = json.loads(data)
+                    fd = fds[0] if fds else None
+                    if reply.get("id") == rid and not flags & socket.MSG_CTRUNC:
+                        return reply, fd
+                    if fd is not None:  # an answer to an earlier request that timed out
+                        os.close(fd)
+                    for extra in fds[1:]:
+                        os.close(extra)
+            except TimeoutError:
+                return None
+            except (OSError, ValueError):
+                self.broken = True
+                return None
+
+    def open(self, bucket: str, key: str) -> tuple[int, int, int] | None:
+        """(fd, data offset, size) of a local object this function may read, else None."""
+        got = self.ask("open", bucket, key)
+        if got is None:
+            return None
+        reply, fd = got
+        if reply.get("status") != "ok" or fd is None:
+            if fd is not None:
+                os.close(fd)
+            return None
+        return fd, int(reply["offset"]), int(reply["size"])
+
+    def exists(self, bucket: str, key: str) -> bool:
+        got = self.ask("stat", bucket, key)
+        return got is not None and got[0].get("status") == "ok"
+
+
 class ObjectClient:
     """Reads and writes objects for a handler.
 
-    A read of an object that this node stores is a read-only ``mmap`` of the object's file
-    (no copy through any socket); any other read goes through the cluster's S3 endpoint.
+    A read of an object that this node stores (and the function may read) is a read-only
+    ``mmap`` of the object's file, handed over by the node as an fd (no copy through any
+    socket); any other read goes through the cluster's S3 endpoint.
     """
 
-    def __init__(self, gateway: str, store_root: str | None, stats: IOStats | None = None, auth_headers=None,
+    def __init__(self, gateway: str, local: LocalObjects | None, stats: IOStats | None = None, auth_headers=None,
                  link: EmulatedLink | None = None, node_url: str | None = None, output: ObjectRef | None = None,
                  output_local: bool = False, caller: str = ""):
         self._endpoints = {"cluster": urllib.parse.urlsplit(gateway)}
-        if node_url and store_root:  # a storage node serves S3 itself: a write to it stays on this node
+        if node_url and local is not None:  # a storage node serves S3 itself: a write to it stays on this node
             self._endpoints["node"] = urllib.parse.urlsplit(node_url)
-        self._store_root = Path(store_root) if store_root else None
+        self._local = local
         self._conns: dict[str, http.client.HTTPConnection] = {}
         self.stats = stats or IOStats()
         self._auth_headers = auth_headers  # callable(method, url, body) -> headers, when keys are set
@@ -111,28 +178,25 @@ class ObjectClient:
             self.stats.read_seconds += time.perf_counter() - started
 
     def is_local(self, ref) -> bool:
-        return self._locate(ObjectRef.parse(ref)) is not None
-
-    def _locate(self, ref: ObjectRef):
-        if self._store_root is None:
-            return None
-        try:
-            return locate_object(self._store_root, ref.bucket, ref.key)
-        except Exception:  # an invalid name or a missing object: not local, let S3 answer
-            return None
+        ref = ObjectRef.parse(ref)
+        return self._local is not None and self._local.exists(ref.bucket, ref.key)
 
     def _map_local(self, ref: ObjectRef):
-        found = self._locate(ref)
-        if found is None:
+        if self._local is None:
             return None
-        path, offset, info = found
-        if info.size == 0:
-            return memoryview(b"")
-        with open(path, "rb") as f:
+        found = self._local.open(ref.bucket, ref.key)
+        if found is None:  # not here, or not this function's to read locally: S3 decides
+            return None
+        fd, offset, size = found
+        try:
+            if size == 0:
+                return memoryview(b"")
             # The object file is replaced by rename, never rewritten in place, so this mapping
             # stays valid (and consistent) even if a new version lands while we read.
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        return memoryview(mapped)[offset : offset + info.size]
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        return memoryview(mapped)[offset : offset + size]
 
     # -- writes --------------------------------------------------------------------------------
     def put(self, ref, data: bytes | bytearray | memoryview, key: str | None = None, content_type: str = "application/octet-stream") -> dict:
@@ -161,7 +225,7 @@ class ObjectClient:
             self.stats.link_seconds += link.first_byte()
             if body:
                 self.stats.link_seconds += link.transfer(len(body))
-        if self._auth_headers and where == "cluster":  # nodes trust loopback calls; the gateway checks keys
+        if self._auth_headers:  # the function's own key: the gateway checks it, and so does this node's S3 port
             headers.update(self._auth_headers(method, f"{endpoint.scheme}://{endpoint.netloc}{path}", body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
             conn = self._conns.get(where)
@@ -202,8 +266,9 @@ def sigv4_signer(access_key: str, secret_key: str, region: str = "us-east-1"):
 
 
 def signer_from_environment():
-    """The signer for this cluster's keys, which the launcher hands to node processes (and they
-    to their workers) as NEARFAAS_ACCESS_KEY / NEARFAAS_SECRET_KEY; None in local mode."""
+    """The signer for the function's own S3 credentials (scoped to it by the gateway), which the
+    node puts into its workers' environment as NEARFAAS_ACCESS_KEY / NEARFAAS_SECRET_KEY; None
+    when the spec carries none (local mode)."""
     access, secret = os.environ.get("NEARFAAS_ACCESS_KEY"), os.environ.get("NEARFAAS_SECRET_KEY")
     if not access or secret is None:
         return None

@@ -7,13 +7,18 @@ Run by the node agent (node/prewarm.py) as
 1. ``WARM <json list>`` once the imports are done; the list names the top-level modules now
    imported, so the node can tell whether a function's requirements.txt would have shadowed one.
 2. It then blocks on stdin for one JSON line, the *specialisation message*: every field the
-   classic path passes as a command-line argument (spec, node, gateway, instance, store_root,
-   secrets_dir, link), plus ``env`` (variables to set), ``sys_path`` (the requirements.txt
+   classic path passes as a command-line argument (spec, node, gateway, instance, object_fd,
+   jail, secrets_dir, link), plus ``env`` (variables to set), ``sys_path`` (the requirements.txt
    install folder or null), ``cwd`` (the handler folder) and ``log`` (the function's log file).
 3. ``TAKEN`` as soon as it has read the message: from then on a failure is the function's (the
    node would otherwise not know whether a worker that died had ever seen it).
 4. It applies them and runs the very code the classic worker runs (``worker.main``), which
-   answers ``READY <port>`` or ``FAILED ...`` on the same pipe.
+   enters the jail (node/jail.py: until then this process is root and unconfined, running only
+   our code) and answers ``READY <port>`` or ``FAILED ...`` on the same pipe.
+
+``object_fd`` names the socket the node gave this process when it spawned it (its end of the
+object fd hand-off, node/objectfds.py); the node only lets it read buckets once it knows the
+function.
 
 Settings that only take effect when an interpreter starts (``PYTHON*`` variables and the like)
 cannot be applied here; the node spawns a fresh worker for such functions instead.
@@ -37,10 +42,18 @@ try:
     import uvloop  # noqa: F401  imported now so that worker.main's uvloop.install() costs nothing later
 except ImportError:
     pass
+try:
+    # The request signer (runtime/context.py, sigv4_signer) imports these whenever a function
+    # has S3 keys, which with auth on (the default) is every function: ~65 ms of a cold start.
+    import botocore.auth
+    import botocore.awsrequest
+    import botocore.credentials  # noqa: F401
+except ImportError:
+    pass
 
 # The fields of the message that worker.main's argument parser would otherwise produce.
 REQUIRED_FIELDS = ("spec", "node", "gateway", "instance")
-OPTIONAL_FIELDS = {"store_root": None, "secrets_dir": None, "link": "local"}
+OPTIONAL_FIELDS = {"object_fd": None, "jail": None, "secrets_dir": None, "link": "local"}
 
 
 def read_message(fd: int = 0) -> dict | None:
@@ -104,8 +117,18 @@ def main(argv=None) -> None:
     # matches command lines, finds this process too (see cluster/launcher.py).
     parser.add_argument("--node-dir", required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--cgroup", action="append", default=[],
+                        help="cgroup folder to join now (the node writes the function's limits into it later)")
     args = parser.parse_args(argv)
     worker._die_with_parent()
+    try:
+        # Joined now, while idle: a cgroup join can wait for an RCU grace period (ms), which
+        # would otherwise be part of a cold start. Memory used from here on is charged to it.
+        for folder in args.cgroup:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+    except OSError:
+        _fail(args.ready_fd, traceback.format_exc().strip().splitlines())
     startup_cwd = os.getcwd()
     modules = sorted({name.partition(".")[0] for name in sys.modules})
     os.write(args.ready_fd, ("WARM " + json.dumps(modules) + "\n").encode())

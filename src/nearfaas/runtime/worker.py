@@ -5,7 +5,10 @@ over HTTP on 127.0.0.1 until it is told to stop. A call runs on a handler thread
 loop keeps the clock: past ``exec_timeout`` the caller gets a 504 naming this layer and the
 process exits, so a runaway handler can never keep a worker; the node agent then replaces it.
 
-Run by the node agent as ``python -m nearfaas.runtime.worker --spec FILE --ready-fd N``.
+Run by the node agent as ``python -m nearfaas.runtime.worker --spec FILE --ready-fd N``. With
+``--jail PLAN`` it first isolates itself (node/jail.py: own uid, mount namespace, cgroups), after
+reading its spec and before importing any function code; ``--object-fd N`` is its end of the
+socket through which the node hands it local object files (node/objectfds.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from urllib.parse import parse_qsl, unquote
 from aiohttp import web
 
 from nearfaas.link.profiles import EmulatedLink, get_profile
-from nearfaas.runtime.context import Context, Event, IOStats, ObjectClient, ObjectRef, Secrets, signer_from_environment
+from nearfaas.node import jail
+from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
+                                      signer_from_environment)
 
 CLASSIC_LANGS = {"python3", "python3-flask"}
 # Hop-by-hop or framing headers that must not be copied from a handler's answer.
@@ -65,6 +70,9 @@ class JsonLineWriter:
 
 def load_handler(handler_dir: str):
     path = os.path.join(handler_dir, "handler.py")
+    if os.path.exists(path) and not os.access(path, os.R_OK):
+        raise RuntimeError(f"{path} is not readable by the function's uid {os.getuid()}; make the handler folder "
+                           f"world-readable (chmod -R o+rX {handler_dir}) and deploy it again")
     sys.path.insert(0, handler_dir)  # lets the handler import its sibling modules
     spec = importlib.util.spec_from_file_location("handler", path)
     module = importlib.util.module_from_spec(spec)
@@ -97,7 +105,7 @@ def to_response(result) -> tuple[int, dict, bytes]:
 
 
 class Worker:
-    def __init__(self, spec: dict, node: str, gateway: str, store_root: str | None, secrets_dir: str | None, instance: str,
+    def __init__(self, spec: dict, node: str, gateway: str, local: LocalObjects | None, secrets_dir: str | None, instance: str,
                  link: str = "local"):
         self.spec = spec
         self.name = spec["name"]
@@ -113,7 +121,7 @@ class Worker:
         # burst queued behind busy threads never looks like a runaway handler.
         self.slots = asyncio.Semaphore(threads)
         self.gateway = gateway
-        self.store_root = store_root
+        self.local = local  # this node's object files, handed over as fds (storage nodes only)
         self.node_url = os.environ.get("NEARFAAS_NODE_URL")  # this node's own S3 endpoint (storage nodes)
         self.secrets = Secrets(secrets_dir)
         self.link = EmulatedLink(get_profile(link))
@@ -126,7 +134,7 @@ class Worker:
     def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool, app: str | None) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement. Its writes
         # name the chain (or the function) they come from, so they never trigger it again.
-        return ObjectClient(self.gateway, self.store_root, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
+        return ObjectClient(self.gateway, self.local, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
                             output=output, output_local=output_local, caller=app or self.name)
 
     def _run(self, event: Event, context: Context):
@@ -216,13 +224,12 @@ class Worker:
         asyncio.get_running_loop().call_later(0.05, os._exit, 70)
 
 
-async def _main(args) -> None:
-    with open(args.spec) as f:
-        spec = json.load(f)
+async def _main(args, spec: dict) -> None:
     instance = args.instance
     for stream, fd in (("stdout", 1), ("stderr", 2)):
         setattr(sys, stream, JsonLineWriter(fd, spec["name"], instance, stream))
-    worker = Worker(spec, args.node, args.gateway, args.store_root, args.secrets_dir, instance, args.link)
+    local = LocalObjects(args.object_fd) if args.object_fd is not None else None
+    worker = Worker(spec, args.node, args.gateway, local, args.secrets_dir, instance, args.link)
     init = getattr(worker.module, "init", None)
     if callable(init):
         init()  # optional one-time set-up (model load): part of the cold start, by design
@@ -261,7 +268,9 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
         parser.add_argument("--spec", required=True, help="JSON file with the function's spec")
         parser.add_argument("--node", required=True)
         parser.add_argument("--gateway", required=True, help="cluster S3/gateway URL for remote objects")
-        parser.add_argument("--store-root", default=None, help="this node's object store, for zero-copy local reads")
+        parser.add_argument("--object-fd", type=int, default=None,
+                            help="inherited socket on which the node hands over local object files (storage nodes)")
+        parser.add_argument("--jail", type=json.loads, default=None, help="JSON jail plan (node/jail.py) to enter first")
         parser.add_argument("--secrets-dir", default=None)
         parser.add_argument("--instance", required=True)
         parser.add_argument("--link", default="local", help="emulated compute<->storage link profile for remote object I/O")
@@ -275,7 +284,13 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
     except ImportError:
         pass
     try:
-        asyncio.run(_main(args))
+        # The spec lies in the state directory, which the jail hides: read it first. The jail
+        # comes before the handler is imported, and while this process has a single thread.
+        with open(args.spec) as f:
+            spec = json.load(f)
+        if args.jail:
+            jail.enter(args.jail)
+        asyncio.run(_main(args, spec))
     except KeyboardInterrupt:
         pass
     except Exception:
