@@ -67,6 +67,39 @@ class Cluster:
     def node(self, name: str) -> dict:
         return next(n for n in self.layout["nodes"] if n["name"] == name)
 
+    def keys(self, url: str) -> tuple[str, str]:
+        """The keys an S3 client of ``url`` signs with: the cluster's for the gateway, the
+        internal secret for a storage node (nodes answer only what the gateway signs)."""
+        if url.rstrip("/") == self.url:
+            return self.layout["auth"]["access_key"], self.layout["auth"]["secret_key"]
+        from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+
+        return INTERNAL_ACCESS_KEY, self.layout["internal_secret"]
+
+    def s3_at(self, url: str, **config):
+        """A boto3 client for the gateway or one storage node, with the right keys."""
+        import boto3
+        from botocore.config import Config
+
+        access, secret = self.keys(url)
+        return boto3.client("s3", endpoint_url=url, aws_access_key_id=access, aws_secret_access_key=secret, region_name="us-east-1",
+                            config=Config(s3={"addressing_style": "path"}, **({"retries": {"max_attempts": 1}} | config)))
+
+    def signed_headers(self, method: str, url: str, headers: dict | None = None) -> dict:
+        """SigV4 headers for a raw request to the gateway's S3 API (UNSIGNED-PAYLOAD), for tests
+        that send what boto3 would refuse to."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        class _Unsigned(S3SigV4Auth):
+            def payload(self, request):
+                return "UNSIGNED-PAYLOAD"
+
+        request = AWSRequest(method=method, url=url, headers=dict(headers or {}))
+        _Unsigned(Credentials(*self.keys(self.url)), "s3", "us-east-1").add_auth(request)
+        return dict(request.headers)
+
     def node_health(self, url: str) -> dict:
         """A node's internal health, asked as the gateway asks: signed with the cluster secret."""
         return json.loads(launcher.signed_get(self.layout, f"{url}/_nearfaas/health", timeout=5))

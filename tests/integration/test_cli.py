@@ -44,13 +44,13 @@ def test_cli_lifecycle(tmp_path):
 
         src = tmp_path / "poem.txt"
         src.write_text("one two three\nfour five\n")
-        nf("put", str(src), "s3://texts/poem.txt", state=state)
-        assert b"poem.txt" in nf("ls", "s3://texts", state=state).stdout
-        assert nf("get", "s3://texts/poem.txt", state=state).stdout == src.read_bytes()
-        out = json.loads(nf("invoke", "wordcount", "--input", "s3://texts/poem.txt", state=state).stdout)
+        nf("put", str(src), "s3://docs/poem.txt", state=state)
+        assert b"poem.txt" in nf("ls", "s3://docs", state=state).stdout
+        assert nf("get", "s3://docs/poem.txt", state=state).stdout == src.read_bytes()
+        out = json.loads(nf("invoke", "wordcount", "--input", "s3://docs/poem.txt", state=state).stdout)
         assert out["words"] == 5 and out["lines"] == 2 and out["read"].startswith("local mmap")
         assert nf("invoke", "hello", state=state).stdout.strip() == b"ok"
-        chain = nf("invoke", "damage-detect", "--input", "s3://texts/poem.txt", "--policy", "near-data", "-v", state=state)
+        chain = nf("invoke", "damage-detect", "--input", "s3://docs/poem.txt", "--policy", "near-data", "-v", state=state)
         assert "tensor_sha256" in json.loads(chain.stdout)
         assert b"chain stages" in chain.stderr and b"damage-classify" in chain.stderr and b"storage-0" in chain.stderr
         missing = nf("invoke", "nope", state=state, check=False)

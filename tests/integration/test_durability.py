@@ -15,9 +15,7 @@ import signal
 import threading
 import time
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from nearfaas.cluster import launcher
@@ -25,10 +23,8 @@ from nearfaas.cluster import launcher
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-def _client(url: str):
-    return boto3.client("s3", endpoint_url=url, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                                      connect_timeout=2, read_timeout=10))
+def _client(cluster, url: str):
+    return cluster.s3_at(url, connect_timeout=2, read_timeout=10)
 
 
 def _bodies(n: int) -> dict[str, bytes]:
@@ -76,8 +72,8 @@ def test_kill_9_storage_node_during_puts(fresh_cluster, path):
     if True:
         victim = "storage-0"
         url = cluster.url if path == "gateway" else cluster.node(victim)["url"]
-        client = _client(url)
-        client.create_bucket(Bucket="durable") if path == "direct" else _client(cluster.url).create_bucket(Bucket="durable")
+        client = _client(cluster, url)
+        client.create_bucket(Bucket="durable") if path == "direct" else _client(cluster, cluster.url).create_bucket(Bucket="durable")
         bodies = _bodies(100)
         acknowledged = _put_while_killing(client, "durable", bodies, _pid_of(state, victim), kill_after=40)
         assert len(acknowledged) >= 40
@@ -87,8 +83,8 @@ def test_kill_9_storage_node_during_puts(fresh_cluster, path):
         _check(client, "durable", bodies, acknowledged)
         if path == "gateway":
             # Every acknowledged object is also intact on the restarted node, if it holds a copy.
-            _check(_client(cluster.node(victim)["url"]), "durable", bodies,
-                   {k: v for k, v in acknowledged.items() if _exists(_client(cluster.node(victim)["url"]), "durable", k)})
+            _check(_client(cluster, cluster.node(victim)["url"]), "durable", bodies,
+                   {k: v for k, v in acknowledged.items() if _exists(_client(cluster, cluster.node(victim)["url"]), "durable", k)})
         leftovers = list((state / "nodes" / victim / "store" / "tmp").glob("*")) if (state / "nodes" / victim / "store" / "tmp").exists() else []
         assert leftovers == [], "temp files survived the restart"
 

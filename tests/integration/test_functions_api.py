@@ -204,7 +204,8 @@ def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
     assert bad_name.status_code == 400 and "Not_A_Name" in bad_name.text
     no_handler = cluster.http.post(f"{url}/system/functions", json={"service": "nohandler", "handler": "/does/not/exist"})
     assert no_handler.status_code == 400 and "handler" in no_handler.text
-    assert cluster.http.post(f"{url}/system/functions", data=b"{not json").status_code == 400
+    assert cluster.http.post(f"{url}/system/functions", data=b"{not json", headers={"Content-Type": "application/json"}).status_code == 400
+    assert cluster.http.post(f"{url}/system/functions", data=b"{not json").status_code == 415  # not sent as JSON
     assert cluster.http.post(f"{url}/system/functions", json=[1, 2]).status_code == 400
     assert requests.post(f"{url}/function/does-not-exist").status_code == 404
     big = requests.post(f"{url}/function/does-not-exist", data=b"x" * (9 * 1024 * 1024))

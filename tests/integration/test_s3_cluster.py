@@ -8,10 +8,8 @@ import http.client
 import os
 from urllib.parse import urlsplit
 
-import boto3
 import pytest
 import requests
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from nearfaas.gateway.replicas import StorageNode, replicas_for
@@ -55,8 +53,7 @@ def test_objects_are_replicated_with_one_copy_on_a_dscs_node(cluster, bucket):
         expected = {n.name for n in replicas_for(ring, bucket, key, 2, dscs_replica=True)}
         holders = set()
         for node in storage:
-            direct = boto3.client("s3", endpoint_url=node["url"], aws_access_key_id="k", aws_secret_access_key="s",
-                                  region_name="us-east-1", config=Config(s3={"addressing_style": "path"}))
+            direct = cluster.s3_at(node["url"])
             try:
                 direct.head_object(Bucket=bucket, Key=key)
                 holders.add(node["name"])
@@ -137,20 +134,20 @@ def test_bucket_lifecycle_and_errors(cluster):
 def test_bad_digest_and_invalid_digest(cluster, bucket):
     url = f"{cluster.url}/{bucket}/digest"
     wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
-    resp = requests.put(url, data=b"payload", headers={"Content-MD5": wrong})
+    resp = requests.put(url, data=b"payload", headers=cluster.signed_headers("PUT", url, {"Content-MD5": wrong}))
     assert resp.status_code == 400 and "<Code>BadDigest</Code>" in resp.text
-    resp = requests.put(url, data=b"payload", headers={"Content-MD5": "not-base64!"})
+    resp = requests.put(url, data=b"payload", headers=cluster.signed_headers("PUT", url, {"Content-MD5": "not-base64!"}))
     assert resp.status_code == 400 and "<Code>InvalidDigest</Code>" in resp.text
-    assert requests.get(url).status_code == 404  # nothing was stored
+    assert requests.get(url, headers=cluster.signed_headers("GET", url)).status_code == 404  # nothing was stored
     good = base64.b64encode(hashlib.md5(b"payload").digest()).decode()
-    assert requests.put(url, data=b"payload", headers={"Content-MD5": good}).status_code == 200
+    assert requests.put(url, data=b"payload", headers=cluster.signed_headers("PUT", url, {"Content-MD5": good})).status_code == 200
 
 
 @pytest.mark.parametrize("key", ["../escape", "a/../../b", "nul\x00byte", "ctl\x01"])
 def test_dangerous_keys_are_rejected(cluster, bucket, key):
     from urllib.parse import quote
 
-    resp = requests.put(f"{cluster.url}/{bucket}/{quote(key, safe='')}", data=b"x")
+    resp = requests.put(f"{cluster.url}/{bucket}/{quote(key, safe='')}", data=b"x", headers=cluster.signed_headers("PUT", f"{cluster.url}/{bucket}/{quote(key, safe='')}"))
     assert resp.status_code == 400 and "<Code>InvalidObjectName</Code>" in resp.text
     assert not any(p.name == "escape" for p in cluster.state_dir.rglob("escape"))
 
@@ -160,6 +157,8 @@ def test_oversized_body_is_rejected_before_it_is_read(cluster, bucket):
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
     conn.putrequest("PUT", f"/{bucket}/huge")
     conn.putheader("Content-Length", str(6 * 1024**4))  # 6 TiB, over the 5 GiB S3 limit
+    for name, value in cluster.signed_headers("PUT", f"{cluster.url}/{bucket}/huge").items():
+        conn.putheader(name, value)
     conn.endheaders()
     resp = conn.getresponse()
     body = resp.read().decode()
@@ -167,7 +166,7 @@ def test_oversized_body_is_rejected_before_it_is_read(cluster, bucket):
 
 
 def test_unsupported_subresource_is_501_not_500(cluster, bucket):
-    resp = requests.get(f"{cluster.url}/{bucket}?policy")
+    resp = requests.get(f"{cluster.url}/{bucket}?policy", headers=cluster.signed_headers("GET", f"{cluster.url}/{bucket}?policy"))
     assert resp.status_code == 501 and "<Code>NotImplemented</Code>" in resp.text
 
 

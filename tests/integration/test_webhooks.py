@@ -10,11 +10,11 @@ pytestmark = pytest.mark.integration
 
 def test_events_are_kept_in_order_and_bad_ones_get_a_clear_4xx(cluster):
     url = f"{cluster.url}/system/webhooks/alerts-test"
-    assert requests.get(url, timeout=10).json() == []
+    assert cluster.http.get(url, timeout=10).json() == []
     for i in range(3):
         resp = requests.post(url, json={"n": i}, timeout=10)
         assert resp.status_code == 202 and resp.json()["count"] == i + 1
-    assert [e["event"]["n"] for e in requests.get(url, timeout=10).json()] == [0, 1, 2]
+    assert [e["event"]["n"] for e in cluster.http.get(url, timeout=10).json()] == [0, 1, 2]
 
     not_json = requests.post(url, data=b"{not json", timeout=10)
     assert not_json.status_code == 400 and "JSON" in not_json.json()["error"]

@@ -315,7 +315,9 @@ class OpenFaaSAPI:
         if env:
             fn["environment"] = env
         fn.setdefault("lang", "python3-http")
-        if re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):  # else parse_stack names the problem
+        # With no code at all (an image-only deployment, say), parse_stack names what is missing.
+        has_code = body.get("bundle") is not None or body.get("handler") is not None
+        if has_code and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):  # else parse_stack names the bad name
             fn["handler"] = str(self._code(name, body))
         stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path("/"), whole=False)
         spec = stack.functions[name].to_dict()
