@@ -37,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
+from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.bench.http_load import closed_loop
 from nearfaas.cluster.launcher import admin_headers
 from nearfaas.spec.bundle import pack
@@ -160,8 +161,9 @@ def cold_starts(gw: str, count: int, headers: dict) -> dict:
             "samples_ms": [round(c, 2) for c in cold]}
 
 
-def _deploy_hello(gw: str, headers: dict, name: str = "hello", auth: bool = False) -> str:
-    """Deploy the no-op (uploaded as a bundle); the URL of its warm worker."""
+def _deploy_hello(gw: str, headers: dict, name: str = "hello", auth: bool = False) -> tuple[str, dict]:
+    """Deploy the no-op (uploaded as a bundle); the URL of its warm worker and the headers a
+    direct call needs (the instance's token, which only the gateway's admin API shows)."""
     _post(f"{gw}/system/functions", {"service": name, "lang": "python3-http", "bundle": pack(ROOT / "examples" / "hello"),
                                      "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"},
                                      "x-nearfaas": {"auth": auth}}, headers)
@@ -169,7 +171,8 @@ def _deploy_hello(gw: str, headers: dict, name: str = "hello", auth: bool = Fals
     while not _available(gw, name, headers):
         assert time.monotonic() < deadline, f"{name} never warmed up"
         time.sleep(0.05)
-    return _status(gw, name, headers)["instances"][0]["url"] + "/"
+    instance = _status(gw, name, headers)["instances"][0]
+    return instance["url"] + "/", {WORKER_TOKEN_HEADER: instance["token"]}
 
 
 def main() -> int:
@@ -186,9 +189,9 @@ def main() -> int:
         with scratch_cluster(auth=None, isolation=False) as (open_layout, _), scratch_cluster() as (layout, _):
             open_gw, gw, admin = open_layout["gateway_url"], layout["gateway_url"], admin_headers(layout)
             systems = {"open/gateway": (f"{open_gw}/function/hello", {}),
-                       "open/worker": (_deploy_hello(open_gw, {}), {}),
+                       "open/worker": _deploy_hello(open_gw, {}),
                        "secured/gateway": (f"{gw}/function/hello", {}),
-                       "secured/worker": (_deploy_hello(gw, admin), {}),
+                       "secured/worker": _deploy_hello(gw, admin),
                        "secured/gateway-auth": (f"{gw}/function/hello-auth", admin),
                        "baseline": (baseline_url, {})}
             _deploy_hello(gw, admin, "hello-auth", auth=True)

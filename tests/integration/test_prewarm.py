@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from nearfaas.auth.internal import WORKER_TOKEN_HEADER
+
 from nearfaas.cluster import launcher
 from nearfaas.node.pool import PoolError, WorkerPools
 from nearfaas.spec.cluster import NodeSpec, ReplicationSpec
@@ -40,7 +42,10 @@ async def _until(predicate, timeout: float = 30.0, what: str = "condition") -> N
 
 
 async def _call(worker) -> dict:
-    resp = await asyncio.to_thread(requests.post, f"http://127.0.0.1:{worker.port}/", data=b"x", timeout=10)
+    url = f"http://127.0.0.1:{worker.port}/"
+    stranger = await asyncio.to_thread(requests.post, url, data=b"x", timeout=10)
+    assert stranger.status_code == 401, "a worker answers only callers that hold its instance's token"
+    resp = await asyncio.to_thread(requests.post, url, data=b"x", timeout=10, headers={WORKER_TOKEN_HEADER: worker.token})
     assert resp.status_code == 200, resp.text
     return resp.json()
 

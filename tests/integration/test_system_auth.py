@@ -180,3 +180,17 @@ def test_a_function_key_reaches_only_its_declared_buckets(scratch, cluster, func
     with pytest.raises(ClientError) as gone:
         as_function.get_object(Bucket="scope-mine", Key="in.txt")
     assert gone.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+
+
+def test_a_worker_answers_only_the_gateway(scratch, cluster, functions_dir):
+    """Workers listen on loopback, where other functions run too: a direct call without the
+    instance's token (which only the node's signed answer and the admin API carry) is a 401."""
+    from nearfaas.auth.internal import WORKER_TOKEN_HEADER
+
+    assert scratch("direct-target", functions_dir / "echo", **{"x-nearfaas": {"auth": True}}).status_code == 202
+    instance = cluster.http.get(f"{cluster.url}/system/function/direct-target").json()["instances"][0]
+    assert requests.post(instance["url"] + "/", data=b"x", timeout=10).status_code == 401
+    assert requests.post(instance["url"] + "/", data=b"x", timeout=10, headers={WORKER_TOKEN_HEADER: "0" * 32}).status_code == 401
+    assert requests.post(instance["url"] + "/", data=b"x", timeout=10, headers={WORKER_TOKEN_HEADER: instance["token"]}).status_code == 200
+    unsigned = requests.get(f"{cluster.url}/system/function/direct-target", timeout=10)
+    assert unsigned.status_code == 401 and instance["token"] not in unsigned.text

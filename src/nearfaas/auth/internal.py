@@ -26,6 +26,9 @@ import time
 from aiohttp import web
 
 HEADER = "X-Nearfaas-Signature"
+# A worker listens on loopback, where other functions run too: it answers only calls that carry
+# its instance's random token, which the node tells the gateway alone (node/pool.py).
+WORKER_TOKEN_HEADER = "X-Nearfaas-Worker-Token"
 INTERNAL_ACCESS_KEY = "nearfaas-internal"
 MAX_SKEW_S = 300.0
 

@@ -287,7 +287,10 @@ class OpenFaaSAPI:
             # What `auto` predicts this function's compute with, per target: a measured stage
             # profile until the first calls, then those calls' running average (seconds).
             "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
-            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls} for i in state.instances.values()],
+            # The call token is the admin's to see (this API needs their credentials): a benchmark
+            # may call a worker directly with it.
+            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls, "token": i.token}
+                          for i in state.instances.values()],
         }
 
     async def list_functions(self, request):

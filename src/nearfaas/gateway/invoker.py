@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
@@ -40,6 +41,7 @@ class Instance:
     inflight: int = 0
     calls: int = 0
     draining: bool = False  # stop once its in-flight calls finish (update, scale-down)
+    token: str = ""         # the worker answers only calls that carry it (runtime/worker.py)
     born: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
 
@@ -248,7 +250,7 @@ class Invoker:
                 info = await self.nodes.start_worker(node, state.spec, timeout)
             except NodeError as exc:
                 raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
-            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]))
+            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]), token=info.get("token", ""))
             if self.functions.get(state.name) is not state:  # removed or replaced while it started
                 await self.nodes.stop_worker(node, instance.id)
                 raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
@@ -385,6 +387,7 @@ class Invoker:
             instance.inflight += 1
             instance.calls += 1
             try:
+                forward[WORKER_TOKEN_HEADER] = instance.token
                 status, reply_headers, payload = await self.workers.request(
                     instance.host, instance.port, forward, body, exec_timeout + BACKSTOP_MARGIN_S)
                 break

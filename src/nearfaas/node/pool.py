@@ -18,6 +18,7 @@ import fcntl
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -56,11 +57,12 @@ class WorkerProcess:
     uid: int | None = None           # the function's uid, when isolated
     channel: Channel | None = None   # its object socket, on a storage node
     cgroups: list = field(default_factory=list)
+    token: str = ""                  # what a caller must show the worker (the gateway learns it here)
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
                 "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
-                "spawn_reason": self.spawn_reason, "uid": self.uid}
+                "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token}
 
 
 @dataclass
@@ -138,6 +140,9 @@ class WorkerPools:
             # The credentials go into the environment only; the spec file keeps no keys.
             _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
             env = self._function_env(spec, extra_path)
+            # Workers listen on loopback, where other functions run too: a call must carry this
+            # instance's token, which only the gateway learns (from this node's signed answer).
+            token = env["NEARFAAS_CALL_TOKEN"] = secrets.token_hex(16)
             limits = self._limits(spec) if uid is not None else None
             show = [p for p in (spec["handler_dir"], extra_path, secrets_dir and str(secrets_dir)) if p]
             # The worker's arguments, named as worker.main's parser names them.
@@ -195,7 +200,7 @@ class WorkerPools:
             raise
         elapsed = time.perf_counter() - started
         worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
-                               prewarmed, spawn_reason, uid, held.channel, held.cgroups)
+                               prewarmed, spawn_reason, uid, held.channel, held.cgroups, token)
         self.workers[instance] = worker
         self.stats.cold_starts += 1
         self.stats.prewarmed_starts += prewarmed

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import hmac
 import inspect
 import json
 import os
@@ -28,6 +29,7 @@ from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
 
+from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.node import jail
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
@@ -123,6 +125,8 @@ class Worker:
         self.gateway = gateway
         self.local = local  # this node's object files, handed over as fds (storage nodes only)
         self.node_url = os.environ.get("NEARFAAS_NODE_URL")  # this node's own S3 endpoint (storage nodes)
+        # The token a call must carry (node/pool.py); out of os.environ before handler code runs.
+        self.call_token = os.environ.pop("NEARFAAS_CALL_TOKEN", "").encode()
         self.secrets = Secrets(secrets_dir)
         self.link = EmulatedLink(get_profile(link))
         self.signer = signer_from_environment()
@@ -145,6 +149,8 @@ class Worker:
     async def serve(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/_/health":
             return web.json_response({"status": "ok", "function": self.name, "inflight": self.inflight})
+        if self.call_token and not hmac.compare_digest(request.headers.get(WORKER_TOKEN_HEADER, "").encode(), self.call_token):
+            return web.Response(status=401, text="calls reach this worker through the gateway only\n")
         if self.dying:
             return web.Response(status=503, text="worker is restarting after a timeout; retry")
         if self.max_inflight and self.inflight >= self.max_inflight:
