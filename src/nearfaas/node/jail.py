@@ -46,7 +46,7 @@ allow-listed environment and the fd hand-off).
 Known caveats:
 - No network namespace: a function can connect to anything on loopback (other functions'
   workers, the node's and gateway's ports). The node's internal API and S3 port check the
-  gateway's signature; workers' ports do not check callers.
+  gateway's signature; a worker answers only calls carrying its instance's token.
 - Workers of the same function share its uid, so they can signal one another.
 - ``/proc`` is the host's: a function sees other processes and their command lines (not their
   environment, memory or fds, which need the same uid).
