@@ -148,11 +148,13 @@ def stack_overhead(mode: str = "gateway-minus-worker", path: str | None = None) 
     if mode not in STACK_MODES:
         raise ValueError(f"stack={mode!r}: use one of {', '.join(STACK_MODES)}")
     p = Path(path) if path else OVERHEAD_FILE
-    d = json.loads(p.read_text())
-    g, w = d["warm"]["gateway@1"]["p50_ms"], d["warm"]["worker@1"]["p50_ms"]
+    warm = json.loads(p.read_text())["warm"]
+    # The default (secured) configuration since issue 12; files from before it name no configuration.
+    config = "secured/" if "secured/gateway@1" in warm else ""
+    g, w = warm[f"{config}gateway@1"]["p50_ms"], warm[f"{config}worker@1"]["p50_ms"]
     if mode == "gateway":
-        return g / 1e3, f"{p.name}: warm gateway@1 p50 {g} ms (no-op call through gateway and worker)"
-    return (g - w) / 1e3, f"{p.name}: warm gateway@1 p50 {g} ms - worker@1 p50 {w} ms (the gateway's own overhead)"
+        return g / 1e3, f"{p.name}: warm {config}gateway@1 p50 {g} ms (no-op call through gateway and worker)"
+    return (g - w) / 1e3, f"{p.name}: warm {config}gateway@1 p50 {g} ms - {config}worker@1 p50 {w} ms (the gateway's own overhead)"
 
 
 def sizes(app: str) -> dict:
