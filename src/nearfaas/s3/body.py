@@ -85,13 +85,46 @@ def is_aws_chunked(headers) -> bool:
     return "aws-chunked" in encodings or (headers.get("x-amz-content-sha256") or "").startswith("STREAMING-")
 
 
+# A body that stops arriving holds a descriptor, a temp file on every replica and a slot of the
+# gateway's; S3 gives up on a silent client after about 20 s, and so do we (between two reads).
+BODY_PROGRESS_TIMEOUT_S = 20.0
+
+
+class _ProgressGuard:
+    """The request stream, with a deadline on every read: a stalled body is a 400 RequestTimeout
+    (what S3 answers), and the caller's clean-up removes whatever it had written."""
+
+    def __init__(self, stream: aiohttp.StreamReader, timeout: float):
+        self._stream, self._timeout = stream, timeout
+
+    async def _guarded(self, read):
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await read
+        except TimeoutError:
+            raise S3Error("RequestTimeout", f"Your socket connection to the server was not read from or written to within the "
+                          f"timeout period ({self._timeout:g} s without a byte of the body); idle connections are closed.") from None
+
+    def read(self, n: int):
+        return self._guarded(self._stream.read(n))
+
+    def readexactly(self, n: int):
+        return self._guarded(self._stream.readexactly(n))
+
+    def readuntil(self, separator: bytes, max_size: int):
+        return self._guarded(self._stream.readuntil(separator, max_size=max_size))
+
+    def at_eof(self) -> bool:
+        return self._stream.at_eof()
+
+
 class RequestBody:
     """One request's body. `declared_length` is the length the client promised (decoded
     length for aws-chunked), or None for a chunked-transfer body of unknown length."""
 
     def __init__(self, stream: aiohttp.StreamReader, headers, *, max_body: int, require_length: bool = True,
-                 signing: StreamingSeed | None = None):
-        self._stream = stream
+                 signing: StreamingSeed | None = None, progress_timeout: float | None = None):
+        self._stream = _ProgressGuard(stream, progress_timeout or BODY_PROGRESS_TIMEOUT_S)
         self._signing = signing
         self._require_length = require_length
         self._headers = headers

@@ -14,6 +14,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "EntityTooLarge": (400, "Your proposed upload exceeds the maximum allowed object size."),
     "EntityTooSmall": (400, "Your proposed upload is smaller than the minimum allowed object size (5 MiB for every part but the last)."),
     "IncompleteBody": (400, "You did not provide the number of bytes specified by the Content-Length HTTP header."),
+    "RequestTimeout": (400, "Your socket connection to the server was not read from or written to within the timeout period."),
     "InternalError": (500, "We encountered an internal error. Please try again."),
     "InvalidArgument": (400, "Invalid Argument."),
     "InvalidBucketName": (400, "The specified bucket is not valid: use 3-63 characters of a-z, 0-9, '.', '-', starting and ending with a letter or digit."),
