@@ -26,6 +26,8 @@ from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
 from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
+from nearfaas.serving import KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, GuardCollector
+from nearfaas.serving import serve as serve_guarded
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 
@@ -96,6 +98,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                           secret=layout.get("internal_secret"))
     metrics = GatewayMetrics()
     metrics.add_collector(_StoreCollector(nodes))
+    connections = GuardCollector("gateway")  # filled in once the gateway listens (serve below)
+    metrics.add_collector(connections)
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
@@ -133,7 +137,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)
-    app["invoker"], app["nodes"], app["api"] = invoker, nodes, api
+    app["invoker"], app["nodes"], app["api"], app["connections"] = invoker, nodes, api, connections
     return app
 
 
@@ -141,16 +145,19 @@ async def serve(args) -> None:
     state_dir = Path(args.state)
     layout = json.loads((state_dir / "cluster.json").read_text())
     app = build_app(layout, state_dir)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, layout["host"], layout["gateway_port"], backlog=2048)
-    await site.start()
+    # A connection cap and a deadline for each connection's first request (serving.py).
+    server, guard = await serve_guarded(runner, layout["host"], layout["gateway_port"], backlog=2048, name="gateway",
+                                        max_connections=int(layout.get("max_connections", MAX_CONNECTIONS)))
+    app["connections"].guard = guard
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(json.dumps({"event": "ready", "gateway": layout["gateway_url"]}), flush=True)
     await stop.wait()
+    server.close()
     await runner.cleanup()
 
 

@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from nearfaas.node.pool import PoolError, WorkerPools
+from nearfaas.serving import KEEPALIVE_TIMEOUT_S
+from nearfaas.serving import serve as serve_guarded
 from nearfaas.spec.options import INTERMEDIATE_BUCKET
 
 INTERNAL = "/_nearfaas"
@@ -171,10 +173,9 @@ async def serve(args) -> None:
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
     agent.routes(app)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, backlog=1024)
-    await site.start()
+    server, _ = await serve_guarded(runner, args.host, args.port, backlog=1024, name=args.name)  # serving.py
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -183,6 +184,7 @@ async def serve(args) -> None:
     print(json.dumps({"event": "ready", "node": args.name, "port": args.port}), flush=True)
     await stop.wait()
     await agent.pools.shutdown()
+    server.close()
     await runner.cleanup()
 
 
