@@ -105,3 +105,85 @@ def test_other_calls_still_count_only_an_unavailable_replica_as_missed():
     backend = _backend(FakeNode(), FakeNode(S3Error("ServiceUnavailable")))
     assert _run(backend.put_object("b", "k", _body())) == INFO
     assert _run(backend.create_multipart_upload("b", "k", upload_id="u")) == "u"
+
+
+# -- ListMultipartUploads merged across nodes, and deletes that a node refuses ---------------------
+
+
+def _two_stores(tmp_path):
+    from nearfaas.node.objectstore import ObjectStore
+    from nearfaas.s3.local_backend import LocalBackend
+
+    stores = [ObjectStore(tmp_path / name, min_part_size=5) for name in ("s0", "s1")]
+    for store in stores:
+        store.create_bucket("bkt")
+    return stores, _backend(LocalBackend(stores[0]), LocalBackend(stores[1]))
+
+
+def test_uploads_on_several_replicas_are_listed_once_and_pages_merge_exactly(tmp_path):
+    stores, backend = _two_stores(tmp_path)
+    try:
+        expected = []
+        for i, key in enumerate(["a", "b/1", "b/2", "c", "d", "e"]):
+            upload_id = f"id-{i}"
+            holders = stores if i % 2 == 0 else [stores[i % 4 == 1]]  # some on both, some on one
+            for store in holders:
+                store.create_multipart_upload("bkt", key, upload_id=upload_id)
+            expected.append((key, upload_id))
+        listed = _run(backend.list_multipart_uploads("bkt"))
+        assert [(u.key, u.upload_id) for u in listed.uploads] == expected and not listed.is_truncated
+        for size in (1, 2, 4):
+            seen, marker = [], ("", "")
+            while True:
+                page = _run(backend.list_multipart_uploads("bkt", max_uploads=size, key_marker=marker[0],
+                                                           upload_id_marker=marker[1]))
+                assert len(page.uploads) + len(page.common_prefixes) <= size
+                seen += [(u.key, u.upload_id) for u in page.uploads]
+                if not page.is_truncated:
+                    break
+                marker = (page.next_key_marker, page.next_upload_id_marker)
+            assert seen == expected, size
+        grouped = _run(backend.list_multipart_uploads("bkt", delimiter="/"))
+        assert grouped.common_prefixes == ["b/"] and [u.key for u in grouped.uploads] == ["a", "c", "d", "e"]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_an_upload_expired_on_one_replica_still_completes_on_the_other(tmp_path):
+    stores, backend = _two_stores(tmp_path)
+    try:
+        upload_id = _run(backend.create_multipart_upload("bkt", "k"))
+        etag = _run(backend.upload_part("bkt", "k", upload_id, 1, _body()))
+        assert stores[0].uploads.expire(0) == (1, stores[0].counters.snapshot()["upload_bytes_reclaimed"])
+        assert [u.upload_id for u in _run(backend.list_multipart_uploads("bkt")).uploads] == [upload_id]
+        info = _run(backend.complete_multipart_upload("bkt", "k", upload_id, [(1, etag)]))
+        assert info.size == 3 and stores[1].get_object("bkt", "k") == b"abc"
+        stores[1].uploads.expire(0)
+        with pytest.raises(S3Error) as caught:  # expired everywhere: a real NoSuchUpload
+            _run(backend.upload_part("bkt", "k", upload_id, 2, _body()))
+        assert caught.value.code == "NoSuchUpload"
+    finally:
+        for store in stores:
+            store.close()
+
+
+class DeletingNode(FakeNode):
+    async def delete_object(self, bucket, key):
+        return self._reply("delete", None)
+
+
+def test_delete_reports_a_node_refusal_but_skips_a_node_that_is_down():
+    backend = _backend(DeletingNode(), DeletingNode(S3Error("InvalidObjectName")))
+    with pytest.raises(S3Error) as caught:
+        _run(backend.delete_object("b", "k"))
+    assert caught.value.code == "InvalidObjectName"
+    backend = _backend(DeletingNode(RuntimeError("boom")), DeletingNode())
+    with pytest.raises(S3Error) as caught:
+        _run(backend.delete_object("b", "k"))
+    assert caught.value.code == "InternalError" and "boom" in caught.value.message
+    _run(_backend(DeletingNode(), DeletingNode(S3Error("ServiceUnavailable"))).delete_object("b", "k"))
+    with pytest.raises(S3Error) as caught:
+        _run(_backend(DeletingNode(S3Error("ServiceUnavailable")), DeletingNode(S3Error("ServiceUnavailable")))
+             .delete_object("b", "k"))
+    assert caught.value.code == "ServiceUnavailable"

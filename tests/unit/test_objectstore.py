@@ -58,7 +58,8 @@ def test_put_get_head_roundtrip(store):
     assert store.get_object("bkt", "dir/a.txt") == b"hello"
     assert store.get_object("bkt", "dir/a.txt", 1, 3) == b"ell"
     assert store.head_object("bkt", "dir/a.txt") == info
-    assert store.counters.snapshot() == {"bytes_in": 5, "bytes_out": 8, "objects": 1}
+    assert store.counters.snapshot() == {"bytes_in": 5, "bytes_out": 8, "objects": 1, "uploads_expired": 0,
+                                         "upload_bytes_reclaimed": 0}
 
 
 def test_object_file_layout_is_page_aligned_and_mmappable(store):
@@ -308,7 +309,12 @@ def test_valid_keys(store, key):
     ("a/../b", "InvalidObjectName"),
     ("a/./b", "InvalidObjectName"),
     ("a/..", "InvalidObjectName"),
-    ("\ud800", "InvalidObjectName"),
+    ("\ud800", "InvalidArgument"),
+    ("a\uffffb", "InvalidArgument"),
+    ("\ufffe", "InvalidArgument"),
+    ("x\ufdd0", "InvalidArgument"),
+    ("x\U0001fffe", "InvalidArgument"),
+    ("x\U0010ffff", "InvalidArgument"),
 ])
 def test_invalid_keys(store, key, code):
     with pytest.raises(S3Error) as e:

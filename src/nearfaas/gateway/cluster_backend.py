@@ -4,6 +4,16 @@ Writes go to the object's replica set (rendezvous hashing) at once, streamed to 
 parallel; a write is acknowledged once every reachable replica has made it durable (and at
 least one has). Reads go to the first replica that has the object. Listings merge every node's
 sorted listing. The gateway never buffers an object body.
+
+Multipart uploads live on the object's replicas, under one upload id the gateway picks. Each
+node expires an upload it still holds after its expiry age (node/multipart.py); the replicas
+created it at the same moment, but each sweeps on its own clock, so for up to one sweep interval
+one replica may have dropped an upload the other still has. Every multipart call therefore
+counts a replica's NoSuchUpload as "this replica missed the upload" when another replica
+succeeded (a degraded write, logged), exactly as for a replica that was down when the upload
+was created: a completion still valid on one replica succeeds there, and one that no replica
+can honour fails with NoSuchUpload. ListMultipartUploads merges every node's listing; an upload
+held by several replicas appears once, with its earliest initiation time.
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.gateway.replicas import replicas_for
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 
 log = logging.getLogger("nearfaas.gateway.s3")
@@ -199,26 +209,45 @@ class ClusterBackend:
         return await self._first(bucket, key, lambda c: c.head_object(bucket, key))
 
     async def delete_object(self, bucket, key) -> None:
+        """Delete on every storage node (a copy may sit on any). A node's refusal (an invalid key,
+        AccessDenied, its own failure) is the answer, so that DeleteObjects reports the key as
+        an error, never as deleted; a node that is down is skipped, as in a degraded write
+        (logged), unless every node is."""
         names = [n.name for n in self.nodes.storage_nodes()]
         results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key) for n in names), return_exceptions=True)
-        for exc in results:
-            if isinstance(exc, S3Error) and exc.code == "NoSuchBucket":
-                raise exc
-        if all(_unavailable(r) for r in results):
+        failed = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, BaseException)]
+        refused = [(n, r) for n, r in failed if not _unavailable(r)]
+        if refused:
+            refused.sort(key=lambda f: not (isinstance(f[1], S3Error) and f[1].code == "NoSuchBucket"))
+            name, exc = refused[0]
+            raise exc if isinstance(exc, S3Error) else S3Error(
+                "InternalError", f"storage node {name} failed to delete the key: {exc!r}")
+        if failed and len(failed) == len(names):
             raise S3Error("ServiceUnavailable", "no storage node is reachable")
+        if failed:
+            log.warning("degraded delete of s3://%s/%s: node(s) %s unreachable", bucket, ascii(key),
+                        ", ".join(n for n, _ in failed))
 
-    async def list_objects(self, bucket, prefix="", delimiter="", max_keys=1000, start_after="") -> ListResult:
+    async def _every_healthy_node(self, op, kind) -> list:
+        """``op(client)`` on every healthy storage node: the answers of type ``kind``. A node's
+        error is raised unless it is merely unreachable (its entries are then missing)."""
         names = [n.name for n in self.nodes.storage_nodes(healthy_only=True)]
         if not names:
             raise S3Error("ServiceUnavailable", "no storage node is reachable")
-        pages = await asyncio.gather(*(self.client_for(n).list_objects(bucket, prefix, delimiter, max_keys, start_after) for n in names),
-                                     return_exceptions=True)
-        good = [p for p in pages if isinstance(p, ListResult)]
-        for p in pages:
+        pages = await asyncio.gather(*(op(self.client_for(n)) for n in names), return_exceptions=True)
+        for name, p in zip(names, pages, strict=True):
             if isinstance(p, S3Error) and not _unavailable(p):
                 raise p
+            if isinstance(p, BaseException) and not isinstance(p, S3Error):
+                log.warning("listing on storage node %s failed, its entries are missing: %r", name, p)
+        good = [p for p in pages if isinstance(p, kind)]
         if not good:
             raise S3Error("ServiceUnavailable", "no storage node answered the listing")
+        return good
+
+    async def list_objects(self, bucket, prefix="", delimiter="", max_keys=1000, start_after="") -> ListResult:
+        good = await self._every_healthy_node(
+            lambda c: c.list_objects(bucket, prefix, delimiter, max_keys, start_after), ListResult)
         # Each node returns its first max_keys entries after the marker; the merged first max_keys
         # are therefore exact. Duplicates are replicas of the same object.
         entries: dict[str, ObjectInfo | None] = {}
@@ -235,6 +264,32 @@ class ClusterBackend:
             common_prefixes=[k for k in chosen if entries[k] is None],
             is_truncated=truncated,
             next_marker=chosen[-1] if truncated and chosen else None,
+        )
+
+    async def list_multipart_uploads(self, bucket, prefix="", delimiter="", max_uploads=1000, key_marker="",
+                                     upload_id_marker="") -> UploadListResult:
+        good = await self._every_healthy_node(lambda c: c.list_multipart_uploads(
+            bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker), UploadListResult)
+        # As for objects: each node's first max_uploads entries in (key, upload id) order make
+        # the merged first max_uploads exact. Replicas of one upload share its id: shown once.
+        entries: dict[tuple[str, str], UploadInfo | None] = {}
+        for page in good:
+            for upload in page.uploads:
+                seen = entries.get((upload.key, upload.upload_id))
+                if seen is None or upload.initiated < seen.initiated:
+                    entries[(upload.key, upload.upload_id)] = upload
+            for cp in page.common_prefixes:
+                entries.setdefault((cp, ""), None)
+        ordered = sorted(entries)
+        chosen = ordered[:max_uploads]
+        truncated = len(ordered) > max_uploads or any(p.is_truncated for p in good)
+        last = chosen[-1] if truncated and chosen else None
+        return UploadListResult(
+            uploads=[entries[e] for e in chosen if entries[e] is not None],
+            common_prefixes=[e[0] for e in chosen if entries[e] is None],
+            is_truncated=truncated,
+            next_key_marker=last[0] if last else None,
+            next_upload_id_marker=last[1] if last else None,
         )
 
     # -- buckets -----------------------------------------------------------------------------------

@@ -181,8 +181,15 @@ async def serve(args) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent.pools.start_prewarming()
+    sweeper = None
+    if agent.store is not None:  # abandoned multipart uploads expire (node/multipart.py)
+        from nearfaas.node.multipart import sweep_expired_uploads
+
+        sweeper = asyncio.ensure_future(sweep_expired_uploads(agent.store.uploads, args.multipart_expiry))
     print(json.dumps({"event": "ready", "node": args.name, "port": args.port}), flush=True)
     await stop.wait()
+    if sweeper is not None:
+        sweeper.cancel()
     await agent.pools.shutdown()
     server.close()
     await runner.cleanup()
@@ -202,6 +209,13 @@ def _count(text: str) -> int:
     return n
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="nearfaas node agent (started by `nearfaas up`)")
     parser.add_argument("--name", required=True)
@@ -217,6 +231,9 @@ def main(argv=None) -> None:
                         help="pre-warmed generic workers kept idle to cut cold starts (0 turns it off)")
     parser.add_argument("--isolation", choices=["on", "off"], default="on",
                         help="run workers unprivileged in their own mount view (node/jail.py); off is unsafe")
+    parser.add_argument("--multipart-expiry", type=_seconds, default=24 * 3600.0, metavar="SECONDS",
+                        help="abort multipart uploads not completed or aborted this long after they began "
+                             "(storage nodes; default 86400)")
     args = parser.parse_args(argv)
     if args.isolation == "on":
         # Fail closed: a node that cannot isolate functions does not start (node/jail.py).

@@ -48,9 +48,10 @@ from nearfaas.node.objectfile import (
     read_header,
     remove_tree_atomically,
 )
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.validation import validate_bucket_name, validate_header_value, validate_key, validate_metadata
+from nearfaas.s3.validation import (validate_bucket_name, validate_header_value, validate_key, validate_metadata,
+                                     validate_new_key)
 
 __all__ = ["ObjectStore", "ObjectWriter", "OpenObject", "StoreCounters", "locate_object"]
 
@@ -65,22 +66,30 @@ DEFAULT_CONTENT_TYPE = "binary/octet-stream"
 
 @dataclass
 class StoreCounters:
-    """Totals since start-up (bytes) and the current object count, for the node's metrics."""
+    """Totals since start-up (bytes) and the current object count, for the node's metrics.
+    `uploads_expired` / `upload_bytes_reclaimed`: multipart uploads removed by the expiry sweep
+    or at start-up (multipart.py), and the disk bytes their parts held."""
 
     bytes_in: int = 0
     bytes_out: int = 0
     objects: int = 0
+    uploads_expired: int = 0
+    upload_bytes_reclaimed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, objects: int = 0) -> None:
+    def add(self, *, bytes_in: int = 0, bytes_out: int = 0, objects: int = 0, uploads_expired: int = 0,
+            upload_bytes_reclaimed: int = 0) -> None:
         with self._lock:
             self.bytes_in += bytes_in
             self.bytes_out += bytes_out
             self.objects += objects
+            self.uploads_expired += uploads_expired
+            self.upload_bytes_reclaimed += upload_bytes_reclaimed
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {"bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "objects": self.objects}
+            return {"bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "objects": self.objects,
+                    "uploads_expired": self.uploads_expired, "upload_bytes_reclaimed": self.upload_bytes_reclaimed}
 
 
 class ObjectWriter:
@@ -344,7 +353,7 @@ class ObjectStore:
     def open_writer(self, bucket: str, key: str, *, content_type: str | None = None,
                     metadata: dict | None = None, compute_md5: bool = True) -> ObjectWriter:
         validate_bucket_name(bucket)
-        validate_key(key)
+        validate_new_key(key)
         metadata = validate_metadata(metadata)
         if content_type:
             validate_header_value("Content-Type", content_type)
@@ -462,6 +471,10 @@ class ObjectStore:
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.abort(bucket, key, upload_id)
+
+    def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
+                               key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
+        return self.uploads.list_uploads(bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker)
 
 
 def _make_subdir(path: Path) -> None:

@@ -43,6 +43,28 @@ class ListResult:
 
 
 @dataclass(frozen=True)
+class UploadInfo:
+    """A multipart upload in progress (ListMultipartUploads)."""
+
+    bucket: str
+    key: str
+    upload_id: str
+    initiated: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class UploadListResult:
+    # Uploads in (key, upload id) order; keys that roll up under the delimiter are common prefixes.
+    uploads: list[UploadInfo]
+    common_prefixes: list[str]
+    is_truncated: bool
+    # Where the next page starts: after this key (a whole common prefix when it is one), and
+    # within it after this upload id ("" when the page ended on a common prefix).
+    next_key_marker: str | None = None
+    next_upload_id_marker: str | None = None
+
+
+@dataclass(frozen=True)
 class ObjectStream:
     """A GET result: the object's info, the byte range served, and the bytes."""
 
@@ -123,3 +145,13 @@ class StorageBackend(Protocol):
     ) -> ObjectInfo: ...
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None: ...
+
+    async def list_multipart_uploads(
+        self,
+        bucket: str,
+        prefix: str = "",
+        delimiter: str = "",
+        max_uploads: int = 1000,
+        key_marker: str = "",
+        upload_id_marker: str = "",
+    ) -> UploadListResult: ...

@@ -15,6 +15,10 @@ Custom headers: ``x-nearfaas-dscs-replica: true`` (CreateBucket/PutObject option
 ``x-nearfaas-last-modified`` / ``x-nearfaas-object-size`` / ``x-nearfaas-bucket-*`` (exact
 values for the node client) and ``x-nearfaas-error-code`` on errors (HEAD has no body).
 
+Multipart uploads are listed (ListMultipartUploads, ``GET /bucket?uploads``) in (key, upload
+id) order, which is what S3's upload-id-marker ("uploads whose id sorts after it") describes.
+DeleteObjects reports every key it could not delete as an ``<Error>``, in Quiet mode too.
+
 Authorization: a principal limited to some buckets (``Principal.buckets``, s3/sigv4.py) gets
 AccessDenied for any request addressing another bucket (checked on the bucket the request
 resolves to, path or virtual-host style, before any backend sees it), and ListBuckets shows it
@@ -23,6 +27,7 @@ only its own. Signed streaming bodies are verified chunk by chunk (s3/body.py).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -38,13 +43,14 @@ from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
-                                     validate_key)
+                                     validate_key, validate_new_key)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 5 << 30
 MAX_XML_BODY = 4 << 20  # CompleteMultipartUpload of 10,000 parts with checksums fits
 MAX_LIST_KEYS = 1000
+DELETE_CONCURRENCY = 8  # DeleteObjects: keys deleted at once (each may fan out to every node)
 DSCS_REPLICA_HEADER = "x-nearfaas-dscs-replica"
 UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
 
@@ -182,7 +188,7 @@ class S3Frontend:
                 await self.backend.head_bucket(bucket)
                 return self._xml(request, s3xml.location_xml(""))
             if "uploads" in q:
-                raise S3Error("NotImplemented", "ListMultipartUploads is not implemented by nearfaas.")
+                return await self._list_uploads(request, bucket, q)
             return await self._list_objects(request, bucket, q)
         if method == "PUT":
             body = self._body(request, require_length=False)
@@ -205,6 +211,10 @@ class S3Frontend:
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on a bucket.")
 
     async def _object_operation(self, request, method: str, bucket: str, key: str, q: dict):
+        if method == "PUT" or (method == "POST" and "uploads" in q):
+            # Writes that create a key (PutObject, CopyObject, CreateMultipartUpload) also refuse
+            # the keys no listing could show; reads and deletes still reach an old one.
+            validate_new_key(key)
         if method == "PUT":
             if "x-amz-copy-source" in request.headers:
                 raise S3Error("NotImplemented", "CopyObject / UploadPartCopy are not implemented by nearfaas.")
@@ -232,21 +242,35 @@ class S3Frontend:
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on an object.")
 
     async def _delete_objects(self, request, bucket: str) -> web.StreamResponse:
-        """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted."""
+        """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted.
+
+        A key is reported Deleted only when the backend said so; any failure (an invalid key, a
+        refusal, a node error) is that key's <Error>, which Quiet mode reports too."""
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = await self._body(request, require_length=False).read_all(MAX_XML_BODY)
         if content_md5 is not None and hashlib.md5(body).digest() != content_md5:
             raise S3Error("BadDigest", "The Content-MD5 you specified does not match the request body.")
         keys, quiet = s3xml.parse_delete_objects(body)
         await self.backend.head_bucket(bucket)
-        deleted: list[str] = []
-        errors: list[tuple[str, S3Error]] = []
-        for key in keys:
+        gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+
+        async def delete_one(key: str) -> S3Error | None:
             try:
-                await self.backend.delete_object(bucket, key)
-                deleted.append(key)
+                # The same check a single DeleteObject gets in _dispatch: the gateway fans a
+                # delete out by its key, so a bad one must stop here.
+                validate_key(key)
+                async with gate:
+                    await self.backend.delete_object(bucket, key)
             except S3Error as error:
-                errors.append((key, error))
+                return error
+            except Exception:
+                log.exception("DeleteObjects: deleting s3://%s/%s failed", bucket, ascii(key))
+                return S3Error("InternalError", "Deleting this key failed unexpectedly; it may still exist. Retry.")
+            return None
+
+        outcomes = await asyncio.gather(*(delete_one(key) for key in keys))
+        deleted = [key for key, error in zip(keys, outcomes, strict=True) if error is None]
+        errors = [(key, error) for key, error in zip(keys, outcomes, strict=True) if error is not None]
         return self._xml(request, s3xml.delete_result_xml([] if quiet else deleted, errors))
 
     # -- listing ---------------------------------------------------------------------------------
@@ -277,6 +301,25 @@ class S3Frontend:
             body = s3xml.list_objects_v1_xml(bucket, result, prefix=prefix, delimiter=delimiter,
                                              max_keys=max_keys, marker=marker, encoding_type=encoding)
         return self._xml(request, body)
+
+    async def _list_uploads(self, request, bucket: str, q: dict) -> web.StreamResponse:
+        """ListMultipartUploads: prefix, delimiter, key-marker / upload-id-marker, max-uploads."""
+        encoding = q.get("encoding-type", "")
+        if encoding not in ("", "url"):
+            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
+        raw_max = q.get("max-uploads", str(MAX_LIST_KEYS))
+        if not raw_max.strip().isdigit() or not raw_max.strip().isascii():
+            raise S3Error("InvalidArgument", f"max-uploads must be a non-negative integer, not {raw_max!r}.")
+        max_uploads = min(int(raw_max), MAX_LIST_KEYS)
+        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+        key_marker = q.get("key-marker", "")
+        # S3 ignores upload-id-marker without a key-marker.
+        upload_id_marker = q.get("upload-id-marker", "") if key_marker else ""
+        result = await self.backend.list_multipart_uploads(bucket, prefix, delimiter, max_uploads, key_marker,
+                                                           upload_id_marker)
+        return self._xml(request, s3xml.list_multipart_uploads_xml(
+            bucket, result, prefix=prefix, delimiter=delimiter, max_uploads=max_uploads, key_marker=key_marker,
+            upload_id_marker=upload_id_marker, encoding_type=encoding))
 
     # -- objects ---------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
 from nearfaas.s3.validation import resolve_range
 
 T = TypeVar("T")
@@ -175,3 +175,8 @@ class LocalBackend:
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)
+
+    async def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
+                                     key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
+        # In memory (the store indexes its uploads), like list_objects: no executor hop.
+        return self.store.list_multipart_uploads(bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker)

@@ -26,7 +26,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from nearfaas.s3 import xml as s3xml
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.validation import format_range
@@ -285,6 +285,17 @@ class NodeClient:
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._request("DELETE", bucket, key, params=[("uploadId", upload_id)], ok=(204, 200))
+
+    async def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
+                                     key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
+        # url encoding: any key that is valid Unicode comes back exactly, whatever XML can carry.
+        params = [("uploads", ""), ("encoding-type", "url"), ("max-uploads", str(max_uploads))]
+        for name, value in (("prefix", prefix), ("delimiter", delimiter), ("key-marker", key_marker),
+                            ("upload-id-marker", upload_id_marker)):
+            if value:
+                params.append((name, value))
+        response = await self._request("GET", bucket, params=params)
+        return s3xml.parse_list_multipart_uploads(bucket, await response.read())
 
 
 def _code_for_status(status: int) -> str:

@@ -46,10 +46,13 @@ def validate_key(key: str) -> None:
         raise S3Error("InvalidArgument", "The object key is empty; give a key of 1 to 1024 bytes.")
     try:
         encoded = key.encode("utf-8")
-    except UnicodeEncodeError:
+    except UnicodeEncodeError as exc:
+        ch = key[exc.start]
         raise S3Error(
-            "InvalidObjectName", "The object key is not valid UTF-8 (it holds a lone surrogate).",
-            resource=repr(key),
+            "InvalidArgument",
+            f"The object key holds the unpaired surrogate U+{ord(ch):04X} at character {exc.start}; "
+            "a key must be valid Unicode text (UTF-8).",
+            resource=ascii(key)[:200],
         ) from None
     if len(encoded) > MAX_KEY_BYTES:
         raise S3Error(
@@ -72,6 +75,29 @@ def validate_key(key: str) -> None:
                 f"The object key {key!r} has a {segment!r} path segment; nearfaas keys may not "
                 "contain '.' or '..' segments.",
                 resource=key,
+            )
+
+
+def is_noncharacter(ch: str) -> bool:
+    """Unicode's 66 noncharacters: U+FDD0..U+FDEF and the last two code points of every plane."""
+    cp = ord(ch)
+    return 0xFDD0 <= cp <= 0xFDEF or (cp & 0xFFFE) == 0xFFFE
+
+
+def validate_new_key(key: str) -> None:
+    """validate_key plus the rule for keys being created (PUT, CreateMultipartUpload, Copy): no
+    Unicode noncharacter. S3 lists keys in XML 1.0, which cannot carry U+FFFE or U+FFFF at all,
+    so such a key would be stored but could never be listed without encoding-type=url; the
+    other noncharacters are refused with them, as "not for interchange". Reads and deletes keep
+    using validate_key alone, so an object stored by an older version stays reachable."""
+    validate_key(key)
+    for index, ch in enumerate(key):
+        if is_noncharacter(ch):
+            raise S3Error(
+                "InvalidArgument",
+                f"The object key holds the Unicode noncharacter U+{ord(ch):04X} at character {index}; "
+                "S3 listings (XML 1.0) cannot carry it, so nearfaas does not accept it in a new key.",
+                resource=ascii(key)[:200],
             )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import calendar
 import binascii
+import logging
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -13,8 +14,10 @@ from email.utils import formatdate
 from urllib.parse import quote, unquote
 from xml.sax.saxutils import escape
 
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
+
+log = logging.getLogger(__name__)
 
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _DECL = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -43,6 +46,32 @@ def _text(value: str, url_encode: bool = False) -> str:
         raise S3Error("InvalidArgument", "A value in this listing holds characters XML cannot carry; "
                       "request it with encoding-type=url.")
     return escape(value)
+
+
+def _carriable(value: str, url: bool) -> bool:
+    """Whether a listing can show `value`: as text, XML 1.0 must carry every character; url
+    encoded, it must be UTF-8 (a lone surrogate is not)."""
+    if url:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    return not _XML_ILLEGAL.search(value)
+
+
+def _listable(what: str, bucket: str, keys: list, url: bool, key=lambda entry: entry) -> list:
+    """The entries of a listing page that it can show. New keys with such characters are refused
+    (s3/validation.py), but a bucket written by an older nearfaas may hold some: one such key
+    must not make every listing of its bucket fail, so it is left out, and said so."""
+    shown = [entry for entry in keys if _carriable(key(entry), url)]
+    if len(shown) < len(keys):
+        left_out = [ascii(key(entry)) for entry in keys if not _carriable(key(entry), url)]
+        hint = ("they hold characters that are not valid Unicode text" if url else
+                "they hold characters XML 1.0 cannot carry; list with encoding-type=url to see them")
+        log.warning("%s of bucket %s left out %d key(s) (%s): %s", what, bucket, len(left_out),
+                    ", ".join(k[:120] for k in left_out[:5]), hint)
+    return shown
 
 
 def _el(name: str, value, url_encode: bool = False) -> str:
@@ -96,22 +125,25 @@ def list_objects_v2_xml(bucket: str, result: ListResult, *, prefix: str, delimit
                         start_after: str, continuation_token: str | None, encoding_type: str,
                         fetch_owner: bool) -> bytes:
     url = encoding_type == "url"
+    contents = _listable("ListObjectsV2", bucket, result.contents, url, key=lambda o: o.key)
+    prefixes = _listable("ListObjectsV2", bucket, result.common_prefixes, url)
     out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix, url)]
     if delimiter:
         out.append(_el("Delimiter", delimiter, url))
     out.append(_el("MaxKeys", max_keys))
     if url:
         out.append(_el("EncodingType", "url"))
-    out.append(_el("KeyCount", len(result.contents) + len(result.common_prefixes)))
+    out.append(_el("KeyCount", len(contents) + len(prefixes)))
     out.append(_el("IsTruncated", result.is_truncated))
     if continuation_token is not None:
         out.append(_el("ContinuationToken", continuation_token))
-    if result.is_truncated and result.next_marker is not None:
+    # The token is base64 of the marker, so it carries any key that is valid Unicode.
+    if result.is_truncated and result.next_marker is not None and _carriable(result.next_marker, True):
         out.append(_el("NextContinuationToken", encode_token(result.next_marker)))
     if start_after:
         out.append(_el("StartAfter", start_after, url))
-    out.append(_contents_xml(result.contents, url, fetch_owner))
-    out.append(_prefixes_xml(result.common_prefixes, url))
+    out.append(_contents_xml(contents, url, fetch_owner))
+    out.append(_prefixes_xml(prefixes, url))
     out.append("</ListBucketResult>")
     return "".join(out).encode()
 
@@ -119,6 +151,8 @@ def list_objects_v2_xml(bucket: str, result: ListResult, *, prefix: str, delimit
 def list_objects_v1_xml(bucket: str, result: ListResult, *, prefix: str, delimiter: str, max_keys: int,
                         marker: str, encoding_type: str) -> bytes:
     url = encoding_type == "url"
+    contents = _listable("ListObjects", bucket, result.contents, url, key=lambda o: o.key)
+    prefixes = _listable("ListObjects", bucket, result.common_prefixes, url)
     out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix, url),
            _el("Marker", marker, url)]
     if delimiter:
@@ -127,12 +161,39 @@ def list_objects_v1_xml(bucket: str, result: ListResult, *, prefix: str, delimit
     if url:
         out.append(_el("EncodingType", "url"))
     out.append(_el("IsTruncated", result.is_truncated))
-    # S3 sends NextMarker only with a delimiter; nearfaas always sends it on a truncated page.
-    if result.is_truncated and result.next_marker is not None:
+    # S3 sends NextMarker only with a delimiter; nearfaas always sends it on a truncated page,
+    # unless the page ended on a key it left out (the client then resumes after its last key).
+    if result.is_truncated and result.next_marker is not None and _carriable(result.next_marker, url):
         out.append(_el("NextMarker", result.next_marker, url))
-    out.append(_contents_xml(result.contents, url, True))
-    out.append(_prefixes_xml(result.common_prefixes, url))
+    out.append(_contents_xml(contents, url, True))
+    out.append(_prefixes_xml(prefixes, url))
     out.append("</ListBucketResult>")
+    return "".join(out).encode()
+
+
+def list_multipart_uploads_xml(bucket: str, result: UploadListResult, *, prefix: str, delimiter: str,
+                               max_uploads: int, key_marker: str, upload_id_marker: str, encoding_type: str) -> bytes:
+    url = encoding_type == "url"
+    uploads = _listable("ListMultipartUploads", bucket, result.uploads, url, key=lambda u: u.key)
+    prefixes = _listable("ListMultipartUploads", bucket, result.common_prefixes, url)
+    out = [f'{_DECL}<ListMultipartUploadsResult xmlns="{S3_NS}">', _el("Bucket", bucket),
+           _el("KeyMarker", key_marker, url), _el("UploadIdMarker", upload_id_marker), _el("Prefix", prefix, url)]
+    if delimiter:
+        out.append(_el("Delimiter", delimiter, url))
+    if result.is_truncated and result.next_key_marker is not None and _carriable(result.next_key_marker, url):
+        out.append(_el("NextKeyMarker", result.next_key_marker, url))
+        out.append(_el("NextUploadIdMarker", result.next_upload_id_marker or ""))
+    out.append(_el("MaxUploads", max_uploads))
+    out.append(_el("IsTruncated", result.is_truncated))
+    if url:
+        out.append(_el("EncodingType", "url"))
+    owner = f"{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_ID)}"
+    for u in uploads:
+        out.append(f"<Upload>{_el('Key', u.key, url)}{_el('UploadId', u.upload_id)}<Initiator>{owner}</Initiator>"
+                   f"<Owner>{owner}</Owner><StorageClass>STANDARD</StorageClass>"
+                   f"{_el('Initiated', iso8601(u.initiated))}</Upload>")
+    out.append(_prefixes_xml(prefixes, url))
+    out.append("</ListMultipartUploadsResult>")
     return "".join(out).encode()
 
 
@@ -196,16 +257,41 @@ def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
     return parts
 
 
+# C0 control characters XML 1.0 cannot carry, raw or as character references: SDKs write a key's
+# characters as they are (boto3 puts a NUL straight into the document).
+_XML_CONTROLS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]|&#[xX]0*([0-9a-fA-F]{1,2});|&#0*([0-9]{1,2});")
+# Each stands in for one control character while the document is parsed: the noncharacters
+# U+FDD0..U+FDEF are legal XML, and no new key may hold one, so no real key is mistaken for them
+# (an old key holding one can still be deleted, by DeleteObject).
+_STAND_IN = 0xFDD0
+_FROM_STAND_IN = {_STAND_IN + c: c for c in range(0x20)}
+
+
+def _stand_in(match: re.Match) -> bytes:
+    hex_ref, dec_ref = match.group(1), match.group(2)
+    if hex_ref is None and dec_ref is None:
+        value = match.group(0)[0]
+    else:
+        value = int(hex_ref, 16) if hex_ref is not None else int(dec_ref)
+        if value >= 0x20 or value in (0x09, 0x0A, 0x0D):
+            return match.group(0)  # a character XML carries: leave it to the parser
+    return chr(_STAND_IN + value).encode()
+
+
 def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[str], bool]:
-    """(keys, quiet) of a DeleteObjects (POST ?delete) request."""
-    root = parse_xml(body, "Delete")
+    """(keys, quiet) of a DeleteObjects (POST ?delete) request. A key holding a control
+    character still parses, so that it gets its own error entry (the key is invalid) rather
+    than failing the whole request as malformed XML."""
+    substituted = _XML_CONTROLS.sub(_stand_in, body)
+    stood_in = substituted != body
+    root = parse_xml(substituted, "Delete")
     keys = []
     for el in root:
         if _local(el.tag) == "Object":
             key = _child_text(el, "Key")
             if key is None:
                 raise S3Error("MalformedXML", "Every <Object> needs a <Key>.")
-            keys.append(key)
+            keys.append(key.translate(_FROM_STAND_IN) if stood_in else key)
     if not keys or len(keys) > limit:
         raise S3Error("MalformedXML", f"DeleteObjects takes 1 to {limit} <Object> entries; got {len(keys)}.")
     return keys, (_child_text(root, "Quiet") or "").strip().lower() == "true"
@@ -280,6 +366,27 @@ def parse_list_objects(bucket: str, body: bytes) -> ListResult:
         next_marker = max(entries) if entries else None
     return ListResult(contents=contents, common_prefixes=prefixes, is_truncated=truncated,
                       next_marker=next_marker if truncated else None)
+
+
+def parse_list_multipart_uploads(bucket: str, body: bytes) -> UploadListResult:
+    """A ListMultipartUploadsResult; url-encoded values are decoded."""
+    root = ET.fromstring(body)
+    url = (_child_text(root, "EncodingType") or "") == "url"
+    decode = unquote if url else (lambda s: s)
+    uploads, prefixes = [], []
+    for el in root:
+        tag = _local(el.tag)
+        if tag == "Upload":
+            uploads.append(UploadInfo(
+                bucket=bucket, key=decode(_child_text(el, "Key") or ""), upload_id=_child_text(el, "UploadId") or "",
+                initiated=_iso_to_ts(_child_text(el, "Initiated") or "1970-01-01T00:00:00Z")))
+        elif tag == "CommonPrefixes":
+            prefixes.append(decode(_child_text(el, "Prefix") or ""))
+    truncated = (_child_text(root, "IsTruncated") or "false").strip() == "true"
+    next_key = _child_text(root, "NextKeyMarker")
+    return UploadListResult(uploads=uploads, common_prefixes=prefixes, is_truncated=truncated,
+                            next_key_marker=decode(next_key) if truncated and next_key is not None else None,
+                            next_upload_id_marker=(_child_text(root, "NextUploadIdMarker") or "") if truncated else None)
 
 
 def parse_initiate_multipart(body: bytes) -> str:
