@@ -44,6 +44,10 @@ class _StoreCollector:
             "bytes_in": CounterMetricFamily("nearfaas_object_bytes_in", "Object bytes written per storage node (measured)", labels=["node", "class"]),
             "bytes_out": CounterMetricFamily("nearfaas_object_bytes_out", "Object bytes read per storage node (measured)", labels=["node", "class"]),
             "objects": GaugeMetricFamily("nearfaas_objects", "Objects stored per storage node", labels=["node", "class"]),
+            "uploads_expired": CounterMetricFamily("nearfaas_multipart_uploads_expired", "Unfinished multipart uploads a node "
+                                                   "expired or cleaned up (measured)", labels=["node", "class"]),
+            "upload_bytes_reclaimed": CounterMetricFamily("nearfaas_multipart_bytes_reclaimed", "Bytes of expired multipart "
+                                                          "parts removed (measured)", labels=["node", "class"]),
         }
         up = GaugeMetricFamily("nearfaas_node_up", "1 when the node answered its last health poll", labels=["node", "kind", "class"])
         for node in self.nodes.nodes.values():

@@ -160,7 +160,9 @@ class _NodeCollector:
             stats = self.agent.store.counters.snapshot()
             for field, kind, help_text in (("bytes_in", CounterMetricFamily, "Object bytes written to this node"),
                                            ("bytes_out", CounterMetricFamily, "Object bytes read from this node"),
-                                           ("objects", GaugeMetricFamily, "Objects stored on this node")):
+                                           ("objects", GaugeMetricFamily, "Objects stored on this node"),
+                                           ("uploads_expired", CounterMetricFamily, "Unfinished multipart uploads expired or cleaned up"),
+                                           ("upload_bytes_reclaimed", CounterMetricFamily, "Bytes of expired multipart parts removed")):
                 metric = kind(f"nearfaas_node_object_{field}", help_text, labels=["node", "class"])
                 metric.add_metric(labels, stats.get(field, 0))
                 yield metric
