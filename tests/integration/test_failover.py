@@ -99,7 +99,10 @@ def _is_worker_of(pid: int, node: str) -> bool:
             args = f.read().split(b"\0")
     except OSError:
         return False
-    return b"nearfaas.runtime.worker" in args and node.encode() in args
+    if b"nearfaas.runtime.worker" in args:
+        return node.encode() in args
+    # A pre-warmed generic worker (specialised or idle) names its node's folder instead.
+    return b"nearfaas.runtime.prewarm" in args and any(a.endswith(b"/nodes/" + node.encode()) for a in args)
 
 
 def _alive(pid: int) -> bool:

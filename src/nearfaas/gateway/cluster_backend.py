@@ -19,11 +19,12 @@ held by several replicas appears once, with its earliest initiation time.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-from nearfaas.gateway.nodes import NodeDirectory
+from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, Node, NodeDirectory
 from nearfaas.gateway.replicas import replicas_for
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
@@ -33,6 +34,7 @@ log = logging.getLogger("nearfaas.gateway.s3")
 # The gateway's own routes live under these path prefixes, so no bucket may take their names.
 RESERVED_BUCKETS = {"system", "function", "async-function", "healthz", "metrics", "_nearfaas"}
 _TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
+_DOWN_CHECK_S = HEALTH_INTERVAL_S / 2  # how often a slow node call looks at the node's health
 
 
 class _Tee:
@@ -98,13 +100,55 @@ def _missed_upload(exc: BaseException) -> bool:
     return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart"))
 
 
+async def _unless_down(node: Node, call: Awaitable):
+    """Await a call to storage node ``node``, abandoning it (ServiceUnavailable) as soon as the
+    health poll marks the node down: a node that hangs (SIGSTOP, a stuck disk) must cost a
+    request the health-check bound (about 1.5 s), not a socket timeout of minutes. A node
+    already marked down is not asked at all. The poll, not one failed request, decides."""
+    if not node.healthy:
+        call.close()
+        raise S3Error("ServiceUnavailable", f"storage node {node.name} is down (health poll: {node.last_error or 'not answering'})")
+    task = asyncio.ensure_future(call)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_DOWN_CHECK_S)
+            if done:
+                return task.result()
+            if not node.healthy:
+                raise S3Error("ServiceUnavailable", f"storage node {node.name} stopped answering its health checks mid-request")
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+class _HealthBound:
+    """A node's StorageBackend client whose every call is bounded by the node's health."""
+
+    def __init__(self, client: StorageBackend, node: Node):
+        self._client, self._node = client, node
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args, **kwargs):
+            return await _unless_down(self._node, attr(*args, **kwargs))
+
+        return call
+
+
 class ClusterBackend:
     def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool):
         self.nodes = nodes
-        self.client_for = client_for
+        self._client_for = client_for
         self.replication = replication
         self.dscs_replica = dscs_replica
         self._bucket_options: dict[str, dict] = {}
+
+    def client_for(self, name: str) -> _HealthBound:
+        return _HealthBound(self._client_for(name), self.nodes.nodes[name])
 
     # -- placement ---------------------------------------------------------------------------------
     async def _wants_dscs(self, bucket: str, options: dict | None = None) -> bool:
