@@ -18,11 +18,11 @@ import time
 import uuid
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
 from nearfaas import __version__
+from nearfaas.gateway.async_queue import AsyncQueue
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES, FastPath
 from nearfaas.gateway.invoker import CallError
@@ -101,52 +101,6 @@ class UidAllocator:
         return uid
 
 
-class AsyncQueue:
-    """Async invocations: accepted with 202 at once, run by a bounded set of consumers."""
-
-    def __init__(self, calls: ChainRunner, session_getter, metrics: GatewayMetrics, depth: int = 10_000, consumers: int = 16):
-        self.calls, self.session_getter, self.metrics = calls, session_getter, metrics
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=depth)
-        self.consumers = consumers
-        self.tasks: list[asyncio.Task] = []
-
-    def start(self) -> None:
-        self.tasks = [asyncio.get_running_loop().create_task(self._consume()) for _ in range(self.consumers)]
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-
-    def submit(self, item: dict) -> None:
-        self.queue.put_nowait(item)  # raises QueueFull -> 429 at the caller
-        self.metrics.async_queue.inc()
-
-    async def _consume(self) -> None:
-        while True:
-            item = await self.queue.get()
-            try:
-                await self._run(item)
-            except Exception as exc:  # a callback target that misbehaves must not kill the consumer
-                print(json.dumps({"event": "async-error", "call_id": item["call_id"], "error": repr(exc)}), flush=True)
-            finally:
-                self.metrics.async_queue.dec()
-
-    async def _run(self, item: dict) -> None:
-        started = time.perf_counter()
-        try:
-            result = await self.calls.invoke(item["name"], "POST", item["path"], item["query"], item["headers"], item["body"], item["call_id"])
-            status, headers, body = result.status, result.headers, result.body
-        except CallError as exc:
-            status, headers, body = exc.status, {"X-Nearfaas-Layer": exc.layer}, (str(exc) + "\n").encode()
-        if not item.get("callback"):
-            return
-        headers = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
-        headers.update({"X-Call-Id": item["call_id"], "X-Function-Status": str(status), "X-Function-Name": item["name"],
-                        "X-Duration-Seconds": f"{time.perf_counter() - started:.6f}"})
-        async with self.session_getter().post(item["callback"], data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=30)) as resp:
-            await resp.read()
-
-
 def _is_fastpath(spec: dict) -> bool:
     return (spec.get("x") or {}).get("target") == "fastpath"
 
@@ -168,7 +122,7 @@ class OpenFaaSAPI:
         self.secrets_dir = state_dir / "secrets"
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.invoke_max_body = invoke_max_body
-        self.queue = AsyncQueue(calls, lambda: nodes.session, metrics)
+        self.queue = AsyncQueue(calls, lambda: nodes.session, metrics, state_dir / "gateway")  # journal: async_queue.py
 
     def routes(self, app: web.Application) -> None:
         r = app.router
@@ -234,11 +188,11 @@ class OpenFaaSAPI:
             call_id = new_call_id()
             body = json.dumps({"input": {"bucket": bucket, "key": key}, "event": event}).encode()
             try:
-                self.queue.submit({"name": name, "path": "/", "query": "", "headers": {"Content-Type": "application/json"},
-                                   "body": body, "call_id": call_id, "callback": None})
-            except asyncio.QueueFull:
+                self.queue.submit_nowait({"name": name, "path": "/", "query": "", "headers": {"Content-Type": "application/json"},
+                                          "body": body, "call_id": call_id, "callback": None})
+            except (asyncio.QueueFull, CallError) as exc:
                 print(json.dumps({"event": "trigger-dropped", "function": name, "object": f"s3://{bucket}/{key}",
-                                  "reason": "async queue full"}), flush=True)
+                                  "reason": str(exc) or "async queue full"}), flush=True)
                 continue
             self.metrics.triggers.labels(name).inc()
 
@@ -555,8 +509,8 @@ class OpenFaaSAPI:
         try:
             body = await self._read_invocation_body(request)
             path, query = self._raw_target(request)
-            self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
-                               "call_id": request["call_id"], "callback": callback})
+            await self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
+                                     "call_id": request["call_id"], "callback": callback})  # on disk before the 202
         except CallError as exc:
             return _error(exc.status, str(exc), exc.layer)
         except asyncio.QueueFull:

@@ -161,6 +161,9 @@ async def serve(args) -> None:
         loop.add_signal_handler(sig, stop.set)
     print(json.dumps({"event": "ready", "gateway": layout["gateway_url"]}), flush=True)
     await stop.wait()
+    # Running async calls may still use the gateway (their functions' S3 calls): let them finish
+    # (or hand them back to the journal) before the listener closes.
+    await app["api"].queue.drain()
     server.close()
     await runner.cleanup()
 

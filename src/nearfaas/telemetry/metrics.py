@@ -34,6 +34,8 @@ class GatewayMetrics:
         self.chains = Counter("nearfaas_chain_calls", "Chain (application) calls by outcome", ["app", "outcome"], registry=r)
         self.triggers = Counter("nearfaas_trigger_calls", "Calls queued by object-PUT triggers", ["function_name"], registry=r)
         self.async_queue = Gauge("nearfaas_async_queue_depth", "Async calls waiting or running", registry=r)
+        self.async_resumed = Counter("nearfaas_async_resumed", "Async calls found not done in the journal at start-up and run again",
+                                     registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,496 @@
+"""Async calls that survive a gateway restart: a write-ahead journal under a bounded queue.
+
+Mechanism. ``POST /async-function/<name>`` and object-PUT triggers hand the gateway a call to run
+later. Before the 202 goes out, the call is appended to ``<state>/gateway/async-queue.journal``
+and the file is ``fsync``ed. The journal is a sequence of lines, each ``<crc32 hex> <json>``:
+
+    {"t": "h", "next": 18}                         header of a compacted file: the next key
+    {"t": "a", "k": 17, "c": "<call id>", ...}     accepted: everything needed to run the call
+    {"t": "s", "k": 17, "at": 2}                   attempt 2 started (written before it runs)
+    {"t": "d", "k": 17, "at": 2, "st": 200, ...}   done: it ran and its callback was delivered
+                                                   (or finally failed)
+
+Writers do not fsync one by one: records wait in a buffer and one flush task writes and fsyncs
+whatever has gathered, in a thread, so 100 concurrent 202s cost a few fsyncs, not 100 (group
+commit). Attempt and done records are written without an fsync of their own: a killed gateway
+keeps them (they are in the page cache), the next accept's fsync or the one at close makes them
+durable. At start-up (``start()``) the journal is replayed: every call with no done record is
+queued again with its call id and attempt count, the file is rewritten with only those calls
+(compaction, which also drops a torn tail) and consumers start. Compaction runs again whenever
+the file passes ``compact_bytes`` and is more than half dead records.
+
+Delivery is at least once: a call is marked done only after it ran and its callback was
+delivered or finally failed. A call that was running when the gateway died runs again after the
+restart with the SAME ``X-Call-Id`` and the next ``X-Call-Attempt`` (sent to the function and to
+the callback), so either can deduplicate. On a clean stop (SIGTERM, what ``nearfaas down``
+sends) consumers take no new call and running ones get ``grace_s`` to finish and be marked done;
+queued calls simply stay in the journal.
+
+Worked example::
+
+    q = AsyncQueue(chains, lambda: nodes.session, metrics, state_dir / "gateway", depth=2)
+    q.start()                               # replays the journal, resumes what was not done
+    await q.submit({"name": "thumb", "path": "/", "query": "", "headers": {}, "body": b"{}",
+                    "call_id": "abc-1", "callback": None})   # durable on return -> 202
+    await q.submit(...); await q.submit(...)                  # third: asyncio.QueueFull -> 429
+    # kill -9 the gateway here; after `nearfaas up` "abc-1" runs as attempt 1, or as attempt 2
+    # (same X-Call-Id) if it had started
+
+Known caveats:
+- A call that outlives ``grace_s`` at shutdown is cancelled and runs again after the restart
+  (the function may have run to completion in its worker meanwhile): exactly once holds only for
+  calls that finish within the grace.
+- The gateway stops listening before its cleanup runs, so a function that calls back into the
+  gateway (S3) during the grace fails. A call that ends in a 5xx (or a 429) during the drain is
+  therefore not marked done and runs again after the restart (a second run if it had written
+  something before failing). Calling ``queue.drain()`` in app.py's ``serve()`` before the server
+  is closed lets such calls finish instead.
+- A machine crash (not a process kill) can lose attempt and done records written since the last
+  fsync: a done call then runs again, and a rerun may repeat an attempt number.
+- Trigger calls (``submit_nowait``) are made durable just after the PUT that caused them is
+  answered (the S3 front end's hook is synchronous): a crash in that window loses the trigger.
+- The request headers are kept (they are forwarded to the function) except ``Authorization``
+  and ``Cookie``: credentials are checked at accept time and never written to disk.
+- Bodies are held in memory as well as in the journal: ``depth`` x ``invoke_max_body`` bounds it.
+- A journal write that fails (disk full) answers the client 503 and is rolled back (truncated),
+  so the file stays well formed; calls already accepted are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from nearfaas.gateway.invoker import CallError
+
+JOURNAL_NAME = "async-queue.journal"
+# Credentials are checked when a call is accepted; they must not sit in a file for later.
+_UNPERSISTED_HEADERS = {"authorization", "cookie"}
+# The invoker answers these itself when it could not run the call at all (no node, function at
+# its limit): safe to try again, since the function never ran.
+_NOT_RUN = {429, 503}
+RUN_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+CALLBACK_RETRY_DELAYS_S = (1.0, 3.0)
+
+
+def _log(event: str, **fields) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+class JournalError(CallError):
+    """The journal could not be written: the call was not accepted (503 to the client)."""
+
+    def __init__(self, message: str):
+        super().__init__(503, message, "gateway", {"Retry-After": "1"})
+
+
+def encode(record: dict) -> bytes:
+    payload = json.dumps(record, separators=(",", ":")).encode()
+    return b"%08x %s\n" % (zlib.crc32(payload), payload)
+
+
+def decode(line: bytes) -> dict | None:
+    """The record of one journal line, or None when it is torn or corrupt."""
+    crc, _, payload = line.partition(b" ")
+    try:
+        if len(crc) != 8 or int(crc, 16) != zlib.crc32(payload):
+            return None
+        record = json.loads(payload)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("t"), str) else None
+
+
+@dataclass
+class Call:
+    key: int  # the journal's own id: a client may send the same X-Call-Id twice
+    call_id: str
+    name: str
+    path: str
+    query: str
+    headers: dict
+    body: bytes
+    callback: str | None
+    accepted: float
+    attempts: int = 0
+
+    @classmethod
+    def from_item(cls, key: int, item: dict) -> Call:
+        headers = {k: v for k, v in dict(item.get("headers") or {}).items() if k.lower() not in _UNPERSISTED_HEADERS}
+        return cls(key, item["call_id"], item["name"], item.get("path", "/"), item.get("query", ""), headers,
+                   bytes(item.get("body") or b""), item.get("callback"), time.time())
+
+    def record(self) -> dict:
+        return {"t": "a", "k": self.key, "c": self.call_id, "n": self.name, "p": self.path, "q": self.query, "h": self.headers,
+                "b": base64.b64encode(self.body).decode(), "cb": self.callback, "ts": self.accepted, "at": self.attempts}
+
+    @classmethod
+    def from_record(cls, r: dict) -> Call:
+        return cls(int(r["k"]), str(r["c"]), str(r["n"]), str(r["p"]), str(r["q"]), dict(r["h"]), base64.b64decode(r["b"]),
+                   r.get("cb"), float(r.get("ts", 0.0)), int(r.get("at", 0)))
+
+
+class Journal:
+    """The append-only file: replay, group-committed appends, compaction."""
+
+    def __init__(self, path: Path, compact_bytes: int = 4 * 1024 * 1024):
+        self.path = path
+        self.compact_bytes = compact_bytes
+        self.next_key = 1
+        self.size = 0  # bytes in the file
+        self.live: dict[int, int] = {}  # key of a call not done -> bytes of its records
+        self.live_bytes = 0
+        self.snapshot = lambda: []  # the records compaction keeps (set by the queue)
+        self._fd: int | None = None
+        self._buffer: list[bytes] = []
+        self._keys: list[tuple[int, int, bool]] = []  # (key, bytes, done) of buffered records
+        self._waiters: list[asyncio.Future] = []
+        self._sync = False  # whether a buffered record needs an fsync (an accept) or only a write
+        self._flusher: asyncio.Task | None = None
+
+    # -- start-up --------------------------------------------------------------------------------
+    def load(self) -> list[Call]:
+        """Replay the file; the calls not done, in acceptance order. Torn or corrupt records are
+        skipped and logged. The file is then rewritten with only those calls and opened for
+        appending (so a torn tail never has a record glued to it)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()  # the file ends with a newline, as it should
+        calls: dict[int, Call] = {}
+        done: set[int] = set()
+        next_key = 1
+        for number, line in enumerate(lines, 1):
+            record = decode(line)
+            if record is None:
+                torn = number == len(lines)
+                _log("async-journal-torn-tail" if torn else "async-journal-corrupt-record", journal=str(self.path),
+                     line=number, bytes=len(line), action="skipped")
+                continue
+            try:
+                next_key = self._apply(record, calls, done, next_key)
+            except (KeyError, ValueError, TypeError) as exc:  # a well-formed line of the wrong shape
+                _log("async-journal-corrupt-record", journal=str(self.path), line=number, error=repr(exc), action="skipped")
+        self.next_key = next_key
+        pending = sorted(calls.values(), key=lambda c: c.key)
+        self.rewrite([c.record() for c in pending])
+        return pending
+
+    @staticmethod
+    def _apply(record: dict, calls: dict[int, Call], done: set[int], next_key: int) -> int:
+        kind = record["t"]
+        if kind == "h":
+            return max(next_key, int(record["next"]))
+        key = int(record["k"])
+        if kind == "a" and key not in done:
+            call = Call.from_record(record)
+            if key in calls:  # written again by a compaction that overlapped its first write
+                call.attempts = max(call.attempts, calls[key].attempts)
+            calls[key] = call
+        elif kind == "s" and key in calls:
+            calls[key].attempts = max(calls[key].attempts, int(record["at"]))
+        elif kind == "d":
+            done.add(key)
+            calls.pop(key, None)
+        return max(next_key, key + 1)
+
+    def rewrite(self, records: list[dict]) -> None:
+        """Compaction: a new file holding ``records``, made durable, then renamed over the old one."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [encode(r) for r in records]
+        tmp = self.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold request bodies
+        try:
+            _write_all(fd, encode({"t": "h", "next": self.next_key}) + b"".join(lines))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself must survive a crash
+        finally:
+            os.close(dir_fd)
+        old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        if old is not None:
+            os.close(old)
+        self.size = os.fstat(self._fd).st_size
+        self.live = {int(r["k"]): len(line) for r, line in zip(records, lines, strict=True)}
+        self.live_bytes = sum(self.live.values())
+
+    # -- appends ---------------------------------------------------------------------------------
+    def new_key(self) -> int:
+        self.next_key += 1
+        return self.next_key - 1
+
+    def append_nowait(self, record: dict, sync: bool = True) -> asyncio.Future:
+        """Queue ``record`` for the next group commit; the future is done once it is on disk
+        (``sync``: fsynced; else written to the file, which a crash of the gateway process
+        does not undo, and fsynced with the next accept or at close)."""
+        if self._fd is None:
+            raise JournalError(f"the async journal {self.path} is closed")
+        line = encode(record)
+        future = asyncio.get_running_loop().create_future()
+        self._buffer.append(line)
+        self._keys.append((int(record["k"]), len(line), record["t"] == "d"))
+        self._waiters.append(future)
+        self._sync = self._sync or sync
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+        return future
+
+    async def append(self, record: dict, sync: bool = True) -> None:
+        await self.append_nowait(record, sync)
+
+    async def _flush(self) -> None:
+        while self._buffer:
+            data, keys, waiters, sync = b"".join(self._buffer), self._keys, self._waiters, self._sync
+            self._buffer, self._keys, self._waiters, self._sync = [], [], [], False
+            try:
+                await asyncio.to_thread(self._write, data, sync)
+            except OSError as exc:
+                error = JournalError(f"could not write the async journal {self.path}: {exc}")
+                for w in waiters:
+                    if not w.done():
+                        w.set_exception(error)
+                continue
+            for key, size, is_done in keys:
+                if is_done:
+                    self.live_bytes -= self.live.pop(key, 0)
+                else:
+                    self.live[key] = self.live.get(key, 0) + size
+                    self.live_bytes += size
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+            if self.size >= self.compact_bytes and self.size > 2 * self.live_bytes:
+                records = self.snapshot()  # taken here, in the loop, between two writes
+                try:
+                    await asyncio.to_thread(self.rewrite, records)
+                except OSError as exc:  # the old file is intact: keep appending to it
+                    _log("async-journal-compaction-failed", journal=str(self.path), error=str(exc))
+
+    def _write(self, data: bytes, sync: bool = True) -> None:
+        try:
+            _write_all(self._fd, data)
+            if sync:
+                os.fsync(self._fd)
+        except OSError:
+            # Cut off whatever part got in, so the next record starts on a line of its own.
+            try:
+                os.ftruncate(self._fd, self.size)
+            except OSError:
+                pass
+            raise
+        self.size += len(data)
+
+    async def close(self) -> None:
+        """Wait for buffered records to reach the disk, then close the file."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._fd is not None:
+            try:
+                os.fsync(self._fd)  # the attempt and done records written without one
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class AsyncQueue:
+    """Async invocations: persisted, answered 202, run by a bounded set of consumers."""
+
+    def __init__(self, calls, session_getter, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
+                 grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024):
+        self.calls, self.session_getter, self.metrics = calls, session_getter, metrics
+        self.journal = Journal(Path(journal_dir) / JOURNAL_NAME, compact_bytes)
+        # What a compaction keeps: calls whose accept record is on disk and whose done record is
+        # not (journal.live). ``pending`` alone would not do: a call stays in it until its
+        # consumer resumes, a moment after its done record was written.
+        self.journal.snapshot = lambda: [c.record() for c in self.pending.values() if c.key in self.journal.live]
+        self.depth, self.consumers, self.grace_s = depth, consumers, grace_s
+        self.pending: dict[int, Call] = {}  # accepted and not done: waiting, running, or being persisted
+        self.ready: asyncio.Queue[int] = asyncio.Queue()
+        self.tasks: list[asyncio.Task] = []
+        self._busy: set[asyncio.Task] = set()
+        self._closing = False
+
+    def start(self) -> None:
+        """Replay the journal, queue what was not done, start the consumers."""
+        resumed = self.journal.load()
+        for call in resumed:
+            self.pending[call.key] = call
+            self.ready.put_nowait(call.key)
+        self.metrics.async_queue.set(len(self.pending))
+        if resumed:
+            self.metrics.async_resumed.inc(len(resumed))
+            _log("async-resumed", calls=len(resumed), journal=str(self.journal.path))
+        loop = asyncio.get_running_loop()
+        self.tasks = [loop.create_task(self._consume()) for _ in range(self.consumers)]
+
+    def _admit(self, item: dict) -> Call:
+        if self._closing:
+            raise JournalError("the gateway is shutting down; retry")
+        if len(self.pending) >= self.depth:  # persisted calls count: a restart cannot overfill it
+            raise asyncio.QueueFull
+        call = Call.from_item(self.journal.new_key(), item)
+        self.pending[call.key] = call
+        self.metrics.async_queue.inc()
+        return call
+
+    def _settle(self, call: Call, future: asyncio.Future) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self._forget(call)
+            if not future.cancelled():
+                _log("async-not-persisted", call_id=call.call_id, function=call.name, error=str(future.exception()))
+        else:
+            self.ready.put_nowait(call.key)  # only a durable call may run
+
+    def _forget(self, call: Call) -> None:
+        if self.pending.pop(call.key, None) is not None:
+            self.metrics.async_queue.dec()
+
+    async def submit(self, item: dict) -> None:
+        """Accept a call; on return it is on disk. Raises QueueFull (429) or JournalError (503)."""
+        call = self._admit(item)
+        try:
+            future = self.journal.append_nowait(call.record())
+        except JournalError:
+            self._forget(call)
+            raise
+        try:
+            await asyncio.shield(future)  # a client that hangs up does not undo the write
+        finally:
+            if future.done():
+                self._settle(call, future)
+            else:
+                future.add_done_callback(lambda f: self._settle(call, f))
+        # _settle has put it on the ready queue, or forgotten it and the exception propagates.
+
+    def submit_nowait(self, item: dict) -> None:
+        """Accept a call from synchronous code (object triggers); it is durable moments later."""
+        call = self._admit(item)
+        try:
+            future = self.journal.append_nowait(call.record())
+        except JournalError:
+            self._forget(call)
+            raise
+        future.add_done_callback(lambda f: self._settle(call, f))
+
+    # -- running ---------------------------------------------------------------------------------
+    async def _consume(self) -> None:
+        task = asyncio.current_task()
+        while not self._closing:
+            key = await self.ready.get()
+            call = self.pending.get(key)
+            if call is None:
+                continue
+            self._busy.add(task)
+            try:
+                await self._run(call)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a callback target that misbehaves must not kill the consumer
+                _log("async-error", call_id=call.call_id, function=call.name, error=repr(exc))
+            finally:
+                self._busy.discard(task)
+
+    async def _mark(self, record: dict, call: Call) -> None:
+        # Written, not fsynced: a killed gateway keeps what it wrote (the page cache survives the
+        # process); only a machine crash before the next fsync (the next accept's, or the one at
+        # close) could lose it, and then the call runs again (at least once) under a repeated
+        # attempt number. An fsync here would cost every 202 about one more fsync of waiting.
+        try:
+            await self.journal.append(record, sync=False)
+        except JournalError as exc:  # run it anyway: at worst it runs again after a restart
+            _log("async-journal-write-failed", call_id=call.call_id, record=record["t"], error=str(exc))
+
+    async def _run(self, call: Call) -> None:
+        started = time.perf_counter()
+        for delay in (*RUN_RETRY_DELAYS_S, None):
+            call.attempts += 1
+            await self._mark({"t": "s", "k": call.key, "at": call.attempts}, call)
+            headers = {**call.headers, "X-Call-Attempt": str(call.attempts)}
+            try:
+                result = await self.calls.invoke(call.name, "POST", call.path, call.query, headers, call.body, call.call_id)
+                status, headers, body = result.status, result.headers, result.body
+                break
+            except CallError as exc:
+                status, headers, body = exc.status, {"X-Nearfaas-Layer": exc.layer}, (str(exc) + "\n").encode()
+                if exc.status not in _NOT_RUN or delay is None or self._closing:
+                    break
+                await asyncio.sleep(delay)
+        if self._closing and (status >= 500 or status in _NOT_RUN):
+            # The gateway stops listening before its cleanup drains this queue (aiohttp closes
+            # its sites first), so a function that reached back into the cluster (S3) during
+            # the drain failed because of the shutdown, not on its own; and a call the invoker
+            # refused (429) never ran: run it after the restart.
+            _log("async-left-pending", call_id=call.call_id, function=call.name, attempts=call.attempts, status=status,
+                 reason="failed while the gateway was shutting down")
+            return
+        outcome = "none"
+        if call.callback:
+            outcome = await self._deliver(call, status, headers, body, time.perf_counter() - started)
+        await self._mark({"t": "d", "k": call.key, "at": call.attempts, "st": status, "cb": outcome}, call)
+        self._forget(call)
+        if call.attempts > 1 or status >= 400 or outcome.startswith("failed"):  # no client is waiting to see it
+            _log("async-done", call_id=call.call_id, function=call.name, attempts=call.attempts, status=status, callback=outcome)
+
+    async def _deliver(self, call: Call, status: int, headers: dict, body: bytes, seconds: float) -> str:
+        """POST the result to the callback URL; "delivered" or "failed: <why>" after the retries."""
+        headers = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+        headers.update({"X-Call-Id": call.call_id, "X-Call-Attempt": str(call.attempts), "X-Function-Status": str(status),
+                        "X-Function-Name": call.name, "X-Duration-Seconds": f"{seconds:.6f}"})
+        why = ""
+        for delay in (*CALLBACK_RETRY_DELAYS_S, None):
+            try:
+                async with self.session_getter().post(call.callback, data=body, headers=headers,
+                                                      timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                    await resp.read()
+                    if resp.status < 500:  # a 4xx will not change on a retry
+                        return "delivered" if resp.status < 400 else f"failed: callback answered {resp.status}"
+                    why = f"callback answered {resp.status}"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                why = repr(exc)
+            if delay is not None:
+                await asyncio.sleep(delay)
+        return f"failed: {why}"
+
+    # -- stopping --------------------------------------------------------------------------------
+    async def drain(self) -> None:
+        """Take no new call; give running ones ``grace_s`` to finish and be marked done."""
+        if self._closing:
+            return
+        self._closing = True
+        for task in self.tasks:
+            if task not in self._busy:
+                task.cancel()  # idle: waiting for a call (what it would have taken stays pending)
+        busy = set(self._busy)
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=self.grace_s)
+            if late:
+                _log("async-drain-timeout", running=len(late), grace_s=self.grace_s, action="cancelled; they run again after the restart")
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def stop(self) -> None:
+        await self.drain()
+        await self.journal.close()
+        _log("async-queue-stopped", pending=len(self.pending), journal=str(self.journal.path))
