@@ -149,14 +149,21 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
             on_step(f"starting the fast path on udp {host}:{fp['udp']} ({fp['workers']} worker(s), {fp['sched']})")
             Path(fp["ready_file"]).unlink(missing_ok=True)
             started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"])))
-        on_step(f"starting gateway on {gateway_url}")
-        started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
-                              state_dir, env, f"{gateway_url}/healthz"))
+        # The nodes answer before the gateway starts: its first health poll must find them up, or
+        # it would count them down (and fail S3 calls fast) until its next poll.
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
         _write_layout(state_dir, layout)
         for name, proc, url, log in started:
             _wait_ready(url, proc, name, log)
             on_step(f"{name} is ready")
+        on_step(f"starting gateway on {gateway_url}")
+        started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
+                              state_dir, env, f"{gateway_url}/healthz"))
+        layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
+        _write_layout(state_dir, layout)
+        name, proc, url, log = started[-1]
+        _wait_ready(url, proc, name, log)
+        on_step("gateway is ready")
     except BaseException:
         for _, proc, _, _ in started:
             _stop_group(proc.pid)

@@ -100,12 +100,18 @@ def _missed_upload(exc: BaseException) -> bool:
     return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart"))
 
 
+def _down(node: Node) -> bool:
+    """Known to be down: it answered a health poll once and has failed one since. A node never
+    yet seen (its first poll raced its start) is asked anyway."""
+    return not node.healthy and node.last_seen > 0
+
+
 async def _unless_down(node: Node, call: Awaitable):
     """Await a call to storage node ``node``, abandoning it (ServiceUnavailable) as soon as the
     health poll marks the node down: a node that hangs (SIGSTOP, a stuck disk) must cost a
     request the health-check bound (about 1.5 s), not a socket timeout of minutes. A node
     already marked down is not asked at all. The poll, not one failed request, decides."""
-    if not node.healthy:
+    if _down(node):
         call.close()
         raise S3Error("ServiceUnavailable", f"storage node {node.name} is down (health poll: {node.last_error or 'not answering'})")
     task = asyncio.ensure_future(call)
@@ -114,7 +120,7 @@ async def _unless_down(node: Node, call: Awaitable):
             done, _ = await asyncio.wait({task}, timeout=_DOWN_CHECK_S)
             if done:
                 return task.result()
-            if not node.healthy:
+            if _down(node):
                 raise S3Error("ServiceUnavailable", f"storage node {node.name} stopped answering its health checks mid-request")
     finally:
         if not task.done():
