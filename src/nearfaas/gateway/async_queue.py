@@ -366,14 +366,18 @@ class AsyncQueue:
         if self.pending.pop(call.key, None) is not None:
             self.metrics.async_queue.dec()
 
-    async def submit(self, item: dict) -> None:
-        """Accept a call; on return it is on disk. Raises QueueFull (429) or JournalError (503)."""
+    def _accept(self, item: dict) -> tuple[Call, asyncio.Future]:
+        """Admit a call and queue its record for the journal; the future settles once it is on disk."""
         call = self._admit(item)
         try:
-            future = self.journal.append_nowait(call.record())
+            return call, self.journal.append_nowait(call.record())
         except JournalError:
             self._forget(call)
             raise
+
+    async def submit(self, item: dict) -> None:
+        """Accept a call; on return it is on disk. Raises QueueFull (429) or JournalError (503)."""
+        call, future = self._accept(item)
         try:
             await asyncio.shield(future)  # a client that hangs up does not undo the write
         finally:
@@ -385,12 +389,7 @@ class AsyncQueue:
 
     def submit_nowait(self, item: dict) -> None:
         """Accept a call from synchronous code (object triggers); it is durable moments later."""
-        call = self._admit(item)
-        try:
-            future = self.journal.append_nowait(call.record())
-        except JournalError:
-            self._forget(call)
-            raise
+        call, future = self._accept(item)
         future.add_done_callback(lambda f: self._settle(call, f))
 
     # -- running ---------------------------------------------------------------------------------
