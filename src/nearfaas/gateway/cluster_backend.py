@@ -35,6 +35,7 @@ log = logging.getLogger("nearfaas.gateway.s3")
 RESERVED_BUCKETS = {"system", "function", "async-function", "healthz", "metrics", "_nearfaas"}
 _TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
 _DOWN_CHECK_S = HEALTH_INTERVAL_S / 2  # how often a slow node call looks at the node's health
+_PATIENCE_S = 1.0  # how long a call waits on a node the poll calls down before giving up on it
 
 
 class _Tee:
@@ -101,27 +102,27 @@ def _missed_upload(exc: BaseException) -> bool:
 
 
 def _down(node: Node) -> bool:
-    """Known to be down: it answered a health poll once and has failed one since. A node never
-    yet seen (its first poll raced its start) is asked anyway."""
+    """Known to be down: it answered a health poll once and has failed one since (a node never
+    yet seen, whose first poll raced its start, is not judged)."""
     return not node.healthy and node.last_seen > 0
 
 
 async def _unless_down(node: Node, call: Awaitable):
-    """Await a call to storage node ``node``, abandoning it (ServiceUnavailable) as soon as the
-    health poll marks the node down: a node that hangs (SIGSTOP, a stuck disk) must cost a
-    request the health-check bound (about 1.5 s), not a socket timeout of minutes. A node
-    already marked down is not asked at all. The poll, not one failed request, decides."""
-    if _down(node):
-        call.close()
-        raise S3Error("ServiceUnavailable", f"storage node {node.name} is down (health poll: {node.last_error or 'not answering'})")
+    """Await a call to storage node ``node``, abandoning it (ServiceUnavailable) once it has
+    waited ``_PATIENCE_S`` while the health poll says the node is down: a node that hangs
+    (SIGSTOP, a stuck disk) costs a request about the health-check bound (1.5 s), not a socket
+    timeout of minutes. A node that is merely slow to answer one poll (load) still serves every
+    call that it answers within the patience, so one slow poll does not make writes degraded."""
     task = asyncio.ensure_future(call)
+    started = asyncio.get_running_loop().time()
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=_DOWN_CHECK_S)
             if done:
                 return task.result()
-            if _down(node):
-                raise S3Error("ServiceUnavailable", f"storage node {node.name} stopped answering its health checks mid-request")
+            if _down(node) and asyncio.get_running_loop().time() - started >= _PATIENCE_S:
+                raise S3Error("ServiceUnavailable", f"storage node {node.name} is not answering its health checks "
+                              f"({node.last_error or 'no answer'}); this call waited {_PATIENCE_S:g}s for it")
     finally:
         if not task.done():
             task.cancel()
