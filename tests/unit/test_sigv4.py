@@ -56,6 +56,7 @@ def send(server, method: str, path: str, headers: dict, body: bytes = b"") -> tu
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
         conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        headers = {name: value for name, value in headers.items() if name.lower() != "content-length"}  # ours counts
         for name, value in {**headers, "Content-Length": str(len(body))}.items():
             conn.putheader(name, value)
         conn.endheaders()

@@ -10,7 +10,6 @@ import base64
 import calendar
 import hashlib
 import hmac
-import http.client
 import time
 import zlib
 from urllib.parse import urlsplit
@@ -23,6 +22,7 @@ from botocore.credentials import Credentials
 from nearfaas.s3.sigv4 import S3Auth
 from nearfaas.s3.sigv4_streaming import StreamingSeed, canonical_trailers
 from s3_test_server import S3TestServer
+from test_sigv4 import send  # one raw-HTTP sender for both SigV4 test files
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -102,21 +102,6 @@ def signed_streaming_put(url: str, chunks: list[bytes], *, payload_hash: str = S
         body += "".join(f"{name}:{value}\r\n" for name, value in trailers.items()).encode()
         body += f"x-amz-trailer-signature:{signature}\r\n".encode()
     return headers, body + b"\r\n"
-
-
-def send(server, method: str, path: str, headers: dict, body: bytes = b"") -> tuple[int, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-        headers = {name: value for name, value in headers.items() if name.lower() != "content-length"}
-        for name, value in {**headers, "Content-Length": str(len(body))}.items():
-            conn.putheader(name, value)
-        conn.endheaders()
-        conn.send(body)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def code(body: bytes) -> str:
