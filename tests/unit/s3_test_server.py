@@ -4,12 +4,7 @@ its own event loop, so that blocking boto3 clients can drive it from a test."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-import http.client
-import os
 import threading
-import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import boto3
@@ -83,57 +78,3 @@ class S3TestServer:
                         signature_version=UNSIGNED if unsigned else "s3v4", connect_timeout=5, read_timeout=20)
         return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
                             aws_access_key_id=access_key, aws_secret_access_key=secret, config=config)
-
-
-# -- helpers of the S3 front-end tests ------------------------------------------------------------
-
-NAMES = itertools.count()  # unique bucket names across a module's tests
-
-
-def code_of(excinfo) -> tuple[str, int]:
-    err = excinfo.value.response
-    return err["Error"]["Code"], err["ResponseMetadata"]["HTTPStatusCode"]
-
-
-def raw(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-        send_body: bool = True) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        headers = dict(headers or {})
-        conn.putrequest(method, path, skip_accept_encoding=True, skip_host="Host" in headers)
-        if body is not None and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
-            headers["Content-Length"] = str(len(body))
-        for name, value in headers.items():
-            conn.putheader(name, value)
-        conn.endheaders()
-        if body is not None and send_body:
-            conn.send(body)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
-
-
-def xml_code(body: bytes) -> str:
-    return ET.fromstring(body).findtext("Code")
-
-
-def tmp_is_empty(server) -> bool:
-    return os.listdir(server.store.root / "tmp") == []
-
-
-def tmp_empties_soon(server, timeout: float = 5.0, settle: float = 0.5) -> bool:
-    """For aborts the server only sees once the client's connection has gone. Empty must stay
-    empty for ``settle`` seconds: the handler may open its temp file only after the client has
-    gone (and then abort it), so one empty listing proves nothing."""
-    deadline = time.monotonic() + timeout
-    empty_since = None
-    while time.monotonic() < deadline:
-        if not tmp_is_empty(server):
-            empty_since = None
-        elif empty_since is None:
-            empty_since = time.monotonic()
-        elif time.monotonic() - empty_since >= settle:
-            return True
-        time.sleep(0.02)
-    return False

@@ -15,9 +15,21 @@ from nearfaas.node.multipart import list_upload_page, sweep_expired_uploads
 from nearfaas.node.objectstore import ObjectStore
 from nearfaas.s3.backend import UploadInfo
 from nearfaas.s3.errors import S3Error
-from test_objectstore import reopen
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ObjectStore(tmp_path / "node", min_part_size=5)
+    s.create_bucket("bkt")
+    yield s
+    s.close()
+
+
+def reopen(store: ObjectStore) -> ObjectStore:
+    store.close()
+    return ObjectStore(store.root, min_part_size=5)
 
 
 def backdate(store: ObjectStore, upload_id: str, seconds: float) -> None:

@@ -27,6 +27,14 @@ from nearfaas.s3.validation import (
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.fixture
+def store(tmp_path):
+    s = ObjectStore(tmp_path / "node", min_part_size=5)
+    s.create_bucket("bkt")
+    yield s
+    s.close()
+
+
 def reopen(store: ObjectStore, **kwargs) -> ObjectStore:
     store.close()
     return ObjectStore(store.root, min_part_size=5, **kwargs)
