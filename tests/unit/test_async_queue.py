@@ -11,7 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from nearfaas.gateway import async_queue
-from nearfaas.gateway.async_queue import JOURNAL_NAME, AsyncQueue, JournalError, decode, encode
+from nearfaas import journal as journal_module
+from nearfaas.gateway.async_queue import JOURNAL_NAME, AsyncQueue, JournalError
+from nearfaas.journal import decode, encode
 from nearfaas.gateway.invoker import CallError
 from nearfaas.telemetry.metrics import GatewayMetrics
 
@@ -212,7 +214,7 @@ def test_a_failed_journal_write_is_a_503_and_leaves_the_file_well_formed(tmp_pat
             raise OSError(28, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr(async_queue.os, "fsync", fsync)
+    monkeypatch.setattr(journal_module.os, "fsync", fsync)
 
     async def go():
         q = queue(tmp_path, consumers=0)

@@ -2,7 +2,7 @@
 
 Mechanism. ``POST /async-function/<name>`` and object-PUT triggers hand the gateway a call to run
 later. Before the 202 goes out, the call is appended to ``<state>/gateway/async-queue.journal``
-and the file is ``fsync``ed. The journal is a sequence of lines, each ``<crc32 hex> <json>``:
+(nearfaas/journal.py) and the file is ``fsync``ed. Its records:
 
     {"t": "h", "next": 18}                         header of a compacted file: the next key
     {"t": "a", "k": 17, "c": "<call id>", ...}     accepted: everything needed to run the call
@@ -61,15 +61,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
 from nearfaas.gateway.invoker import CallError
+from nearfaas.journal import Journal
 
 JOURNAL_NAME = "async-queue.journal"
 # Credentials are checked when a call is accepted; they must not sit in a file for later.
@@ -90,23 +89,6 @@ class JournalError(CallError):
 
     def __init__(self, message: str):
         super().__init__(503, message, "gateway", {"Retry-After": "1"})
-
-
-def encode(record: dict) -> bytes:
-    payload = json.dumps(record, separators=(",", ":")).encode()
-    return b"%08x %s\n" % (zlib.crc32(payload), payload)
-
-
-def decode(line: bytes) -> dict | None:
-    """The record of one journal line, or None when it is torn or corrupt."""
-    crc, _, payload = line.partition(b" ")
-    try:
-        if len(crc) != 8 or int(crc, 16) != zlib.crc32(payload):
-            return None
-        record = json.loads(payload)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("t"), str) else None
 
 
 @dataclass
@@ -137,180 +119,16 @@ class Call:
         return cls(int(r["k"]), str(r["c"]), str(r["n"]), str(r["p"]), str(r["q"]), dict(r["h"]), base64.b64decode(r["b"]),
                    r.get("cb"), float(r.get("ts", 0.0)), int(r.get("at", 0)))
 
-
-class Journal:
-    """The append-only file: replay, group-committed appends, compaction."""
-
-    def __init__(self, path: Path, compact_bytes: int = 4 * 1024 * 1024):
-        self.path = path
-        self.compact_bytes = compact_bytes
-        self.next_key = 1
-        self.size = 0  # bytes in the file
-        self.live: dict[int, int] = {}  # key of a call not done -> bytes of its records
-        self.live_bytes = 0
-        self.snapshot = lambda: []  # the records compaction keeps (set by the queue)
-        self._fd: int | None = None
-        self._buffer: list[bytes] = []
-        self._keys: list[tuple[int, int, bool]] = []  # (key, bytes, done) of buffered records
-        self._waiters: list[asyncio.Future] = []
-        self._sync = False  # whether a buffered record needs an fsync (an accept) or only a write
-        self._flusher: asyncio.Task | None = None
-
-    # -- start-up --------------------------------------------------------------------------------
-    def load(self) -> list[Call]:
-        """Replay the file; the calls not done, in acceptance order. Torn or corrupt records are
-        skipped and logged. The file is then rewritten with only those calls and opened for
-        appending (so a torn tail never has a record glued to it)."""
-        try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
-            data = b""
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()  # the file ends with a newline, as it should
-        calls: dict[int, Call] = {}
-        done: set[int] = set()
-        next_key = 1
-        for number, line in enumerate(lines, 1):
-            record = decode(line)
-            if record is None:
-                torn = number == len(lines)
-                _log("async-journal-torn-tail" if torn else "async-journal-corrupt-record", journal=str(self.path),
-                     line=number, bytes=len(line), action="skipped")
-                continue
-            try:
-                next_key = self._apply(record, calls, done, next_key)
-            except (KeyError, ValueError, TypeError) as exc:  # a well-formed line of the wrong shape
-                _log("async-journal-corrupt-record", journal=str(self.path), line=number, error=repr(exc), action="skipped")
-        self.next_key = next_key
-        pending = sorted(calls.values(), key=lambda c: c.key)
-        self.rewrite([c.record() for c in pending])
-        return pending
-
-    @staticmethod
-    def _apply(record: dict, calls: dict[int, Call], done: set[int], next_key: int) -> int:
-        kind = record["t"]
-        if kind == "h":
-            return max(next_key, int(record["next"]))
-        key = int(record["k"])
-        if kind == "a" and key not in done:
-            call = Call.from_record(record)
-            if key in calls:  # written again by a compaction that overlapped its first write
-                call.attempts = max(call.attempts, calls[key].attempts)
-            calls[key] = call
-        elif kind == "s" and key in calls:
-            calls[key].attempts = max(calls[key].attempts, int(record["at"]))
-        elif kind == "d":
-            done.add(key)
-            calls.pop(key, None)
-        return max(next_key, key + 1)
-
-    def rewrite(self, records: list[dict]) -> None:
-        """Compaction: a new file holding ``records``, made durable, then renamed over the old one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [encode(r) for r in records]
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold request bodies
-        try:
-            _write_all(fd, encode({"t": "h", "next": self.next_key}) + b"".join(lines))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself must survive a crash
-        finally:
-            os.close(dir_fd)
-        old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        if old is not None:
-            os.close(old)
-        self.size = os.fstat(self._fd).st_size
-        self.live = {int(r["k"]): len(line) for r, line in zip(records, lines, strict=True)}
-        self.live_bytes = sum(self.live.values())
-
-    # -- appends ---------------------------------------------------------------------------------
-    def new_key(self) -> int:
-        self.next_key += 1
-        return self.next_key - 1
-
-    def append_nowait(self, record: dict, sync: bool = True) -> asyncio.Future:
-        """Queue ``record`` for the next group commit; the future is done once it is on disk
-        (``sync``: fsynced; else written to the file, which a crash of the gateway process
-        does not undo, and fsynced with the next accept or at close)."""
-        if self._fd is None:
-            raise JournalError(f"the async journal {self.path} is closed")
-        line = encode(record)
-        future = asyncio.get_running_loop().create_future()
-        self._buffer.append(line)
-        self._keys.append((int(record["k"]), len(line), record["t"] == "d"))
-        self._waiters.append(future)
-        self._sync = self._sync or sync
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush())
-        return future
-
-    async def append(self, record: dict, sync: bool = True) -> None:
-        await self.append_nowait(record, sync)
-
-    async def _flush(self) -> None:
-        while self._buffer:
-            data, keys, waiters, sync = b"".join(self._buffer), self._keys, self._waiters, self._sync
-            self._buffer, self._keys, self._waiters, self._sync = [], [], [], False
-            try:
-                await asyncio.to_thread(self._write, data, sync)
-            except OSError as exc:
-                error = JournalError(f"could not write the async journal {self.path}: {exc}")
-                for w in waiters:
-                    if not w.done():
-                        w.set_exception(error)
-                continue
-            for key, size, is_done in keys:
-                if is_done:
-                    self.live_bytes -= self.live.pop(key, 0)
-                else:
-                    self.live[key] = self.live.get(key, 0) + size
-                    self.live_bytes += size
-            for w in waiters:
-                if not w.done():
-                    w.set_result(None)
-            if self.size >= self.compact_bytes and self.size > 2 * self.live_bytes:
-                records = self.snapshot()  # taken here, in the loop, between two writes
-                try:
-                    await asyncio.to_thread(self.rewrite, records)
-                except OSError as exc:  # the old file is intact: keep appending to it
-                    _log("async-journal-compaction-failed", journal=str(self.path), error=str(exc))
-
-    def _write(self, data: bytes, sync: bool = True) -> None:
-        try:
-            _write_all(self._fd, data)
-            if sync:
-                os.fsync(self._fd)
-        except OSError:
-            # Cut off whatever part got in, so the next record starts on a line of its own.
-            try:
-                os.ftruncate(self._fd, self.size)
-            except OSError:
-                pass
-            raise
-        self.size += len(data)
-
-    async def close(self) -> None:
-        """Wait for buffered records to reach the disk, then close the file."""
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
-        if self._fd is not None:
-            try:
-                os.fsync(self._fd)  # the attempt and done records written without one
-            finally:
-                os.close(self._fd)
-                self._fd = None
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    @classmethod
+    def from_records(cls, records: list[dict]) -> Call | None:
+        """The call a journal entry's records describe: its accept record (the last one, if a
+        compaction wrote it twice), with the highest attempt any record started."""
+        accepts = [r for r in records if r["t"] == "a"]
+        if not accepts:
+            return None  # its accept record was torn: nothing to run
+        call = cls.from_record(accepts[-1])
+        call.attempts = max([call.attempts] + [int(r["at"]) for r in records if r["t"] in ("a", "s")])
+        return call
 
 
 class AsyncQueue:
@@ -319,7 +137,7 @@ class AsyncQueue:
     def __init__(self, calls, session_getter, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
                  grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024):
         self.calls, self.session_getter, self.metrics = calls, session_getter, metrics
-        self.journal = Journal(Path(journal_dir) / JOURNAL_NAME, compact_bytes)
+        self.journal = Journal(Path(journal_dir) / JOURNAL_NAME, compact_bytes, error=JournalError, name="async-journal")
         # What a compaction keeps: calls whose accept record is on disk and whose done record is
         # not (journal.live). ``pending`` alone would not do: a call stays in it until its
         # consumer resumes, a moment after its done record was written.
@@ -333,7 +151,7 @@ class AsyncQueue:
 
     def start(self) -> None:
         """Replay the journal, queue what was not done, start the consumers."""
-        resumed = self.journal.load()
+        resumed = self.journal.load(Call.from_records, Call.record)
         for call in resumed:
             self.pending[call.key] = call
             self.ready.put_nowait(call.key)
