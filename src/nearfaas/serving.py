@@ -29,11 +29,19 @@ Known caveats:
   still aiohttp's to reject (400).
 - The process's descriptor limit is raised to its hard limit at start; the cap should stay
   below it (``serve`` lowers the cap to fit and says so).
+
+3. **Memory back after a flood.** Thousands of connections leave the allocators holding the
+   memory their handlers used (Python's arenas and glibc's heap keep freed memory for reuse).
+   When the count falls from a flood (``FLOOD`` or more) back to a handful (``CALM``), the guard
+   collects garbage and asks glibc to hand free pages back (``malloc_trim``), once per flood.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 import json
 import resource
 import time
@@ -45,6 +53,8 @@ HEAD_TIMEOUT_S = 10.0
 KEEPALIVE_TIMEOUT_S = 15.0
 MAX_CONNECTIONS = 4096
 _FD_RESERVE = 256  # descriptors kept for files, pipes, outgoing connections
+FLOOD = 1024  # connections at once that count as a flood ...
+CALM = 64  # ... and how few mean it is over: time to give memory back
 
 
 class ConnectionGuard:
@@ -58,6 +68,8 @@ class ConnectionGuard:
         self.evicted = 0
         self.refused = 0
         self.head_timeouts = 0
+        self.peak = 0  # most connections at once since memory was last given back
+        self.trims = 0
 
     def admit(self, conn: _Guarded) -> bool:
         if len(self.active) >= self.max_connections:
@@ -70,6 +82,7 @@ class ConnectionGuard:
             victim.close()
         self.active.add(conn)
         self.awaiting_head[conn] = None
+        self.peak = max(self.peak, len(self.active))
         return True
 
     def _idlest(self) -> _Guarded | None:
@@ -83,10 +96,26 @@ class ConnectionGuard:
     def forget(self, conn: _Guarded) -> None:
         self.active.discard(conn)
         self.awaiting_head.pop(conn, None)
+        if self.peak >= FLOOD and len(self.active) <= CALM:
+            self.peak = len(self.active)
+            self.trims += 1
+            asyncio.get_running_loop().call_later(1.0, give_memory_back)  # once the last handlers are gone
 
     def stats(self) -> dict:
         return {"connections": len(self.active), "awaiting_head": len(self.awaiting_head), "evicted": self.evicted,
-                "refused": self.refused, "head_timeouts": self.head_timeouts, "max_connections": self.max_connections}
+                "refused": self.refused, "head_timeouts": self.head_timeouts, "max_connections": self.max_connections,
+                "memory_trims": self.trims}
+
+
+def give_memory_back() -> None:
+    """Free what garbage holds and return free heap pages to the kernel (glibc only)."""
+    gc.collect()
+    libc_name = ctypes.util.find_library("c")
+    if libc_name:
+        try:
+            ctypes.CDLL(libc_name).malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl has no malloc_trim): nothing to do
+            pass
 
 
 class _Guarded(asyncio.Protocol):
