@@ -20,10 +20,10 @@ from nearfaas.s3.sigv4 import S3Auth
 
 class S3TestServer:
     def __init__(self, root: Path, *, auth: S3Auth | None = None, max_body: int = 64 << 20,
-                 min_part_size: int = 5 << 20, max_object_size: int = 5 << 30):
+                 min_part_size: int = 5 << 20, max_object_size: int = 5 << 30, version_writer=None):
         self.store = ObjectStore(root, min_part_size=min_part_size, max_object_size=max_object_size)
         self.backend = LocalBackend(self.store)
-        self.frontend = S3Frontend(self.backend, auth=auth, max_body=max_body)
+        self.frontend = S3Frontend(self.backend, auth=auth, max_body=max_body, version_writer=version_writer)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None

@@ -38,7 +38,7 @@ class FakeNode:
             pass
         return self._reply("part", "part-etag")
 
-    async def complete_multipart_upload(self, bucket, key, upload_id, parts):
+    async def complete_multipart_upload(self, bucket, key, upload_id, parts, version=None):
         return self._reply("complete", INFO)
 
     async def abort_multipart_upload(self, bucket, key, upload_id):
@@ -169,7 +169,7 @@ def test_an_upload_expired_on_one_replica_still_completes_on_the_other(tmp_path)
 
 
 class DeletingNode(FakeNode):
-    async def delete_object(self, bucket, key):
+    async def delete_object(self, bucket, key, version=None):
         return self._reply("delete", None)
 
 

@@ -129,7 +129,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
         "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
-        "replication": {"factor": spec.replication.factor, "dscs_replica": spec.replication.dscs_replica},
+        "replication": spec.replication.to_dict(),
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
         "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile, "handler_roots": spec.gateway.handler_roots,

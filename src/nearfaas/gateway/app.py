@@ -19,6 +19,9 @@ from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.cluster_backend import ClusterBackend
+from nearfaas.replication.antientropy import AntiEntropy
+from nearfaas.replication.hints import HintLog, replay_forever
+from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
 from nearfaas.gateway.webhooks import WebhookSink
@@ -60,7 +63,7 @@ class _StoreCollector:
         yield from families.values()
 
 
-def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool) -> ClusterBackend:
+def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
@@ -69,7 +72,7 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool) -> ClusterBa
             clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session, credentials=credentials)
         return clients[name]
 
-    return ClusterBackend(nodes, client_for, factor, dscs)
+    return ClusterBackend(nodes, client_for, factor, dscs, hints=hints)
 
 
 def _stage_profiles():
@@ -108,7 +111,11 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
-    chains = ChainRunner(invoker, backend := _cluster_backend(nodes, factor, dscs))
+    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"))
+    anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
+                               tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)))
+    metrics.add_collector(ReplicationCollector(backend, anti_entropy))
+    chains = ChainRunner(invoker, backend)
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
@@ -130,11 +137,18 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
 
     async def startup(app):
         await nodes.start()
+        backend.hints.load()  # what replicas were owed when the gateway last stopped
         await api.restore()
-        app["reaper"] = asyncio.get_running_loop().create_task(invoker.reap_idle_forever())
+        loop = asyncio.get_running_loop()
+        app["background"] = [loop.create_task(invoker.reap_idle_forever()),
+                             loop.create_task(replay_forever(backend.hints, nodes, backend.repairer)),
+                             loop.create_task(anti_entropy.run_forever())]
 
     async def cleanup(app):
-        app["reaper"].cancel()
+        for task in app["background"]:
+            task.cancel()
+        await asyncio.gather(*app["background"], return_exceptions=True)
+        await backend.hints.close()
         await api.queue.stop()
         await api.fastpath.stop()
         await nodes.stop()

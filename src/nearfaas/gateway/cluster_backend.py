@@ -1,9 +1,33 @@
-"""The cluster's S3 endpoint: one StorageBackend over every storage node.
+"""The cluster's S3 endpoint: one StorageBackend over every storage node, behaving as one store.
 
 Writes go to the object's replica set (rendezvous hashing) at once, streamed to all replicas in
-parallel; a write is acknowledged once every reachable replica has made it durable (and at
-least one has). Reads go to the first replica that has the object. Listings merge every node's
-sorted listing. The gateway never buffers an object body.
+parallel. Each write and delete carries a version (replication/version.py) that the gateway
+stamps when the client's body has ended (a PUT: it travels as the body's last bytes) or when the
+request arrives (DELETE, CompleteMultipartUpload); every replica keeps the newest version of a
+key (a delete leaves a tombstone), so replicas converge whatever order writes reach them in.
+A write is acknowledged once every reachable replica has made it durable (at least one must),
+and only after every older write of the same key (replication/ordering.py): the last write
+acknowledged is the one that stands. A replica that missed it (down, or hung past the patience
+below) is owed it: a hint is made durable before the answer (replication/hints.py) and replayed
+when the node is back; anti-entropy (replication/antientropy.py) repairs whatever else differs.
+
+Reads ask every replica for its version at once (a GET on the first healthy replica, a HEAD on
+the others) and answer from the newest one; a replica found behind is repaired in the
+background (read-repair). A read never answers older than a version some replica is owed (a
+pending hint): if only older replicas are reachable it answers 503, never stale data.
+Listings merge every node's sorted listing. The gateway never buffers an object body.
+
+Fallback ladder for a call to one node: answered -> waited ``_PATIENCE_S`` on a node the health
+poll calls down (then given up: a degraded write with a hint, or the next replica for a read)
+-> refused at once with 503 SlowDown + Retry-After when ``NODE_CALLS`` calls to that node are
+already in flight and ``NODE_QUEUE`` more are waiting (overload is backpressure, never a
+"node down" that would degrade writes).
+
+Worked example: storage-1 is SIGSTOPped. PUT k: storage-0 commits k@v8 at once; the call to
+storage-1 waits until the poll marks it down (<= 1.5 s) plus the patience (1 s), is given up,
+a hint (storage-1, k, v8) is fsynced, the client gets 200. GET k: storage-0 answers v8 (the
+HEAD on storage-1 is given up the same way, or skipped once the node is known down). SIGCONT:
+the next poll sees storage-1, the hint replayer copies k@v8 to it within half a second.
 
 Multipart uploads live on the object's replicas, under one upload id the gateway picks. Each
 node expires an upload it still holds after its expiry age (node/multipart.py); the replicas
@@ -26,6 +50,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, Node, NodeDirectory
 from nearfaas.gateway.replicas import replicas_for
+from nearfaas.replication.hints import HintLog
+from nearfaas.replication.ordering import AckOrder
+from nearfaas.replication.repair import Repairer, newest, state_from
+from nearfaas.replication.version import HybridClock
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 
@@ -36,16 +64,20 @@ RESERVED_BUCKETS = {"system", "function", "async-function", "healthz", "metrics"
 _TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
 _DOWN_CHECK_S = HEALTH_INTERVAL_S / 2  # how often a slow node call looks at the node's health
 _PATIENCE_S = 1.0  # how long a call waits on a node the poll calls down before giving up on it
+NODE_CALLS = 64  # calls in flight to one storage node at once
+NODE_QUEUE = 2048  # calls waiting for one of those; beyond: 503 SlowDown (backpressure)
+SLOWDOWN_RETRY_AFTER_S = 1
 
 
 class _Tee:
     """Feeds one async byte stream to several consumers; a consumer that fails is dropped."""
 
-    def __init__(self, source: AsyncIterator[bytes], n: int):
+    def __init__(self, source: AsyncIterator[bytes], n: int, trailer: Callable[[], bytes] | None = None):
         self.source = source
         self.queues = [asyncio.Queue(maxsize=_TEE_DEPTH) for _ in range(n)]
         self.dead = [False] * n
         self.error: BaseException | None = None
+        self.trailer = trailer  # called once the body has ended: its bytes go last to every consumer
 
     async def pump(self) -> None:
         try:
@@ -53,6 +85,11 @@ class _Tee:
                 for i, q in enumerate(self.queues):
                     if not self.dead[i]:
                         await q.put(chunk)
+            if self.trailer is not None:
+                last = self.trailer()
+                for i, q in enumerate(self.queues):
+                    if not self.dead[i]:
+                        await q.put(last)
         except BaseException as exc:  # the client's body broke off: every replica must abort
             self.error = exc
         for i, q in enumerate(self.queues):
@@ -101,6 +138,19 @@ def _missed_upload(exc: BaseException) -> bool:
     return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart"))
 
 
+def _missed_write(exc: BaseException) -> bool:
+    """A replica that was unreachable, or that lacks the bucket (it was down when the bucket
+    was created; it is owed the bucket too): it missed this write, if another replica made it."""
+    return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code == "NoSuchBucket")
+
+
+async def _close(answer) -> None:
+    """Release a fetched object stream that will not be sent (another replica is newer)."""
+    aclose = getattr(getattr(answer, "body", None), "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
 def _down(node: Node) -> bool:
     """Known to be down: it answered a health poll once and has failed one since (a node never
     yet seen, whose first poll raced its start, is not judged)."""
@@ -129,11 +179,41 @@ async def _unless_down(node: Node, call: Awaitable):
             await asyncio.gather(task, return_exceptions=True)
 
 
-class _HealthBound:
-    """A node's StorageBackend client whose every call is bounded by the node's health."""
+class _Gate:
+    """At most ``NODE_CALLS`` calls in flight to one node and ``NODE_QUEUE`` waiting; a call
+    beyond both is refused at once with SlowDown, which the client retries after Retry-After."""
 
-    def __init__(self, client: StorageBackend, node: Node):
-        self._client, self._node = client, node
+    def __init__(self, node: str):
+        self.node = node
+        self.slots = asyncio.Semaphore(NODE_CALLS)
+        self.waiting = 0
+        self.refused = 0
+
+    async def __aenter__(self) -> None:
+        if self.slots.locked():
+            if self.waiting >= NODE_QUEUE:
+                self.refused += 1
+                raise S3Error("SlowDown", f"storage node {self.node} has {NODE_CALLS} calls in flight and {NODE_QUEUE} "
+                              f"waiting; retry after {SLOWDOWN_RETRY_AFTER_S}s",
+                              headers={"Retry-After": str(SLOWDOWN_RETRY_AFTER_S)})
+            self.waiting += 1
+            try:
+                await self.slots.acquire()
+            finally:
+                self.waiting -= 1
+        else:
+            await self.slots.acquire()
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.slots.release()
+
+
+class _HealthBound:
+    """A node's StorageBackend client whose every call is bounded by the node's health and
+    passes through the node's gate."""
+
+    def __init__(self, client: StorageBackend, node: Node, gate: _Gate):
+        self._client, self._node, self._gate = client, node, gate
 
     def __getattr__(self, name: str):
         attr = getattr(self._client, name)
@@ -141,21 +221,33 @@ class _HealthBound:
             return attr
 
         async def call(*args, **kwargs):
-            return await _unless_down(self._node, attr(*args, **kwargs))
+            async with self._gate:
+                return await _unless_down(self._node, attr(*args, **kwargs))
 
         return call
 
 
 class ClusterBackend:
-    def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool):
+    def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool,
+                 *, hints: HintLog | None = None):
         self.nodes = nodes
         self._client_for = client_for
         self.replication = replication
         self.dscs_replica = dscs_replica
         self._bucket_options: dict[str, dict] = {}
+        self._gates: dict[str, _Gate] = {}
+        self.clock = HybridClock("gw")
+        self.order = AckOrder()
+        self.hints = hints if hints is not None else HintLog(None)
+        self.repairer = Repairer(self)
+        self.stale_reads_refused = 0  # reads answered 503 because only replicas behind a hint were reachable
 
     def client_for(self, name: str) -> _HealthBound:
-        return _HealthBound(self._client_for(name), self.nodes.nodes[name])
+        gate = self._gates.get(name) or self._gates.setdefault(name, _Gate(name))
+        return _HealthBound(self._client_for(name), self.nodes.nodes[name], gate)
+
+    def slowdowns(self) -> dict[str, int]:
+        return {name: gate.refused for name, gate in self._gates.items()}
 
     # -- placement ---------------------------------------------------------------------------------
     async def _wants_dscs(self, bucket: str, options: dict | None = None) -> bool:
@@ -171,38 +263,57 @@ class ClusterBackend:
 
     def _read_order(self, preferred: list[str]) -> list[str]:
         """The replica set first (healthy ones first), then every other storage node: an object
-        written while one of its replicas was down, or with another replica option, is still found.
-
-        Known gap: after a degraded *overwrite* the replica that was down still holds the old
-        version, and nothing repairs it, so a read that lands there returns stale data."""
+        written with another replica option, or before the ring changed, is still found."""
         others = [n.name for n in self.nodes.storage_nodes() if n.name not in preferred]
         healthy = {n.name for n in self.nodes.storage_nodes(healthy_only=True)}
         return sorted(preferred, key=lambda n: n not in healthy) + others
 
     # -- writes fanned out to replicas -------------------------------------------------------------
-    async def _fan_out(self, targets: list[str], body: AsyncIterator[bytes], write, missed=_unavailable) -> list:
-        """Run ``write(client, stream)`` on every target with a tee of ``body``; returns successes.
+    async def _ordered(self, bucket: str, key: str, version_box: list, targets: list[str], results: list, missed):
+        """Settle a versioned write: hints for the replicas that missed it, then wait for older
+        writes of the key to be acknowledged first. Returns the successes."""
+        try:
+            ok = _settle(targets, results, missed, "write")
+            if version_box:
+                lagging = [n for n, r in zip(targets, results, strict=True) if isinstance(r, BaseException)]
+                for name in lagging:  # durable before the client hears "done"
+                    await self.hints.add(name, bucket, key, version_box[0])
+                await self.order.settle(bucket, key, version_box[0])
+            return ok
+        finally:
+            if version_box:
+                self.order.end(bucket, key, version_box[0])
 
-        A replica whose error satisfies ``missed`` is skipped (a degraded write) when another succeeded."""
-        tee = _Tee(body, len(targets))
+    def _stamp(self, bucket: str, key: str, box: list) -> str:
+        """A new version for a write of the key, registered for ordered acknowledgement."""
+        version = self.clock.now()
+        self.order.begin(bucket, key, version)
+        box.append(version)
+        return version
+
+    async def put_object(self, bucket, key, body, *, content_md5=None, content_type=None, metadata=None, options=None) -> ObjectInfo:
+        targets = await self.replica_names(bucket, key, options)
+        box: list[str] = []  # the version, once the body has ended
+        tee = _Tee(body, len(targets), trailer=lambda: self._stamp(bucket, key, box).encode("ascii"))
 
         async def one(i: int, name: str):
             try:
-                return await write(self.client_for(name), tee.stream(i))
+                return await self.client_for(name).put_object(
+                    bucket, key, tee.stream(i), content_md5=content_md5, content_type=content_type, metadata=metadata,
+                    version_trailer=self.clock.width)
             except BaseException:
                 tee.drop(i)
                 raise
 
         pump = asyncio.ensure_future(tee.pump())
-        results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
-        await pump
-        return _settle(targets, results, missed, "write")
-
-    async def put_object(self, bucket, key, body, *, content_md5=None, content_type=None, metadata=None, options=None) -> ObjectInfo:
-        targets = await self.replica_names(bucket, key, options)
-        results = await self._fan_out(targets, body, lambda c, s: c.put_object(
-            bucket, key, s, content_md5=content_md5, content_type=content_type, metadata=metadata))
-        return results[0]
+        try:
+            results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
+            await pump
+        except BaseException:
+            if box:
+                self.order.end(bucket, key, box[0])
+            raise
+        return (await self._ordered(bucket, key, box, targets, results, _missed_write))[0]
 
     async def create_multipart_upload(self, bucket, key, *, content_type=None, metadata=None, upload_id=None) -> str:
         upload_id = upload_id or uuid.uuid4().hex
@@ -214,15 +325,28 @@ class ClusterBackend:
 
     async def upload_part(self, bucket, key, upload_id, part_number, body, *, content_md5=None) -> str:
         targets = await self.replica_names(bucket, key)
-        results = await self._fan_out(targets, body, lambda c, s: c.upload_part(bucket, key, upload_id, part_number, s, content_md5=content_md5),
-                                      missed=_missed_upload)
-        return results[0]
+        tee = _Tee(body, len(targets))
+
+        async def one(i: int, name: str):
+            try:
+                return await self.client_for(name).upload_part(bucket, key, upload_id, part_number, tee.stream(i),
+                                                               content_md5=content_md5)
+            except BaseException:
+                tee.drop(i)
+                raise
+
+        pump = asyncio.ensure_future(tee.pump())
+        results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
+        await pump
+        return _settle(targets, results, _missed_upload, "write")[0]
 
     async def complete_multipart_upload(self, bucket, key, upload_id, parts) -> ObjectInfo:
         targets = await self.replica_names(bucket, key)
-        results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts) for n in targets),
-                                       return_exceptions=True)
-        info = self._check(targets, results, missed=_missed_upload)[0]
+        box: list[str] = []
+        version = self._stamp(bucket, key, box)
+        results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts, version=version)
+                                         for n in targets), return_exceptions=True)
+        info = (await self._ordered(bucket, key, box, targets, results, _missed_upload))[0]
         # A replica that missed a part keeps its half of the upload: drop it (best effort).
         stale = [n for n, r in zip(targets, results, strict=True) if isinstance(r, S3Error) and r.code == "InvalidPart"]
         await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in stale), return_exceptions=True)
@@ -237,47 +361,70 @@ class ClusterBackend:
     def _check(self, targets, results, missed=_unavailable) -> list:
         return _settle(targets, results, missed, "multipart call")
 
+    async def delete_object(self, bucket, key) -> None:
+        """Delete on every storage node (a copy may sit on any), as a versioned tombstone. A
+        node's refusal (an invalid key, AccessDenied, its own failure) is the answer, so that
+        DeleteObjects reports the key as an error, never as deleted; a node that is down is
+        owed the delete (a hint), unless every node is down."""
+        names = [n.name for n in self.nodes.storage_nodes()]
+        box: list[str] = []
+        version = self._stamp(bucket, key, box)
+        try:
+            results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key, version=version) for n in names),
+                                           return_exceptions=True)
+            refused = [(n, r) for n, r in zip(names, results, strict=True)
+                       if isinstance(r, BaseException) and not _missed_write(r)]
+            if refused:
+                refused.sort(key=lambda f: not (isinstance(f[1], S3Error) and f[1].code == "NoSuchBucket"))
+                name, exc = refused[0]
+                raise exc if isinstance(exc, S3Error) else S3Error(
+                    "InternalError", f"storage node {name} failed to delete the key: {exc!r}")
+        except BaseException:
+            self.order.end(bucket, key, version)
+            raise
+        await self._ordered(bucket, key, box, names, results, _missed_write)
+
     # -- reads -------------------------------------------------------------------------------------
-    async def _first(self, bucket: str, key: str, op):
+    async def _newest(self, bucket: str, key: str, fetch):
+        """``fetch(client)`` (a GET or HEAD) from the replica holding the key's newest version.
+
+        The first healthy replica is fetched from while every other storage node not known to
+        be down is asked its version (HEAD); if one is newer, the fetch is redone there. Replicas
+        found behind are repaired in the background."""
         order = self._read_order(await self.replica_names(bucket, key))
-        missing = None
-        for name in order:
-            try:
-                return await op(self.client_for(name))
-            except S3Error as exc:
-                if exc.code == "NoSuchKey":
-                    missing = exc
-                elif not _unavailable(exc):
-                    raise
-        if missing is not None:
-            raise missing
-        raise S3Error("ServiceUnavailable", f"no storage node holding s3://{bucket}/{key} is reachable; retry shortly")
+        asked = [n for n in order if not _down(self.nodes.nodes[n])] or order
+        first, others = asked[0], asked[1:]
+        answers = await asyncio.gather(fetch(self.client_for(first)),
+                                       *(self.client_for(n).head_object(bucket, key) for n in others), return_exceptions=True)
+        got = answers[0]
+        got_info = got.info if hasattr(got, "info") and not isinstance(got, BaseException) else got
+        states = {n: state_from(n, a) for n, a in zip(asked, [got_info, *answers[1:]], strict=True)}
+        for name, answer in zip(asked, answers, strict=True):
+            if states[name] is None and not _unavailable(answer):
+                await _close(got)
+                raise answer if isinstance(answer, S3Error) else S3Error("InternalError", f"storage node {name} failed: {answer!r}")
+        reachable = {n: s for n, s in states.items() if s is not None}
+        best = newest(reachable.values())
+        owed = self.hints.newest(bucket, key)
+        if best is None or best.version < owed:
+            await _close(got)
+            self.stale_reads_refused += best is not None
+            raise S3Error("ServiceUnavailable", f"no storage node holding the newest s3://{bucket}/{key} is reachable; retry shortly")
+        if any(s.version < best.version for s in reachable.values()):
+            self.repairer.soon(bucket, key)
+        if best.deleted:
+            await _close(got)
+            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
+        if states[first] is not None and states[first].version >= best.version:
+            return got
+        await _close(got)
+        return await fetch(self.client_for(best.node))
 
     async def get_object(self, bucket, key, byte_range=None) -> ObjectStream:
-        return await self._first(bucket, key, lambda c: c.get_object(bucket, key, byte_range))
+        return await self._newest(bucket, key, lambda c: c.get_object(bucket, key, byte_range))
 
     async def head_object(self, bucket, key) -> ObjectInfo:
-        return await self._first(bucket, key, lambda c: c.head_object(bucket, key))
-
-    async def delete_object(self, bucket, key) -> None:
-        """Delete on every storage node (a copy may sit on any). A node's refusal (an invalid key,
-        AccessDenied, its own failure) is the answer, so that DeleteObjects reports the key as
-        an error, never as deleted; a node that is down is skipped, as in a degraded write
-        (logged), unless every node is."""
-        names = [n.name for n in self.nodes.storage_nodes()]
-        results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key) for n in names), return_exceptions=True)
-        failed = [(n, r) for n, r in zip(names, results, strict=True) if isinstance(r, BaseException)]
-        refused = [(n, r) for n, r in failed if not _unavailable(r)]
-        if refused:
-            refused.sort(key=lambda f: not (isinstance(f[1], S3Error) and f[1].code == "NoSuchBucket"))
-            name, exc = refused[0]
-            raise exc if isinstance(exc, S3Error) else S3Error(
-                "InternalError", f"storage node {name} failed to delete the key: {exc!r}")
-        if failed and len(failed) == len(names):
-            raise S3Error("ServiceUnavailable", "no storage node is reachable")
-        if failed:
-            log.warning("degraded delete of s3://%s/%s: node(s) %s unreachable", bucket, ascii(key),
-                        ", ".join(n for n, _ in failed))
+        return await self._newest(bucket, key, lambda c: c.head_object(bucket, key))
 
     async def _every_healthy_node(self, op, kind) -> list:
         """``op(client)`` on every healthy storage node: the answers of type ``kind``. A node's
@@ -367,9 +514,14 @@ class ClusterBackend:
     async def create_bucket(self, name, options=None) -> BucketInfo:
         if name in RESERVED_BUCKETS:
             raise S3Error("InvalidBucketName", f"bucket name {name!r} is reserved by the gateway's API; choose another name")
-        results = await self._all_nodes(lambda c: c.create_bucket(name, options))
+        names = [n.name for n in self.nodes.storage_nodes()]
+        results = await asyncio.gather(*(self.client_for(n).create_bucket(name, options) for n in names), return_exceptions=True)
+        made = _settle(names, results, _unavailable, "CreateBucket")
+        for node, r in zip(names, results, strict=True):
+            if isinstance(r, BaseException):  # down: it gets the bucket when it is back
+                await self.hints.add(node, name, None, options=made[0].options)
         self._bucket_options.pop(name, None)
-        return results[0]
+        return made[0]
 
     async def head_bucket(self, name) -> BucketInfo:
         last = None
@@ -383,6 +535,7 @@ class ClusterBackend:
         raise last or S3Error("ServiceUnavailable", "no storage node is reachable")
 
     async def delete_bucket(self, name) -> None:
+        """Needs every storage node: a node that is down would keep the bucket (and its objects)."""
         if (await self.list_objects(name, max_keys=1)).contents:
             raise S3Error("BucketNotEmpty", resource=name)
         await self._all_nodes(lambda c: c.delete_bucket(name))

@@ -118,7 +118,8 @@ class NodeDirectory:
         except TimeoutError:
             raise NodeError(node_name, 504, f"node {node_name} did not answer {method} {path} within {timeout:g}s", "node") from None
         except aiohttp.ClientError as exc:
-            node.healthy = False
+            # Health comes from probes, never from one failed call (it may be overload): ask now.
+            asyncio.ensure_future(self._poll(node))
             raise NodeError(node_name, 503, f"node {node_name} is unreachable: {exc}", "node") from None
 
     async def start_worker(self, node_name: str, spec: dict, timeout: float) -> dict:

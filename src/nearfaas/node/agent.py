@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -42,13 +43,14 @@ class NodeAgent:
             from nearfaas.s3.local_backend import LocalBackend
 
             store_root = state_dir / "nodes" / name / "store"
-            self.store = ObjectStore(store_root)
+            self.store = ObjectStore(store_root, clock_origin=re.sub(r"[^A-Za-z0-9_-]", "-", name)[:64] or "node")
             # Chain intermediates land here from this node's own workers; every storage node has
             # the bucket from its start, so no chain waits on (or fails with) a node that is down.
             self.store.create_bucket(INTERMEDIATE_BUCKET)
             # The node's S3 port answers the gateway (signed with the cluster secret) and this
             # node's own workers writing a chain intermediate (their function keys), no one else.
-            self.s3 = S3Frontend(LocalBackend(self.store), auth=_node_s3_auth(_cluster_secret(state_dir)))
+            self.s3 = S3Frontend(LocalBackend(self.store), auth=_node_s3_auth(_cluster_secret(state_dir)),
+                                 version_writer=_is_gateway)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
         self.registry = CollectorRegistry()
@@ -62,6 +64,9 @@ class NodeAgent:
         app.router.add_get(f"{INTERNAL}/logs/{{name}}", self.logs)
         app.router.add_get("/metrics", self.metrics)
         if self.s3 is not None:
+            from nearfaas.node.replica_api import add_replica_routes
+
+            add_replica_routes(app, self.store, INTERNAL)
             self.s3.mount(app)
 
     def describe(self) -> dict:
@@ -122,6 +127,13 @@ def _cluster_secret(state_dir: Path) -> str:
     return secret
 
 
+def _is_gateway(principal) -> bool:
+    """Only the gateway (signing with the cluster secret) may order writes by version."""
+    from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+
+    return principal is not None and principal.name == INTERNAL_ACCESS_KEY
+
+
 def _node_s3_auth(secret: str):
     from nearfaas.auth import function_keys
     from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
@@ -157,12 +169,13 @@ class _NodeCollector:
         idle.add_metric(labels, len(self.agent.pools.prewarm.idle))
         yield idle
         if self.agent.store is not None:
-            stats = self.agent.store.counters.snapshot()
+            stats = self.agent.store.counters.snapshot() | {"tombstones": self.agent.store.tombstone_count()}
             for field, kind, help_text in (("bytes_in", CounterMetricFamily, "Object bytes written to this node"),
                                            ("bytes_out", CounterMetricFamily, "Object bytes read from this node"),
                                            ("objects", GaugeMetricFamily, "Objects stored on this node"),
                                            ("uploads_expired", CounterMetricFamily, "Unfinished multipart uploads expired or cleaned up"),
-                                           ("upload_bytes_reclaimed", CounterMetricFamily, "Bytes of expired multipart parts removed")):
+                                           ("upload_bytes_reclaimed", CounterMetricFamily, "Bytes of expired multipart parts removed"),
+                                           ("tombstones", GaugeMetricFamily, "Deleted keys remembered until every replica has the delete")):
                 metric = kind(f"nearfaas_node_object_{field}", help_text, labels=["node", "class"])
                 metric.add_metric(labels, stats.get(field, 0))
                 yield metric

@@ -213,7 +213,8 @@ class MultipartUploads:
         except FileNotFoundError:  # aborted meanwhile: the part went with the upload
             pass
 
-    def complete(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]]) -> ObjectInfo:
+    def complete(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]], *,
+                 version: str = "") -> ObjectInfo:
         """Join the listed parts into one object with ETag md5(md5_1 || ... || md5_n)-n."""
         record = self._require(bucket, key, upload_id)
         with self._lock:
@@ -221,7 +222,7 @@ class MultipartUploads:
                 raise _no_such_upload(upload_id)
             self._completing[upload_id] = self._completing.get(upload_id, 0) + 1
         try:
-            return self._complete(bucket, key, upload_id, record, parts)
+            return self._complete(bucket, key, upload_id, record, parts, version)
         finally:
             with self._lock:
                 left = self._completing.pop(upload_id) - 1
@@ -229,7 +230,7 @@ class MultipartUploads:
                     self._completing[upload_id] = left
 
     def _complete(self, bucket: str, key: str, upload_id: str, record: dict,
-                  parts: list[tuple[int, str]]) -> ObjectInfo:
+                  parts: list[tuple[int, str]], version: str) -> ObjectInfo:
         if not parts:
             raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one part.")
         numbers = [number for number, _ in parts]
@@ -264,7 +265,7 @@ class MultipartUploads:
                               f"size is {self.store.max_object_size}.")
             etag = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(parts)}"
             with self.store.open_writer(bucket, key, content_type=record.get("content_type"),
-                                        metadata=record.get("metadata"), compute_md5=False) as writer:
+                                        metadata=record.get("metadata"), compute_md5=False, version=version) as writer:
                 for fd, data_offset, size in opened:
                     writer.copy_from(fd, data_offset, size)
                 info = writer.commit(etag=etag)

@@ -34,7 +34,7 @@ import os
 import socket
 from pathlib import Path
 
-from nearfaas.node.objectfile import CorruptObjectFile, bucket_dir, info_from_header, object_path, read_header
+from nearfaas.node.objectfile import CorruptObjectFile, bucket_dir, info_from_header, live_fields, object_path
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import validate_bucket_name, validate_key
 from nearfaas.spec.options import INTERMEDIATE_BUCKET
@@ -85,10 +85,11 @@ def answer(store_root, buckets: frozenset[str], request: bytes) -> tuple[dict, i
     try:
         # Header and data come from this one open file, so a new version renamed into place in
         # between can never pair one version's offset with another's bytes.
-        offset, fields = read_header(fd)
-        if fields.get("key") != key:  # a SHA-256 collision, or a file placed by hand
+        live = live_fields(fd, key)  # None: a deleted key's tombstone, or another key's file
+        if live is None:
             os.close(fd)
             return reply | {"status": "not-found", "error": "NoSuchKey"}, None
+        offset, fields = live
         info = info_from_header(bucket, fields)
     except (CorruptObjectFile, OSError, KeyError, ValueError) as exc:
         os.close(fd)

@@ -9,9 +9,15 @@ Every object (and every multipart part) is ONE file::
     12      4     data_offset: where the object's bytes start; a multiple of 4096
     16      4     length of the JSON header in bytes
     20      4     CRC-32 of the JSON header
-    24      n     JSON header (UTF-8): key, size, etag, content_type, metadata, last_modified
+    24      n     JSON header (UTF-8): kind, key, size, etag, content_type, metadata,
+                  last_modified, version
     24+n    ...   zero padding up to data_offset
     data_offset   the object's bytes, exactly `size` of them
+
+``kind`` is "object", or "tombstone" for a deleted key: a tombstone is a header with size 0
+that remembers the delete's version, so that an older write arriving late (a retry, a replica
+catching up) cannot bring the key back (replication/version.py). Readers treat a tombstone as
+a missing key (``live_fields``).
 
 `data_offset` is 4096 (one page) for every object whose header fits in a page, which S3's
 limits (1 KiB key, 2 KiB user metadata) make the normal case; it is page-aligned so that a
@@ -153,6 +159,7 @@ def info_from_header(bucket: str, fields: dict) -> ObjectInfo:
         last_modified=fields["last_modified"],
         content_type=fields.get("content_type") or "binary/octet-stream",
         metadata=dict(fields.get("metadata") or {}),
+        version=str(fields.get("version") or ""),
     )
 
 
@@ -165,7 +172,25 @@ def header_from_info(info: ObjectInfo) -> dict:
         "content_type": info.content_type,
         "metadata": info.metadata,
         "last_modified": info.last_modified,
+        "version": info.version,
     }
+
+
+def tombstone_header(key: str, version: str, deleted_at: float) -> dict:
+    return {"kind": "tombstone", "key": key, "size": 0, "etag": "", "last_modified": deleted_at, "version": version}
+
+
+def is_tombstone(fields: dict) -> bool:
+    return fields.get("kind") == "tombstone"
+
+
+def live_fields(fd: int, key: str) -> tuple[int, dict] | None:
+    """(data_offset, header) of the open object file ``fd`` if it holds a live object named
+    ``key``; None for a tombstone or another key (a SHA-256 collision, a file placed by hand)."""
+    data_offset, fields = read_header(fd)
+    if fields.get("key") != key or is_tombstone(fields):
+        return None
+    return data_offset, fields
 
 
 def locate_object(root: str | Path, bucket: str, key: str) -> tuple[str, int, ObjectInfo]:
@@ -185,13 +210,14 @@ def locate_object(root: str | Path, bucket: str, key: str) -> tuple[str, int, Ob
             raise S3Error("NoSuchBucket", f"The bucket {bucket!r} does not exist.", resource=bucket) from None
         raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key) from None
     try:
-        data_offset, fields = read_header(fd)
+        live = live_fields(fd, key)
     except CorruptObjectFile as exc:
         raise S3Error("InternalError", f"The stored object {key!r} is unreadable: {exc}.") from None
     finally:
         os.close(fd)
-    if fields.get("key") != key:  # a SHA-256 collision, or a file placed by hand
+    if live is None:
         raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
+    data_offset, fields = live
     return str(path), data_offset, info_from_header(bucket, fields)
 
 

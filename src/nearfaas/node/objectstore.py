@@ -9,6 +9,14 @@ Layout under ``root``::
     uploads/<upload_id>/upload.json     a multipart upload in progress (multipart.py)
     uploads/<upload_id>/part-00001      its parts, in the object file format
 
+Replication (replication/version.py): every object and tombstone carries a version; a write or
+delete is applied only if its version is newer than what the key holds (last-writer-wins), so
+replicas that see the same writes in any order converge. A versioned delete leaves a tombstone
+file in the object's place; an unversioned one (node-local data that is never replicated)
+removes the file. Tombstones are dropped only when told (``purge_tombstones``), once the
+gateway's anti-entropy pass has seen every replica hold them. Per bucket the store keeps an
+order-independent digest of its (key, version, live|deleted) entries, for anti-entropy.
+
 Every mutation is made durable (fsync of the file, rename, fsync of the directory) before the
 call returns. An in-memory index per bucket (key -> ObjectInfo, sorted) is rebuilt at start-up
 from the object headers alone and serves HEAD and listing without touching the disk.
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -34,6 +43,7 @@ from pathlib import Path
 from sortedcontainers import SortedDict
 
 from nearfaas.node.objectfile import (
+    PAGE,
     AtomicObjectFile,
     CorruptObjectFile,
     bucket_dir,
@@ -41,13 +51,17 @@ from nearfaas.node.objectfile import (
     fsync_dir,
     header_from_info,
     info_from_header,
+    is_tombstone,
     key_digest,
+    live_fields,
     locate_object,
     make_dir_durable,
     object_path,
     read_header,
     remove_tree_atomically,
+    tombstone_header,
 )
+from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER, HybridClock
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import (validate_bucket_name, validate_header_value, validate_key, validate_metadata,
@@ -99,9 +113,9 @@ class ObjectWriter:
     """
 
     def __init__(self, store: ObjectStore, bucket: str, key: str, content_type: str, metadata: dict,
-                 *, compute_md5: bool = True):
+                 *, compute_md5: bool = True, version: str = ""):
         self._store = store
-        self.bucket, self.key = bucket, key
+        self.bucket, self.key, self.version = bucket, key, version
         self.content_type, self.metadata = content_type, metadata
         sizing = {"key": key, "content_type": content_type, "metadata": metadata}
         self._file = AtomicObjectFile(store.tmp_dir, data_offset_for(sizing))
@@ -129,10 +143,12 @@ class ObjectWriter:
         self._check_open()
         self._file.copy_from(src_fd, src_offset, count)
 
-    def commit(self, expected_md5: bytes | None = None, *, etag: str | None = None) -> ObjectInfo:
+    def commit(self, expected_md5: bytes | None = None, *, etag: str | None = None,
+               last_modified: float | None = None) -> ObjectInfo:
         """Make the object durable and visible. `expected_md5` (raw 16 bytes, from Content-MD5)
         is checked first: a mismatch discards the upload and raises BadDigest. `etag` overrides
-        the MD5 ETag (multipart objects)."""
+        the MD5 ETag (multipart objects). A write whose version is older than what the key
+        holds is a no-op (last-writer-wins); it still returns the info it would have stored."""
         self._check_open()
         try:
             digest = self._md5.digest() if self._md5 is not None else None
@@ -148,7 +164,8 @@ class ObjectWriter:
                 etag = digest.hex()
             info = ObjectInfo(
                 bucket=self.bucket, key=self.key, size=self._file.size, etag=etag,
-                last_modified=time.time(), content_type=self.content_type, metadata=self.metadata,
+                last_modified=last_modified or time.time(), content_type=self.content_type, metadata=self.metadata,
+                version=self.version or self._store.clock.now(),
             )
             self._file.finish(header_from_info(info))
             self._store._install(info, self._file)
@@ -203,20 +220,25 @@ class OpenObject:
 
 class ObjectStore:
     def __init__(self, root: str | Path, *, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
-                 min_part_size: int = DEFAULT_MIN_PART_SIZE):
+                 min_part_size: int = DEFAULT_MIN_PART_SIZE, clock_origin: str = "local"):
         from nearfaas.node.multipart import MultipartUploads  # multipart builds on this module
 
         self.root = Path(root)
         self.max_object_size = max_object_size
         self.tmp_dir = self.root / "tmp"
         self.counters = StoreCounters()
+        # Stamps the writes that arrive without a version (node-local data); moved past every
+        # version found on disk at start-up.
+        self.clock = HybridClock(clock_origin)
         # _lock guards the in-memory index and the renames that must agree with it; it is never
         # held across an fsync, because the event loop takes it for HEAD and listing.
         self._lock = threading.RLock()
         # Serialises bucket creation and deletion, which fsync.
         self._bucket_ops_lock = threading.Lock()
         self._buckets: dict[str, BucketInfo] = {}
-        self._index: dict[str, SortedDict] = {}
+        self._index: dict[str, SortedDict] = {}  # live objects only: HEAD and listing
+        self._tombs: dict[str, dict[str, tuple[str, float]]] = {}  # key -> (version, deleted_at)
+        self._digests: dict[str, int] = {}  # XOR of _entry_hash over live objects and tombstones
         for sub in ("tmp", "buckets", "uploads"):
             make_dir_durable(self.root / sub)
         self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
@@ -255,15 +277,22 @@ class ObjectStore:
                 log.warning("ignoring %s: not a valid bucket directory (%s)", bdir, exc)
                 continue
             self._buckets[info.name] = info
-            self._index[info.name] = self._scan_objects(info.name)
+            self._index[info.name], self._tombs[info.name] = self._scan_objects(info.name)
+            self._digests[info.name] = 0
+            for entry in self._index[info.name].values():
+                self._digests[info.name] ^= _entry_hash(entry.key, entry.version, False)
+                self.clock.observe(entry.version)
+            for key, (version, _) in self._tombs[info.name].items():
+                self._digests[info.name] ^= _entry_hash(key, version, True)
+                self.clock.observe(version)
             self.counters.add(objects=len(self._index[info.name]))
 
-    def _scan_objects(self, bucket: str) -> SortedDict:
-        index = SortedDict()
+    def _scan_objects(self, bucket: str) -> tuple[SortedDict, dict]:
+        index, tombs = SortedDict(), {}
         objects_dir = bucket_dir(self.root, bucket) / "objects"
         if not objects_dir.is_dir():
             make_dir_durable(objects_dir)
-            return index
+            return index, tombs
         for sub in objects_dir.iterdir():
             for path in sub.iterdir() if sub.is_dir() else ():
                 try:
@@ -274,12 +303,15 @@ class ObjectStore:
                         os.close(fd)
                     if key_digest(fields["key"]) != path.name:
                         raise CorruptObjectFile("file name is not the hash of its key")
+                    if is_tombstone(fields):
+                        tombs[fields["key"]] = (str(fields["version"]), float(fields["last_modified"]))
+                        continue
                     info = info_from_header(bucket, fields)
-                except (OSError, CorruptObjectFile, KeyError, TypeError) as exc:
+                except (OSError, CorruptObjectFile, KeyError, TypeError, ValueError) as exc:
                     log.error("skipping unreadable object file %s: %s", path, exc)
                     continue
                 index[info.key] = info
-        return index
+        return index, tombs
 
     # -- buckets ----------------------------------------------------------------------------
 
@@ -312,7 +344,7 @@ class ObjectStore:
             # Visible only once durable: no write may land in a bucket a crash could undo.
             with self._lock:
                 self._buckets[name] = info
-                self._index[name] = SortedDict()
+                self._index[name], self._tombs[name], self._digests[name] = SortedDict(), {}, 0
             return info, True
 
     def head_bucket(self, name: str) -> BucketInfo:
@@ -332,13 +364,15 @@ class ObjectStore:
                         resource=name,
                     )
                 # Gone from memory first: a write committing from now on gets NoSuchBucket.
-                index = self._index.pop(name)
+                # Its tombstones go with it: a bucket created again starts empty.
+                saved = (self._index.pop(name), self._tombs.pop(name), self._digests.pop(name))
                 del self._buckets[name]
             try:
                 remove_tree_atomically(bucket_dir(self.root, name), self.tmp_dir)
             except BaseException:
                 with self._lock:
-                    self._buckets[name], self._index[name] = info, index
+                    self._buckets[name] = info
+                    self._index[name], self._tombs[name], self._digests[name] = saved
                 raise
         self.uploads.abort_all_in_bucket(name)
 
@@ -351,7 +385,9 @@ class ObjectStore:
     # -- objects ----------------------------------------------------------------------------
 
     def open_writer(self, bucket: str, key: str, *, content_type: str | None = None,
-                    metadata: dict | None = None, compute_md5: bool = True) -> ObjectWriter:
+                    metadata: dict | None = None, compute_md5: bool = True, version: str = "") -> ObjectWriter:
+        """A writer for a new object. ``version`` (from the gateway) orders it against the key's
+        other writes; without one the store stamps its own clock's at commit."""
         validate_bucket_name(bucket)
         validate_new_key(key)
         metadata = validate_metadata(metadata)
@@ -360,31 +396,57 @@ class ObjectStore:
         with self._lock:
             self._require_bucket(bucket)
         return ObjectWriter(self, bucket, key, content_type or DEFAULT_CONTENT_TYPE, metadata,
-                            compute_md5=compute_md5)
+                            compute_md5=compute_md5, version=version)
 
     def put_object(self, bucket: str, key: str, data: bytes, *, content_type: str | None = None,
-                   metadata: dict | None = None, content_md5: bytes | None = None) -> ObjectInfo:
+                   metadata: dict | None = None, content_md5: bytes | None = None, version: str = "") -> ObjectInfo:
         """Store a small object given in full (convenience; large bodies use open_writer)."""
-        with self.open_writer(bucket, key, content_type=content_type, metadata=metadata) as writer:
+        with self.open_writer(bucket, key, content_type=content_type, metadata=metadata, version=version) as writer:
             writer.write(data)
             return writer.commit(content_md5)
 
-    def _install(self, info: ObjectInfo, file: AtomicObjectFile) -> None:
-        """The commit point of a write: rename into place, then index it."""
+    def _install(self, info: ObjectInfo, file: AtomicObjectFile, *, deleted: bool = False) -> bool:
+        """The commit point of a write or a versioned delete (``deleted``: ``file`` is its
+        tombstone): rename into place and index it, if its version is newer than what the key
+        holds. Returns whether it was applied; a stale one is discarded."""
         path = object_path(self.root, info.bucket, info.key)
         _make_subdir(path.parent)  # first object in this subdirectory: fsyncs, so not under the lock
         with self._lock:
             self._require_bucket(info.bucket)
+            if info.version <= self._version_held(info.bucket, info.key):
+                file.discard()
+                return False
             try:
                 file.install(path)
             except FileNotFoundError:  # the bucket was deleted and re-created meanwhile
                 _make_subdir(path.parent)
                 file.install(path)
-            index = self._index[info.bucket]
-            is_new = info.key not in index
-            index[info.key] = info
-            self.counters.add(bytes_in=info.size, objects=1 if is_new else 0)
+            self._forget(info.bucket, info.key)
+            if deleted:
+                self._tombs[info.bucket][info.key] = (info.version, info.last_modified)
+            else:
+                self._index[info.bucket][info.key] = info
+                self.counters.add(bytes_in=info.size, objects=1)
+            self._digests[info.bucket] ^= _entry_hash(info.key, info.version, deleted)
         _fsync_dir_unless_gone(path.parent)
+        return True
+
+    def _version_held(self, bucket: str, key: str) -> str:
+        """The version of the key's live object or tombstone, "" if neither. Under _lock."""
+        live = self._index[bucket].get(key)
+        if live is not None:
+            return live.version
+        return self._tombs[bucket].get(key, ("", 0.0))[0]
+
+    def _forget(self, bucket: str, key: str) -> None:
+        """Drop the key's live object or tombstone from memory (its file is replaced or gone)."""
+        live = self._index[bucket].pop(key, None)
+        if live is not None:
+            self.counters.add(objects=-1)
+            self._digests[bucket] ^= _entry_hash(key, live.version, False)
+        tomb = self._tombs[bucket].pop(key, None)
+        if tomb is not None:
+            self._digests[bucket] ^= _entry_hash(key, tomb[0], True)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
         validate_bucket_name(bucket)
@@ -392,8 +454,13 @@ class ObjectStore:
         with self._lock:
             self._require_bucket(bucket)
             info = self._index[bucket].get(key)
+            tomb = self._tombs[bucket].get(key) if info is None else None
         if info is None:
-            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
+            # A deleted key's 404 says which delete removed it: the gateway compares it with the
+            # other replicas' versions, so a replica that missed the delete cannot win a read.
+            headers = {VERSION_HEADER: tomb[0], DELETED_HEADER: "true"} if tomb else None
+            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key,
+                          headers=headers)
         return info
 
     def locate(self, bucket: str, key: str) -> tuple[Path, int, ObjectInfo]:
@@ -402,20 +469,23 @@ class ObjectStore:
             return obj.path, obj.data_offset, obj.info
 
     def open_object(self, bucket: str, key: str) -> OpenObject:
-        info = self.head_object(bucket, key)
+        self.head_object(bucket, key)  # NoSuchBucket / NoSuchKey (with a tombstone's version) from the index
         path = object_path(self.root, bucket, key)
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:  # deleted since the index lookup
             raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key) from None
         try:
-            data_offset, fields = read_header(fd)
-            info = info_from_header(bucket, fields)
+            live = live_fields(fd, key)
         except CorruptObjectFile as exc:
             os.close(fd)
             log.error("object file %s is corrupt: %s", path, exc)
             raise S3Error("InternalError", f"The stored object {key!r} is unreadable.") from None
-        return OpenObject(fd, path, data_offset, info, self.counters)
+        if live is None:  # deleted since the index lookup: the file is its tombstone now
+            os.close(fd)
+            return self.open_object(bucket, key)  # answers NoSuchKey with the delete's version
+        data_offset, fields = live
+        return OpenObject(fd, path, data_offset, info_from_header(bucket, fields), self.counters)
 
     def get_object(self, bucket: str, key: str, start: int = 0, end: int | None = None) -> bytes:
         """Bytes start..end (inclusive) of a small object (convenience for tests and tools)."""
@@ -423,18 +493,82 @@ class ObjectStore:
             last = obj.info.size - 1 if end is None else min(end, obj.info.size - 1)
             return obj.read(start, last - start + 1)
 
-    def delete_object(self, bucket: str, key: str) -> None:
-        """Delete a key; deleting a missing key succeeds (S3 semantics)."""
+    def delete_object(self, bucket: str, key: str, version: str | None = None) -> bool:
+        """Delete a key; deleting a missing key succeeds (S3 semantics). With a ``version`` (from
+        the gateway) the delete leaves a tombstone and is ordered against the key's writes like
+        one of them; returns whether it was applied (False: the key holds something newer).
+        Without one the file is simply removed (node-local data nobody replicates)."""
         validate_bucket_name(bucket)
         validate_key(key)
         path = object_path(self.root, bucket, key)
+        if version is not None:
+            with self._lock:
+                self._require_bucket(bucket)
+                if version <= self._version_held(bucket, key):
+                    return False  # checked again at install; this spares a file and an fsync
+            tomb = AtomicObjectFile(self.tmp_dir, PAGE)
+            try:
+                tomb.finish(tombstone_header(key, version, time.time()))
+                info = ObjectInfo(bucket=bucket, key=key, size=0, etag="", last_modified=time.time(), version=version)
+                return self._install(info, tomb, deleted=True)
+            except BaseException:
+                tomb.discard()
+                raise
         with self._lock:
             self._require_bucket(bucket)
-            if self._index[bucket].pop(key, None) is None:
-                return
+            if key not in self._index[bucket]:
+                return False
+            self._forget(bucket, key)
             path.unlink(missing_ok=True)
-            self.counters.add(objects=-1)
         _fsync_dir_unless_gone(path.parent)
+        return True
+
+    # -- anti-entropy (replication/antientropy.py) --------------------------------------------
+
+    def digest(self, bucket: str) -> dict:
+        """An order-independent digest of the bucket's entries: equal on two replicas exactly
+        when they hold the same (key, version, live|deleted) set (up to a 64-bit collision)."""
+        validate_bucket_name(bucket)
+        with self._lock:
+            self._require_bucket(bucket)
+            tombs = self._tombs[bucket]
+            return {"digest": f"{self._digests[bucket]:016x}", "objects": len(self._index[bucket]),
+                    "tombstones": len(tombs), "oldest_tombstone": min((t for _, t in tombs.values()), default=None)}
+
+    def tombstone_count(self) -> int:
+        with self._lock:
+            return sum(len(t) for t in self._tombs.values())
+
+    def entries(self, bucket: str, after: str = "", limit: int = 10_000) -> list[tuple[str, str, bool]]:
+        """Up to ``limit`` (key, version, deleted) entries after ``after``, in key order."""
+        validate_bucket_name(bucket)
+        with self._lock:
+            self._require_bucket(bucket)
+            live = self._index[bucket]
+            keys = itertools.islice(live.irange(minimum=after, inclusive=(False, True)), limit)
+            merged = [(k, live[k].version, False) for k in keys]
+            merged += [(k, v, True) for k, (v, _) in self._tombs[bucket].items() if k > after]
+        merged.sort()
+        return merged[:limit]
+
+    def purge_tombstones(self, bucket: str, tombstones: list[tuple[str, str]]) -> int:
+        """Drop the named tombstones (key, version) that are still the key's newest entry;
+        returns how many went. Called once every replica holds them (anti-entropy)."""
+        validate_bucket_name(bucket)
+        purged, dirs = 0, set()
+        with self._lock:
+            self._require_bucket(bucket)
+            for key, version in tombstones:
+                if self._tombs[bucket].get(key, ("", 0))[0] != version:
+                    continue
+                path = object_path(self.root, bucket, key)
+                path.unlink(missing_ok=True)
+                self._forget(bucket, key)
+                dirs.add(path.parent)
+                purged += 1
+        for d in dirs:
+            _fsync_dir_unless_gone(d)
+        return purged
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
                      start_after: str = "") -> ListResult:
@@ -466,8 +600,8 @@ class ObjectStore:
             return writer.commit(content_md5)
 
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                  parts: list[tuple[int, str]]) -> ObjectInfo:
-        return self.uploads.complete(bucket, key, upload_id, parts)
+                                  parts: list[tuple[int, str]], *, version: str = "") -> ObjectInfo:
+        return self.uploads.complete(bucket, key, upload_id, parts, version=version)
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.abort(bucket, key, upload_id)
@@ -475,6 +609,11 @@ class ObjectStore:
     def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
                                key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
         return self.uploads.list_uploads(bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker)
+
+
+def _entry_hash(key: str, version: str, deleted: bool) -> int:
+    raw = hashlib.blake2b(f"{key}\0{version}\0{int(deleted)}".encode("utf-8", "surrogateescape"), digest_size=8)
+    return int.from_bytes(raw.digest(), "little")
 
 
 def _make_subdir(path: Path) -> None:

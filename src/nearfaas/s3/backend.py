@@ -31,6 +31,8 @@ class ObjectInfo:
     last_modified: float  # unix seconds
     content_type: str = "binary/octet-stream"
     metadata: dict = field(default_factory=dict)  # user metadata, names lower-case, no prefix
+    # The write's place in the key's total order (replication/version.py); "" before versions.
+    version: str = ""
 
 
 @dataclass(frozen=True)

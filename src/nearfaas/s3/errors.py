@@ -34,6 +34,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "NoSuchUpload": (404, "The specified multipart upload does not exist; it may have been aborted or completed."),
     "NotImplemented": (501, "A header or operation you provided implies functionality that is not implemented."),
     "PreconditionFailed": (412, "At least one of the preconditions you specified did not hold."),
+    "SlowDown": (503, "Please reduce your request rate: the storage node is busy. Retry after the Retry-After seconds."),
     "ServiceUnavailable": (503, "Reduce your request rate or retry: a storage node holding this data is unavailable."),
     "SignatureDoesNotMatch": (403, "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
     "InvalidAccessKeyId": (403, "The AWS access key Id you provided does not exist in our records."),
@@ -46,8 +47,10 @@ ERRORS: dict[str, tuple[int, str]] = {
 
 
 class S3Error(Exception):
-    def __init__(self, code: str, message: str | None = None, *, resource: str = "", status: int | None = None):
+    def __init__(self, code: str, message: str | None = None, *, resource: str = "", status: int | None = None,
+                 headers: dict[str, str] | None = None):
         default_status, default_message = ERRORS.get(code, (400, code))
+        self.headers = dict(headers or {})  # sent with the error response (e.g. Retry-After)
         self.code = code
         self.status = status or default_status
         self.message = message or default_message

@@ -13,7 +13,15 @@ unexpected exception becomes InternalError (500) and is logged: bad input never 
 Custom headers: ``x-nearfaas-dscs-replica: true`` (CreateBucket/PutObject options),
 ``x-nearfaas-upload-id`` (CreateMultipartUpload: use this upload id), and on responses
 ``x-nearfaas-last-modified`` / ``x-nearfaas-object-size`` / ``x-nearfaas-bucket-*`` (exact
-values for the node client) and ``x-nearfaas-error-code`` on errors (HEAD has no body).
+values for the node client), ``x-nearfaas-version`` (the object's version) and
+``x-nearfaas-error-code`` on errors (HEAD has no body).
+
+Versioned writes (a storage node, for the gateway only: ``version_writer`` says who may): a
+PutObject whose request carries ``x-nearfaas-version-trailer: <n>`` ends its body with the n
+bytes of the write's version (the gateway stamps it when the client's body has ended, so the
+order of versions is the order in which writes completed); DeleteObject and
+CompleteMultipartUpload carry it in ``x-nearfaas-version``. Anyone else's version headers are
+refused (403), so no client can order its write ahead of everyone else's.
 
 Multipart uploads are listed (ListMultipartUploads, ``GET /bucket?uploads``) in (key, upload
 id) order, which is what S3's upload-id-marker ("uploads whose id sorts after it") describes.
@@ -42,6 +50,7 @@ from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
+from nearfaas.replication.version import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
 from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key, validate_new_key)
 
@@ -53,6 +62,9 @@ MAX_LIST_KEYS = 1000
 DELETE_CONCURRENCY = 8  # DeleteObjects: keys deleted at once (each may fan out to every node)
 DSCS_REPLICA_HEADER = "x-nearfaas-dscs-replica"
 UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
+# A repair copy (gateway only) keeps the source replica's ETag and Last-Modified.
+COPY_ETAG_HEADER = "x-nearfaas-copy-etag"
+COPY_LAST_MODIFIED_HEADER = "x-nearfaas-copy-last-modified"
 
 # Sub-resources nearfaas does not implement: 501 rather than a silently wrong answer.
 UNSUPPORTED_SUBRESOURCES = frozenset({
@@ -71,7 +83,8 @@ _RESPONSE_OVERRIDES = {
 class S3Frontend:
     def __init__(self, backend: StorageBackend | Callable[[], StorageBackend], *, auth: S3Auth | None = None,
                  max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",),
-                 on_created: Callable[[web.Request, str, str, ObjectInfo], None] | None = None):
+                 on_created: Callable[[web.Request, str, str, ObjectInfo], None] | None = None,
+                 version_writer: Callable[[Principal | None], bool] | None = None):
         # A backend, or a zero-argument callable returning one (for hosts that build it late).
         self._backend_getter = (lambda: backend) if hasattr(backend, "put_object") else backend
         self.auth = auth or S3Auth()
@@ -79,6 +92,8 @@ class S3Frontend:
         self.virtual_host_suffixes = tuple(s.lower().strip(".") for s in virtual_host_suffixes)
         # Called once a new object is durable (PUT, completed multipart upload): object triggers.
         self.on_created = on_created or (lambda request, bucket, key, info: None)
+        # Who may order writes by sending versions: only the gateway, on a storage node.
+        self.version_writer = version_writer or (lambda principal: False)
 
     @property
     def backend(self) -> StorageBackend:
@@ -121,7 +136,8 @@ class S3Frontend:
             return self._error_response(request, S3Error("InternalError"), request_id)
 
     def _error_response(self, request: web.Request, error: S3Error, request_id: str) -> web.Response:
-        headers = {"x-amz-request-id": request_id, "x-nearfaas-error-code": error.code, "Server": "nearfaas"}
+        headers = {**error.headers, "x-amz-request-id": request_id, "x-nearfaas-error-code": error.code,
+                   "Server": "nearfaas"}
         if not error.resource:
             error.resource = request.raw_path.partition("?")[0]
         error.message, error.resource = s3xml.xml_safe(error.message), s3xml.xml_safe(error.resource)
@@ -230,6 +246,8 @@ class S3Frontend:
         if method == "DELETE":
             if "uploadId" in q:
                 await self.backend.abort_multipart_upload(bucket, key, q["uploadId"])
+            elif (version := self._version(request)) is not None:
+                await self.backend.delete_object(bucket, key, version=version)
             else:
                 await self.backend.delete_object(bucket, key)
             return self._empty(request, 204)
@@ -327,9 +345,13 @@ class S3Frontend:
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = self._body(request)
         options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+        trailer = self._version_trailer(request)
+        extra = {"version": trailer.version} if trailer is not None else {}
+        if self._may_version(request, COPY_ETAG_HEADER):
+            extra["copy_of"] = _copy_of(request)
         info = await self.backend.put_object(
-            bucket, key, body.chunks(), content_md5=content_md5, content_type=request.headers.get("Content-Type"),
-            metadata=_user_metadata(request), options=options)
+            bucket, key, trailer.strip(body.chunks()) if trailer is not None else body.chunks(), content_md5=content_md5,
+            content_type=request.headers.get("Content-Type"), metadata=_user_metadata(request), options=options, **extra)
         self._notify_created(request, bucket, key, info)
         return self._empty(request, 200, {"ETag": f'"{info.etag}"', **_exact_headers(info)})
 
@@ -410,7 +432,9 @@ class S3Frontend:
     async def _complete_multipart(self, request, bucket: str, key: str, upload_id: str) -> web.StreamResponse:
         body = self._body(request, require_length=False)
         parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
-        info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts)
+        version = self._version(request)
+        extra = {"version": version} if version is not None else {}
+        info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts, **extra)
         self._notify_created(request, bucket, key, info)
         xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
         metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
@@ -422,6 +446,31 @@ class S3Frontend:
             self.on_created(request, bucket, key, info)
         except Exception:
             log.exception("object-created listener failed for s3://%s/%s", bucket, key)
+
+    def _may_version(self, request: web.Request, header: str) -> bool:
+        if header not in request.headers:
+            return False
+        context = request.get(_AUTH_CONTEXT)
+        if not self.version_writer(context.principal if context is not None else None):
+            raise S3Error("AccessDenied", f"Only the gateway may send {header}; remove the header.")
+        return True
+
+    def _version(self, request: web.Request) -> str | None:
+        """The version a (gateway's) delete or multipart completion carries, if any."""
+        if not self._may_version(request, VERSION_HEADER):
+            return None
+        version = request.headers[VERSION_HEADER]
+        if not is_version(version):
+            raise S3Error("InvalidArgument", f"{VERSION_HEADER} must be 16 hex digits, '.', and an origin; got {version!r}.")
+        return version
+
+    def _version_trailer(self, request: web.Request) -> _VersionTrailer | None:
+        if not self._may_version(request, VERSION_TRAILER_HEADER):
+            return None
+        raw = request.headers[VERSION_TRAILER_HEADER]
+        if not raw.isdigit() or not 18 <= int(raw) <= 81:
+            raise S3Error("InvalidArgument", f"{VERSION_TRAILER_HEADER} must be the version's length (18-81), not {raw!r}.")
+        return _VersionTrailer(int(raw))
 
     def _body(self, request: web.Request, *, require_length: bool = True) -> RequestBody:
         """The request's body, checked against what its signature covers as it streams."""
@@ -479,8 +528,49 @@ def _user_metadata(request: web.Request) -> dict[str, str]:
 
 
 def _exact_headers(info: ObjectInfo) -> dict[str, str]:
-    return {"x-nearfaas-last-modified": repr(info.last_modified), "x-nearfaas-object-size": str(info.size),
-            "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
+    headers = {"x-nearfaas-last-modified": repr(info.last_modified), "x-nearfaas-object-size": str(info.size),
+               "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
+    if info.version:
+        headers[VERSION_HEADER] = info.version
+    return headers
+
+
+def _copy_of(request: web.Request) -> tuple[str, float]:
+    etag, raw = request.headers[COPY_ETAG_HEADER], request.headers.get(COPY_LAST_MODIFIED_HEADER, "")
+    try:
+        last_modified = float(raw)
+    except ValueError:
+        raise S3Error("InvalidArgument", f"{COPY_LAST_MODIFIED_HEADER} must be unix seconds, not {raw!r}.") from None
+    if not etag or len(etag) > 64 or not all(c in "0123456789abcdef-" for c in etag):
+        raise S3Error("InvalidArgument", f"{COPY_ETAG_HEADER} must be an ETag (hex, optionally -<parts>), not {etag!r}.")
+    return etag, last_modified
+
+
+class _VersionTrailer:
+    """Splits the version off the end of a body: ``strip`` yields the object's bytes (holding
+    back the last ``length`` bytes as they stream), after which ``version()`` is the version."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self._version: str | None = None
+
+    async def strip(self, chunks):
+        tail = b""
+        async for chunk in chunks:
+            tail += chunk
+            if len(tail) > self.length:
+                yield tail[: -self.length]
+                tail = tail[-self.length:]
+        text = tail.decode("ascii", "replace")
+        if len(tail) != self.length or not is_version(text):
+            raise S3Error("InvalidArgument", f"The body does not end with a {self.length}-byte version "
+                          f"({VERSION_TRAILER_HEADER}); got {text[-40:]!r}.")
+        self._version = text
+
+    def version(self) -> str:
+        if self._version is None:
+            raise RuntimeError("the version is known only once the body has been read to its end")
+        return self._version
 
 
 def _bucket_headers(info: BucketInfo) -> dict[str, str]:

@@ -89,10 +89,17 @@ class LocalBackend:
 
     async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
                          content_md5: bytes | None = None, content_type: str | None = None,
-                         metadata: dict | None = None, options: dict | None = None) -> ObjectInfo:
-        # `options` (e.g. dscs_replica) steer placement in the gateway; a node stores as asked.
+                         metadata: dict | None = None, options: dict | None = None,
+                         version: str | Callable[[], str] = "", copy_of: tuple[str, float] | None = None) -> ObjectInfo:
+        """`options` (e.g. dscs_replica) steer placement in the gateway; a node stores as asked.
+        `version` orders the write (the gateway's); a callable is asked once the body has been
+        read, for a version that travels at the end of the body. `copy_of` (etag, last_modified):
+        a repair copy of another replica's object, which keeps both."""
         writer = await self._run(self.store.open_writer, bucket, key, content_type=content_type, metadata=metadata)
         await self._stream_into(writer, body)
+        writer.version = version() if callable(version) else version
+        if copy_of is not None:
+            return await self._run(writer.commit, content_md5, etag=copy_of[0], last_modified=copy_of[1])
         return await self._run(writer.commit, content_md5)
 
     async def _stream_into(self, writer, body: AsyncIterator[bytes]) -> None:
@@ -149,8 +156,8 @@ class LocalBackend:
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return self.store.head_object(bucket, key)
 
-    async def delete_object(self, bucket: str, key: str) -> None:
-        await self._run(self.store.delete_object, bucket, key)
+    async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
+        await self._run(self.store.delete_object, bucket, key, version)
 
     async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
                            start_after: str = "") -> ListResult:
@@ -170,8 +177,8 @@ class LocalBackend:
         return await self._run(writer.commit, content_md5)
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                        parts: list[tuple[int, str]]) -> ObjectInfo:
-        return await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts)
+                                        parts: list[tuple[int, str]], version: str = "") -> ObjectInfo:
+        return await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts, version=version)
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)

@@ -11,6 +11,7 @@ otherwise wait ~40 ms on delayed ACKs). Bodies stream both ways in chunks.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import socket
 import time
@@ -25,10 +26,11 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
+from nearfaas.s3.frontend import COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER, DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.validation import format_range
 
 READ_CHUNK = 256 * 1024
@@ -72,6 +74,34 @@ class _BodyErrorTrap:
         except BaseException as exc:
             self.error = exc
             raise
+
+
+class _ResponseBody:
+    """A node's response body as an async iterator of chunks. ``aclose()`` releases the
+    connection even when no chunk was ever read (a read that chose another replica)."""
+
+    def __init__(self, node: str, response: aiohttp.ClientResponse, chunk: int):
+        self._node, self._response, self._chunk = node, response, chunk
+
+    def __aiter__(self) -> _ResponseBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            chunk = await self._response.content.read(self._chunk)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            self._response.release()
+            raise S3Error("ServiceUnavailable", f"Storage node {self._node} broke off the object stream: {exc!r}.") from None
+        except BaseException:
+            self._response.release()
+            raise
+        if not chunk:
+            self._response.release()
+            raise StopAsyncIteration
+        return chunk
+
+    async def aclose(self) -> None:
+        self._response.release()
 
 
 class NodeClient:
@@ -170,7 +200,9 @@ class NodeClient:
         else:
             code = response.headers.get("x-nearfaas-error-code") or _code_for_status(response.status)
             message, resource = "", ""
-        return S3Error(code, message or None, resource=resource, status=response.status)
+        # A 404 from a replica that holds the key's tombstone names the delete's version.
+        versioned = {h: response.headers[h] for h in (VERSION_HEADER, DELETED_HEADER) if h in response.headers}
+        return S3Error(code, message or None, resource=resource, status=response.status, headers=versioned)
 
     # -- buckets ---------------------------------------------------------------------------------
 
@@ -195,10 +227,18 @@ class NodeClient:
     async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
                          content_md5: bytes | None = None, content_type: str | None = None,
                          metadata: dict | None = None, options: dict | None = None,
-                         content_length: int | None = None) -> ObjectInfo:
+                         content_length: int | None = None, version_trailer: int | None = None,
+                         copy_of: ObjectInfo | None = None) -> ObjectInfo:
         """Stream `body` to the node. With `content_length` the request carries Content-Length;
-        without it, chunked transfer encoding."""
+        without it, chunked transfer encoding. `version_trailer`: the body's last that many
+        bytes are the write's version (the gateway's; s3/frontend.py). `copy_of`: a repair
+        copy keeps that replica's ETag and Last-Modified."""
         headers = _object_write_headers(content_type, metadata)
+        if version_trailer is not None:
+            headers[VERSION_TRAILER_HEADER] = str(version_trailer)
+        if copy_of is not None:
+            headers[COPY_ETAG_HEADER] = copy_of.etag
+            headers[COPY_LAST_MODIFIED_HEADER] = repr(copy_of.last_modified)
         if content_md5 is not None:
             headers["Content-MD5"] = base64.b64encode(content_md5).decode()
         if (options or {}).get("dscs_replica"):
@@ -219,25 +259,20 @@ class NodeClient:
         if response.status == 206 and content_range:  # "bytes a-b/size"
             span, _, size = content_range.removeprefix("bytes ").partition("/")
             start = int(span.split("-")[0])
-            info = _replace_size(info, int(size))
+            info = dataclasses.replace(info, size=int(size))
         return ObjectStream(info=info, start=start, end=start + length - 1,
                             body=self._stream_body(response))
 
-    async def _stream_body(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in response.content.iter_chunked(self._read_chunk):
-                yield chunk
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise S3Error("ServiceUnavailable", f"Storage node {self.node} broke off the object stream: {exc!r}.") from None
-        finally:
-            response.release()
+    def _stream_body(self, response: aiohttp.ClientResponse) -> _ResponseBody:
+        return _ResponseBody(self.node, response, self._read_chunk)
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
         response = await self._request("HEAD", bucket, key)
         return _info_from_headers(bucket, key, response.headers)
 
-    async def delete_object(self, bucket: str, key: str) -> None:
-        await self._request("DELETE", bucket, key, ok=(204, 200))
+    async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
+        headers = {VERSION_HEADER: version} if version is not None else None
+        await self._request("DELETE", bucket, key, headers=headers, ok=(204, 200))
 
     async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
                            start_after: str = "") -> ListResult:
@@ -272,16 +307,16 @@ class NodeClient:
         return response.headers.get("ETag", "").strip('"')
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                        parts: list[tuple[int, str]]) -> ObjectInfo:
+                                        parts: list[tuple[int, str]], version: str | None = None) -> ObjectInfo:
         document = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(etag.strip(chr(34)))}\"</ETag></Part>"
                            for n, etag in parts)
         body = f'<CompleteMultipartUpload xmlns="{s3xml.S3_NS}">{document}</CompleteMultipartUpload>'.encode()
-        response = await self._request("POST", bucket, key, params=[("uploadId", upload_id)], data=body,
-                                       headers={"Content-Type": "application/xml"})
+        headers = {"Content-Type": "application/xml"}
+        if version is not None:
+            headers[VERSION_HEADER] = version
+        response = await self._request("POST", bucket, key, params=[("uploadId", upload_id)], data=body, headers=headers)
         etag = s3xml.parse_complete_result(await response.read())
-        info = _info_from_headers(bucket, key, response.headers)
-        return ObjectInfo(bucket=bucket, key=key, size=info.size, etag=etag, last_modified=info.last_modified,
-                          content_type=info.content_type, metadata=info.metadata)
+        return dataclasses.replace(_info_from_headers(bucket, key, response.headers), etag=etag)
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._request("DELETE", bucket, key, params=[("uploadId", upload_id)], ok=(204, 200))
@@ -343,12 +378,8 @@ def _info_from_headers(bucket: str, key: str, headers, *, content_type: str | No
         last_modified=_last_modified(headers),
         content_type=found_type or DEFAULT_CONTENT_TYPE,
         metadata=found_metadata or {k.lower(): str(v) for k, v in (metadata or {}).items()},
+        version=headers.get(VERSION_HEADER, ""),
     )
-
-
-def _replace_size(info: ObjectInfo, size: int) -> ObjectInfo:
-    return ObjectInfo(bucket=info.bucket, key=info.key, size=size, etag=info.etag, last_modified=info.last_modified,
-                      content_type=info.content_type, metadata=info.metadata)
 
 
 def _bucket_from_headers(name: str, headers) -> BucketInfo:

@@ -37,7 +37,7 @@ FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm"}
-REPLICATION_KEYS = {"factor", "dscs_replica"}
+REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace"}
 AUTH_KEYS = {"access_key", "secret_key", "region"}
 
 
@@ -71,6 +71,12 @@ class NodeSpec:
 class ReplicationSpec:
     factor: int = 2                  # copies of every object, on distinct storage nodes
     dscs_replica: bool = True        # one copy must sit on a dscs node so DSCS functions can run there
+    anti_entropy: float = 30.0       # seconds between anti-entropy passes (replication/antientropy.py)
+    tombstone_grace: float = 600.0   # seconds a delete is remembered after every replica has it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"factor": self.factor, "dscs_replica": self.dscs_replica, "anti_entropy": self.anti_entropy,
+                "tombstone_grace": self.tombstone_grace}
 
 
 @dataclass
@@ -149,7 +155,7 @@ class ClusterSpec:
             "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
                         "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots)},
             "nodes": [n.to_dict() for n in self.nodes],
-            "replication": {"factor": self.replication.factor, "dscs_replica": self.replication.dscs_replica},
+            "replication": self.replication.to_dict(),
             "placement": self.placement,
             "auth": "off" if self.auth is None else "generate" if self.auth.generated else {
                 "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
@@ -310,6 +316,15 @@ def _replication(value: Any, storage: list[NodeSpec], nodes_ok: bool, c: Collect
             r.dscs_replica = parse_bool(m["dscs_replica"])
         except ValueError as exc:
             c.error("replication.dscs_replica", str(exc), "write true or false")
+    for key, least in (("anti_entropy", 0.05), ("tombstone_grace", 0.0)):
+        if key in m:
+            try:
+                seconds = parse_duration(m[key])
+                if seconds < least:
+                    raise ValueError(f"must be at least {least:g}s")
+                setattr(r, key, seconds)
+            except ValueError as exc:
+                c.error(f"replication.{key}", f"bad duration {short_repr(m[key])}: {exc}", 'write e.g. "30s", "10m" or a number of seconds')
     if not nodes_ok:
         return r  # the node list is already wrong; counting its storage nodes would mislead
     if storage and r.factor > len(storage):

@@ -1,0 +1,168 @@
+"""Hinted handoff: what a replica missed while it was down, remembered until it has it.
+
+When a write, delete or CreateBucket is acknowledged without one of its replicas (the node was
+down, hung past the patience, or missed the bucket), the gateway first appends a *hint* to
+``<state>/gateway/hints.journal`` (nearfaas/journal.py, fsynced before the client's answer):
+"node N is owed key K of bucket B at version V or newer" (or "bucket B with these options").
+The replayer (``replay_forever``) looks every ``interval_s`` for nodes that are healthy again and
+repairs each hinted key there from a replica that has it (replication/repair.py); a hint is done
+once the node holds version V or newer. Hints for one (node, bucket, key) collapse into the
+newest.
+
+Reads use hints too: a key with a pending hint has a known newest version, and a read that can
+only reach replicas older than it answers 503 rather than stale data (gateway/cluster_backend.py).
+
+Worked example: storage-1 is SIGKILLed; PUT k (v7) lands on storage-0 only and a hint
+(storage-1, k, v7) is written; storage-1 restarts and answers its health poll; within
+``interval_s`` the replayer copies k@v7 from storage-0 to storage-1 and marks the hint done.
+
+Known caveats:
+- The data itself is not in the hint, only where it is owed: if every replica that holds the
+  hinted version is lost for good, the hint cannot be honoured (and reads of that key answer
+  503 until an operator removes the hint file).
+- Bucket deletion is not hinted: DeleteBucket needs every storage node up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nearfaas.journal import Journal
+
+log = logging.getLogger("nearfaas.replication.hints")
+JOURNAL_NAME = "hints.journal"
+
+
+@dataclass
+class Hint:
+    key: int  # the journal's id
+    node: str
+    bucket: str
+    object_key: str | None  # None: the bucket itself is owed (CreateBucket)
+    version: str = ""
+    options: dict = field(default_factory=dict)  # the bucket's options, for a bucket hint
+    created: float = 0.0
+
+    def record(self) -> dict:
+        return {"t": "a", "k": self.key, "n": self.node, "b": self.bucket, "o": self.object_key, "v": self.version,
+                "opt": self.options, "ts": self.created}
+
+    @classmethod
+    def from_records(cls, records: list[dict]) -> Hint | None:
+        r = next((r for r in records if r["t"] == "a"), None)
+        if r is None:
+            return None
+        return cls(int(r["k"]), str(r["n"]), str(r["b"]), None if r["o"] is None else str(r["o"]), str(r.get("v", "")),
+                   dict(r.get("opt") or {}), float(r.get("ts", 0.0)))
+
+    @property
+    def slot(self) -> tuple[str, str, str | None]:
+        return self.node, self.bucket, self.object_key
+
+
+class HintLog:
+    """The hints not yet honoured; durable under ``state_dir`` (None: in memory, for tests)."""
+
+    def __init__(self, state_dir: Path | None):
+        self.journal = Journal(Path(state_dir) / JOURNAL_NAME, name="hints-journal") if state_dir is not None else None
+        if self.journal is not None:
+            self.journal.snapshot = lambda: [h.record() for h in self._hints.values()]
+        self._next = 1
+        self._hints: dict[tuple[str, str, str | None], Hint] = {}
+        self._by_key: dict[tuple[str, str], dict[str, str]] = {}  # (bucket, key) -> node -> version owed
+        self.handed_off = 0  # hints replayed since start-up
+
+    def load(self) -> None:
+        if self.journal is None:
+            return
+        for hint in self.journal.load(Hint.from_records, Hint.record):
+            old = self._hints.get(hint.slot)
+            if old is None or old.version <= hint.version:
+                self._put(hint)
+
+    async def add(self, node: str, bucket: str, object_key: str | None, version: str = "", options: dict | None = None) -> None:
+        """Remember (durably: fsynced on return) that ``node`` is owed this key or bucket."""
+        slot = (node, bucket, object_key)
+        old = self._hints.get(slot)
+        if old is not None and old.version >= version:
+            return
+        hint = Hint(self._new_key(), node, bucket, object_key, version, dict(options or {}), time.time())
+        self._put(hint)
+        if self.journal is not None:
+            await self.journal.append(hint.record())
+            if old is not None:
+                self.journal.append_nowait({"t": "d", "k": old.key}, sync=False)
+
+    def _new_key(self) -> int:
+        if self.journal is not None:
+            return self.journal.new_key()
+        self._next += 1
+        return self._next - 1
+
+    def _put(self, hint: Hint) -> None:
+        self._hints[hint.slot] = hint
+        if hint.object_key is not None:
+            self._by_key.setdefault((hint.bucket, hint.object_key), {})[hint.node] = hint.version
+
+    async def done(self, hint: Hint) -> None:
+        if self._hints.get(hint.slot) is hint:
+            del self._hints[hint.slot]
+            owed = self._by_key.get((hint.bucket, hint.object_key), {})
+            owed.pop(hint.node, None)
+            if not owed:
+                self._by_key.pop((hint.bucket, hint.object_key), None)
+        self.handed_off += 1
+        if self.journal is not None:
+            await self.journal.append({"t": "d", "k": hint.key}, sync=False)
+
+    def for_node(self, node: str) -> list[Hint]:
+        return sorted((h for h in self._hints.values() if h.node == node), key=lambda h: (h.object_key is not None, h.key))
+
+    def newest(self, bucket: str, object_key: str) -> str:
+        """The newest version some replica is owed for this key ("" when none): no read may
+        answer anything older."""
+        return max(self._by_key.get((bucket, object_key), {}).values(), default="")
+
+    def pending(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for hint in self._hints.values():
+            counts[hint.node] = counts.get(hint.node, 0) + 1
+        return counts
+
+    def oldest(self) -> float | None:
+        return min((h.created for h in self._hints.values()), default=None)
+
+    async def close(self) -> None:
+        if self.journal is not None:
+            await self.journal.close()
+
+
+async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.5, concurrency: int = 8) -> None:
+    """Hand every healthy node what it is owed; hints whose source is unreachable wait."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(hint: Hint) -> None:
+        async with gate:
+            try:
+                if hint.object_key is None:
+                    ok = await repairer.ensure_bucket(hint.node, hint.bucket, hint.options)
+                else:
+                    ok = await repairer.repair(hint.bucket, hint.object_key, via="hint", at_least=hint.version,
+                                               targets=[hint.node])
+            except Exception as exc:  # a node that fails mid-replay: try again next round
+                log.warning("hint replay of %s to %s failed: %r", (hint.bucket, hint.object_key), hint.node, exc)
+                return
+            if ok:
+                await hints.done(hint)
+
+    while True:
+        await asyncio.sleep(interval_s)
+        for node in nodes.storage_nodes(healthy_only=True):
+            owed = hints.for_node(node.name)
+            # Buckets first: an object can only land in a bucket the node has.
+            await asyncio.gather(*(one(h) for h in owed if h.object_key is None))
+            await asyncio.gather(*(one(h) for h in owed if h.object_key is not None))

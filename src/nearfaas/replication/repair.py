@@ -1,0 +1,140 @@
+"""Bring replicas of a key up to its newest version: the one repair step that read-repair,
+hinted handoff and anti-entropy all use.
+
+``repair(bucket, key)`` asks every storage node what it holds for the key (a HEAD: the live
+version, or the tombstone's version on a 404), takes the newest, and brings every replica that
+should hold the key (its replica set, plus any node holding an older copy) up to it: a newer
+tombstone is written as a versioned DELETE, a newer object is copied from a node that has it
+(streamed, never buffered) as a versioned PUT that keeps its ETag and Last-Modified. Replicas
+apply last-writer-wins, so a repair racing a client's write can never undo it.
+
+Worked example: storage-1 missed PUT k@v9 (it was down). A read finds storage-0 at v9 and
+storage-1 at v4, answers from storage-0 and calls ``repair(b, k, via="read")``, which GETs
+k@v9 from storage-0 and PUTs it to storage-1 with version v9.
+
+Known caveats:
+- One key at a time; anti-entropy limits how many run at once.
+- A node that holds a key outside its replica set (placement changed) is brought up to date,
+  not emptied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER
+from nearfaas.s3.backend import ObjectInfo
+from nearfaas.s3.errors import S3Error
+
+log = logging.getLogger("nearfaas.replication.repair")
+
+
+@dataclass(frozen=True)
+class ReplicaState:
+    """What one node holds for a key: ``version`` "" when it holds nothing (nor a tombstone)."""
+
+    node: str
+    version: str
+    deleted: bool  # a tombstone, or nothing at all
+    info: ObjectInfo | None = None
+    bucket_missing: bool = False
+
+
+def state_from(node: str, answer) -> ReplicaState | None:
+    """The ReplicaState a HEAD's answer (ObjectInfo or exception) says; None when unreachable."""
+    if isinstance(answer, ObjectInfo):
+        return ReplicaState(node, answer.version, False, answer)
+    if isinstance(answer, S3Error) and answer.code == "NoSuchKey":
+        deleted = answer.headers.get(DELETED_HEADER) == "true"
+        return ReplicaState(node, answer.headers.get(VERSION_HEADER, "") if deleted else "", True)
+    if isinstance(answer, S3Error) and answer.code == "NoSuchBucket":
+        return ReplicaState(node, "", True, bucket_missing=True)
+    return None
+
+
+def newest(states) -> ReplicaState | None:
+    return max(states, key=lambda s: (s.version, not s.deleted), default=None)
+
+
+async def with_trailer(body: AsyncIterator[bytes], version: str) -> AsyncIterator[bytes]:
+    """The body followed by its version (s3/frontend.py's version trailer)."""
+    async for chunk in body:
+        yield chunk
+    yield version.encode("ascii")
+
+
+class Repairer:
+    def __init__(self, cluster):
+        # cluster: the gateway's ClusterBackend (client_for, replica_names, nodes)
+        self.cluster = cluster
+        self.repaired: dict[str, int] = {"read": 0, "hint": 0, "anti_entropy": 0}  # replica copies made, by cause
+        self._running: dict[tuple[str, str], asyncio.Future] = {}
+
+    async def states(self, bucket: str, key: str, names: list[str]) -> dict[str, ReplicaState]:
+        answers = await asyncio.gather(*(self.cluster.client_for(n).head_object(bucket, key) for n in names),
+                                       return_exceptions=True)
+        found = {n: state_from(n, a) for n, a in zip(names, answers, strict=True)}
+        for name, answer in zip(names, answers, strict=True):
+            if found[name] is None and not (isinstance(answer, S3Error) and answer.code == "ServiceUnavailable"):
+                log.warning("repair: %s answered HEAD of s3://%s/%s with %r", name, bucket, ascii(key), answer)
+        return {n: s for n, s in found.items() if s is not None}
+
+    def soon(self, bucket: str, key: str, via: str = "read") -> None:
+        """Repair in the background (read-repair); one repair per key at a time."""
+        if (bucket, key) in self._running:
+            return
+        task = asyncio.ensure_future(self.repair(bucket, key, via=via))
+        self._running[(bucket, key)] = task
+        task.add_done_callback(lambda t: (self._running.pop((bucket, key), None),
+                                          t.cancelled() or t.exception() and log.warning("read-repair failed: %r", t.exception())))
+
+    async def repair(self, bucket: str, key: str, *, via: str, targets: list[str] | None = None, at_least: str = "") -> bool:
+        """Bring ``targets`` (default: the key's replicas and any node holding a copy) up to the
+        newest version any reachable node holds. True when every target now holds a version at
+        least as new as that and as ``at_least``."""
+        names = [n.name for n in self.cluster.nodes.storage_nodes()]
+        states = await self.states(bucket, key, names)
+        best = newest(states.values())
+        if best is None or best.version < at_least:
+            return False  # the version owed is on no reachable node (yet)
+        if targets is None:
+            targets = sorted(set(await self.cluster.replica_names(bucket, key)) | {n for n, s in states.items() if s.version})
+        if any(t not in states for t in targets):
+            return False
+        stale = [states[t] for t in targets if states[t].version < best.version]
+        if not stale:
+            return True
+        results = await asyncio.gather(*(self._bring(bucket, key, s, best) for s in stale), return_exceptions=True)
+        done = sum(1 for r in results if r is True)
+        self.repaired[via] = self.repaired.get(via, 0) + done
+        for state, r in zip(stale, results, strict=True):
+            if r is not True:
+                log.warning("repair of s3://%s/%s on %s failed: %r", bucket, ascii(key), state.node, r)
+        return done == len(stale)
+
+    async def _bring(self, bucket: str, key: str, stale: ReplicaState, best: ReplicaState) -> bool:
+        if stale.bucket_missing:
+            info = await self.cluster.client_for(best.node).head_bucket(bucket)
+            if not await self.ensure_bucket(stale.node, bucket, info.options):
+                return False
+        target = self.cluster.client_for(stale.node)
+        if best.deleted:
+            await target.delete_object(bucket, key, version=best.version)
+            return True
+        stream = await self.cluster.client_for(best.node).get_object(bucket, key)
+        source = stream.info  # may be newer than the HEAD said: copy what is read, with its version
+        try:
+            await target.put_object(bucket, key, with_trailer(stream.body, source.version), content_type=source.content_type,
+                                    metadata=source.metadata, version_trailer=len(source.version), copy_of=source)
+        finally:
+            aclose = getattr(stream.body, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return True
+
+    async def ensure_bucket(self, node: str, bucket: str, options: dict) -> bool:
+        await self.cluster.client_for(node).create_bucket(bucket, options or None)
+        return True
