@@ -53,7 +53,7 @@ from nearfaas.gateway.replicas import replicas_for
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
-from nearfaas.replication.version import HybridClock
+from nearfaas.replication.version import DELETED_HEADER, HybridClock
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 
@@ -386,13 +386,27 @@ class ClusterBackend:
 
     # -- reads -------------------------------------------------------------------------------------
     async def _newest(self, bucket: str, key: str, fetch):
-        """``fetch(client)`` (a GET or HEAD) from the replica holding the key's newest version.
+        """``fetch(client)`` (a GET or HEAD) from a replica holding the key's newest version.
 
-        The first healthy replica is fetched from while every other storage node not known to
-        be down is asked its version (HEAD); if one is newer, the fetch is redone there. Replicas
-        found behind are repaired in the background."""
+        When no replica is owed a version of the key (no pending hint), every acknowledged
+        write reached every replica that answered it, so the first healthy replica's answer is
+        at least as new as any acknowledged one: it is served as is, unless it lacks the key
+        without a tombstone (a replica that lost it) or cannot be reached. Otherwise the first
+        replica is fetched from while every other storage node not known to be down is asked
+        its version (HEAD); if one is newer, the fetch is redone there, and replicas found
+        behind are repaired in the background."""
         order = self._read_order(await self.replica_names(bucket, key))
         asked = [n for n in order if not _down(self.nodes.nodes[n])] or order
+        if not self.hints.newest(bucket, key):
+            try:
+                return await fetch(self.client_for(asked[0]))
+            except S3Error as exc:
+                if exc.code == "NoSuchKey" and exc.headers.get(DELETED_HEADER) == "true":
+                    raise
+                if exc.code not in ("NoSuchKey", "ServiceUnavailable"):
+                    raise
+                if exc.code == "ServiceUnavailable":  # ask it again last, if at all
+                    asked = asked[1:] + asked[:1] if len(asked) > 1 else asked
         first, others = asked[0], asked[1:]
         answers = await asyncio.gather(fetch(self.client_for(first)),
                                        *(self.client_for(n).head_object(bucket, key) for n in others), return_exceptions=True)
