@@ -9,19 +9,31 @@ For 4 KiB, 1 MiB and 64 MiB objects:
   raw file copy      write a file + fsync + rename (the same durability, no HTTP) / read it back
 
     python benchmarks/object_io.py [--repeats 5]
+
+Before/after: --compare-ref REF runs a second cluster from a git worktree of REF (a commit, say)
+next to one from this checkout (uncommitted edits included), and times boto3 -> gateway PUT/GET
+at 4 KiB and 1 MiB (64 MiB with --large) on both, the repeats interleaved so the machine's noise
+falls on both alike. It prints median and p99 per side and the ratio current/REF of the times
+(1.15 = current is 15% slower) and writes results/object_io_compare.json.
+
+    python benchmarks/object_io.py --compare-ref <commit> [--repeats 100] [--large]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_facts, median, percentile, scratch_cluster, write_result
+from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
 
 SIZES = {"4KiB": 4 * 1024, "1MiB": 1024 * 1024, "64MiB": 64 * 1024 * 1024}
 
@@ -100,10 +112,98 @@ def summarise(size: int, samples: list[float]) -> dict:
             "samples_s": [round(s, 6) for s in samples]}
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def git_worktree(commit: str):
+    """A detached checkout of ``commit`` in a temporary directory, removed again on any exit."""
+    parent = Path(tempfile.mkdtemp(prefix="nearfaas-ref-"))
+    tree = parent / "tree"
+    try:
+        _git("worktree", "add", "--detach", str(tree), commit)
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Time each of ``fns`` ``repeats`` times, taking turns, so a burst of load from elsewhere on the
+    machine lands on both sides rather than on one side's block of repeats. The order flips every
+    round (A B, B A, A B, ...) so neither side always runs just after the other's writes."""
+    names = list(fns)
+    for fn in fns.values():
+        fn()  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append(time.perf_counter() - t0)
+    return samples
+
+
+def _s3_calls(client, key: str, data: bytes) -> dict:
+    """PUT and GET of one object as calls without arguments, for _interleaved."""
+    return {"put": lambda: client.put_object(Bucket="bench", Key=key, Body=data),
+            "get": lambda: client.get_object(Bucket="bench", Key=key)["Body"].read()}
+
+
+def compare(ref: str, repeats: int, large: bool) -> int:
+    ref_commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
+    current = {"commit": _git("rev-parse", "HEAD"), "uncommitted_changes_in_src": bool(_git("status", "--porcelain", "--", "src"))}
+    facts = machine_facts()
+    sizes = {label: size for label, size in SIZES.items() if large or size < 32 * 1024 * 1024}
+    # SIGTERM (a timeout, say) unwinds like Ctrl-C: both clusters down, the worktree removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results: dict = {}
+    with contextlib.ExitStack() as stack:
+        tree = stack.enter_context(git_worktree(ref_commit))
+        # auth off, as for the boto3_gateway row of the default run, so the numbers compare with it.
+        # Two scratch clusters: separate state dirs and ports (see scratch_cluster).
+        clusters = {"current": stack.enter_context(scratch_cluster(auth=None))[0],
+                    "ref": stack.enter_context(scratch_cluster(src_root=tree / "src", auth=None))[0]}
+        clients = {side: _client(layout["gateway_url"]) for side, layout in clusters.items()}
+        for client in clients.values():
+            client.create_bucket(Bucket="bench")
+        for label, size in sizes.items():
+            data = os.urandom(size)
+            n = repeats if size < 32 * 1024 * 1024 else max(3, repeats // 2)
+            calls = {side: _s3_calls(client, f"bench/{size}", data) for side, client in clients.items()}
+            results[label] = {}
+            for op in ("put", "get"):  # PUT first: the GETs read what it wrote
+                samples = _interleaved({side: calls[side][op] for side in calls}, n)
+                now, old = summarise(size, samples["current"]), summarise(size, samples["ref"])
+                results[label][op] = {"current": now, "ref": old, "ratio_median": now["median_s"] / old["median_s"],
+                                      "ratio_p99": now["p99_s"] / old["p99_s"], "repeats": n}
+                print(f"{label:>6} {op.upper():<3} done ({n} repeats per side)", flush=True)
+    print(f"\nboto3 -> gateway, current ({current['commit'][:10]}{'+edits' if current['uncommitted_changes_in_src'] else ''}) "
+          f"vs REF {ref} ({ref_commit[:10]}); times in ms, ratio = current / REF")
+    print(f"{'size':>6} {'op':<4} {'cur med':>9} {'cur p99':>9} {'ref med':>9} {'ref p99':>9} {'ratio med':>9} {'ratio p99':>9}")
+    for label, ops_ in results.items():
+        for op, r in ops_.items():
+            print(f"{label:>6} {op.upper():<4} {r['current']['median_s'] * 1e3:9.2f} {r['current']['p99_s'] * 1e3:9.2f} "
+                  f"{r['ref']['median_s'] * 1e3:9.2f} {r['ref']['p99_s'] * 1e3:9.2f} {r['ratio_median']:9.3f} {r['ratio_p99']:9.3f}")
+    path = write_result("object_io_compare", {
+        "benchmark": "object_io_compare", "label": "measured", "path": "boto3 -> gateway", "repeats": repeats,
+        "interleaving": "alternating, order flipped every round", "machine": facts, "current": current,
+        "ref": {"ref": ref, "commit": ref_commit}, "results": results})
+    print(f"wrote {path}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=5)
+    # 100 when comparing: with 30, two clusters of the same code differed by up to 15% in median here.
+    parser.add_argument("--repeats", type=int, default=None, help="per size and op (default 5; 100 with --compare-ref)")
+    parser.add_argument("--compare-ref", metavar="REF", help="also run a cluster from git REF and compare gateway PUT/GET with it")
+    parser.add_argument("--large", action="store_true", help="with --compare-ref: 64 MiB objects too (slow)")
     args = parser.parse_args()
+    if args.compare_ref:
+        return compare(args.compare_ref, args.repeats or 100, args.large)
+    args.repeats = args.repeats or 5
     results: dict = {}
     # auth: off on the gateway, so the plain-HTTP row can run unsigned; a node answers only the
     # cluster's internal key (what the gateway signs with).
