@@ -31,6 +31,7 @@ from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
 from nearfaas.serving import KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, GuardCollector
 from nearfaas.serving import serve as serve_guarded
+from nearfaas.spec.options import INTERMEDIATE_BUCKET
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 
@@ -113,7 +114,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
     backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"))
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
-                               tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)))
+                               tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)),
+                               local_buckets=frozenset({INTERMEDIATE_BUCKET}))
     metrics.add_collector(ReplicationCollector(backend, anti_entropy))
     chains = ChainRunner(invoker, backend)
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),

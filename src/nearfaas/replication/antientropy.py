@@ -14,6 +14,10 @@ hint) and, on SIGCONT, applied an older queued PUT k@v3. The hint brings it to v
 gateway crashed before the hint, the next pass would find digests differing, see v5 on
 storage-0 and v3 on storage-1, and copy v5 across.
 
+Buckets named in ``local_buckets`` hold node-local data by design (chain intermediates, written
+next to the worker that reads them next): they are never repaired, only their tombstones are
+collected.
+
 Known caveats:
 - A pass needs every storage node healthy (a tombstone is purged only when all hold it).
 - Digests are per bucket, not per key range: with more storage nodes than replicas the digests
@@ -27,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from urllib.parse import quote
 
 from nearfaas.replication.repair import ReplicaState, newest
+from nearfaas.replication.version import wall_seconds
 
 log = logging.getLogger("nearfaas.replication.antientropy")
 DEFAULT_INTERVAL_S = 30.0
@@ -38,8 +44,9 @@ _REPAIR_CONCURRENCY = 8
 
 class AntiEntropy:
     def __init__(self, cluster, repairer, nodes, *, interval_s: float = DEFAULT_INTERVAL_S,
-                 tombstone_grace_s: float = DEFAULT_TOMBSTONE_GRACE_S):
+                 tombstone_grace_s: float = DEFAULT_TOMBSTONE_GRACE_S, local_buckets: frozenset[str] = frozenset()):
         self.cluster, self.repairer, self.nodes = cluster, repairer, nodes
+        self.local_buckets = local_buckets
         self.interval_s, self.tombstone_grace_s = interval_s, tombstone_grace_s
         self.passes = 0
         self.skipped = 0  # passes skipped because a storage node was down
@@ -76,12 +83,11 @@ class AntiEntropy:
     async def _buckets(self, names: list[str]) -> bool:
         """Create on every node the buckets some node lacks (one created while it was down)."""
         listings = await asyncio.gather(*(self.cluster.client_for(n).list_buckets() for n in names))
-        everywhere = set.intersection(*({b.name for b in bl} for bl in listings))
-        missing = [(n, b) for n, bl in zip(names, listings, strict=True) for b in
-                   {b.name: b for lst in listings for b in lst}.values() if b.name not in everywhere and b not in bl]
+        known = {b.name: b for listing in listings for b in listing}
+        missing = [(node, known[name]) for node, listing in zip(names, listings, strict=True)
+                   for name in sorted(set(known) - {b.name for b in listing})]
         for node, info in missing:
-            if not any(i.name == info.name for i in listings[names.index(node)]):
-                await self.repairer.ensure_bucket(node, info.name, info.options)
+            await self.repairer.ensure_bucket(node, info.name, info.options)
         return not missing
 
     async def _digests(self, bucket: str, names: list[str]) -> list[dict]:
@@ -89,7 +95,7 @@ class AntiEntropy:
 
     async def _bucket(self, bucket: str, names: list[str]) -> bool:
         digests = await self._digests(bucket, names)
-        same = len({d["digest"] for d in digests}) == 1
+        same = len({d["digest"] for d in digests}) == 1 or bucket in self.local_buckets
         old = time.time() - self.tombstone_grace_s
         if same and not any(d["tombstones"] and d["oldest_tombstone"] < old for d in digests):
             return True
@@ -130,8 +136,6 @@ class AntiEntropy:
 
     async def _purge(self, bucket: str, names: list[str], table: dict, older_than: float) -> None:
         """Forget tombstones every node holds (same version) that are past the grace."""
-        from nearfaas.replication.version import wall_seconds
-
         doomed = [(key, held[names[0]].version) for key, held in table.items()
                   if len(held) == len(names) and all(s.deleted for s in held.values())
                   and len({s.version for s in held.values()}) == 1 and wall_seconds(held[names[0]].version) < older_than]
@@ -143,6 +147,4 @@ class AntiEntropy:
 
 
 def _q(text: str) -> str:
-    from urllib.parse import quote
-
     return quote(text, safe="")

@@ -88,8 +88,12 @@ class Repairer:
             return
         task = asyncio.ensure_future(self.repair(bucket, key, via=via))
         self._running[(bucket, key)] = task
-        task.add_done_callback(lambda t: (self._running.pop((bucket, key), None),
-                                          t.cancelled() or t.exception() and log.warning("read-repair failed: %r", t.exception())))
+        task.add_done_callback(lambda t: self._finished(bucket, key, t))
+
+    def _finished(self, bucket: str, key: str, task: asyncio.Future) -> None:
+        self._running.pop((bucket, key), None)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background repair of s3://%s/%s failed: %r", bucket, ascii(key), task.exception())
 
     async def repair(self, bucket: str, key: str, *, via: str, targets: list[str] | None = None, at_least: str = "") -> bool:
         """Bring ``targets`` (default: the key's replicas and any node holding a copy) up to the
