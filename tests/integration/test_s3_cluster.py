@@ -12,7 +12,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from nearfaas.gateway.replicas import StorageNode, replicas_for
+from nearfaas.placement.replicas import StorageNode, replicas_for
 
 pytestmark = pytest.mark.integration
 

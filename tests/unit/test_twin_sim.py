@@ -123,7 +123,8 @@ def _gateway_decisions(sim: Simulator, records: list, policy_name: str):
                 n += 1
                 state.instances[str(n)] = Instance(str(n), node, "127.0.0.1", 1, inflight=1 if k < busy else 0)
         inv.accel_inflight = dict(snap["accel_inflight"])
-        inv.located = dict(snap["located"])
+        inv.located.clear()
+        inv.located.update(snap["located"])
         inv.input_bytes = {f.name: f.input_bytes}
         refs = list(rec["invocation"].inputs)
         assert inv._view(state, refs, rec["held"]) == rec["view"]

@@ -24,7 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.bench.history import ABSENT, Op, check
 from nearfaas.cluster import launcher
-from nearfaas.gateway.replicas import StorageNode, replicas_for
+from nearfaas.placement.replicas import StorageNode, replicas_for
 
 BUCKET = "jepsen"
 

@@ -49,7 +49,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, Node, NodeDirectory
-from nearfaas.gateway.replicas import replicas_for
+from nearfaas.placement.replicas import replicas_for
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from

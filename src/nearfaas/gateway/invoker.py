@@ -17,7 +17,7 @@ from functools import cached_property
 
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
-from nearfaas.gateway.replicas import replicas_for
+from nearfaas.placement.replicas import ReplicaCatalog
 from nearfaas.gateway.worker_client import WorkerClient, WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NoNodeAvailable, make_policy
@@ -167,21 +167,18 @@ class Invoker:
         self.replication = replication
         self.dscs_replica = dscs_replica
         self.functions: dict[str, FunctionState] = {}
-        self.located: dict[tuple[str, str], list[str]] = {}  # chain intermediate -> the node holding its one copy
+        # Where objects are (placement/replicas.py, the simulator's rule too); ``located`` is its
+        # catalog of chain intermediates -> the node holding their one copy.
+        self.catalog = ReplicaCatalog(nodes.storage_ring(), replication, dscs_replica)
+        self.located = self.catalog.located
         self.workers = WorkerClient()
         nodes.on_poll.append(self._reconcile_node)
 
     # -- placement -------------------------------------------------------------------------------
     def _view(self, state: FunctionState, refs, held: str | None = None) -> ClusterView:
         # The rule itself is placement.view.build_view, shared with the twin's simulator.
-        ring = self.nodes.storage_ring()
-
-        def replicas_of(ref) -> list[str]:
-            # Chain intermediates sit where they were made (the catalog); other objects where hashing put them.
-            return self.located.get(ref) or [s.name for s in replicas_for(ring, ref[0], ref[1], self.replication, self.dscs_replica)]
-
         return build_view(self.nodes.nodes.values(), ((i.node, i.inflight) for i in state.instances.values()), self.accel_inflight,
-                          self.accel_available, refs, replicas_of, Estimates(self.compute_s, self.link), held)
+                          self.accel_available, refs, self.catalog.replicas, Estimates(self.compute_s, self.link), held)
 
     def place(self, state: FunctionState, refs, policy=None, held: str | None = None):
         invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),

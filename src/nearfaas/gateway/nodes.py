@@ -14,7 +14,7 @@ import aiohttp
 import yarl
 
 from nearfaas.auth import function_keys, internal
-from nearfaas.gateway.replicas import StorageNode
+from nearfaas.placement.replicas import StorageNode
 
 # A node that stops answering leaves placement within HEALTH_INTERVAL_S + HEALTH_TIMEOUT_S
 # (1.5 s), inside the 2 s bound; a refused connection is noticed at the next poll (0.5 s).

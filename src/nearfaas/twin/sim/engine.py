@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nearfaas.gateway.replicas import StorageNode, replicas_for
+from nearfaas.placement.replicas import ReplicaCatalog, StorageNode
 from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.chain import plan
 from nearfaas.placement.policy import ClusterView, Estimates, Invocation, NodeLayout, NodeView, NoNodeAvailable, make_policy
@@ -197,19 +197,13 @@ class Simulator:
         self.estimates = Estimates(compute_s, PROFILES[c.link])
         # Input objects per app and their replica sets (the gateway's rendezvous hashing).
         self.objects = {key: [("inputs", f"{key}/obj-{i}") for i in range(max(1, c.objects_per_app))] for key in self.apps}
-        self._ring_cache: dict = {}
-        self.located: dict = {}  # chain intermediates written locally -> [node], the gateway's catalog
+        # Where objects are: the gateway's own rule (placement/replicas.py), catalog then hashing.
+        self.catalog = ReplicaCatalog(self.ring, self.config.replication, self.config.dscs_replica, cache=True)
+        self.located = self.catalog.located  # chain intermediates written locally -> [node]
 
     # -- views -----------------------------------------------------------------------------------
     def replicas(self, ref) -> list[str]:
-        loc = self.located.get(ref)
-        if loc:
-            return loc
-        hit = self._ring_cache.get(ref)
-        if hit is None:
-            hit = self._ring_cache[ref] = [s.name for s in replicas_for(self.ring, ref[0], ref[1], self.config.replication,
-                                                                        self.config.dscs_replica)]
-        return hit
+        return self.catalog.replicas(ref)
 
     def _nodeview(self, fi: int, ni: int, held: bool = False) -> NodeView:
         # Built by the gateway's own rule (placement.view.node_view). A NodeView is immutable and a
