@@ -14,7 +14,7 @@ from botocore.config import Config
 
 from nearfaas.node.objectstore import ObjectStore
 from nearfaas.s3.frontend import S3Frontend
-from nearfaas.s3.local_backend import LocalBackend
+from nearfaas.node.local_backend import LocalBackend
 from nearfaas.s3.sigv4 import S3Auth
 
 

@@ -112,7 +112,7 @@ def test_other_calls_still_count_only_an_unavailable_replica_as_missed():
 
 def _two_stores(tmp_path):
     from nearfaas.node.objectstore import ObjectStore
-    from nearfaas.s3.local_backend import LocalBackend
+    from nearfaas.node.local_backend import LocalBackend
 
     stores = [ObjectStore(tmp_path / name, min_part_size=5) for name in ("s0", "s1")]
     for store in stores:

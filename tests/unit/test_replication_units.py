@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from nearfaas.node.objectstore import ObjectStore
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
-from nearfaas.replication.version import HybridClock, is_version, wall_seconds
+from nearfaas.replication.version import HybridClock, wall_seconds
+from nearfaas.s3.versions import is_version
 from nearfaas.s3.errors import S3Error
 
 

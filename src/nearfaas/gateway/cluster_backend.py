@@ -53,7 +53,8 @@ from nearfaas.placement.replicas import replicas_for
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
-from nearfaas.replication.version import DELETED_HEADER, HybridClock
+from nearfaas.replication.version import HybridClock
+from nearfaas.s3.versions import DELETED_HEADER
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 

@@ -40,7 +40,7 @@ class NodeAgent:
         if kind == "storage":
             from nearfaas.node.objectstore import ObjectStore
             from nearfaas.s3.frontend import S3Frontend
-            from nearfaas.s3.local_backend import LocalBackend
+            from nearfaas.node.local_backend import LocalBackend
 
             store_root = state_dir / "nodes" / name / "store"
             self.store = ObjectStore(store_root, clock_origin=re.sub(r"[^A-Za-z0-9_-]", "-", name)[:64] or "node")

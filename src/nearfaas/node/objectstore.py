@@ -61,7 +61,8 @@ from nearfaas.node.objectfile import (
     remove_tree_atomically,
     tombstone_header,
 )
-from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER, HybridClock
+from nearfaas.replication.version import HybridClock
+from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import (validate_bucket_name, validate_header_value, validate_key, validate_metadata,

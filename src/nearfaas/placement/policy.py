@@ -163,10 +163,6 @@ def _least_loaded(nodes) -> NodeView:
     return min(nodes, key=_LOAD_ORDER)
 
 
-def _wants_accelerator(invocation: Invocation) -> bool:
-    return invocation.accelerator == "dscs" and invocation.placement != "compute"
-
-
 def _holders(invocation: Invocation, view: ClusterView) -> list[NodeView]:
     """dscs-class nodes holding a replica of the inputs, in replica preference order."""
     seen, holders = set(), []

@@ -25,7 +25,7 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER
+from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER
 from nearfaas.s3.backend import ObjectInfo
 from nearfaas.s3.errors import S3Error
 

@@ -33,19 +33,8 @@ import re
 import threading
 import time
 
-NO_VERSION = ""
-# Between the gateway and a node: the version of a write, delete or read (request and response),
-# and on a 404 whether the key was deleted (a tombstone) rather than never written there.
-VERSION_HEADER = "x-nearfaas-version"
-DELETED_HEADER = "x-nearfaas-deleted"
-# A write's body ends with its version, this many bytes long (stamped when the body has ended).
-VERSION_TRAILER_HEADER = "x-nearfaas-version-trailer"
+
 _LOGICAL_BITS = 16
-_VERSION = re.compile(r"^[0-9a-f]{16}\.[A-Za-z0-9_-]{1,64}$")
-
-
-def is_version(text: str) -> bool:
-    return bool(_VERSION.match(text))
 
 
 def clock_of(version: str) -> int:

@@ -50,7 +50,7 @@ from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
-from nearfaas.replication.version import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
+from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
 from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key, validate_new_key)
 
@@ -490,15 +490,6 @@ class S3Frontend:
 
     def _empty(self, request, status: int, headers: dict | None = None) -> web.Response:
         return web.Response(status=status, headers={**(headers or {}), **self._common(request)})
-
-
-def add_s3_routes(app: web.Application, backend: StorageBackend | Callable[[], StorageBackend], *,
-                  auth: S3Auth | None = None, max_body: int = DEFAULT_MAX_BODY,
-                  virtual_host_suffixes: Iterable[str] = ("localhost",)) -> S3Frontend:
-    """Build an S3Frontend and mount its catch-all route on `app` (after the app's own routes)."""
-    frontend = S3Frontend(backend, auth=auth, max_body=max_body, virtual_host_suffixes=virtual_host_suffixes)
-    frontend.mount(app)
-    return frontend
 
 
 _REQUEST_ID = web.RequestKey("nearfaas_s3_request_id", str)

@@ -26,7 +26,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from nearfaas.replication.version import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER
+from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
 from nearfaas.s3.errors import S3Error
