@@ -19,7 +19,6 @@ from nearfaas.apps import APPS, deployment_bodies, example_stack, get_app, make_
 from nearfaas.apps import stages, tensors
 from nearfaas.apps.postprocess import SEVERITIES
 from nearfaas.apps.stack import HANDLERS_DIR, RESULT_BUCKET, example_path, example_yaml
-from nearfaas.gateway.api import OpenFaaSAPI
 from nearfaas.models import MODELS, build
 from nearfaas.runtime.context import Context, Event, ObjectError, ObjectRef, Secrets
 from nearfaas.runtime.worker import to_response
@@ -111,14 +110,15 @@ class Chain:
         self.objects.put("s3://inputs/" + key, data)
         return "s3://inputs/" + key
 
-    def run(self, data: bytes):
-        """f1 → f2 → f3 as the gateway's chain runner calls them; returns the three answers."""
+    def run(self, data: bytes, infer_env: dict | None = None):
+        """f1 → f2 → f3 as the gateway's chain runner calls them; returns the three answers.
+        ``infer_env`` is added to f2's environment (INFER_OUTPUT=tensors, for instance)."""
         f1, f2, f3 = self.card.functions
         answers = {}
         s1, a1, o1 = self.call(f1, self.put(data))
         answers[f1] = (s1, a1)
         body = {"input": o1.to_dict(), "inputs": [o1.to_dict()], "previous": {f1: a1}, "app": f1, "call_id": "call-1"}
-        s2, a2, o2 = self.call(f2, o1, body)
+        s2, a2, o2 = self.call(f2, o1, body, env=self.env(f2) | infer_env if infer_env else None)
         answers[f2] = (s2, a2)
         body = {"input": o2.to_dict(), "inputs": [o2.to_dict()], "previous": {f2: a2}, "app": f1, "call_id": "call-1"}
         s3, a3, _ = self.call(f3, o2, body)
@@ -174,14 +174,21 @@ def test_chain_runs_each_application_with_its_tiny_model(key, model_paths, monke
         for name, shape, dtype in model_inputs:
             assert arrays[name].shape == tuple(shape) and arrays[name].dtype == np.dtype(dtype)
 
-    # f2 wrote the outputs: Table 1's output dimensions
-    outputs, record = tensors.load(chain.objects.store[(o2.bucket, o2.key)])
-    name, dims = TABLE1_OUTPUT[key]
-    assert MODELS[chain.card.model].matches_table1(outputs[name].shape), (name, outputs[name].shape, dims)
-    assert tuple(outputs[name].shape[-len(dims):]) == dims
+    # f2 wrote its record (summary, output shapes) and nothing else: that is all f3 reads
+    written = chain.objects.store[(o2.bucket, o2.key)]
+    record = stages.read_result(written)
     a2 = answers[f2][1]
-    assert a2["output_shapes"][name] == list(outputs[name].shape)
-    assert record["summary"] == json.loads(json.dumps(a2["summary"]))
+    assert written == json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    assert a2["format"] == "json" and a2["bytes"] == len(written)
+    assert record == {"app": key, "model": chain.card.model, "size": "tiny", "summary": json.loads(json.dumps(a2["summary"])),
+                      "output_shapes": a2["output_shapes"]}
+    # Table 1's output dimensions, reported and (with INFER_OUTPUT=tensors) written
+    name, dims = TABLE1_OUTPUT[key]
+    shape = tuple(record["output_shapes"][name])
+    assert MODELS[chain.card.model].matches_table1(shape), (name, shape, dims)
+    assert tuple(shape[-len(dims):]) == dims
+    outputs, meta = tensors.load(_infer_tensors(chain, o1, answers[f1][1]))
+    assert outputs[name].shape == shape and meta == record
 
     # f3 built the notification, stored it, and returned it
     event = answers[f3][1]
@@ -192,6 +199,43 @@ def test_chain_runs_each_application_with_its_tiny_model(key, model_paths, monke
     assert stored == {k: v for k, v in event.items() if k not in ("delivery", "stage")}
     assert event["result"] == f"s3://{RESULT_BUCKET}/{key}/call-1.json"
     _check_summary(key, a2["summary"], answers[f1][1])
+
+
+def _infer_tensors(chain: Chain, o1, pre_answer: dict) -> bytes:
+    """f2 run again on f1's output with INFER_OUTPUT=tensors: the .npz of the model's outputs."""
+    f1, f2, _ = chain.card.functions
+    body = {"input": o1.to_dict(), "inputs": [o1.to_dict()], "previous": {f1: pre_answer}, "app": f1, "call_id": "call-1"}
+    status, answer, o2 = chain.call(f2, o1, body, env=chain.env(f2) | {"INFER_OUTPUT": "tensors"})
+    assert status == 200 and answer["format"] == "npz", answer
+    return chain.objects.store[(o2.bucket, o2.key)]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_f3_reads_only_f2s_summary_and_notifies_the_same_as_from_the_tensors(key, model_paths, monkeypatch):
+    """f2 writes its small record for f3, not the model's outputs (PPE's are 3.6 MB), and the
+    notification is the one f3 makes from the full .npz (INFER_OUTPUT=tensors)."""
+    chain = Chain(key, model_paths[key], monkeypatch)
+    data = make_input(key, seed=0)[0]
+    f1, f2, f3 = chain.card.functions
+    answers, _, o2 = chain.run(data)
+    summary_bytes = len(chain.objects.store[(o2.bucket, o2.key)])
+    full_answers, _, o2 = chain.run(data, {"INFER_OUTPUT": "tensors"})
+    tensor_bytes = len(chain.objects.store[(o2.bucket, o2.key)])
+    assert answers[f2][1]["bytes"] == summary_bytes and full_answers[f2][1]["bytes"] == tensor_bytes
+    assert summary_bytes < 1024 and summary_bytes < tensor_bytes, (summary_bytes, tensor_bytes)
+    if key == "ppe_detection":
+        assert tensor_bytes > 3_000_000 and summary_bytes * 1000 < tensor_bytes
+    assert answers[f3][0] == full_answers[f3][0] == 200
+    same = {k: v for k, v in answers[f3][1].items() if k != "time"}
+    assert json.dumps(same) == json.dumps({k: v for k, v in full_answers[f3][1].items() if k != "time"})
+
+
+def test_an_unknown_infer_output_is_a_400_naming_the_stage(model_paths, monkeypatch):
+    chain = Chain("asset_damage", model_paths["asset_damage"], monkeypatch)
+    tensor = tensors.npy_bytes(np.zeros((1, 3, 224, 224), np.float32))
+    status, body, out = chain.call("asset-damage-infer", chain.put(tensor), env=chain.env("asset-damage-infer") | {"INFER_OUTPUT": "all"})
+    assert_stage_error(status, body, "asset-damage-infer", codes=(400,))
+    assert "INFER_OUTPUT" in body["error"] and (out.bucket, out.key) not in chain.objects.store
 
 
 def _check_summary(key: str, summary: dict, pre: dict) -> None:
@@ -224,7 +268,7 @@ def test_credit_risk_scores_every_record_of_a_csv(model_paths, monkeypatch):
     answers, _, o2 = chain.run(csv_text.encode())
     summary = answers["credit-risk-infer"][1]["summary"]
     assert summary["records"] == len(lines) == len(summary["decisions"])
-    assert tensors.load(chain.objects.store[(o2.bucket, o2.key)])[0]["probability"].shape == (len(lines), 1)
+    assert stages.read_result(chain.objects.store[(o2.bucket, o2.key)])["output_shapes"]["probability"] == [len(lines), 1]
 
 
 def test_notification_is_posted_to_the_webhook_and_a_failing_one_is_reported(model_paths, monkeypatch):
@@ -419,15 +463,12 @@ def test_stack_for_passes_the_stack_parser_with_the_chain_and_placement(size, tm
 
 
 def _api_validator(tmp_path):
-    """Just enough of the gateway's API object to run its deployment validation."""
+    """The gateway's deployments API with nothing deployed: enough to run its validation."""
     from types import SimpleNamespace
 
-    from nearfaas.gateway.api import UidAllocator
+    from nearfaas.gateway.api import FunctionsAPI
 
-    api = SimpleNamespace(functions_dir=tmp_path / "functions", handler_roots=[], uids=UidAllocator(tmp_path / "uid"),
-                          invoker=SimpleNamespace(functions={}))
-    api._code = lambda name, body: OpenFaaSAPI._code(api, name, body)
-    return api
+    return FunctionsAPI(SimpleNamespace(functions={}), None, tmp_path)
 
 
 def test_deployment_bodies_go_f3_f2_f1_and_pass_the_rest_api_validation(tmp_path):
@@ -437,7 +478,7 @@ def test_deployment_bodies_go_f3_f2_f1_and_pass_the_rest_api_validation(tmp_path
         assert [b["service"] for b in bodies] == list(reversed(card.functions))
         deployed: set[str] = set()
         for body in bodies:
-            spec = OpenFaaSAPI._spec_from_request(api, json.loads(json.dumps(body)))  # through JSON, as over HTTP
+            spec = api._spec_from_request(json.loads(json.dumps(body)))  # through JSON, as over HTTP
             assert spec["name"] == body["service"] and spec["lang"] == "python3-http"
             assert set(spec["x"]["chain"]) <= deployed  # a chain's target is deployed before it
             assert spec["environment"]["APP"] == key

@@ -14,7 +14,7 @@ from nearfaas.gateway import async_queue
 from nearfaas import journal as journal_module
 from nearfaas.gateway.async_queue import JOURNAL_NAME, AsyncQueue, JournalError
 from nearfaas.journal import decode, encode
-from nearfaas.gateway.invoker import CallError
+from nearfaas.gateway.errors import CallError
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from nearfaas.gateway.chains import ChainRunner
-from nearfaas.gateway.invoker import CallError, CallResult
+from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.invoker import CallResult
 from nearfaas.spec.options import NearfaasOptions
 
 

@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from nearfaas.gateway.invoker import FunctionState, Instance, Invoker
+from nearfaas.gateway.instances import FunctionState, Instance
+from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
 from nearfaas.placement.policy import make_policy
 from nearfaas.placement.view import node_view

@@ -67,7 +67,7 @@ from pathlib import Path
 
 import aiohttp
 
-from nearfaas.gateway.invoker import CallError
+from nearfaas.gateway.errors import CallError
 from nearfaas.journal import Journal
 
 JOURNAL_NAME = "async-queue.journal"

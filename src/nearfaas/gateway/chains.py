@@ -24,7 +24,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from nearfaas.gateway.invoker import CallError, CallResult, Invoker, StageIO
+from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.invoker import CallResult, Invoker, StageIO
 from nearfaas.placement.chain import ChainCycle, Stage, StageMissing, intermediate_key, plan
 from nearfaas.s3.errors import S3Error
 from nearfaas.spec.options import INTERMEDIATE_BUCKET

@@ -1,0 +1,50 @@
+"""The OpenFaaS REST API of the gateway: /system/*, /function/*, /async-function/*.
+
+Shapes follow the OpenFaaS gateway's swagger (FunctionDeployment, FunctionStatus, ...), so the
+faas-cli and existing clients work; nearfaas's own fields ride along as ``handler``, ``lang`` and
+``x-nearfaas``. Everything a client gets wrong is a 4xx that names the field.
+
+One module per resource: ``functions`` (deployments), ``secrets``, ``system`` (health, metrics,
+info, nodes, logs), ``invoke`` (calls, async calls, triggers, the fast path's table);
+``common`` holds what they share. ``OpenFaaSAPI`` wires them together for the app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+
+from nearfaas.gateway.api.common import new_call_id, on_prepare, stamp_calls
+from nearfaas.gateway.api.functions import FunctionsAPI, UidAllocator
+from nearfaas.gateway.api.invoke import InvokeAPI
+from nearfaas.gateway.api.secrets import SecretsAPI
+from nearfaas.gateway.api.system import SystemAPI
+from nearfaas.gateway.async_queue import AsyncQueue
+from nearfaas.gateway.fastpath import FastPath
+
+__all__ = ["FunctionsAPI", "OpenFaaSAPI", "UidAllocator", "new_call_id", "on_prepare", "stamp_calls"]
+
+
+class OpenFaaSAPI:
+    def __init__(self, calls, nodes, metrics, state_dir: Path, invoke_max_body: int, max_inflight: int = 0,
+                 read_timeout: float = 60.0, fastpath_layout: dict | None = None, handler_roots: list[str] = ()):
+        self.invoker = calls.invoker
+        self.queue = AsyncQueue(calls, lambda: nodes.session, metrics, state_dir / "gateway")  # journal: async_queue.py
+        self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
+        self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host)
+        self.functions = FunctionsAPI(self.invoker, self.fastpath, state_dir, handler_roots)
+        self.secrets = SecretsAPI(state_dir)
+        self.system = SystemAPI(self.invoker, nodes, metrics)
+        # The hooks the app hands to the S3 front end and the admin guard.
+        self.object_created = self.invocations.object_created
+        self.requires_auth = self.invocations.requires_auth
+
+    def routes(self, app: web.Application) -> None:
+        for part in (self.system, self.functions, self.secrets, self.invocations):
+            part.routes(app.router)
+
+    async def restore(self) -> None:
+        await self.fastpath.start()
+        await self.functions.restore()
+        self.queue.start()

@@ -1,0 +1,250 @@
+"""/system/functions and /system/function/<name>, /system/scale-function/<name>: what is deployed.
+
+A deployment is an OpenFaaS FunctionDeployment (plus ``handler``/``bundle``, ``lang`` and
+``x-nearfaas``), validated into a spec (spec/stack.py) that names every field it rejects; the
+code is copied into the state dir (spec/bundle.py); the specs are persisted so a restarted
+gateway runs what it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from pathlib import Path
+
+from aiohttp import web
+
+from nearfaas.gateway.api.common import SpecErrorResponse, error, is_fastpath, json_body, rfc3339
+from nearfaas.gateway.errors import CallError
+from nearfaas.spec.bundle import BundleError, copy_folder, unpack
+from nearfaas.spec.errors import SpecError
+from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
+from nearfaas.spec.stack import FunctionSpec, parse_stack
+
+
+class FunctionStore:
+    """Deployed function specs, persisted so a restarted gateway knows what it was running."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def load(self) -> list[dict]:
+        try:
+            return json.loads(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            return []
+
+    def save(self, specs: list[dict]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(specs, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class UidAllocator:
+    """Each function runs under a uid of its own (node/jail.py). A new function, or a function
+    deleted and deployed again, gets a uid never used before, so its S3 key is new too
+    (auth/function_keys.py); an update keeps the uid it has."""
+
+    FIRST = 200_000
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def next(self, in_use: list[int]) -> int:
+        try:
+            last = int(self.path.read_text())
+        except (FileNotFoundError, ValueError):
+            last = self.FIRST - 1
+        uid = max([last, *in_use]) + 1
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(uid))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        return uid
+
+
+
+class FunctionsAPI:
+    def __init__(self, invoker, fastpath, state_dir: Path, handler_roots=()):
+        self.invoker, self.fastpath = invoker, fastpath
+        self.store = FunctionStore(state_dir / "gateway" / "functions.json")
+        self.uids = UidAllocator(state_dir / "gateway" / "last_uid")
+        self.functions_dir = state_dir / "functions"  # deployed code, one folder per bundle (spec/bundle.py)
+        self.handler_roots = [Path(r) for r in handler_roots]
+
+    def routes(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/system/functions", self.list_functions)
+        r.add_post("/system/functions", self.deploy)
+        r.add_put("/system/functions", self.update)
+        r.add_delete("/system/functions", self.delete)
+        r.add_get("/system/function/{name}", self.get_function)
+        r.add_post("/system/scale-function/{name}", self.scale)
+
+    async def restore(self) -> None:
+        """Deploy again what was deployed when the gateway stopped."""
+        for spec in self.store.load():
+            try:
+                await self.fastpath.deploy(spec)
+            except CallError as exc:  # the executor is gone or refuses it now: keep the others
+                print(json.dumps({"event": "fastpath-restore-failed", "function": spec["name"], "error": str(exc)}), flush=True)
+                continue
+            self.invoker.deploy(spec)
+
+    def _persist(self) -> None:
+        self.store.save([s.spec for s in self.invoker.functions.values()])
+
+    def _status(self, name: str) -> dict:
+        state = self.invoker.functions[name]
+        spec = FunctionSpec.from_dict(state.spec)
+        return {
+            "name": name, "image": "", "namespace": "openfaas-fn", "envProcess": "handler.handle",
+            "envVars": spec.environment, "constraints": spec.constraints, "secrets": spec.secrets,
+            "labels": spec.labels, "annotations": spec.annotations, "limits": spec.limits or None, "requests": None,
+            "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
+            # A fast-path lambda has no workers: the executor's one installed version serves it.
+            **({"replicas": 1, "availableReplicas": 1} if is_fastpath(state.spec) and name in self.fastpath.ids
+               else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
+            "createdAt": rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
+            "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
+            # What `auto` predicts this function's compute with, per target: a measured stage
+            # profile until the first calls, then those calls' running average (seconds).
+            "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
+            # The call token is the admin's to see (this API needs their credentials): a benchmark
+            # may call a worker directly with it.
+            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls, "token": i.token}
+                          for i in state.instances.values()],
+        }
+
+    async def list_functions(self, request):
+        return web.json_response([self._status(n) for n in sorted(self.invoker.functions)])
+
+    async def get_function(self, request):
+        name = request.match_info["name"]
+        if name not in self.invoker.functions:
+            return error(404, f"function {name!r} not found")
+        return web.json_response(self._status(name))
+
+    def _spec_from_request(self, body: dict) -> dict:
+        """An OpenFaaS FunctionDeployment (+ handler/lang/x-nearfaas) as a validated spec dict."""
+        name = body.get("service")
+        if not isinstance(name, str) or not name:
+            raise SpecErrorResponse("service: required, the function's name (e.g. \"resize\")")
+        fn = {k: body[k] for k in ("lang", "handler", "image", "labels", "annotations", "secrets", "limits", "requests",
+                                   "constraints", "x-nearfaas") if body.get(k) is not None}
+        env = {}
+        for field in ("envVars", "environment"):
+            value = body.get(field)
+            if value is not None and not isinstance(value, dict):
+                raise SpecErrorResponse(f"{field}: must be a map of names to strings")
+            env.update(value or {})
+        if env:
+            fn["environment"] = env
+        fn.setdefault("lang", "python3-http")
+        # With no code at all (an image-only deployment, say), parse_stack names what is missing.
+        has_code = body.get("bundle") is not None or body.get("handler") is not None
+        if has_code and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):  # else parse_stack names the bad name
+            fn["handler"] = str(self._code(name, body))
+        stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path("/"), whole=False)
+        spec = stack.functions[name].to_dict()
+        current = self.invoker.functions.get(name)
+        spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
+            self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
+        buckets = NearfaasOptions.from_dict(spec["x"]).allowed_buckets()
+        spec["buckets"] = sorted(buckets) if buckets is not None else ["*"]  # what its workers may read locally
+        return spec
+
+    def _code(self, name: str, body: dict) -> Path:
+        """The deployment's code, copied into the state dir: from an uploaded ``bundle``, or from
+        a ``handler`` folder under one of the cluster's gateway.handler_roots."""
+        if body.get("bundle") is not None:
+            try:
+                return unpack(body["bundle"], self.functions_dir, name)
+            except BundleError as exc:
+                raise SpecErrorResponse(str(exc)) from None
+        handler, base_dir = body.get("handler"), body.get("base_dir")
+        if base_dir is not None and not isinstance(base_dir, str):
+            raise SpecErrorResponse("base_dir: must be a string, the folder a relative handler path starts from")
+        if not isinstance(handler, str) or not handler.strip():
+            raise SpecErrorResponse('handler: required: upload the folder as "bundle" (base64 of a .tar.gz; `nearfaas deploy` '
+                                    "does this), or name a folder under the cluster's gateway.handler_roots")
+        try:
+            folder = (Path(base_dir or "/") / handler.strip()).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise SpecErrorResponse(f"handler: cannot use {handler!r}: {exc}") from None
+        if not any(folder.is_relative_to(root) for root in self.handler_roots):
+            roots = ", ".join(map(str, self.handler_roots)) or "none are configured"
+            raise SpecErrorResponse(f"handler: {folder} is not under the cluster's gateway.handler_roots ({roots}); upload "
+                                    "the folder as a bundle instead (`nearfaas deploy` does), or add its parent to handler_roots")
+        if not folder.is_dir():
+            raise SpecErrorResponse(f"handler: {folder} is not a folder")
+        try:
+            return copy_folder(folder, self.functions_dir, name)
+        except BundleError as exc:
+            raise SpecErrorResponse(f"handler: {exc}") from None
+
+    async def deploy(self, request, update: bool = False):
+        body = await json_body(request)
+        try:
+            spec = self._spec_from_request(body)
+        except SpecError as exc:
+            return error(400, f"invalid function deployment:\n{exc}", "spec")
+        except SpecErrorResponse as exc:
+            return error(400, f"invalid function deployment: {exc}", "spec")
+        try:  # with what is deployed already, the chains must still end
+            check_chain_cycles({n: list(s.options.chain) for n, s in self.invoker.functions.items()} | {spec["name"]: spec["x"]["chain"]})
+        except SpecError as exc:
+            return error(400, f"invalid function deployment, given the functions already deployed:\n{exc}", "spec")
+        exists = spec["name"] in self.invoker.functions
+        if update and not exists:
+            return error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")
+        was_fast = exists and is_fastpath(self.invoker.functions[spec["name"]].spec)
+        try:
+            if was_fast and not is_fastpath(spec):
+                await self.fastpath.remove(spec["name"], fastpath=True)
+            await self.fastpath.deploy(spec)
+        except CallError as exc:
+            return error(exc.status, str(exc), exc.layer)
+        self.invoker.deploy(spec)
+        self._persist()
+        return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
+
+    async def update(self, request):
+        return await self.deploy(request, update=True)
+
+    async def delete(self, request):
+        body = await json_body(request)
+        name = body.get("functionName")
+        if not isinstance(name, str):
+            return error(400, "functionName: required, the name of the function to delete")
+        state = self.invoker.functions.get(name)
+        if state is None or not await self.invoker.remove(name):
+            return error(404, f"function {name!r} not found")
+        try:
+            await self.fastpath.remove(name, fastpath=is_fastpath(state.spec))
+        except CallError as exc:  # removed here anyway; the executor's table is rebuilt at its next start
+            print(json.dumps({"event": "fastpath-remove-failed", "function": name, "error": str(exc)}), flush=True)
+        self._persist()
+        return web.Response(status=202, text=f"removed {name}\n")
+
+    async def scale(self, request):
+        name = request.match_info["name"]
+        body = await json_body(request)
+        replicas = body.get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            return error(400, "replicas: required, a non-negative integer")
+        state = self.invoker.functions.get(name)
+        if state is None:
+            return error(404, f"function {name!r} not found")
+        limit = int(state.spec.get("scale_max", 5))
+        if replicas > limit:
+            return error(400, f"replicas: {replicas} exceeds com.openfaas.scale.max={limit} of {name!r}")
+        asyncio.get_running_loop().create_task(self.invoker.scale(name, replicas))
+        return web.Response(status=202, text=f"scaling {name} to {replicas}\n")

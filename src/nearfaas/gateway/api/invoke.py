@@ -1,0 +1,147 @@
+"""/function/<name> and /async-function/<name>: calls, and the S3 triggers that queue them.
+
+A synchronous call is forwarded (gateway/chains.py runs a chain's stages); an async one is made
+durable in the journal before its 202 (gateway/async_queue.py); a fast-path lambda goes to the
+executor by its ID (gateway/fastpath.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from aiohttp import web
+from multidict import CIMultiDict
+
+from nearfaas.gateway.api.common import error, is_fastpath, new_call_id
+from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES
+from nearfaas.gateway.errors import CallError
+
+
+class InvokeAPI:
+    def __init__(self, calls, fastpath, queue, metrics, invoke_max_body: int, max_inflight: int = 0, read_timeout: float = 60.0):
+        self.calls, self.invoker, self.fastpath, self.queue, self.metrics = calls, calls.invoker, fastpath, queue, metrics
+        self.invoke_max_body = invoke_max_body
+        self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
+        self.inflight = 0
+        self.read_timeout = read_timeout
+
+    def routes(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/system/fastpath", self.fastpath_status)
+        r.add_route("*", "/function/{name}", self.invoke)
+        r.add_route("*", "/function/{name}/{path:.*}", self.invoke)
+        r.add_post("/async-function/{name}", self.invoke_async)
+        r.add_post("/async-function/{name}/{path:.*}", self.invoke_async)
+
+    async def _run_for_host(self, name: str, body: bytes) -> tuple[int, bytes]:
+        """A fast-path miss: the function of that lambda ID on its normal path."""
+        result = await self.calls.invoke(name, "POST", "/", "", CIMultiDict({"Content-Type": "application/octet-stream"}), body)
+        return result.status, result.body
+
+    async def fastpath_status(self, request):
+        table = [{"name": n, "lambdaId": i, "target": (self.invoker.functions[n].spec.get("x") or {}).get("target", "worker")}
+                 for n, i in sorted(self.fastpath.ids.items(), key=lambda kv: kv[1]) if n in self.invoker.functions]
+        try:
+            executor = await self.fastpath.stats()
+        except CallError as exc:
+            executor = {"running": False, "error": str(exc)}
+        return web.json_response({"table": table, "executor": executor})
+
+    def object_created(self, request: web.Request, bucket: str, key: str, info) -> None:
+        """S3 event notifications, Lambda style: a new object under a function's
+        ``x-nearfaas.triggers`` prefix queues an async call of it with the object as its input.
+        A function's own writes, and those of every stage of its chain, never trigger it (the
+        simplest recursive loops)."""
+        caller = request.headers.get("X-Nearfaas-Caller", "")
+        event = {"type": "s3:ObjectCreated:" + ("Put" if request.method == "PUT" else "CompleteMultipartUpload"),
+                 "size": info.size, "etag": info.etag}
+        for name, state in self.invoker.functions.items():
+            if name == caller or not state.options.triggered_by(bucket, key):
+                continue
+            call_id = new_call_id()
+            body = json.dumps({"input": {"bucket": bucket, "key": key}, "event": event}).encode()
+            try:
+                self.queue.submit_nowait({"name": name, "path": "/", "query": "", "headers": {"Content-Type": "application/json"},
+                                          "body": body, "call_id": call_id, "callback": None})
+            except (asyncio.QueueFull, CallError) as exc:
+                print(json.dumps({"event": "trigger-dropped", "function": name, "object": f"s3://{bucket}/{key}",
+                                  "reason": str(exc) or "async queue full"}), flush=True)
+                continue
+            self.metrics.triggers.labels(name).inc()
+
+    def requires_auth(self, name: str) -> bool:
+        """Whether calls of function ``name`` need the cluster's credentials (x-nearfaas.auth)."""
+        state = self.invoker.functions.get(name)
+        return state is not None and state.options.auth
+
+    async def _read_invocation_body(self, request) -> bytes:
+        if request.content_length is not None and request.content_length > self.invoke_max_body:
+            raise CallError(413, f"request body of {request.content_length} bytes exceeds the {self.invoke_max_body}-byte limit "
+                                 f"for invocations; put large data in an object and pass an object reference {{\"bucket\": ..., \"key\": ...}}", "gateway")
+        # Read to EOF (StreamReader.read(n) returns whatever has arrived, not n bytes), counting
+        # as we go so a chunked body cannot exceed the limit either.
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > self.invoke_max_body:
+                        raise CallError(413, f"request body exceeds the {self.invoke_max_body}-byte limit for invocations; "
+                                             f"pass an object reference instead", "gateway")
+                    chunks.append(chunk)
+        except TimeoutError:
+            raise CallError(408, f"the request body did not arrive within read_timeout={self.read_timeout:g}s", "gateway") from None
+        return b"".join(chunks)
+
+    @staticmethod
+    def _raw_target(request: web.Request) -> tuple[str, str]:
+        """The sub-path after /function/<name> and the query, both still percent-encoded: the
+        worker decodes them, and an encoded CR or LF can never split a forwarded header."""
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        parts = raw_path.split("/", 3)  # ['', 'function', '<name>', '<rest>']
+        return "/" + (parts[3] if len(parts) > 3 else ""), raw_query
+
+    async def invoke(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if self.max_inflight and self.inflight >= self.max_inflight:
+            return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); retry",
+                          headers={"Retry-After": "1"})
+        self.inflight += 1
+        try:
+            body = await self._read_invocation_body(request)
+            state = self.invoker.functions.get(name)
+            if state is not None and is_fastpath(state.spec):
+                return await self._invoke_fastpath(name, body)
+            path, query = self._raw_target(request)
+            result = await self.calls.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
+        except CallError as exc:
+            return error(exc.status, str(exc), exc.layer, exc.headers)
+        finally:
+            self.inflight -= 1
+        return web.Response(status=result.status, headers=result.headers, body=result.body)
+
+    async def _invoke_fastpath(self, name: str, body: bytes) -> web.Response:
+        lambda_id = self.fastpath.ids.get(name)  # before the await: a delete meanwhile must not make this a 500
+        status, payload = await self.fastpath.call(name, body)
+        headers = {"X-Nearfaas-Target": "fastpath", "X-Nearfaas-Fastpath-Status": STATUS_NAMES.get(status, str(status)),
+                   "X-Nearfaas-Lambda-Id": str(lambda_id)}
+        return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
+
+    async def invoke_async(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.invoker.functions:
+            return error(404, f"function {name!r} not found")
+        callback = request.headers.get("X-Callback-Url")
+        if callback and not re.match(r"^https?://[^\s/]+", callback):
+            return error(400, "X-Callback-Url must be an absolute http(s) URL")
+        try:
+            body = await self._read_invocation_body(request)
+            path, query = self._raw_target(request)
+            await self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
+                                     "call_id": request["call_id"], "callback": callback})  # on disk before the 202
+        except CallError as exc:
+            return error(exc.status, str(exc), exc.layer)
+        except asyncio.QueueFull:
+            return error(429, "the async queue is full; retry later", headers={"Retry-After": "1"})
+        return web.Response(status=202, text=f"accepted {request['call_id']}\n")

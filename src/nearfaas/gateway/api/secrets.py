@@ -1,0 +1,52 @@
+"""/system/secrets: named secrets a function's spec can mount (files under the state dir, 0600)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from aiohttp import web
+
+from nearfaas.gateway.api.common import error, json_body
+
+SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
+
+
+class SecretsAPI:
+    def __init__(self, state_dir: Path):
+        self.secrets_dir = state_dir / "secrets"
+        self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def routes(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/system/secrets", self.list_secrets)
+        r.add_post("/system/secrets", self.put_secret)
+        r.add_put("/system/secrets", self.put_secret)
+        r.add_delete("/system/secrets", self.delete_secret)
+
+    async def list_secrets(self, request):
+        return web.json_response([{"name": p.name} for p in sorted(self.secrets_dir.iterdir()) if p.is_file()])
+
+    async def put_secret(self, request):
+        body = await json_body(request)
+        name, value = body.get("name"), body.get("value", body.get("rawValue"))
+        if not isinstance(name, str) or not SECRET_NAME.match(name):
+            return error(400, "name: required, lower-case letters, digits, '-', '_' or '.', at most 63 characters")
+        if not isinstance(value, str):
+            return error(400, "value: required, the secret as a string")
+        tmp = self.secrets_dir / f".{name}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(value)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.secrets_dir / name)
+        return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}\n")
+
+    async def delete_secret(self, request):
+        body = await json_body(request)
+        name = body.get("name")
+        if not isinstance(name, str) or not SECRET_NAME.match(name) or not (self.secrets_dir / name).is_file():
+            return error(404, f"secret {name!r} not found")
+        (self.secrets_dir / name).unlink()
+        return web.Response(status=204)

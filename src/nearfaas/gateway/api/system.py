@@ -1,0 +1,90 @@
+"""/healthz, /metrics, /system/info, /system/openapi.json, /system/nodes, /system/logs: the
+gateway and its nodes as the operator sees them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+from pathlib import Path
+
+from aiohttp import web
+
+from nearfaas import __version__
+from nearfaas.gateway.api.common import error, json_body, rfc3339
+
+
+class SystemAPI:
+    def __init__(self, invoker, nodes, metrics):
+        self.invoker, self.nodes, self.metrics = invoker, nodes, metrics
+
+    def routes(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/healthz", self.healthz)
+        r.add_get("/metrics", self.metrics_endpoint)
+        r.add_get("/system/info", self.info)
+        r.add_get("/system/openapi.json", self.openapi)
+        r.add_get("/system/logs", self.logs)
+        r.add_get("/system/nodes", self.list_nodes)
+        r.add_post("/system/nodes/{name}/accelerator", self.set_accelerator)
+
+    async def healthz(self, request):
+        return web.Response(text="OK")
+
+    async def metrics_endpoint(self, request):
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def info(self, request):
+        return web.json_response({
+            "provider": {"provider": "nearfaas", "orchestration": "nearfaas-local", "version": {"release": __version__, "sha": "", "commit_message": ""}},
+            "version": {"release": __version__, "sha": "", "commit_message": ""},
+            "arch": platform.machine(),
+        })
+
+    async def openapi(self, request):
+        import yaml
+
+        text = (Path(__file__).parent.parent / "openapi.yaml").read_text()
+        return web.json_response(yaml.safe_load(text))
+
+    async def logs(self, request):
+        name = request.query.get("name")
+        if not name:
+            return error(400, "name: required query parameter, the function whose logs to read")
+        if name not in self.invoker.functions:
+            return error(404, f"function {name!r} not found")
+        try:
+            tail = int(request.query.get("tail", "0") or 0)
+            if tail < 0:
+                raise ValueError
+            since_raw = request.query.get("since")
+            since = dt.datetime.fromisoformat(since_raw.replace("Z", "+00:00")).timestamp() if since_raw else 0.0
+        except ValueError:
+            return error(400, "tail must be an integer and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+        records = await self.nodes.logs(name, since, tail)
+        lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
+                             "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
+        return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
+
+    def _node_status(self, node) -> dict:
+        accel = node.cls == "dscs"
+        return {"name": node.name, "kind": node.kind, "class": node.cls, "healthy": node.healthy, "url": node.url,
+                "accelerator": {"available": self.invoker.accel_available.get(node.name, True),
+                                "busy": self.invoker.accel_inflight.get(node.name, 0) > 0} if accel else None}
+
+    async def list_nodes(self, request):
+        return web.json_response([self._node_status(n) for n in self.nodes.nodes.values()])
+
+    async def set_accelerator(self, request):
+        """Mark a dscs node's accelerator available or not (DSCS-Serverless 5.3 fail-over): while
+        it is unavailable, its acceleratable functions fall back to CPU compute nodes."""
+        node = self.nodes.nodes.get(request.match_info["name"])
+        if node is None:
+            return error(404, f"node {request.match_info['name']!r} not found; see GET /system/nodes")
+        if node.cls != "dscs":
+            return error(400, f"node {node.name!r} is of class {node.cls!r} and has no accelerator; only dscs nodes do")
+        body = await json_body(request)
+        available = body.get("available")
+        if not isinstance(available, bool):
+            return error(400, 'available: required, true or false (e.g. {"available": false})')
+        self.invoker.accel_available[node.name] = available
+        return web.json_response(self._node_status(node))

@@ -1,0 +1,309 @@
+"""The gateway's warm worker instances: per function, which workers run where, how busy each is,
+starting them (one cold start per node at a time, shared by every call that waits on it),
+queueing calls when all are full, scaling, and stopping the idle ones.
+
+Call routing (gateway/invoker.py) asks the pool for an instance on the node placement chose
+(``acquire``) and hands it back; the pool never decides where a call goes, only whether a
+warm instance is there or one must be started. Scaling up places reference-less "calls"
+through the same placement (the ``place`` it is given).
+
+Known caveats:
+- A node that does not answer its polls keeps its instances in the table until a call to them
+  fails or it answers again (its health already keeps it out of placement).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
+from nearfaas.gateway.worker_client import WorkerClient
+from nearfaas.spec.options import NearfaasOptions
+from nearfaas.telemetry.metrics import GatewayMetrics
+
+METERED_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
+SCALE_RETRY_S, SCALE_RETRY_MAX_S = 2.0, 60.0  # after a failed scale-up, the next try (doubling)
+
+
+@dataclass
+class Instance:
+    id: str
+    node: str
+    host: str
+    port: int
+    inflight: int = 0
+    calls: int = 0
+    draining: bool = False  # stop once its in-flight calls finish (update, scale-down)
+    token: str = ""         # the worker answers only calls that carry it (runtime/worker.py)
+    born: float = field(default_factory=time.monotonic)
+    last_used: float = field(default_factory=time.monotonic)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass
+class FunctionState:
+    spec: dict
+    created: float = field(default_factory=time.time)
+    instances: dict[str, Instance] = field(default_factory=dict)
+    starting: dict[str, asyncio.Future] = field(default_factory=dict)
+    invocations: int = 0
+    desired: int = 1
+    meters: FunctionMeters | None = None
+    scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: int = 0  # calls queued for a free instance
+    retry_scale_at: float = 0.0  # monotonic time to retry a scale-up that failed (0: none pending)
+    scale_failures: int = 0  # failed scale-ups in a row
+    freed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        """Wake every queued call: a slot freed or an instance arrived (each re-checks)."""
+        event, self.freed = self.freed, asyncio.Event()
+        event.set()
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @cached_property
+    def options(self) -> NearfaasOptions:
+        """The parsed x-nearfaas block, once per deployment rather than once per call."""
+        return NearfaasOptions.from_dict(self.spec.get("x") or {})
+
+    def bind_meters(self, metrics: GatewayMetrics) -> FunctionMeters:
+        self.meters = FunctionMeters(metrics, self.name)
+        return self.meters
+
+
+class FunctionMeters:
+    """A function's metric children, looked up once: label lookups cost on every warm call."""
+
+    def __init__(self, metrics: GatewayMetrics, name: str):
+        self.inflight = metrics.inflight.labels(name)
+        self.seconds = metrics.seconds.labels(name)
+        self.parts = {part: metrics.timing.labels(name, part) for part in METERED_PARTS}
+        self._counter = metrics.invocations
+        self._name = name
+        self._by_status: dict[int, object] = {}
+
+    def count(self, status: int):
+        child = self._by_status.get(status)
+        if child is None:
+            child = self._by_status[status] = self._counter.labels(self._name, str(status))
+        return child
+
+
+
+class InstancePool:
+    def __init__(self, nodes: NodeDirectory, metrics: GatewayMetrics, place):
+        self.nodes, self.metrics = nodes, metrics
+        self.place = place  # place(state, refs) -> a placement decision; used to scale up
+        self.functions: dict[str, FunctionState] = {}
+        self.workers = WorkerClient()
+        nodes.on_poll.append(self._reconcile_node)
+
+    # -- instances -------------------------------------------------------------------------------
+    async def acquire(self, state: FunctionState, node: str) -> tuple[Instance, float | None]:
+        """A warm instance on ``node`` with room for one more call; cold-starts one if needed.
+
+        Returns the instance and the cold-start seconds (None when it was warm)."""
+        limit = int(state.spec.get("max_inflight", 0))
+        while True:
+            local = [i for i in state.instances.values() if i.node == node]
+            free = [i for i in local if not limit or i.inflight < limit]
+            if free:
+                return min(free, key=lambda i: i.inflight), None
+            total = len(state.instances) + sum(1 for f in state.starting.values() if not f.done())
+            # A node with no instance may always get one: a data-local placement then adds at most
+            # one instance per node holding the data, beyond com.openfaas.scale.max.
+            can_grow = total < int(state.spec.get("scale_max", 5)) or not local
+            if node in state.starting:
+                # Share the starter's outcome: its error is ours too (no retry storm behind a
+                # cold start that keeps failing).
+                await asyncio.shield(state.starting[node])
+                continue
+            if can_grow:
+                instance, seconds = await self._cold_start(state, node)
+                if not limit or instance.inflight < limit:
+                    return instance, seconds
+                continue
+            if not limit:
+                return min(local, key=lambda i: i.inflight), None
+            await self._wait_for_slot(state, limit, len(local))
+
+    async def _wait_for_slot(self, state: FunctionState, limit: int, instances: int) -> None:
+        """Every instance is full and the function is at its scale limit: wait in a bounded
+        queue (x-nearfaas.queue_depth) for a call to finish, rather than fail at once."""
+        depth = state.options.queue_depth
+        if state.waiting >= depth:
+            raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {instances} instance(s), at its "
+                                 f"scale limit, with {state.waiting} call(s) queued (queue_depth={depth}); retry later",
+                            "gateway", {"Retry-After": "1"})
+        state.waiting += 1
+        try:
+            async with asyncio.timeout(float(state.spec.get("exec_timeout", 10.0))):
+                await state.freed.wait()
+        except TimeoutError:
+            raise CallError(429, f"function {state.name!r}: no instance became free within exec_timeout while queued; retry later",
+                            "gateway", {"Retry-After": "1"}) from None
+        finally:
+            state.waiting -= 1
+
+    async def _cold_start(self, state: FunctionState, node: str) -> tuple[Instance, float]:
+        future = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.exception())  # an error nobody awaited is not "never retrieved"
+        state.starting[node] = future
+        try:
+            timeout = 60.0 + 600.0  # handler import + a first-time requirements install
+            try:
+                info = await self.nodes.start_worker(node, state.spec, timeout)
+            except NodeError as exc:
+                raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
+            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]), token=info.get("token", ""))
+            if self.functions.get(state.name) is not state:  # removed or replaced while it started
+                await self.nodes.stop_worker(node, instance.id)
+                raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
+                                {"Retry-After": "1"})
+            state.instances[instance.id] = instance
+            state.notify()
+            seconds = float(info["cold_start_seconds"])
+            self.metrics.cold_starts.labels(state.name, node).inc()
+            self.metrics.cold_start_seconds.labels(state.name).observe(seconds)
+            self.metrics.service_count.labels(state.name).set(len(state.instances))
+            future.set_result(instance)
+            return instance, seconds
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc if isinstance(exc, CallError) else CallError(502, f"cold start failed: {exc!r}", "gateway"))
+            raise
+        finally:
+            if state.starting.get(node) is future:
+                del state.starting[node]
+
+    def drop_instance(self, state: FunctionState, instance: Instance, stop: bool) -> None:
+        if state.instances.pop(instance.id, None) is None:
+            return
+        self.metrics.service_count.labels(state.name).set(len(state.instances))
+        if instance.inflight and stop:
+            instance.draining = True  # the last call to finish stops it (see _invoke)
+            return
+        self.retire(instance, stop)
+
+    def retire(self, instance: Instance, stop: bool) -> None:
+        self.workers.forget(instance.host, instance.port)
+        if stop:
+            asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
+
+    def _reconcile_node(self, node) -> None:
+        """Forget instances that their node no longer runs (they exited or were killed).
+
+        Only a node that answered says which workers run: an unhealthy one is out of placement
+        anyway, and its instances are dropped when a call to them fails or when it answers again."""
+        if not node.healthy:
+            return
+        alive = {w["id"] for w in node.status.get("workers", [])}
+        settled = time.monotonic() - 2 * HEALTH_INTERVAL_S  # a poll sent before a worker registered says nothing of it
+        for state in self.functions.values():
+            for inst in [i for i in state.instances.values()
+                         if i.node == node.name and i.id not in alive and i.born < settled]:
+                self.drop_instance(state, inst, stop=False)
+
+    # -- deployment ------------------------------------------------------------------------------
+    def deploy(self, spec: dict) -> FunctionState:
+        """Register or update a function; running instances of an old version are replaced."""
+        old = self.functions.get(spec["name"])
+        state = FunctionState(spec, desired=max(int(spec.get("scale_min", 1)), 0 if spec.get("scale_zero") else 1))
+        if old is not None:
+            state.created, state.invocations = old.created, old.invocations
+            for inst in list(old.instances.values()):
+                self.drop_instance(old, inst, stop=True)  # busy ones finish their calls first
+        self.functions[spec["name"]] = state
+        self.metrics.service_count.labels(state.name).set(0)
+        if (spec.get("x") or {}).get("target") == "fastpath":
+            state.desired = 0  # the fast-path executor runs it: no workers (gateway/fastpath.py)
+            return state
+        asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
+        return state
+
+    async def remove(self, name: str) -> bool:
+        state = self.functions.pop(name, None)
+        if state is None:
+            return False
+        for inst in list(state.instances.values()):
+            state.instances.pop(inst.id, None)
+            self.workers.forget(inst.host, inst.port)
+        await self.nodes.stop_function(name)
+        try:
+            self.metrics.service_count.remove(name)
+        except KeyError:
+            pass
+        return True
+
+    async def scale(self, name: str, replicas: int) -> None:
+        """Start or stop instances until ``replicas`` are warm (placed as a reference-less call)."""
+        state = self.functions.get(name)
+        if state is None:
+            return
+        state.desired = replicas
+        async with state.scaling:  # one reconciliation at a time per function
+            try:
+                while len(state.instances) < state.desired and self.functions.get(name) is state:
+                    node = self.place(state, []).node
+                    if node in state.starting:
+                        await asyncio.shield(state.starting[node])  # someone is already starting one there
+                    else:
+                        await self._cold_start(state, node)
+            except CallError:
+                # Surfaced at the next call, with the node's message; the reaper tries again
+                # later (a cold start can fail on a node that is briefly overloaded), backing
+                # off so that a handler that can never load does not spawn in a loop.
+                state.scale_failures += 1
+                state.retry_scale_at = time.monotonic() + min(SCALE_RETRY_MAX_S, SCALE_RETRY_S * 2 ** (state.scale_failures - 1))
+                return
+            state.scale_failures = 0
+            while len(state.instances) > state.desired:
+                victim = min(state.instances.values(), key=lambda i: (i.inflight, i.calls))
+                self.drop_instance(state, victim, stop=True)
+
+    def reap_idle(self, now: float | None = None) -> None:
+        """Stop instances idle past x-nearfaas.keep_alive above the function's floor, and scale a
+        com.openfaas.scale.zero function to zero once idle for its zero-duration."""
+        now = time.monotonic() if now is None else now
+        for state in list(self.functions.values()):
+            scale_zero = bool(state.spec.get("scale_zero"))
+            idle = sorted((i for i in state.instances.values() if not i.inflight), key=lambda i: i.last_used)
+            if scale_zero and state.instances and len(idle) == len(state.instances) and \
+                    all(now - i.last_used >= float(state.spec.get("scale_zero_after", 300.0)) for i in idle):
+                state.desired = 0
+                for inst in idle:
+                    self.drop_instance(state, inst, stop=True)
+                continue
+            floor = max(state.desired, 1) if scale_zero else state.desired
+            surplus = len(state.instances) - floor
+            for inst in idle:
+                if surplus <= 0:
+                    break
+                if now - inst.last_used >= state.options.keep_alive:
+                    self.drop_instance(state, inst, stop=True)
+                    surplus -= 1
+
+    async def reap_idle_forever(self, every_s: float = 0.5) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            self.reap_idle()
+            self._retry_failed_scaling()
+
+    def _retry_failed_scaling(self) -> None:
+        """Functions below their desired replicas after a failed scale-up get another try."""
+        now = time.monotonic()
+        for state in list(self.functions.values()):
+            if state.retry_scale_at and now >= state.retry_scale_at and not state.scaling.locked() \
+                    and len(state.instances) < state.desired:
+                state.retry_scale_at = 0.0
+                asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))
