@@ -87,7 +87,7 @@ DEFAULT_PIDS = 256
 CGROUP_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 # Folders of the state directory every function may read: the models `nearfaas apps` builds
-# there (cluster/apps.py) and names to inference stages by MODEL_PATH. Platform data, no secrets.
+# there (jobs/apps.py) and names to inference stages by MODEL_PATH. Platform data, no secrets.
 SHARED_STATE = ("models",)
 FIX = "or set `isolation: off` in the cluster file to run functions unisolated — unsafe"
 

@@ -13,7 +13,8 @@ import sys
 import click
 from rich.table import Table
 
-from nearfaas.cli import _chain_table, _fail, _gateway, _state, common_gateway, common_state, console, err
+from nearfaas.cli.common import common_gateway, common_state, console, err, fail, gateway_url, state_path
+from nearfaas.present import chain_table
 
 # Real-weight variants (docs/models.md) have other input and output shapes than Table 1's, so
 # the applications run the random-weight builds: tiny for tests and demos, full for Table 1.
@@ -36,7 +37,7 @@ def _names(name: str) -> list[str]:
     if name == "all":
         return list(APPS)
     if name not in APPS:
-        _fail(f"unknown app {name!r}; choose one of: {', '.join(APPS)} or all")
+        fail(f"unknown app {name!r}; choose one of: {', '.join(APPS)} or all")
     return [name]
 
 
@@ -73,15 +74,15 @@ def apps_list(as_json):
 @common_gateway
 def apps_deploy(name, size, state, gateway):
     """Build the model (cached under the state dir) and deploy an app's three stages; NAME or all."""
-    from nearfaas.cluster.apps import AppError, deploy_app
+    from nearfaas.jobs.apps import AppError, deploy_app
 
-    url = _gateway(state, gateway)
+    url = gateway_url(state, gateway)
     for key in _names(name):
         try:
             with err.status(f"{key}...") as status:
-                info = deploy_app(url, _state(state), key, size, on_step=status.update)
+                info = deploy_app(url, state_path(state), key, size, on_step=status.update)
         except (AppError, ValueError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         console.print(f"deployed [bold]{key}[/] ({size}): {' -> '.join(info['functions'])}; model {info['model']} "
                       f"(built or found in {info['model_build_s']:.1f}s)")
 
@@ -96,19 +97,19 @@ def apps_deploy(name, size, state, gateway):
 @common_gateway
 def apps_run(name, policy, seed, size, as_json, state, gateway):
     """Upload a generated input, run the app once, print its answer and the per-stage breakdown."""
-    from nearfaas.cluster.apps import AppError, deploy_app, run_app
+    from nearfaas.jobs.apps import AppError, deploy_app, run_app
 
-    url = _gateway(state, gateway)
+    url = gateway_url(state, gateway)
     results = []
     for key in _names(name):
         try:
             if size:
                 with err.status(f"{key}...") as status:
-                    deploy_app(url, _state(state), key, size, on_step=status.update)
+                    deploy_app(url, state_path(state), key, size, on_step=status.update)
             with err.status(f"running {key}..."):
-                result = run_app(url, _state(state), key, policy, seed)
+                result = run_app(url, state_path(state), key, policy, seed)
         except (AppError, ValueError) as exc:
-            _fail(str(exc))
+            fail(str(exc))
         results.append(result)
         if not as_json:
             _print_run(result)
@@ -125,21 +126,9 @@ def _print_run(result: dict) -> None:
     console.print(head)
     console.print_json(json.dumps(result["answer"]))
     if result["stages"]:
-        console.print(_chain_table(result["stages"]))
+        console.print(chain_table(result["stages"]))
     t, link = result["timing"], result["link"]
     if t:
         console.print(f"measured: total {t['total'] * 1e3:.1f} ms (stack {t['stack'] * 1e3:.1f}, data {t['data'] * 1e3:.1f}, "
                       f"compute {t['compute'] * 1e3:.1f}, cold start {t['cold_start'] * 1e3:.1f}); "
                       f"link {link['read'] + link['write']:,} bytes ({link['profile']}); policy {result['policy']}")
-
-
-@click.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def models(args):
-    """The model zoo: `models list`, `models build KEY --size full`, `models bench KEY --size full`.
-
-    Seeded random-weight ONNX builds of Table 1's models (no downloads), cached under
-    $NEARFAAS_MODEL_CACHE or ~/.cache/nearfaas/models; `nearfaas models --help` for the options."""
-    from nearfaas.models.__main__ import main as models_main
-
-    sys.exit(models_main(list(args) or ["--help"]))

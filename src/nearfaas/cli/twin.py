@@ -13,7 +13,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from nearfaas.cli import _WIDTH, console, err
+from nearfaas.cli.common import WIDTH, console, err
+from nearfaas.present import print_speedups
 
 
 @click.group("twin", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -33,23 +34,6 @@ def twin() -> None:
 
 def _csv(value: str | None) -> list[str] | None:
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
-
-
-# Column headers that fit 11 columns in 120: the app's distinguishing word.
-SHORT = {"credit_risk": "credit", "asset_damage": "damage", "ppe_detection": "ppe", "clinical_analysis": "clinical",
-         "content_moderation": "moderation", "chatbot": "chatbot", "translation": "translate", "remote_sensing": "sensing"}
-
-
-def print_speedups(results: dict, out: Console = console) -> None:
-    from nearfaas.twin.report import speedup_table
-
-    rows = speedup_table(results)
-    t = Table(title="Speedup vs the CPU baseline (modelled; CPU stages measured on this machine)", title_justify="left")
-    for i, c in enumerate(rows[0]):
-        t.add_column(SHORT.get(c, c), justify="left" if i == 0 else "right", no_wrap=True)
-    for r in rows[1:]:
-        t.add_row(*r)
-    out.print(t)
 
 
 @twin.command("report")
@@ -74,7 +58,7 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
     from nearfaas.twin import render, report
 
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True, width=_WIDTH),
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True, width=WIDTH),
                       disable=no_progress, transient=True) as bar:
             task = bar.add_task("twin report", total=None)
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
@@ -87,7 +71,7 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
         keep = ("label", "speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu")
         click.echo(json.dumps({**{k: results[k] for k in keep}, "files": {k: str(v) for k, v in paths.items()}}, indent=1))
         return
-    print_speedups(results)
+    print_speedups(results, console)
     sim = results["simulation"]["runs"]
     for policy, r in sim.items():
         lat = r["latency"]

@@ -182,43 +182,48 @@ def dse_cmd(budget_w, models_spec, out_dir, as_json, power, no_progress):
     except HwError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        keep = (
-            "config_id",
-            "name",
-            "rows",
-            "cols",
-            "sram_kib",
-            "dram",
-            "area_mm2",
-            "power_w",
-            "peak_accel_w",
-            "max_accel_w",
-            "max_dram_w",
-            "geomean_inferences_per_s",
-        )
-        click.echo(
-            json.dumps(
-                {
-                    "label": dse.LABEL,
-                    "configs": len(res.configs),
-                    "models": res.models,
-                    "points": len(res.points),
-                    "budget_w": res.budget_w,
-                    "power_metric": res.power,
-                    "optimum": res.optimum,
-                    "reason": res.reason,
-                    "optimum_per_budget": res.budgets,
-                    "power_frontier": [{k: r[k] for k in keep} for r in res.power_frontier],
-                    "area_frontier": [{k: r[k] for k in keep} for r in res.area_frontier],
-                    "files": files,
-                },
-                indent=2,
-            )
-        )
+        click.echo(_dse_json(res, files))
         return
     click.echo(dse_summary(res))
     for path in files.values():
         click.echo(f"wrote {path}")
+
+
+def _dse_json(res, files: dict) -> str:
+    """`hw dse --json`: the frontiers, the optimum and the files written."""
+    from nearfaas.hw.dse import LABEL
+
+    keep = (
+        "config_id",
+        "name",
+        "rows",
+        "cols",
+        "sram_kib",
+        "dram",
+        "area_mm2",
+        "power_w",
+        "peak_accel_w",
+        "max_accel_w",
+        "max_dram_w",
+        "geomean_inferences_per_s",
+    )
+    return json.dumps(
+        {
+            "label": LABEL,
+            "configs": len(res.configs),
+            "models": res.models,
+            "points": len(res.points),
+            "budget_w": res.budget_w,
+            "power_metric": res.power,
+            "optimum": res.optimum,
+            "reason": res.reason,
+            "optimum_per_budget": res.budgets,
+            "power_frontier": [{k: r[k] for k in keep} for r in res.power_frontier],
+            "area_frontier": [{k: r[k] for k in keep} for r in res.area_frontier],
+            "files": files,
+        },
+        indent=2,
+    )
 
 
 @hw.command("report")

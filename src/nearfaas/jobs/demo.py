@@ -16,6 +16,7 @@ from pathlib import Path
 import requests
 
 from nearfaas.cluster import launcher
+from nearfaas.present import chain_table, deployment_body, print_speedups
 from nearfaas.spec.cluster import load_cluster
 from nearfaas.spec.stack import load_stack
 from nearfaas.telemetry.headers import parse_link, parse_timing
@@ -29,8 +30,6 @@ SAMPLE = (
 
 def _demo_chain(url: str, s3, console) -> int:
     """Step 4b: the three-stage application, once near the data and once the traditional way."""
-    from nearfaas.cli import _chain_table
-
     frame = bytes(range(256)) * (4 * 4096)  # a 4 MiB stand-in for a camera frame
     s3.put_object(Bucket="demo", Key="cams/frame-1.raw", Body=frame)
     for policy in ("near-data", "compute-only"):
@@ -43,7 +42,7 @@ def _demo_chain(url: str, s3, console) -> int:
         total = parse_timing(resp.headers["X-Nearfaas-Timing"])["total"]
         console.print(f"[bold]4b. chain[/] damage-detect -> damage-classify -> damage-notify under [bold]{policy}[/]: "
                       f"{resp.json()['message']}; {link['read'] + link['write']:,} bytes over the link, {total * 1e3:.1f} ms")
-        console.print(_chain_table(json.loads(resp.headers["X-Nearfaas-Chain"])))
+        console.print(chain_table(json.loads(resp.headers["X-Nearfaas-Chain"])))
     return 0
 
 
@@ -53,7 +52,7 @@ def _demo_apps(url: str, state_dir: Path, console) -> int:
     from rich.table import Table
 
     from nearfaas.apps import APPS
-    from nearfaas.cluster.apps import AppError, deploy_app, run_app
+    from nearfaas.jobs.apps import AppError, deploy_app, run_app
     from nearfaas.models import MODELS
 
     table = Table("app", "answer (f3's notification)", "stages on", "output shape", "total ms", "link bytes",
@@ -98,7 +97,6 @@ def run_demo(state_dir: Path, keep: bool, console, report_dir: Path = Path("twin
 
 
 def _demo_twin(report_dir: Path, console) -> int:
-    from nearfaas.cli_twin import print_speedups
     from nearfaas.twin import render, report
 
     with console.status("6. twin: the eight apps on seven platforms, a 20-node rack, four sensitivity studies...") as status:
@@ -111,7 +109,6 @@ def _demo_twin(report_dir: Path, console) -> int:
 
 
 def _cluster_demo(state_dir: Path, keep: bool, console) -> int:
-    from nearfaas.cli import deployment_body
     from nearfaas.client import gateway_session, s3_client
 
     if launcher.is_running(state_dir):

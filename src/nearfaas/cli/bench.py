@@ -1,0 +1,69 @@
+"""`nearfaas bench placement | fastpath`: benchmarks on private clusters of their own."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from nearfaas.cli.common import console, err, fail
+
+
+@click.group()
+def bench():
+    """Benchmarks that run on private clusters of their own (all numbers measured here)."""
+
+
+@bench.command("placement")
+@click.option("--quick", is_flag=True, help="two input sizes over the s3-like link (about a minute)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (per policy: link_bytes, p50_ms)")
+def bench_placement(quick, as_json):
+    """The same 3-stage chain under near-data and compute-only placement, side by side.
+
+    Each input size runs over each link profile under both policies (5 measured calls each, 3
+    with --quick) on a private cluster; outputs are checked to be byte-identical."""
+    from rich.progress import Progress
+
+    from nearfaas.bench.placement import run, steps
+
+    with Progress(console=err, transient=as_json) as progress:
+        task = progress.add_task("starting clusters...", total=steps(quick))
+        result = run(quick, progress=lambda m: progress.update(task, advance=1, description=m))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    table = Table("link", "input", "near-data p50 ms", "link MB", "compute-only p50 ms", "link MB", "data share", "speedup",
+                  title="placement (measured; link delays injected from the profiles)")
+    for profile, sizes in result["results"].items():
+        for size, p in sizes.items():
+            nd, co = p["near-data"], p["compute-only"]
+            table.add_row(profile, f"{int(size) // 1024} KiB", f"{nd['p50_ms']:.1f}", f"{nd['link_bytes'] / 1e6:.2f}",
+                          f"{co['p50_ms']:.1f}", f"{co['link_bytes'] / 1e6:.2f}", f"{co['data_share']:.0%}",
+                          f"{co['p50_ms'] / nd['p50_ms']:.2f}x")
+    console.print(table)
+
+
+@bench.command("fastpath")
+@click.option("--quick", is_flag=True, help="one repeat of each measurement, the web lambda first (under a minute)")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (fastpath_p50_us, forking_p50_us, threading_p50_us, ...)")
+def bench_fastpath(quick, as_json):
+    """The fast path against λ-NIC's baselines re-implemented here, side by side on the same inputs.
+
+    The executor with WebAssembly lambdas and with native ones; B1, a Python ForkingUDPServer
+    that forks per request; B2, a ThreadingUDPServer; B3, the gateway with a warm Python
+    worker. Every number is measured on this machine (docs/fastpath.md)."""
+    from nearfaas.bench.fastpath import run
+
+    with err.status("building and starting the fast path...") as status:
+        try:
+            result = run(quick, progress=lambda m: status.update(m))
+        except RuntimeError as exc:  # not built, memcached missing, ...: say what to do
+            fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    console.print_json(json.dumps({k: v for k, v in result.items() if k.endswith("_us") or k.endswith("_per_s")}))
+
+
+COMMANDS = (bench,)

@@ -1,0 +1,56 @@
+"""What the CLI and the demo show and send, shared by both (nothing here imports the CLI).
+
+    chain_table(stages)           the per-stage breakdown of a chain call (measured)
+    print_speedups(results, out)  the twin's speedup-vs-CPU table (modelled)
+    deployment_body(fn)           the OpenFaaS FunctionDeployment sent for a stack file's function
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def chain_table(stages: list[dict]) -> Table:
+    """The stages of a chain (the gateway's X-Nearfaas-Chain header, or an app run's "stages")."""
+    from nearfaas.telemetry.headers import parse_timing
+
+    from rich import box
+
+    table = Table("stage", "node", "placement", "start", "stack/data/compute ms", "link read/write B", "output",
+                  title="chain stages (measured on this machine)", box=box.SIMPLE)
+    for st in stages:
+        t = parse_timing(st["timing"])
+        table.add_row(st["function"], st["node"], f"{st['target']};{st['reason']}", st["start"],
+                      "/".join(f"{t.get(k, 0) * 1e3:.1f}" for k in ("stack", "data", "compute")),
+                      f"{st['link']['read']:,}/{st['link']['write']:,}", st["output"])
+    return table
+
+
+# Column headers that fit 11 columns in 120: the app's distinguishing word.
+SHORT = {"credit_risk": "credit", "asset_damage": "damage", "ppe_detection": "ppe", "clinical_analysis": "clinical",
+         "content_moderation": "moderation", "chatbot": "chatbot", "translation": "translate", "remote_sensing": "sensing"}
+
+
+def print_speedups(results: dict, out: Console) -> None:
+    """The twin report's speedups, one row per platform and one column per app."""
+    from nearfaas.twin.report import speedup_table
+
+    rows = speedup_table(results)
+    t = Table(title="Speedup vs the CPU baseline (modelled; CPU stages measured on this machine)", title_justify="left")
+    for i, c in enumerate(rows[0]):
+        t.add_column(SHORT.get(c, c), justify="left" if i == 0 else "right", no_wrap=True)
+    for r in rows[1:]:
+        t.add_row(*r)
+    out.print(t)
+
+
+def deployment_body(fn) -> dict:
+    """An OpenFaaS FunctionDeployment for a parsed FunctionSpec (plus nearfaas's own fields)."""
+    from nearfaas.spec.bundle import pack
+
+    d = fn.to_dict()
+    # The code travels with the deployment (spec/bundle.py): the gateway runs no path it is told.
+    return {"service": fn.name, "lang": fn.lang, "bundle": pack(fn.handler_dir), "envVars": fn.environment,
+            "labels": fn.labels, "annotations": fn.annotations, "secrets": fn.secrets, "limits": fn.limits or None,
+            "constraints": fn.constraints, "x-nearfaas": d.get("x")}
