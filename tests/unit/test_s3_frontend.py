@@ -1,107 +1,27 @@
-"""The S3 front end over a LocalBackend, driven by a real boto3 client and raw HTTP."""
+"""The S3 front end over a LocalBackend, driven by a real boto3 client and raw HTTP: objects,
+listings, buckets and bad input."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import http.client
 import io
-import itertools
 import os
 import re
 import socket
 import time
 import xml.etree.ElementTree as ET
 import zlib
-import string
-from email.utils import parsedate_to_datetime
-from urllib.parse import quote
 
 import pytest
-from aiohttp import web
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from aiohttp.test_utils import TestClient, TestServer
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 
-from nearfaas.s3.errors import S3Error
-from nearfaas.s3.frontend import S3Frontend
-from nearfaas.s3.node_client import NodeClient, nodelay_socket
-from s3_test_server import S3TestServer
+
+from s3_fixtures import *  # noqa: F403  (the server, s3 and bucket fixtures)
+from s3_fixtures import aws_chunked, code_of, new_name, raw, tmp_empties_soon, tmp_is_empty, xml_code
 
 pytestmark = pytest.mark.timeout(60)
-
-_names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = S3TestServer(tmp_path_factory.mktemp("node"), min_part_size=5, max_body=16 << 20).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def s3(server):
-    return server.client()
-
-
-@pytest.fixture
-def bucket(s3):
-    name = f"bucket-{next(_names)}"
-    s3.create_bucket(Bucket=name)
-    return name
-
-
-def code_of(excinfo) -> tuple[str, int]:
-    err = excinfo.value.response
-    return err["Error"]["Code"], err["ResponseMetadata"]["HTTPStatusCode"]
-
-
-def raw(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-        send_body: bool = True) -> tuple[int, dict, bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        headers = dict(headers or {})
-        conn.putrequest(method, path, skip_accept_encoding=True, skip_host="Host" in headers)
-        if body is not None and "Content-Length" not in headers and "Transfer-Encoding" not in headers:
-            headers["Content-Length"] = str(len(body))
-        for name, value in headers.items():
-            conn.putheader(name, value)
-        conn.endheaders()
-        if body is not None and send_body:
-            conn.send(body)
-        response = conn.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        conn.close()
-
-
-def xml_code(body: bytes) -> str:
-    return ET.fromstring(body).findtext("Code")
-
-
-def tmp_is_empty(server) -> bool:
-    return os.listdir(server.store.root / "tmp") == []
-
-
-def tmp_empties_soon(server, timeout: float = 5.0, settle: float = 0.5) -> bool:
-    """For aborts the server only sees once the client's connection has gone. Empty must stay
-    empty for ``settle`` seconds: the handler may open its temp file only after the client has
-    gone (and then abort it), so one empty listing proves nothing."""
-    deadline = time.monotonic() + timeout
-    empty_since = None
-    while time.monotonic() < deadline:
-        if not tmp_is_empty(server):
-            empty_since = None
-        elif empty_since is None:
-            empty_since = time.monotonic()
-        elif time.monotonic() - empty_since >= settle:
-            return True
-        time.sleep(0.02)
-    return False
 
 
 # -- objects ------------------------------------------------------------------------------------
@@ -292,7 +212,7 @@ def test_list_argument_errors(server, bucket):
 
 
 def test_bucket_lifecycle(server, s3):
-    name = f"life-{next(_names)}"
+    name = f"life-{new_name()}"
     assert s3.create_bucket(Bucket=name)["ResponseMetadata"]["HTTPStatusCode"] == 200
     # Creating a bucket you own again succeeds (S3 us-east-1 behaviour).
     assert s3.create_bucket(Bucket=name)["ResponseMetadata"]["HTTPStatusCode"] == 200
@@ -319,13 +239,13 @@ def test_bucket_lifecycle(server, s3):
 
 
 def test_create_bucket_with_location_body_and_dscs_option(server, s3):
-    name = f"dscs-{next(_names)}"
+    name = f"dscs-{new_name()}"
     body = b'<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">' \
            b"<LocationConstraint>eu-west-1</LocationConstraint></CreateBucketConfiguration>"
     status, headers, _ = raw(server, "PUT", f"/{name}", body, {"x-nearfaas-dscs-replica": "true"})
     assert status == 200 and headers["location"] == f"/{name}"
     assert server.run(server.backend.head_bucket(name)).options == {"dscs_replica": True}
-    status, _, body = raw(server, "PUT", f"/bad-{next(_names)}", b"<not-xml")
+    status, _, body = raw(server, "PUT", f"/bad-{new_name()}", b"<not-xml")
     assert (status, xml_code(body)) == (400, "MalformedXML")
 
 
@@ -442,14 +362,6 @@ def test_client_disconnect_mid_body_leaves_nothing(server, s3, bucket):
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
 
 
-def aws_chunked(data: bytes, chunk: int = 7, trailer: tuple[str, str] | None = None, signatures: bool = True) -> bytes:
-    sig = ";chunk-signature=" + "0" * 64 if signatures else ""
-    out = b"".join(f"{len(data[i:i + chunk]):x}{sig}\r\n".encode() + data[i:i + chunk] + b"\r\n"
-                   for i in range(0, len(data), chunk))
-    out += f"0{sig}\r\n".encode()
-    if trailer:
-        out += f"{trailer[0]}:{trailer[1]}\r\n".encode()
-    return out + b"\r\n"
 
 
 def test_aws_chunked_bodies(server, s3, bucket):
@@ -490,331 +402,3 @@ def test_not_implemented_subresources(s3, bucket, server):
     assert (status, xml_code(body)) == (501, "NotImplemented")
     status, _, body = raw(server, "PATCH", f"/{bucket}/k", b"")
     assert (status, xml_code(body)) == (405, "MethodNotAllowed")
-
-
-# -- multipart ----------------------------------------------------------------------------------
-
-
-def test_multipart_via_boto3(server, s3, bucket):
-    created = s3.create_multipart_upload(Bucket=bucket, Key="mp", ContentType="a/b", Metadata={"m": "1"})
-    upload = created["UploadId"]
-    parts = [b"a" * 10, b"b" * 8, b"c" * 3]
-    etags = [s3.upload_part(Bucket=bucket, Key="mp", UploadId=upload, PartNumber=i + 1, Body=p)["ETag"]
-             for i, p in enumerate(parts)]
-    done = s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=upload, MultipartUpload={
-        "Parts": [{"PartNumber": i + 1, "ETag": e} for i, e in enumerate(etags)]})
-    expected = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
-    assert done["ETag"] == f'"{expected}-3"'
-    got = s3.get_object(Bucket=bucket, Key="mp")
-    assert got["Body"].read() == b"".join(parts) and got["ContentType"] == "a/b" and got["Metadata"] == {"m": "1"}
-
-
-def test_multipart_errors_via_boto3(server, s3, bucket):
-    upload = s3.create_multipart_upload(Bucket=bucket, Key="mpe")["UploadId"]
-    e1 = s3.upload_part(Bucket=bucket, Key="mpe", UploadId=upload, PartNumber=1, Body=b"123")["ETag"]
-    e2 = s3.upload_part(Bucket=bucket, Key="mpe", UploadId=upload, PartNumber=2, Body=b"456789")["ETag"]
-
-    def complete(parts):
-        with pytest.raises(ClientError) as e:
-            s3.complete_multipart_upload(Bucket=bucket, Key="mpe", UploadId=upload,
-                                         MultipartUpload={"Parts": [{"PartNumber": n, "ETag": t} for n, t in parts]})
-        return code_of(e)
-
-    assert complete([(2, e2), (1, e1)]) == ("InvalidPartOrder", 400)
-    assert complete([(1, e1), (3, e2)]) == ("InvalidPart", 400)
-    assert complete([(1, e2), (2, e2)]) == ("InvalidPart", 400)
-    assert complete([(1, e1), (2, e2)]) == ("EntityTooSmall", 400)  # part 1 has 3 < 5 bytes
-    status, _, body = raw(server, "POST", f"/{bucket}/mpe?uploadId={upload}", b"<CompleteMultipartUpload><Part>")
-    assert (status, xml_code(body)) == (400, "MalformedXML")
-    status, _, body = raw(server, "POST", f"/{bucket}/mpe?uploadId={upload}",
-                          b"<CompleteMultipartUpload><Part><PartNumber>x</PartNumber><ETag>e</ETag></Part>"
-                          b"</CompleteMultipartUpload>")
-    assert (status, xml_code(body)) == (400, "MalformedXML")
-    status, _, body = raw(server, "PUT", f"/{bucket}/mpe?partNumber=abc&uploadId={upload}", b"x")
-    assert (status, xml_code(body)) == (400, "InvalidArgument")
-    status, _, body = raw(server, "PUT", f"/{bucket}/mpe?partNumber=0&uploadId={upload}", b"x")
-    assert (status, xml_code(body)) == (400, "InvalidArgument")
-    assert s3.abort_multipart_upload(Bucket=bucket, Key="mpe", UploadId=upload)["ResponseMetadata"]["HTTPStatusCode"] == 204
-    with pytest.raises(ClientError) as e:
-        s3.upload_part(Bucket=bucket, Key="mpe", UploadId=upload, PartNumber=1, Body=b"x")
-    assert code_of(e) == ("NoSuchUpload", 404)
-    assert complete([(1, e1)]) == ("NoSuchUpload", 404)
-
-
-def test_caller_supplied_upload_id(server, bucket):
-    status, _, body = raw(server, "POST", f"/{bucket}/gw?uploads", b"", {"x-nearfaas-upload-id": "gateway-id-7"})
-    assert status == 200 and b"<UploadId>gateway-id-7</UploadId>" in body
-    status, _, body = raw(server, "POST", f"/{bucket}/gw?uploads", b"", {"x-nearfaas-upload-id": "../../etc"})
-    assert (status, xml_code(body)) == (400, "InvalidArgument")
-
-
-# -- internal errors ----------------------------------------------------------------------------
-
-
-class _BrokenBackend:
-    async def head_object(self, bucket, key):
-        raise RuntimeError("disk on fire")
-
-    async def put_object(self, *args, **kwargs):  # makes it look like a backend
-        raise RuntimeError("unused")
-
-
-def test_unexpected_exception_is_internal_error(caplog):
-    async def scenario():
-        app = web.Application()
-        S3Frontend(_BrokenBackend()).mount(app)
-        async with TestClient(TestServer(app)) as client:
-            head = await client.head("/bkt/key")
-            get = await client.get("/bkt/key?acl")
-            return head.status, head.headers.get("x-nearfaas-error-code"), get.status, await get.read()
-
-    head_status, head_code, get_status, get_body = asyncio.run(scenario())
-    assert (head_status, head_code) == (500, "InternalError")
-    assert get_status == 501 and xml_code(get_body) == "NotImplemented"
-    assert "disk on fire" in caplog.text
-
-
-# -- node client ----------------------------------------------------------------------------------
-
-
-def test_node_client_roundtrip_and_errors(server):
-    async def scenario():
-        async with NodeClient("node-a", server.endpoint) as client:
-            await client.create_bucket("nc-bucket", {"dscs_replica": True})
-            assert (await client.head_bucket("nc-bucket")).options == {"dscs_replica": True}
-
-            async def body():
-                for i in range(40):
-                    yield bytes([i]) * 50_000
-
-            data = b"".join(bytes([i]) * 50_000 for i in range(40))
-            info = await client.put_object("nc-bucket", "dir/obj ü", body(), content_type="x/y", metadata={"k": "v"},
-                                           content_md5=hashlib.md5(data).digest())
-            assert (info.size, info.etag, info.content_type) == (len(data), hashlib.md5(data).hexdigest(), "x/y")
-            stream = await client.get_object("nc-bucket", "dir/obj ü", (100, 199))
-            assert (stream.start, stream.end, stream.info.size) == (100, 199, len(data))
-            assert b"".join([c async for c in stream.body]) == data[100:200]
-            head = await client.head_object("nc-bucket", "dir/obj ü")
-            assert (head.metadata, head.content_type, head.last_modified) == ({"k": "v"}, "x/y", info.last_modified)
-            listing = await client.list_objects("nc-bucket", delimiter="/", max_keys=10)
-            assert listing.common_prefixes == ["dir/"]
-            upload = await client.create_multipart_upload("nc-bucket", "mp", upload_id="gw-upload-1")
-            assert upload == "gw-upload-1"
-
-            async def one(chunk):
-                yield chunk
-
-            e1 = await client.upload_part("nc-bucket", "mp", upload, 1, one(b"hello"))
-            e2 = await client.upload_part("nc-bucket", "mp", upload, 2, one(b"!"))
-            done = await client.complete_multipart_upload("nc-bucket", "mp", upload, [(1, e1), (2, e2)])
-            assert done.size == 6 and done.etag.endswith("-2")
-            with pytest.raises(S3Error) as e:
-                await client.get_object("nc-bucket", "missing")
-            assert (e.value.code, e.value.status) == ("NoSuchKey", 404)
-            with pytest.raises(S3Error) as e:
-                await client.head_object("no-such-bucket", "k")
-            assert (e.value.code, e.value.status) == ("NoSuchBucket", 404)
-            with pytest.raises(S3Error) as e:
-                await client.get_object("nc-bucket", "dir/obj ü", (10**9, None))
-            assert (e.value.code, e.value.status) == ("InvalidRange", 416)
-
-            async def failing():
-                yield b"partial"
-                raise S3Error("BadDigest", "caller-side check failed")
-
-            with pytest.raises(S3Error) as e:
-                await client.put_object("nc-bucket", "failed", failing())
-            assert e.value.message == "caller-side check failed"
-            with pytest.raises(S3Error):
-                await client.head_object("nc-bucket", "failed")
-        async with NodeClient("node-down", "http://127.0.0.1:9") as down:
-            with pytest.raises(S3Error) as e:
-                await down.list_buckets()
-            assert e.value.code == "ServiceUnavailable" and "node-down" in e.value.message
-
-    asyncio.run(scenario())
-    assert tmp_empties_soon(server)
-
-
-def test_node_client_sockets_use_tcp_nodelay():
-    sock = nodelay_socket((socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", 0)))
-    try:
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-    finally:
-        sock.close()
-
-
-def test_last_modified_header_parses(s3, bucket):
-    s3.put_object(Bucket=bucket, Key="lm", Body=b"x")
-    header = s3.head_object(Bucket=bucket, Key="lm")["ResponseMetadata"]["HTTPHeaders"]["last-modified"]
-    assert abs(parsedate_to_datetime(header).timestamp() - time.time()) < 60
-
-
-# -- fuzz: bad input is a 4xx S3 error, never a 500 ------------------------------------------------
-
-_text = st.text(alphabet=string.ascii_letters + string.digits + string.punctuation + " ", max_size=24)
-_segment = st.one_of(st.sampled_from(["fuzz-bucket", "obj", "..", "."]), st.text(max_size=10).map(lambda s: quote(s, safe="")))
-_paths = st.lists(_segment, max_size=4).map(lambda segments: "/" + "/".join(segments))
-_query = st.lists(st.tuples(st.sampled_from(["list-type", "prefix", "delimiter", "max-keys", "continuation-token",
-                                             "start-after", "encoding-type", "marker", "uploads", "uploadId",
-                                             "partNumber", "location", "acl", "x-id", "X-Amz-Algorithm",
-                                             "response-content-type"]), st.one_of(_text, st.text(max_size=8))),
-                  max_size=4).map(lambda pairs: "&".join(f"{k}={quote(v)}" for k, v in pairs))
-_headers = st.dictionaries(
-    st.sampled_from(["Range", "Content-MD5", "x-amz-content-sha256", "Content-Encoding", "x-amz-decoded-content-length",
-                     "x-amz-checksum-crc32", "If-Match", "x-nearfaas-upload-id", "Content-Type", "x-amz-meta-a",
-                     "x-amz-trailer", "Authorization", "x-amz-copy-source"]),
-    st.one_of(_text, st.sampled_from(["aws-chunked", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "bytes=0-3", "bytes=-2",
-                                      "10", "x-amz-checksum-crc32", "AAAAAA=="])), max_size=5)
-_bodies = st.one_of(st.binary(max_size=64), st.sampled_from([
-    b"5\r\nhello\r\n0\r\n\r\n", b"3;chunk-signature=00\r\nabc\r\n0\r\nx-amz-checksum-crc32:AAAAAA==\r\n\r\n",
-    b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>"]))
-
-
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(method=st.sampled_from(["GET", "PUT", "POST", "DELETE", "HEAD"]), path=_paths, query=_query,
-       headers=_headers, body=_bodies)
-def test_fuzzed_requests_get_s3_errors_not_500s(server, s3, method, path, query, headers, body):
-    if not getattr(server, "fuzz_ready", False):
-        s3.create_bucket(Bucket="fuzz-bucket")
-        s3.put_object(Bucket="fuzz-bucket", Key="obj", Body=b"0123456789")
-        server.fuzz_ready = True
-    status, response_headers, data = raw(server, method, path + (f"?{query}" if query else ""), body, headers)
-    assert status < 500 or status == 501, (status, data)
-    if status >= 400:
-        assert response_headers["x-nearfaas-error-code"]
-        if method != "HEAD":
-            assert xml_code(data) == response_headers["x-nearfaas-error-code"]
-
-
-# -- leftovers: multipart listing, truthful DeleteObjects, keys XML cannot carry ------------------
-
-
-def test_list_multipart_uploads_via_boto3(server, s3, bucket):
-    ids = {key: s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"] for key in ("a/1", "a/2", "b", "c&<d")}
-    second_b = s3.create_multipart_upload(Bucket=bucket, Key="b")["UploadId"]
-    listed = s3.list_multipart_uploads(Bucket=bucket)
-    b_ids = sorted([ids["b"], second_b])
-    assert [(u["Key"], u["UploadId"]) for u in listed["Uploads"]] == [
-        ("a/1", ids["a/1"]), ("a/2", ids["a/2"]), ("b", b_ids[0]), ("b", b_ids[1]), ("c&<d", ids["c&<d"])]
-    assert listed["IsTruncated"] is False and listed["Uploads"][0]["Initiated"].year >= 2024
-    assert [u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket, Prefix="a/")["Uploads"]] == ["a/1", "a/2"]
-    top = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
-    assert [c["Prefix"] for c in top["CommonPrefixes"]] == ["a/"] and [u["Key"] for u in top["Uploads"]] == ["b", "b", "c&<d"]
-    page = s3.list_multipart_uploads(Bucket=bucket, MaxUploads=3)
-    assert page["IsTruncated"] and (page["NextKeyMarker"], page["NextUploadIdMarker"]) == ("b", b_ids[0])
-    rest = s3.list_multipart_uploads(Bucket=bucket, KeyMarker="b", UploadIdMarker=b_ids[0])
-    assert [u["UploadId"] for u in rest["Uploads"]] == [b_ids[1], ids["c&<d"]]
-    paged = [u["UploadId"] for p in s3.get_paginator("list_multipart_uploads").paginate(
-        Bucket=bucket, PaginationConfig={"PageSize": 2}) for u in p.get("Uploads", [])]
-    assert paged == [u["UploadId"] for u in listed["Uploads"]]
-    s3.abort_multipart_upload(Bucket=bucket, Key="b", UploadId=second_b)
-    assert second_b not in [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=bucket)["Uploads"]]
-    for query in ("uploads&max-uploads=x", "uploads&encoding-type=b64"):
-        status, _, body = raw(server, "GET", f"/{bucket}?{query}")
-        assert (status, xml_code(body)) == (400, "InvalidArgument"), query
-    with pytest.raises(ClientError) as e:
-        s3.list_multipart_uploads(Bucket="no-such-bucket-here")
-    assert code_of(e) == ("NoSuchBucket", 404)
-
-
-def test_delete_objects_reports_every_key_it_could_not_delete(server, s3, bucket):
-    for key in ("good1", "good2"):
-        s3.put_object(Bucket=bucket, Key=key, Body=b"x")
-    bad = ["nul\x00key", "k" * 1025, "a/../b"]
-    result = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in ["good1", *bad, "good2"]]})
-    assert sorted(d["Key"] for d in result["Deleted"]) == ["good1", "good2"]
-    codes = {e["Code"] for e in result["Errors"]}
-    assert len(result["Errors"]) == 3 and codes == {"InvalidObjectName", "KeyTooLongError"}
-    assert all(e["Message"] for e in result["Errors"])
-    assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
-    quiet = s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "nul\x00key"}, {"Key": "ok"}], "Quiet": True})
-    assert "Deleted" not in quiet and [e["Code"] for e in quiet["Errors"]] == ["InvalidObjectName"]
-    # A character reference to a control character is a bad key too, not a malformed request.
-    status, _, body = raw(server, "POST", f"/{bucket}?delete",
-                          b"<Delete><Object><Key>x&#x1;y</Key></Object><Object><Key>fine</Key></Object></Delete>")
-    assert status == 200 and body.count(b"<Error>") == 1 and b"<Deleted><Key>fine</Key></Deleted>" in body
-
-
-class _RefusingBackend:
-    """A LocalBackend whose deletes fail for some keys, as a storage node could."""
-
-    def __init__(self, inner):
-        self.inner = inner
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    async def delete_object(self, bucket, key):
-        if key == "denied":
-            raise S3Error("AccessDenied", "node says no")
-        if key == "crash":
-            raise RuntimeError("disk on fire")
-        await self.inner.delete_object(bucket, key)
-
-
-def test_delete_objects_reports_backend_refusals_and_failures(server, caplog):
-    async def scenario():
-        await server.backend.create_bucket("refusals")
-        app = web.Application()
-        S3Frontend(_RefusingBackend(server.backend)).mount(app)
-        async with TestClient(TestServer(app)) as client:
-            doc = (b"<Delete><Quiet>true</Quiet><Object><Key>denied</Key></Object><Object><Key>crash</Key></Object>"
-                   b"<Object><Key>fine</Key></Object></Delete>")
-            response = await client.post("/refusals?delete", data=doc)
-            return response.status, await response.read()
-
-    status, body = server.run(scenario())
-    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-    root = ET.fromstring(body)
-    errors = [(e.find("s3:Key", ns).text, e.find("s3:Code", ns).text) for e in root.findall("s3:Error", ns)]
-    assert status == 200 and errors == [("denied", "AccessDenied"), ("crash", "InternalError")]
-    assert root.findall("s3:Deleted", ns) == [] and "disk on fire" in caplog.text
-
-
-@pytest.mark.parametrize("key", ["a\uffffb", "\ufffe", "x\ufdd0", "plane1\U0001ffff"])
-def test_keys_with_noncharacters_are_refused_on_write(server, s3, bucket, key):
-    path = f"/{bucket}/{quote(key, safe='')}"
-    status, _, body = raw(server, "PUT", path, b"x")
-    assert (status, xml_code(body)) == (400, "InvalidArgument")
-    assert b"noncharacter U+" in body
-    status, _, body = raw(server, "PUT", path, b"", {"x-amz-copy-source": f"/{bucket}/src"})
-    assert (status, xml_code(body)) == (400, "InvalidArgument")
-    with pytest.raises(ClientError) as e:
-        s3.create_multipart_upload(Bucket=bucket, Key=key)
-    assert code_of(e) == ("InvalidArgument", 400)
-    assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
-
-
-def test_a_key_xml_cannot_carry_does_not_break_listings(server, s3, bucket, monkeypatch, caplog):
-    import nearfaas.node.multipart as multipart_module
-    import nearfaas.node.objectstore as objectstore_module
-    from nearfaas.s3.validation import validate_key
-
-    # An older nearfaas accepted such keys: write them the way it did.
-    monkeypatch.setattr(objectstore_module, "validate_new_key", validate_key)
-    monkeypatch.setattr(multipart_module, "validate_new_key", validate_key)
-    legacy = "old\uffffkey"
-    server.store.put_object(bucket, legacy, b"legacy")
-    server.store.put_object(bucket, "zz\ufffe/x", b"in a group")
-    server.store.create_multipart_upload(bucket, "up\uffff")
-    for key in ("a", "z"):
-        s3.put_object(Bucket=bucket, Key=key, Body=b"")
-    ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
-    for query in ("list-type=2", "", "list-type=2&delimiter=/", "uploads"):
-        status, _, body = raw(server, "GET", f"/{bucket}?{query}")
-        assert status == 200, (query, body)
-        keys = [k.text for k in ET.fromstring(body).iter() if k.tag in (f"{{{ns['s3']}}}Key", f"{{{ns['s3']}}}Prefix")]
-        assert not any("\uffff" in (k or "") or "\ufffe" in (k or "") for k in keys), query
-    status, _, body = raw(server, "GET", f"/{bucket}?list-type=2")
-    assert [k.text for k in ET.fromstring(body).iterfind("s3:Contents/s3:Key", ns)] == ["a", "z"]
-    assert "left out" in caplog.text and "encoding-type=url" in caplog.text
-    # boto3 lists with encoding-type=url: the key is there, and it can be read and deleted.
-    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]] == ["a", legacy, "z", "zz\ufffe/x"]
-    status, _, body = raw(server, "GET", f"/{bucket}?list-type=2&max-keys=1&start-after=a")
-    assert status == 200 and b"<IsTruncated>true</IsTruncated>" in body
-    status, _, body = raw(server, "GET", f"/{bucket}?max-keys=1&marker=a")
-    assert status == 200 and b"<NextMarker>" not in body  # the page ended on the key it left out
-    assert s3.get_object(Bucket=bucket, Key=legacy)["Body"].read() == b"legacy"
-    s3.delete_object(Bucket=bucket, Key=legacy)
-    assert legacy not in [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
