@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from nearfaas.cli_hw import hw
+from nearfaas.cli.hw import hw
 
 
 def test_compile_resnet50_table_and_json(tmp_path):

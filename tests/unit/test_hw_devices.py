@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nearfaas.hw.area import AcceleratorConfig
-from nearfaas.hw.devices import SPEC_FIELDS, Spec, catalog, dsa, get
+from nearfaas.hw.devices import SPEC_FIELDS, Sourced, catalog, dsa, get
 
 FAST = settings(max_examples=40, deadline=None)
 CAT = catalog()
@@ -66,8 +66,8 @@ def test_latency_non_increasing_in_bandwidth_and_peak(name, kind, flops, nbytes,
     op = {"kind": kind, "flops": flops, "bytes": nbytes}
     base = d.latency(op)
     assert base >= d.launch_s.value
-    specs_bw = dict(d.specs, mem_bw_bytes_s=Spec(d.mem_bw * k, "test"))
-    specs_pk = dict(d.specs, peak_ops=Spec({t: v * k for t, v in d.peak_ops.items()}, "test"))
+    specs_bw = dict(d.specs, mem_bw_bytes_s=Sourced(d.mem_bw * k, "test"))
+    specs_pk = dict(d.specs, peak_ops=Sourced({t: v * k for t, v in d.peak_ops.items()}, "test"))
     assert replace(d, specs=specs_bw).latency(op) <= base * (1 + 1e-12)
     assert replace(d, specs=specs_pk).latency(op) <= base * (1 + 1e-12)
     e = d.energy(op)
@@ -90,7 +90,7 @@ def test_dsa_from_config():
         (lambda: get("dsa").latency({"kind": "gemm", "flops": -1, "bytes": 1}), "op.flops"),
         (lambda: get("dsa").latency({"kind": "gemm", "flops": 1, "bytes": 1, "dtype": "fp64"}), "op.dtype"),
         (lambda: dsa(AcceleratorConfig(dram="ddr3")), "dram"),
-        (lambda: Spec(1, ""), "source"),
+        (lambda: Sourced(1, ""), "source"),
     ],
 )
 def test_invalid_inputs_name_the_field(call, field):

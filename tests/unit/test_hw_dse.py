@@ -6,7 +6,7 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from nearfaas.cli_hw import hw
+from nearfaas.cli.hw import hw
 from nearfaas.hw import dse
 from nearfaas.hw.dsa import compile_workload, load_ops
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nearfaas.cli_hw import hw
+from nearfaas.cli.hw import hw
 from nearfaas.hw.dsa.scalesim_io import read_cfg, read_topology
 from nearfaas.hw.dsa.timing import choose_tiles, scalesim_cycles
 

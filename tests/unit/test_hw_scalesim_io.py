@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nearfaas.cli_hw import hw
+from nearfaas.cli.hw import hw
 from nearfaas.hw.dsa.errors import TopologyError
 from nearfaas.hw.dsa.scalesim_io import read_cfg, read_topology, write_topology
 from nearfaas.hw.dsa.timing import scalesim_cycles

@@ -161,7 +161,8 @@ class AcceleratorConfig:
     """The DSA-style accelerator shared by the energy and area models.
 
     Defaults: the DSCS Table 2 DSA (128x128 PEs, 4 MB on-chip, 1 GHz, 14 nm) with an int8 MPU,
-    DDR5 (38 GB/s in the paper's DSE, §4.2) and a 128-lane VPU [assumption: one lane per column].
+    DDR5 (``nearfaas.hw.memory``: 38.4 GB/s, the paper's DSE option, §4.2) and a 128-lane VPU
+    [assumption: one lane per column].
     """
 
     node_nm: int = 14

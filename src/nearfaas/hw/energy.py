@@ -14,6 +14,7 @@ from typing import Any
 
 from . import tech
 from .area import DTYPES, AcceleratorConfig, SramBuffer, area_mm2, check_dtype, sram_read_pj, sram_write_pj
+from .memory import MEMORY
 
 PJ = 1e-12
 
@@ -58,17 +59,9 @@ IN_BITS = {"int8": 8, "int16": 16, "fp16": 16, "bf16": 16, "fp32": 32}
 # 0.009) [assumption, sweep 0.5-2x]; with source "aladdin" x ALADDIN_OVER_HOROWITZ.
 VPU_PJ_PER_OP_45_HOROWITZ = _H["fp32_add"] + 64 * REGISTER_PJ_PER_BIT_45
 
-# --- DRAM energy, pJ per bit (hw-references §3.4) --------------------------------------------
-DRAM_PJ_PER_BIT = {
-    "ddr3": 70.0,  # hwcomponents-cacti table citing Malladi ISCA'12 [src]
-    "lpddr4": 8.0,  # same table [src]
-    "hbm2": 6.25,  # same table [src]; Xilinx U280/U50 blog "~7 pJ/bit" [src]
-    # No DDR4/DDR5 value in any tool table: DDR4 20, DDR5 15 [assumption, sweep +-50 %]; anchors:
-    # Horowitz DDR3-era 20-40 pJ/bit, Xilinx blog "HBM2 0.25x DDR4 DIMMs" => ~28.
-    "ddr4": 20.0,
-    "ddr5": 15.0,
-}
-DRAM_SWEEP = {"ddr4": (10.0, 30.0), "ddr5": (7.5, 22.5), "hbm2": (3.9, 7.0), "lpddr4": (4.0, 12.0), "ddr3": (35.0, 105.0)}
+# --- DRAM energy, pJ per bit: from the memory table (``nearfaas.hw.memory``, hw-references §3.4) ---
+DRAM_PJ_PER_BIT = {k: float(m.pj_per_bit.value) for k, m in MEMORY.items()}
+DRAM_SWEEP = {k: m.pj_per_bit.sweep for k, m in MEMORY.items()}
 
 # --- Leakage ----------------------------------------------------------------------------------
 # Aladdin 32-bit adder leaks 2.4 µW in 278 µm² at 40 nm (§3.3 [ran]) => 8.6 mW/mm² logic leakage

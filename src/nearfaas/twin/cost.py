@@ -13,41 +13,43 @@ from __future__ import annotations
 
 import math
 
-from . import platforms as P
-from .platforms import Const
+from nearfaas.hw.sourced import Sourced
 
-YEARS = Const(3.0, "DSCS §6.1: three-year ownership", "src")
-UTILISATION = Const(0.30, "DSCS §6.1: 30 % utilisation", "src")
-USD_PER_KWH = Const(0.0975, "DSCS §6.1: US average industrial electricity 2023, EIA [128]", "src")
-PUE = Const(
+from . import platforms as P
+from . import power
+
+YEARS = Sourced(3.0, "DSCS §6.1: three-year ownership", "src")
+UTILISATION = Sourced(0.30, "DSCS §6.1: 30 % utilisation", "src")
+USD_PER_KWH = Sourced(0.0975, "DSCS §6.1: US average industrial electricity 2023, EIA [128]", "src")
+PUE = Sourced(
     1.5, "assumption: cooling/power-delivery overhead as a PUE-like factor (typical datacenter ~1.5 [mem])", "assumption", (1.1, 2.0)
 )
-XEON_SOCKET_USD = Const(
+XEON_SOCKET_USD = Sourced(
     7000.0,
     "assumption: 24-core Cascade Lake Platinum socket (8275CL is an AWS-only part with no list price)",
     "assumption",
     (4000.0, 10000.0),
 )
-SERVER_REST_USD = Const(
+SERVER_REST_USD = Sourced(
     1500.0, "assumption: board, 32 GB DRAM, NIC, PSU, chassis share of one c5.4xlarge-sized compute node", "assumption", (1000.0, 3000.0)
 )
-SSD_USD = Const(400.0, "assumption: 3.84 TB datacenter NVMe SSD", "assumption", (250.0, 800.0))
-STORAGE_SERVER_SHARE_USD = Const(
+SSD_USD = Sourced(400.0, "assumption: 3.84 TB datacenter NVMe SSD", "assumption", (250.0, 800.0))
+STORAGE_SERVER_SHARE_USD = Sourced(
     500.0, "assumption: one drive's share of a storage server (all platforms alike)", "assumption", (200.0, 1000.0)
 )
-WAFER_USD = Const(
+WAFER_USD = Sourced(
     5000.0,
     "assumption near [mem] CSET 'AI Chips' (Khan & Mann 2020): ~$4k per 300 mm wafer at 16/12 nm, ~$6k at 10 nm",
     "mem",
     (3000.0, 8000.0),
 )
-WAFER_DIAMETER_MM = Const(300.0, "300 mm wafers at 14 nm [src: industry standard]", "src")
-DEFECT_DENSITY_PER_CM2 = Const(0.1, "assumption: mature 14/16 nm defect density", "assumption", (0.05, 0.3))
-PACKAGE_TEST_USD = Const(3.0, "assumption: small flip-chip BGA package + test per good die", "assumption", (1.0, 10.0))
-NRE_USD = Const(2.0e6, "assumption: 14 nm mask set [mem ~$2-5M]; design NRE excluded", "assumption", (1.0e6, 5.0e6))
-VOLUME = Const(1.0e5, "assumption: DSCS-Drives built over which NRE is amortised", "assumption", (1.0e4, 1.0e6))
-DRIVE_DRAM_USD = Const(15.0, "assumption: 4 GB DDR4 on the drive (T2 4 GB)", "assumption", (8.0, 30.0))
-DRIVE_SWITCH_USD = Const(25.0, "assumption: PCIe switch + board changes for the DSA (SmartSSD-like, HWR §4)", "assumption", (10.0, 60.0))
+WAFER_DIAMETER_MM = Sourced(300.0, "300 mm wafers at 14 nm [src: industry standard]", "src")
+DEFECT_DENSITY_PER_CM2 = Sourced(0.1, "assumption: mature 14/16 nm defect density", "assumption", (0.05, 0.3))
+PACKAGE_TEST_USD = Sourced(3.0, "assumption: small flip-chip BGA package + test per good die", "assumption", (1.0, 10.0))
+NRE_USD = Sourced(2.0e6, "assumption: 14 nm mask set [mem ~$2-5M]; design NRE excluded", "assumption", (1.0e6, 5.0e6))
+VOLUME = Sourced(1.0e5, "assumption: DSCS-Drives built over which NRE is amortised", "assumption", (1.0e4, 1.0e6))
+DRIVE_DRAM_USD = Sourced(15.0, "assumption: 4 GB DDR4 on the drive (T2 4 GB)", "assumption", (8.0, 30.0))
+DRIVE_SWITCH_USD = Sourced(25.0, "assumption: PCIe switch + board changes for the DSA (SmartSSD-like, HWR §4)", "assumption", (10.0, 60.0))
 
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
 
@@ -55,7 +57,7 @@ SECONDS_PER_YEAR = 365.25 * 24 * 3600
 def params(**over) -> dict:
     out = {}
     for k, v in globals().items():
-        if isinstance(v, Const):
+        if isinstance(v, Sourced):
             out[k.lower()] = {**v.to_dict(), "value": over.get(k.lower(), v.value)}
     return out
 
@@ -88,7 +90,9 @@ def asic_cost(area_mm2: float, **over) -> dict:
 
 
 def compute_node_usd(**over) -> float:
-    return _v("XEON_SOCKET_USD", over) * (8 / 24) + _v("SERVER_REST_USD", over)
+    # the c5.4xlarge's share of the socket, as in the power model (a module reference, so that
+    # ``params()`` lists only this module's figures)
+    return _v("XEON_SOCKET_USD", over) * power.CPU_SOCKET_SHARE.value + _v("SERVER_REST_USD", over)
 
 
 def capex(platform: str, node_share: float = 1.0, **over) -> dict:

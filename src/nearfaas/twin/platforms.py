@@ -2,19 +2,19 @@
 sits (traditional compute node vs near-storage), its data type, and the per-layer workload of
 each model (FLOPs and bytes) that the roofline devices are timed on.
 
-Every number here is MODELLED. Constants carry a marker as in ``nearfaas.hw``: [src] named
-public source, [mem] unverified recollection (``/work/shared/hw-references.md``, HWR), [derived]
-arithmetic on cited numbers, [assumption] our choice with the range to sweep.
+Every number here is MODELLED. Constants are ``nearfaas.hw.sourced.Sourced`` figures whose
+status is as in ``nearfaas.hw``: [src] named public source, [mem] unverified recollection
+(``/work/shared/hw-references.md``, HWR), [derived] arithmetic on cited numbers, [assumption]
+our choice with the range to sweep.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import cache
 
 from nearfaas.apps.catalog import APPS
 from nearfaas.hw.devices import Device, get
+from nearfaas.hw.sourced import Sourced
 
 PLATFORM_DEVICES = {
     "cpu": "cpu-xeon-8275cl",
@@ -32,43 +32,30 @@ APP_KEYS = tuple(APPS)
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int16": 2, "int8": 1}
 
 
-@dataclass(frozen=True)
-class Const:
-    """A model constant with its source, status and sweep range."""
-
-    value: float
-    source: str
-    status: str
-    sweep: tuple[float, float] | None = None
-
-    def to_dict(self) -> dict:
-        return {"value": self.value, "source": self.source, "status": self.status, "sweep": self.sweep}
-
-
-GEN3_X4_BPS = Const(4 * 0.985e9, "T2: SmartSSD/DSA link Gen3x4; 985 MB/s per lane (HWR §3.5) => 3.94 GB/s", "src")
-FLASH_READ_BPS = Const(
+GEN3_X4_BPS = Sourced(4 * 0.985e9, "T2: SmartSSD/DSA link Gen3x4; 985 MB/s per lane (HWR §3.5) => 3.94 GB/s", "src")
+FLASH_READ_BPS = Sourced(
     3.0e9,
     "assumption: sequential read of a datacenter NVMe SSD (the SmartSSD's 3.84 TB V-NAND drive); no datasheet figure in HWR",
     "assumption",
     (1.5e9, 3.5e9),
 )
-FLASH_WRITE_BPS = Const(2.0e9, "assumption: NVMe sequential write, SLC/DRAM-buffered", "assumption", (1.0e9, 3.0e9))
-FLASH_READ_LATENCY_S = Const(90e-6, "assumption: NAND page read + controller, per request", "assumption", (50e-6, 200e-6))
-FLASH_WRITE_LATENCY_S = Const(30e-6, "assumption: write acknowledged from the drive's buffer", "assumption", (10e-6, 100e-6))
-F1_OPS_PER_ELEMENT = Const(
+FLASH_WRITE_BPS = Sourced(2.0e9, "assumption: NVMe sequential write, SLC/DRAM-buffered", "assumption", (1.0e9, 3.0e9))
+FLASH_READ_LATENCY_S = Sourced(90e-6, "assumption: NAND page read + controller, per request", "assumption", (50e-6, 200e-6))
+FLASH_WRITE_LATENCY_S = Sourced(30e-6, "assumption: write acknowledged from the drive's buffer", "assumption", (10e-6, 100e-6))
+F1_OPS_PER_ELEMENT = Sourced(
     8.0,
     "assumption: f1 on an accelerator = resize (bilinear, 4 ops) + normalise (2) + cast/layout (2) per output element",
     "assumption",
     (4.0, 32.0),
 )
-ARM_VS_THIS_CORE = Const(
+ARM_VS_THIS_CORE = Sourced(
     3.0,
     "assumption: one Cortex-A57 core at 2 GHz runs f1's scalar code (JPEG decode, resize, tokenizing) ~3x slower than "
     "one core of this machine's AMD EPYC (measured f1)",
     "assumption",
     (2.0, 5.0),
 )
-RESULT_RECORD_BYTES = Const(1024, "assumption: f3's notification record written to the result bucket", "assumption", (256, 4096))
+RESULT_RECORD_BYTES = Sourced(1024, "assumption: f3's notification record written to the result bucket", "assumption", (256, 4096))
 
 
 def check_app(app: str) -> str:
@@ -90,12 +77,6 @@ def device(platform: str) -> Device:
 
 def placement(platform: str) -> str:
     return "near-storage" if check_platform(platform) in NEAR_STORAGE else "traditional"
-
-
-def dtype(platform: str) -> str:
-    """Data type f2 runs in: the catalog's default (fp32 for CPUs/GPUs as ONNX Runtime runs the
-    models; int8 for the systolic FPGAs and the DSA)."""
-    return device(platform).default_dtype
 
 
 def host_link_bps(platform: str) -> float | None:
@@ -196,7 +177,3 @@ def dsa_area_mm2(cfg=None) -> float:
 
     cfg = cfg or dsa_config()
     return float(dse.config_record(cfg, dse.energy_model(cfg))["area_mm2"])
-
-
-def finite_positive(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0

@@ -20,25 +20,28 @@ measurement": compute, PCIe and system-stack power; network omitted). Every numb
 
 from __future__ import annotations
 
-from . import platforms as P
-from .platforms import Const
+from nearfaas.hw.sourced import Sourced
 
-PCIE_PJ_PER_BIT = Const(
+from . import platforms as P
+
+PCIE_PJ_PER_BIT = Sourced(
     10.0,
     "HWR §3.5 [mem]: Gen3/Gen4 SerDes ~5-10 pJ/bit per direction, suggested 10 end to end; DSCS uses Beck et al. ISSCC'18 [123], value not in our copy",
     "mem",
     (5.0, 20.0),
 )
-FLASH_READ_PJ_PER_BIT = Const(
+FLASH_READ_PJ_PER_BIT = Sourced(
     250.0, "assumption: NVMe SSD active power (~6 W) / read bandwidth (~3 GB/s), whole drive", "assumption", (50.0, 400.0)
 )
-FLASH_WRITE_PJ_PER_BIT = Const(
+FLASH_WRITE_PJ_PER_BIT = Sourced(
     400.0, "assumption: NVMe SSD active write power (~6.5 W) / 2 GB/s, whole drive", "assumption", (100.0, 800.0)
 )
-NETWORK_PJ_PER_BIT = Const(
+NETWORK_PJ_PER_BIT = Sourced(
     50.0, "assumption: NICs + ~3 switch hops of datacenter Ethernet; only with network=True", "assumption", (20.0, 200.0)
 )
-CPU_SOCKET_SHARE = Const(8 / 24, "derived: c5.4xlarge = 8 physical cores (AWS 16 vCPU) of a 24-core socket (HWR §4)", "derived", (0.2, 1.0))
+CPU_SOCKET_SHARE = Sourced(
+    8 / 24, "derived: c5.4xlarge = 8 physical cores (AWS 16 vCPU) of a 24-core socket (HWR §4)", "derived", (0.2, 1.0)
+)
 CPU_CORES = 8
 PARTS = ("accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j", "network_j")
 

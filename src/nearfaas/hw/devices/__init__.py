@@ -5,7 +5,8 @@
 True
 """
 
+from ..sourced import Sourced
 from .catalog import BUILDERS, catalog, dsa, get
-from .model import OP_KINDS, SPEC_FIELDS, Device, Efficiency, Spec
+from .model import OP_KINDS, SPEC_FIELDS, Device, Efficiency
 
-__all__ = ["BUILDERS", "OP_KINDS", "SPEC_FIELDS", "Device", "Efficiency", "Spec", "catalog", "dsa", "get"]
+__all__ = ["BUILDERS", "OP_KINDS", "SPEC_FIELDS", "Device", "Efficiency", "Sourced", "catalog", "dsa", "get"]

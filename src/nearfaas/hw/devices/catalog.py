@@ -1,6 +1,6 @@
 """The DSCS Table 2 platforms as cited device records (all MODELLED, none measured here).
 
-Citation keys used in ``Spec.source``:
+Citation keys used in ``Sourced.source``:
   T2      DSCS-Serverless paper, Table 2 (/work/shared/seeds/dscs-serverless.txt) [src]
   DSCS    same paper, body text (§ given)                                          [src]
   HWR     /work/shared/hw-references.md (§ given); its own marker is kept as status
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from ..area import AcceleratorConfig
 from ..energy import EnergyModel
-from .model import Device, Efficiency, Spec
+from ..memory import MEMORY, bandwidth_bytes_s, with_bandwidth
+from ..sourced import Sourced
+from .model import Device, Efficiency
 
 GEN3_LANE_BPS = 0.985e9  # 8 GT/s, 128b/130b [src: HWR §3.5]
 GEN4_LANE_BPS = 1.97e9  # [src: HWR §3.5]
 
-# DRAM bandwidths of the DSCS DSE (§4.2) [src]; LPDDR4 of TX2 from HWR §4 [mem].
-DSA_DRAM_BW = {"ddr4": 19.2e9, "ddr5": 38e9, "hbm2": 460e9, "lpddr4": 59.7e9}
+# DRAM bandwidths the DSA may be built with: every memory of the table with a bandwidth
+# (``nearfaas.hw.memory``: the DSCS DSE options of §4.2 [src] and TX2's LPDDR4 from HWR §4 [mem]).
+DSA_DRAM_BW = {k: bandwidth_bytes_s(k) for k in with_bandwidth()}
 
 _CPU_EFF = {
     # oneDNN/MLAS GEMM at batch 1 on AVX-512: the AVX-512 licence clock (< 3.0 GHz) and small
@@ -66,8 +69,8 @@ _SYSTOLIC_EFF = {
 }
 
 
-def _a(value, why, sweep=None) -> Spec:
-    return Spec(value, "assumption: " + why, "assumption", sweep)
+def _a(value, why, sweep=None) -> Sourced:
+    return Sourced(value, "assumption: " + why, "assumption", sweep)
 
 
 def xeon_8275cl() -> Device:
@@ -80,25 +83,26 @@ def xeon_8275cl() -> Device:
         placement="traditional",
         default_dtype="fp32",
         specs={
-            "units": Spec(16, "T2: 16 cores; AWS: c5.4xlarge = 16 vCPU = 8 physical cores with 2 hyper-threads each (HWR §4)", "src"),
-            "clock_hz": Spec(clk, "T2: 3 GHz", "src"),
-            "node_nm": Spec(14, "T2: 14 nm", "src"),
-            "peak_ops": Spec(
+            "units": Sourced(16, "T2: 16 cores; AWS: c5.4xlarge = 16 vCPU = 8 physical cores with 2 hyper-threads each (HWR §4)", "src"),
+            "clock_hz": Sourced(clk, "T2: 3 GHz", "src"),
+            "node_nm": Sourced(14, "T2: 14 nm", "src"),
+            "peak_ops": Sourced(
                 {"fp32": fp32, "fp16": fp32, "bf16": fp32, "int16": 2 * fp32, "int8": 4 * fp32},
                 "derived: 8 physical cores x 64 FP32 FLOP/cycle (2x AVX-512 FMA, HWR §4 [mem]) x 3.0 GHz (T2) = 1.54 TFLOPS; "
                 "int8 x4 (VNNI vpdpbusd), int16 x2 (vpdpwssd); Cascade Lake has no fp16/bf16 arithmetic -> fp32 rate [mem]",
                 "derived",
             ),
-            "mem_bw_bytes_s": Spec(
+            # a socket figure (6 channels of DDR4-2933), not the hw.memory DDR4-2400 channel
+            "mem_bw_bytes_s": Sourced(
                 140.8e9 * 8 / 24,
                 "derived: socket 6x DDR4-2933 = 140.8 GB/s (HWR §4 [mem]) x 8 of 24 cores (instance share) [assumption, sweep 20-140.8 GB/s]",
                 "assumption",
                 (20e9, 140.8e9),
             ),
-            "tdp_w": Spec(240.0, "T2: 240 W (socket TDP; the instance gets a share, RAPL measures the package)", "src"),
+            "tdp_w": Sourced(240.0, "T2: 240 W (socket TDP; the instance gets a share, RAPL measures the package)", "src"),
             "idle_w": _a(60.0, "package idle of a 24-core server CPU ~25 % of TDP", (40.0, 100.0)),
-            "host_link": Spec({"kind": "none", "note": "compute node; storage over the network"}, "T2: PCIe N/A", "src"),
-            "price_usd": Spec({"per_hour": 0.68}, "AWS: c5.4xlarge on-demand $0.68/h us-east-1 (HWR §4)", "src"),
+            "host_link": Sourced({"kind": "none", "note": "compute node; storage over the network"}, "T2: PCIe N/A", "src"),
+            "price_usd": Sourced({"per_hour": 0.68}, "AWS: c5.4xlarge on-demand $0.68/h us-east-1 (HWR §4)", "src"),
         },
         efficiency=_CPU_EFF,
         launch_s=_a(5e-6, "ONNX Runtime per-op dispatch on CPU", (1e-6, 20e-6)),
@@ -118,23 +122,23 @@ def rtx_2080ti() -> Device:
         placement="traditional",
         default_dtype="fp32",
         specs={
-            "units": Spec(cores, "T2: 4352 CUDA cores (544 tensor cores: HWR §4 [mem])", "src"),
-            "clock_hz": Spec(clk, "T2: 1.35 GHz (base clock; boost 1,545 MHz per HWR §4 [mem])", "src"),
-            "node_nm": Spec(12, "T2: 12 nm", "src"),
-            "peak_ops": Spec(
+            "units": Sourced(cores, "T2: 4352 CUDA cores (544 tensor cores: HWR §4 [mem])", "src"),
+            "clock_hz": Sourced(clk, "T2: 1.35 GHz (base clock; boost 1,545 MHz per HWR §4 [mem])", "src"),
+            "node_nm": Sourced(12, "T2: 12 nm", "src"),
+            "peak_ops": Sourced(
                 {"fp32": fp32, "fp16": fp16_tc, "bf16": fp32, "int16": fp32, "int8": 4 * fp16_tc},
                 "derived at the T2 clock: fp32 = 4352 x 2 x 1.35 GHz = 11.8 TFLOPS; fp16 tensor = 544 TC x 64 FMA x 2 x 1.35 GHz / 2 "
                 "(fp32 accumulate, half rate on GeForce) = 47 TFLOPS; int8 = 2x the fp16-accumulate rate = 188 TOPS; "
                 "Turing has no bf16 and no int16 tensor path -> fp32 rate (per-TC rates HWR §4 [mem])",
                 "derived",
             ),
-            "mem_bw_bytes_s": Spec(616e9, "HWR §4: 11 GB GDDR6, 352-bit, 14 Gb/s = 616 GB/s [mem]", "mem"),
-            "tdp_w": Spec(250.0, "T2: 250 W; also in the DSCS abstract", "src"),
+            "mem_bw_bytes_s": Sourced(616e9, "HWR §4: 11 GB GDDR6, 352-bit, 14 Gb/s = 616 GB/s [mem]", "mem"),
+            "tdp_w": Sourced(250.0, "T2: 250 W; also in the DSCS abstract", "src"),
             "idle_w": _a(30.0, "idle with a CUDA context resident (clocks raised)", (15.0, 60.0)),
-            "host_link": Spec(
+            "host_link": Sourced(
                 {"kind": "pcie", "gen": 3, "lanes": 16, "bytes_s": 16 * GEN3_LANE_BPS}, "T2: Gen3x16; 985 MB/s per lane (HWR §3.5)", "src"
             ),
-            "price_usd": Spec({"purchase": 999.0}, "HWR §4: launch price $999 (FE $1,199), Sept 2018 [mem]", "mem"),
+            "price_usd": Sourced({"purchase": 999.0}, "HWR §4: launch price $999 (FE $1,199), Sept 2018 [mem]", "mem"),
         },
         efficiency=_GPU_EFF,
         launch_s=_a(5e-6, "CUDA kernel launch", (3e-6, 10e-6)),
@@ -156,19 +160,19 @@ def _fpga_systolic(
         placement=placement,
         default_dtype="int8",
         specs={
-            "units": Spec(pes, f"T2: {pes} PEs (a DSA-like systolic array; <= {dsps} DSP slices, {dsp_src})", "src"),
-            "clock_hz": Spec(clk, "T2: 250 MHz", "src"),
-            "node_nm": Spec(16, node_src, "src"),
-            "peak_ops": Spec(
+            "units": Sourced(pes, f"T2: {pes} PEs (a DSA-like systolic array; <= {dsps} DSP slices, {dsp_src})", "src"),
+            "clock_hz": Sourced(clk, "T2: 250 MHz", "src"),
+            "node_nm": Sourced(16, node_src, "src"),
+            "peak_ops": Sourced(
                 {"int8": peak, "int16": peak},
                 f"derived: {pes} PEs x 2 ops/MAC x 250 MHz = {peak / 1e9:.0f} GOPS; one DSP48 per PE handles int8 or int16 [assumption]",
                 "derived",
             ),
-            "mem_bw_bytes_s": Spec(mem_bw, mem_src, mem_status),
-            "tdp_w": Spec(tdp, tdp_src, "src"),
+            "mem_bw_bytes_s": Sourced(mem_bw, mem_src, mem_status),
+            "tdp_w": Sourced(tdp, tdp_src, "src"),
             "idle_w": _a(idle, "board/card static power with a bitstream loaded", (idle / 2, idle * 2)),
             "host_link": link,
-            "price_usd": Spec(price, price_src, "mem"),
+            "price_usd": Sourced(price, price_src, "mem"),
         },
         efficiency=_SYSTOLIC_EFF,
         launch_s=_a(1e-6, "DSA instruction dispatch inside one kernel run", (0.1e-6, 10e-6)),
@@ -187,13 +191,13 @@ def alveo_u280() -> Device:
         1024,
         9024,
         "XCU280 has 9,024 DSPs, HWR §4 [mem]",
-        2 * 19.2e9,
-        "DDR4 (T2: 32 GB) = 2 ch DDR4-2400 = 38.4 GB/s (HWR §4 [mem]); the 8 GB HBM2 (460 GB/s, XBLOG) is an alternative",
+        2 * bandwidth_bytes_s("ddr4"),
+        "DDR4 (T2: 32 GB) = 2 ch DDR4-2400 = 2 x 19.2 = 38.4 GB/s (HWR §4 [mem]; per channel: hw.memory ddr4); the 8 GB HBM2 (460 GB/s, XBLOG) is an alternative",
         "mem",
         "T2: 225 W (board max)",
         225.0,
         25.0,
-        Spec({"kind": "pcie", "gen": 4, "lanes": 8, "bytes_s": 8 * GEN4_LANE_BPS}, "T2: Gen4x8; 1.97 GB/s per lane (HWR §3.5)", "src"),
+        Sourced({"kind": "pcie", "gen": 4, "lanes": 8, "bytes_s": 8 * GEN4_LANE_BPS}, "T2: Gen4x8; 1.97 GB/s per lane (HWR §3.5)", "src"),
         {"purchase": 7500.0},
         "HWR §4: list ~ $7-8 k [mem]",
         "T2: 16 nm",
@@ -208,13 +212,13 @@ def smartssd_ku15p() -> Device:
         256,
         1968,
         "KU15P has 1,968 DSPs, HWR §4 [mem]",
-        19.2e9,
-        "ANAND: FPGA-private 4 GB DDR4 (T2: 4 GB); bandwidth = one 64-bit DDR4-2400 channel = 19.2 GB/s [assumption, sweep 12.8-19.2]",
+        bandwidth_bytes_s("ddr4"),
+        "ANAND: FPGA-private 4 GB DDR4 (T2: 4 GB); bandwidth = one 64-bit DDR4-2400 channel = 19.2 GB/s (hw.memory ddr4) [assumption, sweep 12.8-19.2]",
         "assumption",
         "T2: 18 W (U.2 slot envelope ~25 W, DSCS §4.2)",
         18.0,
         5.0,
-        Spec(
+        Sourced(
             {
                 "kind": "in-storage-p2p",
                 "gen": 3,
@@ -241,20 +245,20 @@ def cortex_a57() -> Device:
         placement="near-storage",
         default_dtype="fp32",
         specs={
-            "units": Spec(cores, "T2: 4 cores (Cortex-A57 of Jetson TX2)", "src"),
-            "clock_hz": Spec(clk, "T2: 2 GHz", "src"),
-            "node_nm": Spec(None, "T2: N/A (TX2 SoC is 16 nm per common sources [mem])", "src"),
-            "peak_ops": Spec(
+            "units": Sourced(cores, "T2: 4 cores (Cortex-A57 of Jetson TX2)", "src"),
+            "clock_hz": Sourced(clk, "T2: 2 GHz", "src"),
+            "node_nm": Sourced(None, "T2: N/A (TX2 SoC is 16 nm per common sources [mem])", "src"),
+            "peak_ops": Sourced(
                 {"fp32": fp32, "fp16": fp32, "bf16": fp32, "int16": fp32, "int8": 2 * fp32},
                 "derived: 4 cores x 8 FP32 FLOP/cycle (128-bit NEON FMA, HWR §4 [mem]) x 2 GHz = 64 GFLOPS; ARMv8.0 has no fp16 "
                 "arithmetic or dot-product -> fp32 rate, int8 ~2x via widening MLA [assumption]",
                 "derived",
             ),
-            "mem_bw_bytes_s": Spec(59.7e9, "HWR §4: TX2 128-bit LPDDR4 = 59.7 GB/s, shared SoC-wide [mem]", "mem"),
-            "tdp_w": Spec(15.0, "T2: 15 W (TX2 module, Max-N)", "src"),
+            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared SoC-wide", "mem"),
+            "tdp_w": Sourced(15.0, "T2: 15 W (TX2 module, Max-N)", "src"),
             "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
-            "host_link": Spec({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
-            "price_usd": Spec({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
+            "host_link": Sourced({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
+            "price_usd": Sourced({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
         },
         efficiency=_ARM_EFF,
         launch_s=_a(10e-6, "ORT per-op dispatch on a slower core", (2e-6, 40e-6)),
@@ -273,20 +277,20 @@ def tx2_pascal() -> Device:
         placement="near-storage",
         default_dtype="fp32",
         specs={
-            "units": Spec(cores, "T2: 256 CUDA cores (Pascal)", "src"),
-            "clock_hz": Spec(clk, "T2: 1.3 GHz", "src"),
-            "node_nm": Spec(None, "T2: N/A (16 nm per common sources [mem])", "src"),
-            "peak_ops": Spec(
+            "units": Sourced(cores, "T2: 256 CUDA cores (Pascal)", "src"),
+            "clock_hz": Sourced(clk, "T2: 1.3 GHz", "src"),
+            "node_nm": Sourced(None, "T2: N/A (16 nm per common sources [mem])", "src"),
+            "peak_ops": Sourced(
                 {"fp32": fp32, "fp16": 2 * fp32, "bf16": fp32, "int16": fp32, "int8": 2 * fp32},
                 "derived: 256 x 2 x 1.3 GHz = 0.67 TFLOPS fp32; fp16 2x (HWR §4 [mem]: 1.33 TFLOPS); int8 taken at the fp16 rate "
                 "(DP4A support on GP10B unverified) [assumption]; no bf16 -> fp32 rate",
                 "derived",
             ),
-            "mem_bw_bytes_s": Spec(59.7e9, "HWR §4: 128-bit LPDDR4 = 59.7 GB/s, shared with the CPU [mem]", "mem"),
-            "tdp_w": Spec(15.0, "T2: 15 W", "src"),
+            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared with the CPU", "mem"),
+            "tdp_w": Sourced(15.0, "T2: 15 W", "src"),
             "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
-            "host_link": Spec({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
-            "price_usd": Spec({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
+            "host_link": Sourced({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
+            "price_usd": Sourced({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
         },
         efficiency=_MOBILE_EFF,
         launch_s=_a(10e-6, "CUDA kernel launch on a mobile SoC", (5e-6, 30e-6)),
@@ -309,22 +313,26 @@ def dsa(config: AcceleratorConfig | None = None, tdp_w: float | None = None) -> 
         placement="near-storage",
         default_dtype=cfg.dtype,
         specs={
-            "units": Spec(cfg.pes, f"config: {cfg.rows}x{cfg.cols} PEs (T2 default 16,384)", "src"),
-            "clock_hz": Spec(cfg.clock_hz, "config (T2: 1 GHz)", "src"),
-            "node_nm": Spec(cfg.node_nm, "config (T2: 14 nm)", "src"),
-            "peak_ops": Spec({cfg.dtype: peak}, f"derived: {cfg.pes} PEs x 2 ops/MAC x {cfg.clock_hz / 1e9:g} GHz", "derived"),
-            "mem_bw_bytes_s": Spec(
-                DSA_DRAM_BW[cfg.dram], f"DSCS §4.2: DSE memory options DDR4 19.2 / DDR5 38 / HBM2 460 GB/s (config: {cfg.dram})", "src"
+            "units": Sourced(cfg.pes, f"config: {cfg.rows}x{cfg.cols} PEs (T2 default 16,384)", "src"),
+            "clock_hz": Sourced(cfg.clock_hz, "config (T2: 1 GHz)", "src"),
+            "node_nm": Sourced(cfg.node_nm, "config (T2: 14 nm)", "src"),
+            "peak_ops": Sourced({cfg.dtype: peak}, f"derived: {cfg.pes} PEs x 2 ops/MAC x {cfg.clock_hz / 1e9:g} GHz", "derived"),
+            "mem_bw_bytes_s": Sourced(
+                DSA_DRAM_BW[cfg.dram], f"hw.memory {cfg.dram}: {MEMORY[cfg.dram].gbps.source}", MEMORY[cfg.dram].gbps.status
             ),
-            "tdp_w": Spec(tdp_w if tdp_w is not None else 4.2, "T2: 4.2 W (excludes DRAM, HWR §3.8)" if tdp_w is None else "caller", "src"),
-            "modelled_peak_w": Spec(modelled_peak_w, "derived: hw.energy EnergyModel, all PEs busy, no SRAM/DRAM traffic", "derived"),
-            "idle_w": Spec(em.static_w, "derived: hw.energy leakage (per-mm2 density x modelled area)", "derived"),
-            "host_link": Spec(
+            "tdp_w": Sourced(
+                tdp_w if tdp_w is not None else 4.2, "T2: 4.2 W (excludes DRAM, HWR §3.8)" if tdp_w is None else "caller", "src"
+            ),
+            "modelled_peak_w": Sourced(modelled_peak_w, "derived: hw.energy EnergyModel, all PEs busy, no SRAM/DRAM traffic", "derived"),
+            "idle_w": Sourced(em.static_w, "derived: hw.energy leakage (per-mm2 density x modelled area)", "derived"),
+            "host_link": Sourced(
                 {"kind": "in-storage-p2p", "gen": 3, "lanes": 4, "bytes_s": 4 * GEN3_LANE_BPS},
                 "T2: Gen3x4; DSCS §5.2: dedicated P2P link between flash and DSA",
                 "src",
             ),
-            "price_usd": Spec(None, "not a product: ASIC cost comes from the ASIC Clouds model (DSCS §6.1), outside this catalog", "src"),
+            "price_usd": Sourced(
+                None, "not a product: ASIC cost comes from the ASIC Clouds model (DSCS §6.1), outside this catalog", "src"
+            ),
         },
         efficiency=_SYSTOLIC_EFF,
         launch_s=_a(0.1e-6, "DSA instruction dispatch", (0.01e-6, 1e-6)),

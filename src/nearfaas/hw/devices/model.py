@@ -5,30 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("src", "mem", "ran", "derived", "assumption")
+from ..sourced import Sourced
+
 OP_KINDS = ("gemm", "conv", "elementwise", "reduction", "layout", "other")
 SPEC_FIELDS = ("peak_ops", "mem_bw_bytes_s", "tdp_w", "idle_w", "host_link", "price_usd", "clock_hz", "units", "node_nm")
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One spec value with where it came from.
-
-    status: src (named public source), mem (unverified recollection, verify before publishing),
-    ran (computed with a named tool here), derived (arithmetic on other specs, shown in source),
-    assumption (our choice; ``sweep`` gives the range to sweep).
-    """
-
-    value: Any
-    source: str
-    status: str = "src"
-    sweep: tuple[float, float] | None = None
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"Spec.status={self.status!r}: use one of {list(STATUSES)}")
-        if not self.source:
-            raise ValueError("Spec.source: every spec needs a source (citation or 'assumption: why')")
 
 
 @dataclass(frozen=True)
@@ -50,7 +30,7 @@ class Efficiency:
 class Device:
     """A platform of DSCS Table 2.
 
-    ``specs`` holds every spec in SPEC_FIELDS as a :class:`Spec`; ``peak_ops`` is a dict
+    ``specs`` holds every spec in SPEC_FIELDS as a :class:`~nearfaas.hw.sourced.Sourced`; ``peak_ops`` is a dict
     {dtype: ops/s} (1 MAC = 2 ops). ``launch_s`` is the fixed per-op launch/dispatch overhead,
     ``driver_s`` a per-invocation driver/runtime overhead (added by callers once per function
     call, not per op). Everything this returns is MODELLED, labelled by ``label``.
@@ -60,13 +40,13 @@ class Device:
     label: str
     kind: str  # cpu | gpu | fpga | dsa
     placement: str  # "traditional" (compute node, remote storage) | "near-storage"
-    specs: dict[str, Spec]
+    specs: dict[str, Sourced]
     efficiency: dict[str, Efficiency]
-    launch_s: Spec
-    driver_s: Spec
+    launch_s: Sourced
+    driver_s: Sourced
     default_dtype: str = "fp32"
-    active_power_fraction: Spec = field(
-        default_factory=lambda: Spec(1.0, "assumption: busy power = TDP (upper bound); sweep 0.5-1.0", "assumption", (0.5, 1.0))
+    active_power_fraction: Sourced = field(
+        default_factory=lambda: Sourced(1.0, "assumption: busy power = TDP (upper bound); sweep 0.5-1.0", "assumption", (0.5, 1.0))
     )
 
     # -- spec accessors ------------------------------------------------------------------
@@ -141,7 +121,7 @@ class Device:
             "kind": self.kind,
             "placement": self.placement,
             "modelled": True,
-            "specs": {k: {"value": s.value, "source": s.source, "status": s.status, "sweep": s.sweep} for k, s in self.specs.items()},
+            "specs": {k: s.to_dict() for k, s in self.specs.items()},
             "efficiency": {k: {"compute": e.compute, "bandwidth": e.bandwidth, "why": e.why} for k, e in self.efficiency.items()},
             "launch_s": self.launch_s.value,
             "driver_s": self.driver_s.value,

@@ -9,7 +9,7 @@ filter_sram_kib: 1536     # weight buffer
 ofmap_sram_kib: 1024      # output / partial-sum buffer (shared with the VPU)
 vpu_lanes: 128            # SIMD lanes of the VPU, power of two
 clock_ghz: 1.0
-dram: ddr5                # ddr4 (19.2 GB/s) | ddr5 (38.4) | hbm2 (460) | a number in GB/s
+dram: ddr5                # ddr4 (19.2 GB/s) | ddr5 (38.4) | hbm2 (460) | a number in GB/s (hw.memory)
 bytes_per_element: 1      # 1 (int8), 2 (fp16/bf16) or 4 (fp32)
 technology_nm: 14
 ```
@@ -26,9 +26,11 @@ from pathlib import Path
 
 import yaml
 
+from ..memory import DSE_MEMORIES, bandwidth_gbps
 from .errors import ConfigError
 
-DRAM_GBPS = {"ddr4": 19.2, "ddr5": 38.4, "hbm2": 460.0}
+# The DSCS §4.2 memory options, bandwidths from the one memory table (``nearfaas.hw.memory``).
+DRAM_GBPS = {k: bandwidth_gbps(k) for k in DSE_MEMORIES}
 DATAFLOWS = ("os", "ws", "is")
 
 

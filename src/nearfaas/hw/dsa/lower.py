@@ -45,16 +45,6 @@ class Gemm:
     def macs(self) -> int:
         return self.M * self.N * self.K * self.count
 
-    @property
-    def im2col_a_elems(self) -> int:
-        return self.M * self.K * self.count
-
-
-def conv_out(h: int, f: int, s: int, pad: int = 0, dil: int = 1) -> int:
-    """Output size of one spatial dim (ONNX arithmetic, floor)."""
-    eff = dil * (f - 1) + 1
-    return (h + pad - eff) // s + 1
-
 
 def scalesim_conv_out(h: int, f: int, s: int) -> int:
     """SCALE-Sim's ofmap size (no padding): ceil((H - F + S) / S)."""
