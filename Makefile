@@ -14,7 +14,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may not have on its PATH.
 CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo 2>/dev/null)
 
-.PHONY: setup debs fastpath demo test test-fast bench lint clean
+.PHONY: setup debs fastpath demo test test-fast bench bench-smoke lint clean
 
 setup: $(VENV)/.installed debs fastpath
 
@@ -56,8 +56,24 @@ bench: setup
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/fastpath.py
 
+# Every benchmark at its smallest (a few minutes in all), writing to a scratch folder instead of
+# benchmarks/results/: checks that they still run without replacing the committed numbers.
+bench-smoke: setup
+	@out=$$(mktemp -d /tmp/nearfaas-bench-smoke.XXXXXX); export NEARFAAS_BENCH_RESULTS=$$out; set -ex; \
+	$(PY) benchmarks/invoke_overhead.py --duration 1 --repeats 1 --cold 1; \
+	$(PY) benchmarks/object_io.py --repeats 1; \
+	$(PY) benchmarks/cold_start.py --rounds 1 --per-round 1; \
+	$(PY) benchmarks/placement.py --quick; \
+	$(PY) benchmarks/fastpath.py --quick; \
+	$(PY) benchmarks/consistency.py --quick; \
+	$(PY) benchmarks/idle_connections.py --quick; \
+	$(PY) benchmarks/twin.py --quick --no-report; \
+	$(PY) benchmarks/apps.py --quick --apps credit_risk --out $$out/apps.json; \
+	echo "results in $$out"
+
 lint: setup
 	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py  # imports point only down
 
 clean:
 	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info

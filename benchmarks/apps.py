@@ -45,12 +45,11 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, ROOT, machine_facts, median, write_result  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
 from nearfaas.apps import APPS, make_input  # noqa: E402
 from nearfaas.apps.profiles import LABEL, LocalApp, StageRun, stack_payloads  # noqa: E402
+from nearfaas.bench.results import machine_facts, results_dir, write_result  # noqa: E402
+from nearfaas.bench.stats import median  # noqa: E402
 from nearfaas.models import build, cached_path, default_cache_dir, param_count  # noqa: E402
 
 BATCH = 8
@@ -108,6 +107,31 @@ class Steps:
         self.bar.advance(self.task)
 
 
+def pre_batch8(app: LocalApp, inputs: list, repeats: int) -> tuple[list, list, list]:
+    """f1 on the BATCH inputs one after another, ``repeats`` times: (cpu, wall) totals per repeat,
+    and the last repeat's payloads and answers (f2's batch-8 inputs)."""
+    totals, payloads, answers = [], [], []
+    for _ in range(repeats):
+        runs = [app.pre(data, name=f"seed-{seed}") for seed, (data, _, _) in enumerate(inputs)]
+        totals.append((sum(r.cpu_s for r in runs), sum(r.wall_s for r in runs)))
+        payloads, answers = [r.output for r in runs], [r.answer for r in runs]
+    return totals, payloads, answers
+
+
+def infer_batch8(app: LocalApp, payloads: list, answers: list, stacked: bytes | None, repeats: int) -> tuple[list, list]:
+    """f2 on the batch, ``repeats`` times: one call on ``stacked``, or, for a graph with a fixed
+    batch of 1 (``stacked`` None), one call per payload. (cpu, wall) totals and model wall time."""
+    totals, model = [], []
+    for _ in range(repeats):
+        if stacked is None:
+            runs = [app.infer(p, a) for p, a in zip(payloads, answers, strict=True)]
+        else:
+            runs = [app.infer(stacked, answers[0])]
+        totals.append((sum(r.cpu_s for r in runs), sum(r.wall_s for r in runs)))
+        model.append(sum(r.extra.get("model_wall_s") or 0.0 for r in runs))
+    return totals, model
+
+
 def measure_app(key: str, size: str, cache: Path, steps: Steps, quick: bool) -> dict:
     card = APPS[key]
     f1, f2, f3 = card.functions
@@ -136,11 +160,7 @@ def measure_app(key: str, size: str, cache: Path, steps: Steps, quick: bool) -> 
 
         n8 = repeats_batch8(median([r.wall_s for r in pre1]), quick)
         steps.start(key, "f1 batch 8", f" ×{n8}")
-        pre8_totals, payloads, pre8_answers = [], [], []
-        for _ in range(n8):
-            runs = [app.pre(data, name=f"seed-{seed}") for seed, (data, _, _) in enumerate(inputs)]
-            pre8_totals.append((sum(r.cpu_s for r in runs), sum(r.wall_s for r in runs)))
-            payloads, pre8_answers = [r.output for r in runs], [r.answer for r in runs]
+        pre8_totals, payloads, pre8_answers = pre_batch8(app, inputs, n8)
         steps.done()
 
         steps.start(key, "f2 batch 1")
@@ -150,15 +170,8 @@ def measure_app(key: str, size: str, cache: Path, steps: Steps, quick: bool) -> 
 
         n8 = repeats_batch8(median([r.wall_s for r in infer1]), quick)
         steps.start(key, "f2 batch 8", f" ×{n8}")
-        infer8_totals, model8 = [], []
         stacked = None if fixed else stack_payloads(payloads)
-        for _ in range(n8):
-            if fixed:  # the graph takes one input at a time: 8 calls
-                runs = [app.infer(p, a) for p, a in zip(payloads, pre8_answers, strict=True)]
-            else:
-                runs = [app.infer(stacked, pre8_answers[0])]
-            infer8_totals.append((sum(r.cpu_s for r in runs), sum(r.wall_s for r in runs)))
-            model8.append(sum(r.extra.get("model_wall_s") or 0.0 for r in runs))
+        infer8_totals, model8 = infer_batch8(app, payloads, pre8_answers, stacked, n8)
         steps.done()
 
         steps.start(key, "f3 batch 1")
@@ -247,7 +260,7 @@ def main() -> int:
     if args.quick and args.out is None:
         print("--quick: nothing written (give --out FILE to keep the result)")
         return 0
-    target = args.out or RESULTS / "apps.json"
+    target = args.out or results_dir() / "apps.json"
     if set(keys) != set(APPS) and target.is_file():  # a partial run refreshes its apps and keeps the others
         try:
             previous = json.loads(target.read_text())

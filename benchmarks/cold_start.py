@@ -20,16 +20,17 @@ import argparse
 import contextlib
 import json
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine_facts, median, percentile, write_result
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.results import ROOT, machine_facts, write_result
+from nearfaas.bench.stats import median, percentile
 from nearfaas.cluster import launcher
 from nearfaas.spec.bundle import pack
+from nearfaas.spec.cluster import NodeSpec, ReplicationSpec
 
 SYSTEMS = {"prewarm-on": 1, "prewarm-off": 0}
 
@@ -44,24 +45,10 @@ def _post(url: str, body: dict, headers: dict) -> None:
     urllib.request.urlopen(req, timeout=30).read()
 
 
-@contextlib.contextmanager
 def cluster(prewarm: int):
     """A small cluster (one dscs storage node, one compute node) on free ports, always torn down."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from nearfaas.cluster import launcher
-    from nearfaas.spec.cluster import NodeSpec, ReplicationSpec, load_cluster
-
-    with tempfile.TemporaryDirectory(prefix="nearfaas-bench-") as tmp:
-        state = Path(tmp) / "state"
-        spec = load_cluster(None)
-        spec.gateway.port = 0
-        spec.nodes = [NodeSpec("storage-0", "storage", "dscs", prewarm=prewarm), NodeSpec("compute-0", "compute", "cpu", prewarm=prewarm)]
-        spec.replication = ReplicationSpec(factor=1)
-        layout = launcher.up(spec, state)
-        try:
-            yield layout
-        finally:
-            launcher.down(state)
+    nodes = [NodeSpec("storage-0", "storage", "dscs", prewarm=prewarm), NodeSpec("compute-0", "compute", "cpu", prewarm=prewarm)]
+    return scratch_cluster(nodes=nodes, replication=ReplicationSpec(factor=1))
 
 
 class System:
@@ -130,7 +117,7 @@ def main() -> int:
     args = parser.parse_args()
     machine = machine_facts()
     with contextlib.ExitStack() as stack:
-        systems = [System(name, stack.enter_context(cluster(prewarm))) for name, prewarm in SYSTEMS.items()]
+        systems = [System(name, stack.enter_context(cluster(prewarm))[0]) for name, prewarm in SYSTEMS.items()]
         for system in systems:
             system.deploy()
         for r in range(args.rounds):

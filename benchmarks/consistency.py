@@ -22,10 +22,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_facts, scratch_cluster, write_result
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.jepsen import BUCKET, Cluster, faults_run, same_key
+from nearfaas.bench.results import machine_facts, write_result
 
 
 def main() -> int:

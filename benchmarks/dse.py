@@ -21,11 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "src"))
-
-from common import RESULTS, ROOT, machine_facts, write_result  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench.results import ROOT, machine_facts, results_dir, write_result
 
 
 def main() -> None:
@@ -42,7 +39,7 @@ def main() -> None:
     t1 = time.perf_counter()
     res = dse.sweep(configs, dse.ZOO, args.budget_w, skeletons=sks)
     t2 = time.perf_counter()
-    files = dse.write_outputs(res, RESULTS / "dse")
+    files = dse.write_outputs(res, results_dir() / "dse")
     t3 = time.perf_counter()
 
     ref = json.loads((ROOT / "tests/data/scalesim/reference.json").read_text())["timing"]["resnet50_first10"]
@@ -86,7 +83,8 @@ def main() -> None:
         "optimum_per_budget": {b: ({k: o[k] for k in keep} if o else None) for b, o in res.budgets.items()},
         "power_frontier": [{k: r[k] for k in keep} for r in res.power_frontier],
         "area_frontier": [{k: r[k] for k in keep} for r in res.area_frontier],
-        "files": {k: str(Path(v).relative_to(ROOT)) for k, v in files.items()},
+        # Relative to the checkout, unless $NEARFAAS_BENCH_RESULTS put them elsewhere.
+        "files": {k: str(Path(v).relative_to(ROOT) if Path(v).is_relative_to(ROOT) else v) for k, v in files.items()},
     }
     path = write_result("dse", result)
     print(json.dumps({k: result[k] for k in ("sweep", "scalesim", "ratio")}, indent=2))

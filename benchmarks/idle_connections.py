@@ -33,8 +33,11 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_facts, median, percentile, scratch_cluster, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench import cluster as bench_cluster
+from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.results import machine_facts, write_result
+from nearfaas.bench.stats import median, percentile
 
 BUCKET, KEY = "idle-flood", "small"
 PARTIAL_HEAD = b"GET / HTTP/1.1\r\nHost: x\r\n"  # no blank line: the head never ends
@@ -128,14 +131,8 @@ def gateway_connections(url: str) -> dict:
 
 def s3_client(layout: dict):
     """A fresh boto3 client (its own connection pool), no retries: a failure shows as one."""
-    import boto3
-    from botocore.config import Config
-
     keys = layout["auth"]
-    return boto3.client("s3", endpoint_url=layout["gateway_url"], aws_access_key_id=keys["access_key"],
-                        aws_secret_access_key=keys["secret_key"], region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                                      connect_timeout=10, read_timeout=10))
+    return bench_cluster.s3_client(layout["gateway_url"], keys["access_key"], keys["secret_key"], timeout=10)
 
 
 def other_client(layout: dict, requests: int) -> dict:
@@ -154,7 +151,83 @@ def other_client(layout: dict, requests: int) -> dict:
             "errors": errors[:5]}
 
 
-def main() -> int:
+class Flood:
+    """The idle connections, spread over child processes so that each stays below the
+    descriptor limit."""
+
+    def __init__(self, host: str, port: int, shares: list[int], batch: int):
+        ctx = mp.get_context("spawn")  # a clean child: no inherited boto3 threads or descriptors
+        self.pipes, self.procs = [], []
+        for i, share in enumerate(shares):
+            self.pipes.append((ends := ctx.Pipe())[0])
+            self.procs.append(ctx.Process(target=hold_sockets, args=(ends[1], host, port, share, sum(shares[:i]), batch), daemon=True))
+            self.procs[-1].start()
+        started = time.monotonic()
+        self.opened = [p.recv() for p in self.pipes]
+        self.ended = time.monotonic()  # every connection is open (or given up on)
+        self.open_seconds = self.ended - started
+        self.connected = sum(o["connected"] for o in self.opened)
+        self.failed = sum(o["failed"] for o in self.opened)
+        self.errors = sum((Counter(o["errors"]) for o in self.opened), Counter())
+
+    def closed_now(self) -> tuple[int, int]:
+        """How many the gateway has closed so far, and how many it answered instead."""
+        for p in self.pipes:
+            p.send("count")
+        replies = [p.recv() for p in self.pipes]
+        return sum(r["closed"] for r in replies), sum(r["answered"] for r in replies)
+
+    def wait_closed(self, timeout: float) -> tuple[float | None, int, int]:
+        """Keep holding them: seconds from the flood's end until the gateway has closed every one
+        (None: not within ``timeout`` of it), then the closed and answered counts."""
+        closed, answered = 0, 0
+        while time.monotonic() - self.ended < timeout:
+            closed, answered = self.closed_now()
+            if closed >= self.connected:
+                return round(time.monotonic() - self.ended, 2), closed, answered
+            time.sleep(0.25)
+        return None, closed, answered
+
+    def close(self) -> None:
+        for p in self.pipes:
+            p.send("close")
+            p.recv()
+        for proc in self.procs:
+            proc.join(10)
+
+
+class Peak:
+    """Samples a process's RSS and descriptors every 0.2 s, for their peaks."""
+
+    def __init__(self, pid: int, rss_kib: int, fds: int):
+        self.pid, self.rss_kib, self.fds = pid, rss_kib, fds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            rss, fds = usage(self.pid)
+            self.rss_kib, self.fds = max(self.rss_kib, rss), max(self.fds, fds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def settled_usage(pid: int, rss_base: int) -> tuple[int, int]:
+    """RSS and descriptors once freed memory had its chance to return. It may reach the OS late
+    (or never: the allocator keeps its high-water mark), so poll for up to 20 s for RSS within
+    20% of the baseline."""
+    time.sleep(3)
+    started, (rss, fds) = time.monotonic(), usage(pid)
+    while rss > rss_base * 1.2 and time.monotonic() - started < 20:
+        time.sleep(1)
+        rss, fds = usage(pid)
+    return rss, fds
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--connections", type=int, default=20000, help="idle connections to open")
     parser.add_argument("--requests", type=int, default=50, help="GETs of the other client per phase")
@@ -164,6 +237,11 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.connections = 2000
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it
     per_process = (hard if hard != resource.RLIM_INFINITY else 1 << 20) - FD_SPARE
@@ -174,7 +252,6 @@ def main() -> int:
         from nearfaas.cluster import launcher
 
         url = layout["gateway_url"]
-        host, port = urlsplit(url).hostname, urlsplit(url).port
         gateway = next(p["pid"] for p in launcher.read_layout(state)["processes"] if p["name"] == "gateway")
         s3 = s3_client(layout)
         s3.create_bucket(Bucket=BUCKET)
@@ -184,78 +261,33 @@ def main() -> int:
         print(f"baseline (measured): gateway RSS {rss_base / 1024:.1f} MiB, {fds_base} fds; other client "
               f"{baseline['succeeded']}/{baseline['requests']} ok, p50 {baseline['p50_ms']} ms, p99 {baseline['p99_ms']} ms", flush=True)
 
-        # Sample the gateway's RSS and descriptors through the whole flood, for the peaks.
-        peak = {"rss_kib": rss_base, "fds": fds_base}
-        sampling = threading.Event()
-
-        def sample():
-            while not sampling.wait(0.2):
-                rss, fds = usage(gateway)
-                peak["rss_kib"], peak["fds"] = max(peak["rss_kib"], rss), max(peak["fds"], fds)
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-
-        ctx = mp.get_context("spawn")  # a clean child: no inherited boto3 threads or descriptors
-        pipes, procs = [], []
-        for i, share in enumerate(shares):
-            pipes.append((ends := ctx.Pipe())[0])
-            procs.append(ctx.Process(target=hold_sockets, args=(ends[1], host, port, share, sum(shares[:i]), args.batch), daemon=True))
-            procs[-1].start()
-        t_open = time.monotonic()
-        opened = [p.recv() for p in pipes]
-        open_seconds = time.monotonic() - t_open
-        connected = sum(o["connected"] for o in opened)
-        failed = sum(o["failed"] for o in opened)
-        errors = sum((Counter(o["errors"]) for o in opened), Counter())
-        print(f"flood (measured): {connected} connected, {failed} failed {dict(errors)} in {open_seconds:.1f} s "
+        peak = Peak(gateway, rss_base, fds_base)  # through the whole flood
+        flood = Flood(urlsplit(url).hostname, urlsplit(url).port, shares, args.batch)
+        connected = flood.connected
+        print(f"flood (measured): {connected} connected, {flood.failed} failed {dict(flood.errors)} in {flood.open_seconds:.1f} s "
               f"over {workers} process(es)", flush=True)
 
-        def closed_now() -> tuple[int, int]:
-            for p in pipes:
-                p.send("count")
-            replies = [p.recv() for p in pipes]
-            return sum(r["closed"] for r in replies), sum(r["answered"] for r in replies)
-
-        held = closed_now()[0]
+        held = flood.closed_now()[0]
         gauge_during = gateway_connections(url)
         during = other_client(layout, args.requests)
         print(f"during the flood (measured): {connected - held} of ours still open at its start; gateway reports {gauge_during}; "
               f"other client {during['succeeded']}/{during['requests']} ok, p50 {during['p50_ms']} ms, "
               f"p99 {during['p99_ms']} ms, max {during['max_ms']} ms {during['errors'] or ''}", flush=True)
 
-        # Keep holding: how long until the gateway has closed every one of them?
-        all_closed_after, closed, answered = None, 0, 0
-        while time.monotonic() - t_open < open_seconds + args.close_timeout:
-            closed, answered = closed_now()
-            if closed >= connected:
-                all_closed_after = round(time.monotonic() - t_open - open_seconds, 2)
-                break
-            time.sleep(0.25)
+        all_closed_after, closed, answered = flood.wait_closed(args.close_timeout)
         gauge_after = gateway_connections(url)
         print(f"closing (measured): the gateway closed {closed}/{connected}"
               + (f", all within {all_closed_after} s of the flood's end" if all_closed_after is not None
                  else f", {connected - closed} still open after {args.close_timeout} s")
               + f"; {answered} got a response; gateway reports {gauge_after}", flush=True)
+        flood.close()
+        peak.stop()
 
-        for p in pipes:
-            p.send("close")
-            p.recv()
-        for proc in procs:
-            proc.join(10)
-        sampling.set()
-        sampler.join()
-
-        # Memory back? Freed memory may reach the OS late (or never: the allocator keeps its
-        # high-water mark), so poll for up to 20 s for RSS within 20% of the baseline.
-        time.sleep(3)
-        t_mem, (rss_final, fds_final) = time.monotonic(), usage(gateway)
-        while rss_final > rss_base * 1.2 and time.monotonic() - t_mem < 20:
-            time.sleep(1)
-            rss_final, fds_final = usage(gateway)
+        rss_final, fds_final = settled_usage(gateway, rss_base)
         after = other_client(layout, args.requests)
-        print(f"memory (measured): gateway RSS baseline {rss_base / 1024:.1f} MiB, peak {peak['rss_kib'] / 1024:.1f} MiB, "
+        print(f"memory (measured): gateway RSS baseline {rss_base / 1024:.1f} MiB, peak {peak.rss_kib / 1024:.1f} MiB, "
               f"final {rss_final / 1024:.1f} MiB ({(rss_final - rss_base) / 1024:+.1f} MiB); fds {fds_base} -> peak "
-              f"{peak['fds']} -> {fds_final}; other client afterwards {after['succeeded']}/{after['requests']} ok, "
+              f"{peak.fds} -> {fds_final}; other client afterwards {after['succeeded']}/{after['requests']} ok, "
               f"p50 {after['p50_ms']} ms", flush=True)
 
     verdict = {"other_client_all_ok_during_flood": during["succeeded"] == during["requests"],
@@ -265,15 +297,15 @@ def main() -> int:
     path = write_result("idle_connections", {
         "benchmark": "idle_connections", "label": "measured", "machine": machine_facts(), "args": vars(args),
         "nofile_limit": {"soft_at_start": soft, "hard": hard}, "flood_processes": workers,
-        "flood": {"asked": args.connections, "connected": connected, "failed": failed, "errors": dict(errors),
-                  "open_seconds": round(open_seconds, 2), "per_process": opened,
+        "flood": {"asked": args.connections, "connected": connected, "failed": flood.failed, "errors": dict(flood.errors),
+                  "open_seconds": round(flood.open_seconds, 2), "per_process": flood.opened,
                   "still_open_when_other_client_started": connected - held},
         "other_client": {"baseline": baseline, "during_flood": during, "after": after},
         "gateway_connections": {"during_flood": gauge_during, "after_closing": gauge_after},
         "closing": {"closed_by_gateway": closed, "answered": answered, "all_closed_seconds_after_flood": all_closed_after,
                     "timeout_s": args.close_timeout},
-        "gateway_memory": {"baseline_rss_kib": rss_base, "peak_rss_kib": peak["rss_kib"], "final_rss_kib": rss_final,
-                           "baseline_fds": fds_base, "peak_fds": peak["fds"], "final_fds": fds_final},
+        "gateway_memory": {"baseline_rss_kib": rss_base, "peak_rss_kib": peak.rss_kib, "final_rss_kib": rss_final,
+                           "baseline_fds": fds_base, "peak_fds": peak.fds, "final_fds": fds_final},
         "verdict": verdict})
     print(f"wrote {path}")
     return 0

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,11 +32,12 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
-from nearfaas.bench.http_load import closed_loop
+from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.load import generator, http_load
+from nearfaas.bench.results import ROOT, machine_facts, write_result
+from nearfaas.bench.stats import median, percentile
 from nearfaas.cluster.launcher import admin_headers, signed_get
 from nearfaas.spec.bundle import pack
 from nearfaas.telemetry.headers import parse_timing
@@ -85,26 +84,13 @@ def start_baseline() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/"
 
 
-def run_wrk(url: str, clients: int, duration: float, headers: dict | None = None) -> dict:
-    threads = min(clients, 2)
-    flags = [part for k, v in (headers or {}).items() for part in ("-H", f"{k}: {v}")]
-    out = subprocess.run(["wrk", f"-t{threads}", f"-c{clients}", f"-d{duration:g}s", "--latency", *flags, url],
-                         capture_output=True, text=True, check=True).stdout
-    pct = {}
-    for label, value, unit in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$", out, re.M):
-        pct[label] = float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"p50_ms": pct["50"], "p99_ms": pct["99"], "rps": rps, "errors": int(errors.group(1)) if errors else 0}
+def load(url: str, clients: int, duration: float, headers: dict | None = None) -> dict:
+    """One closed-loop run of GETs (wrk, else the Python client), in milliseconds."""
+    r = http_load(url, clients, duration, headers=headers)
+    return {"p50_ms": r["p50_s"] * 1e3, "p99_ms": r["p99_s"] * 1e3, "rps": r["rps"], "errors": r["errors"]}
 
 
-def run_python_client(url: str, clients: int, duration: float, headers: dict | None = None) -> dict:
-    latencies, errors, elapsed = closed_loop(url, clients, duration, headers=headers)
-    return {"p50_ms": percentile(latencies, 50) * 1e3, "p99_ms": percentile(latencies, 99) * 1e3,
-            "rps": len(latencies) / elapsed, "errors": errors}
-
-
-def warm_calls(systems: dict[str, tuple[str, dict]], duration: float, repeats: int, load) -> dict:
+def warm_calls(systems: dict[str, tuple[str, dict]], duration: float, repeats: int) -> dict:
     """Repeats are interleaved (every system once per round) so that drift in this shared
     machine's speed lands on all systems alike instead of on whichever ran last."""
     results = {}
@@ -192,9 +178,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cold", type=int, default=15, help="cold starts to measure, per configuration")
     args = parser.parse_args()
-    load = run_wrk if shutil.which("wrk") else run_python_client
-    generator = "wrk" if load is run_wrk else "python http.client threads"
-    print(f"load generator: {generator}")
+    print(f"load generator: {generator()}")
     baseline, baseline_url = start_baseline()
     try:
         with scratch_cluster(auth=None, isolation=False) as (open_layout, _), scratch_cluster() as (layout, _):
@@ -207,7 +191,7 @@ def main() -> int:
                        "baseline": (baseline_url, {})}
             _deploy_hello(gw, admin, "hello-auth", auth=True)
             print("warm no-op calls (measured):")
-            warm = warm_calls(systems, args.duration, args.repeats, load)
+            warm = warm_calls(systems, args.duration, args.repeats)
             cold = {}
             for config, config_layout, headers in (("open", open_layout, {}), ("secured", layout, admin)):
                 print(f"cold starts, {config} (measured):")
@@ -231,7 +215,7 @@ def main() -> int:
     ratios = {f"{cfg}/gateway_vs_{other}@{c}": {"p50": warm[f"{cfg}/gateway@{c}"]["p50_ms"] / warm[f"{o}@{c}"]["p50_ms"],
                                                  "rps": warm[f"{cfg}/gateway@{c}"]["rps"] / warm[f"{o}@{c}"]["rps"]}
               for cfg in ("open", "secured") for other, o in (("worker", f"{cfg}/worker"), ("baseline", "baseline")) for c in (1, 8)}
-    result = {"benchmark": "invoke_overhead", "label": "measured", "load_generator": generator,
+    result = {"benchmark": "invoke_overhead", "label": "measured", "load_generator": generator(),
               "duration_s": args.duration, "repeats": args.repeats, "machine": machine_facts(),
               "configurations": {"open": "auth: off, isolation: off (before issue 12)",
                                  "secured": "auth and isolation on (the default)"},

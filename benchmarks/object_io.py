@@ -32,18 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine_facts, median, percentile, scratch_cluster, write_result
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench.cluster import s3_client, scratch_cluster
+from nearfaas.bench.results import ROOT, machine_facts, write_result
+from nearfaas.bench.stats import median, percentile
 
 SIZES = {"4KiB": 4 * 1024, "1MiB": 1024 * 1024, "64MiB": 64 * 1024 * 1024}
 
 
 def _client(url: str, access_key: str = "bench", secret_key: str = "bench"):
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client("s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+    """The gateway runs with auth off here, so any key does; a node needs the internal one."""
+    return s3_client(url, access_key, secret_key)
 
 
 def _timed(fn, repeats: int) -> list[float]:

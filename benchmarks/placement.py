@@ -10,11 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from common import machine_facts, write_result
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
 from nearfaas.bench.placement import run
+from nearfaas.bench.results import machine_facts, write_result
 
 
 def main() -> int:

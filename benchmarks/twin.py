@@ -19,10 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from common import machine_facts, write_result
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
+from nearfaas.bench.results import machine_facts, write_result
 from nearfaas.twin.sim import APP_KEYS, App, Function, SimConfig, Simulator, dscs_apps, poisson
 
 

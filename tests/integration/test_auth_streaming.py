@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import time
 import zlib
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 import requests
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 
 from nearfaas.cluster import launcher
 from nearfaas.spec.cluster import AuthSpec
 
 from conftest import start_cluster
+from sigv4_client import signed_streaming_put as sign_streaming
 
 pytestmark = pytest.mark.integration
 
@@ -35,39 +31,9 @@ def secured(tmp_path_factory):
     launcher.down(state)
 
 
-def _hmac(key: bytes, text: str) -> bytes:
-    return hmac.new(key, text.encode(), hashlib.sha256).digest()
-
-
-def signed_streaming_put(url: str, chunks: list[bytes], keys: dict, trailers: dict[str, str] | None = None
-                         ) -> tuple[dict, bytes]:
-    """A streaming PUT signed as an AWS SDK signs one (sigv4-streaming), by hand: the headers
-    (seed signature) by botocore, each chunk and the trailer chained off it with hmac."""
-    region = keys.get("region", "us-east-1")
-    payload_hash = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD" + ("-TRAILER" if trailers else "")
-    headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(sum(map(len, chunks))),
-               "X-Amz-Content-SHA256": payload_hash}
-    if trailers:
-        headers["x-amz-trailer"] = ",".join(trailers)
-    request = AWSRequest(method="PUT", url=url, headers=headers)
-    signer = type("Streaming", (S3SigV4Auth,), {"payload": lambda self, r: payload_hash})
-    signer(Credentials(keys["access_key"], keys["secret_key"]), "s3", region).add_auth(request)
-    headers = {"Host": urlsplit(url).netloc, **dict(request.headers.items())}
-    timestamp, previous = headers["X-Amz-Date"], headers["Authorization"].rsplit("Signature=", 1)[1]
-    scope = f"{timestamp[:8]}/{region}/s3/aws4_request"
-    key = _hmac(_hmac(_hmac(_hmac(f"AWS4{keys['secret_key']}".encode(), timestamp[:8]), region), "s3"), "aws4_request")
-    body = b""
-    for data in [*chunks, b""]:
-        to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", timestamp, scope, previous, EMPTY_SHA256,
-                             hashlib.sha256(data).hexdigest()])
-        previous = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-        body += f"{len(data):x};chunk-signature={previous}\r\n".encode() + data + (b"\r\n" if data else b"")
-    if trailers:
-        canonical = "".join(f"{name}:{value}\n" for name, value in sorted(trailers.items())).encode()
-        to_sign = "\n".join(["AWS4-HMAC-SHA256-TRAILER", timestamp, scope, previous, hashlib.sha256(canonical).hexdigest()])
-        body += "".join(f"{name}:{value}\r\n" for name, value in trailers.items()).encode()
-        body += f"x-amz-trailer-signature:{hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()}\r\n".encode()
-    return headers, body + b"\r\n"
+def signed_streaming_put(url: str, chunks: list[bytes], keys: dict, trailers: dict[str, str] | None = None):
+    return sign_streaming(url, chunks, access_key=keys["access_key"], secret=keys["secret_key"],
+                          region=keys.get("region", "us-east-1"), trailers=trailers)
 
 
 def _leftover_temp_files(state: Path) -> list[Path]:

@@ -12,7 +12,6 @@ import hashlib
 import hmac
 import time
 import zlib
-from urllib.parse import urlsplit
 
 import pytest
 from botocore.auth import S3SigV4Auth
@@ -22,6 +21,7 @@ from botocore.credentials import Credentials
 from nearfaas.s3.sigv4 import S3Auth
 from nearfaas.s3.sigv4_streaming import StreamingSeed, canonical_trailers
 from s3_test_server import S3TestServer
+from sigv4_client import signed_streaming_put as sign_streaming
 from test_sigv4 import send  # one raw-HTTP sender for both SigV4 test files
 
 pytestmark = pytest.mark.timeout(60)
@@ -74,34 +74,9 @@ def _hmac(key: bytes, text: str) -> bytes:
 def signed_streaming_put(url: str, chunks: list[bytes], *, payload_hash: str = STREAMING, secret: str = SECRET,
                          trailers: dict[str, str] | None = None, extra: dict | None = None,
                          access_key: str = KEY) -> tuple[dict, bytes]:
-    """Headers and aws-chunked body of a streaming PUT signed as an AWS SDK would sign it."""
-    decoded = sum(len(c) for c in chunks)
-    headers = {"Content-Encoding": "aws-chunked", "x-amz-decoded-content-length": str(decoded),
-               "X-Amz-Content-SHA256": payload_hash, **(extra or {})}
-    if trailers:
-        headers["x-amz-trailer"] = ",".join(name for name in trailers)
-    request = AWSRequest(method="PUT", url=url, headers=headers)
-    signer = type("Streaming", (S3SigV4Auth,), {"payload": lambda self, r: payload_hash})
-    signer(Credentials(access_key, secret), "s3", "us-east-1").add_auth(request)
-    headers = {"Host": urlsplit(url).netloc, **dict(request.headers.items())}
-    timestamp = headers["X-Amz-Date"]
-    previous = headers["Authorization"].rsplit("Signature=", 1)[1]
-    scope = f"{timestamp[:8]}/us-east-1/s3/aws4_request"
-    key = _hmac(_hmac(_hmac(_hmac(f"AWS4{secret}".encode(), timestamp[:8]), "us-east-1"), "s3"), "aws4_request")
-    body = b""
-    for data in [*chunks, b""]:
-        string_to_sign = "\n".join(["AWS4-HMAC-SHA256-PAYLOAD", timestamp, scope, previous, EMPTY,
-                                    hashlib.sha256(data).hexdigest()])
-        previous = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-        body += f"{len(data):x};chunk-signature={previous}\r\n".encode() + data + (b"\r\n" if data else b"")
-    if trailers:
-        canonical = "".join(f"{name}:{value}\n" for name, value in sorted(trailers.items()))
-        string_to_sign = "\n".join(["AWS4-HMAC-SHA256-TRAILER", timestamp, scope, previous,
-                                    hashlib.sha256(canonical.encode()).hexdigest()])
-        signature = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
-        body += "".join(f"{name}:{value}\r\n" for name, value in trailers.items()).encode()
-        body += f"x-amz-trailer-signature:{signature}\r\n".encode()
-    return headers, body + b"\r\n"
+    """This module's key and secret unless told otherwise (tests/helpers/sigv4_client.py signs)."""
+    return sign_streaming(url, chunks, access_key=access_key, secret=secret, payload_hash=payload_hash,
+                          trailers=trailers, extra=extra)
 
 
 def code(body: bytes) -> str:

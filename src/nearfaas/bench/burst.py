@@ -16,6 +16,8 @@ import time
 import aiohttp
 import yarl
 
+from nearfaas.bench.stats import percentile
+
 
 async def burst(requests: list[tuple[str, str, bytes | None]], concurrency: int, timeout_s: float = 120.0) -> dict:
     statuses: dict[str, int] = {}
@@ -46,8 +48,7 @@ async def burst(requests: list[tuple[str, str, bytes | None]], concurrency: int,
     started = time.perf_counter()
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         await asyncio.gather(*(one(session, m, u, b) for m, u, b in requests))
-    latencies.sort()
+    p50, p99 = percentile(latencies, 50, None), percentile(latencies, 99, None)
     return {"requests": len(requests), "concurrency": concurrency, "seconds": round(time.perf_counter() - started, 2),
             "statuses": dict(sorted(statuses.items())), "other_503_examples": other_503[:5],
-            "p50_ms": round(latencies[len(latencies) // 2] * 1000, 1) if latencies else None,
-            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 1) if latencies else None}
+            "p50_ms": None if p50 is None else round(p50 * 1000, 1), "p99_ms": None if p99 is None else round(p99 * 1000, 1)}

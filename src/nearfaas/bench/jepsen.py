@@ -18,23 +18,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+from nearfaas.bench.cluster import s3_client
 from nearfaas.bench.history import ABSENT, Op, check
 from nearfaas.cluster import launcher
 from nearfaas.placement.replicas import StorageNode, replicas_for
 
 BUCKET = "jepsen"
-
-
-def s3_client(url: str, access: str, secret: str, timeout: float = 5.0):
-    import boto3
-
-    return boto3.client("s3", endpoint_url=url, aws_access_key_id=access, aws_secret_access_key=secret, region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4",
-                                      connect_timeout=timeout, read_timeout=timeout))
 
 
 class Cluster:
@@ -44,13 +36,14 @@ class Cluster:
     def __init__(self, layout: dict, state: Path):
         self.layout, self.state = layout, state
         keys = layout["auth"]
-        self.gateway = lambda: s3_client(layout["gateway_url"], keys["access_key"], keys["secret_key"])
+        # 5 s: a call to a SIGSTOPped node must end as an unknown outcome, not stall the run.
+        self.gateway = lambda: s3_client(layout["gateway_url"], keys["access_key"], keys["secret_key"], timeout=5.0)
         self.storage = [n for n in layout["nodes"] if n["kind"] == "storage"]
         self.ring = [StorageNode(n["name"], n["class"]) for n in self.storage]
 
     def node_client(self, name: str):
         url = next(n["url"] for n in self.storage if n["name"] == name)
-        return s3_client(url, INTERNAL_ACCESS_KEY, self.layout["internal_secret"])
+        return s3_client(url, INTERNAL_ACCESS_KEY, self.layout["internal_secret"], timeout=5.0)
 
     def pid(self, name: str) -> int:
         return next(p["pid"] for p in launcher.read_layout(self.state)["processes"] if p["name"] == name)

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import requests
 
+from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.stats import median, percentile
 from nearfaas.client import gateway_session, s3_client
-from nearfaas.cluster import launcher
 from nearfaas.spec.bundle import pack
-from nearfaas.spec.cluster import LinkSpec, load_cluster
+from nearfaas.spec.cluster import LinkSpec
 from nearfaas.telemetry.headers import parse_link, parse_timing
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -34,60 +33,52 @@ CHAIN = {"damage-detect": ("damage-preprocess", ["damage-classify"]), "damage-cl
          "damage-notify": ("damage-notify", [])}
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 def run_profile(profile: str, sizes: list[int], repeats: int, progress=lambda msg: None) -> dict:
-    with tempfile.TemporaryDirectory(prefix="nearfaas-placement-") as tmp:
-        state = Path(tmp) / "state"
-        spec = load_cluster(None)
-        spec.gateway.port = 0
-        spec.link = LinkSpec(profile=profile)
-        layout = launcher.up(spec, state)
-        try:
-            url = layout["gateway_url"]
-            for name, (folder, chain) in CHAIN.items():
-                x = {"chain": chain} | ({"accelerator": "dscs", "placement": "data"} if chain else {})
-                body = {"service": name, "lang": "python3-http", "bundle": pack(EXAMPLES / folder), "envVars": {"exec_timeout": "120s"},
-                        "x-nearfaas": x | {"buckets": ["bench"]}}
-                gateway_session(layout=layout).post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
-            s3 = s3_client(url, state)
-            s3.create_bucket(Bucket="bench")
-            results = {}
-            for size in sizes:
-                key = f"input-{size}"
-                s3.put_object(Bucket="bench", Key=key, Body=os.urandom(size))
-                # Interleaved: one call of each policy per repeat, so a drift of this VM's speed
-                # hits both alike. The first round warms the instances and is not counted.
-                rows = {policy: [] for policy in POLICIES}
-                for repeat in range(repeats + 1):
-                    for policy in POLICIES:
-                        row = _call(url, key, policy)
-                        if repeat:
-                            rows[policy].append(row)
-                per_size = results.setdefault(str(size), {})
+    with scratch_cluster(link=LinkSpec(profile=profile)) as (layout, state):
+        url = layout["gateway_url"]
+        _deploy_chain(layout)
+        s3 = s3_client(url, state)
+        s3.create_bucket(Bucket="bench")
+        results = {}
+        for size in sizes:
+            key = f"input-{size}"
+            s3.put_object(Bucket="bench", Key=key, Body=os.urandom(size))
+            # Interleaved: one call of each policy per repeat, so a drift of this VM's speed
+            # hits both alike. The first round warms the instances and is not counted.
+            rows = {policy: [] for policy in POLICIES}
+            for repeat in range(repeats + 1):
                 for policy in POLICIES:
-                    per_size[policy] = _summary(rows[policy])
-                    progress(f"{profile}: {size // 1024} KiB under {policy}: p50 {per_size[policy]['p50_ms']:.1f} ms")
-                digests = [per_size[p]["sha256"] for p in POLICIES]
-                per_size["outputs_identical_across_policies"] = None not in digests and len(set(digests)) == 1
-            return results
-        finally:
-            launcher.down(state)
+                    row = _call(url, key, policy)
+                    if repeat:
+                        rows[policy].append(row)
+            per_size = results.setdefault(str(size), {})
+            for policy in POLICIES:
+                per_size[policy] = _summary(rows[policy])
+                progress(f"{profile}: {size // 1024} KiB under {policy}: p50 {per_size[policy]['p50_ms']:.1f} ms")
+            digests = [per_size[p]["sha256"] for p in POLICIES]
+            per_size["outputs_identical_across_policies"] = None not in digests and len(set(digests)) == 1
+        return results
+
+
+def _deploy_chain(layout: dict) -> None:
+    url = layout["gateway_url"]
+    for name, (folder, chain) in CHAIN.items():
+        x = {"chain": chain} | ({"accelerator": "dscs", "placement": "data"} if chain else {})
+        body = {"service": name, "lang": "python3-http", "bundle": pack(EXAMPLES / folder), "envVars": {"exec_timeout": "120s"},
+                "x-nearfaas": x | {"buckets": ["bench"]}}
+        gateway_session(layout=layout).post(f"{url}/system/functions", json=body, timeout=30).raise_for_status()
 
 
 def _summary(rows: list[dict]) -> dict:
     digests = {r["sha256"] for r in rows}
     totals = [r["total_s"] for r in rows]
     return {
-        "p50_ms": statistics.median(totals) * 1e3, "p95_ms": _pct(totals, 95) * 1e3,
-        "data_share": statistics.median(r["data_s"] / r["total_s"] for r in rows),
-        "link_bytes": statistics.median(r["link_read"] + r["link_write"] for r in rows),
-        "link_seconds": statistics.median(r["link_s"] for r in rows),
-        "stack_ms": statistics.median(r["stack_s"] for r in rows) * 1e3,
-        "compute_ms": statistics.median(r["compute_s"] for r in rows) * 1e3,
+        "p50_ms": median(totals) * 1e3, "p95_ms": percentile(totals, 95) * 1e3,
+        "data_share": median(r["data_s"] / r["total_s"] for r in rows),
+        "link_bytes": median(r["link_read"] + r["link_write"] for r in rows),
+        "link_seconds": median(r["link_s"] for r in rows),
+        "stack_ms": median(r["stack_s"] for r in rows) * 1e3,
+        "compute_ms": median(r["compute_s"] for r in rows) * 1e3,
         "nodes": sorted({r["node"] for r in rows}), "placements": sorted({r["placement"] for r in rows}),
         "outputs_identical": len(digests) == 1, "sha256": digests.pop() if len(digests) == 1 else None,
     }

@@ -1,78 +1,31 @@
-"""Shared pieces of the benchmarks: machine facts, percentiles, result files, a scratch cluster."""
+"""A private local cluster for one benchmark (never the user's), and an S3 client for it.
+
+Every benchmark that measures the platform starts its own cluster here: free ports, a temporary
+state directory, always torn down, so benchmarks run side by side and leave nothing behind.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-
-
-def machine_facts() -> dict:
-    cpu = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    mem_kib = 0
-    try:
-        with open("/proc/meminfo") as f:
-            mem_kib = int(next(line.split()[1] for line in f if line.startswith("MemTotal")))
-    except (OSError, StopIteration):
-        pass
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    from importlib.metadata import version
-
-    return {
-        "cpu_model": cpu, "cpu_count": os.cpu_count(), "memory_gib": round(mem_kib / 1024**2, 1),
-        "kernel": platform.release(), "python": platform.python_version(), "machine": platform.machine(),
-        "aiohttp": version("aiohttp"), "boto3": version("boto3"), "git_commit": commit,
-        "loadavg_at_start": os.getloadavg(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
-def write_result(name: str, result: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2))
-    return path
 
 
 @contextlib.contextmanager
 def scratch_cluster(src_root: Path | None = None, **overrides):
-    """A fresh local cluster on free ports in a temporary state directory; always torn down.
-    ``overrides`` set ClusterSpec fields (e.g. ``auth=None, isolation=False``).
+    """A fresh local cluster on free ports in a temporary state directory: yields ``(layout,
+    state)``; always torn down. ``overrides`` set ClusterSpec fields (e.g. ``auth=None,
+    isolation=False``, ``link=LinkSpec(...)``, ``nodes=[...]``). ``state.parent`` is a scratch
+    folder of the caller's too (handler folders, say), removed with the cluster.
 
     ``src_root``: run the cluster from another checkout's ``src/`` (a git worktree of an older
     commit, for a before/after comparison) instead of this one. Each call has its own state
     directory, and the launcher picks free ports while earlier clusters hold theirs, so two
     scratch clusters at once share neither."""
-    sys.path.insert(0, str(ROOT / "src"))
     from nearfaas.cluster import launcher
     from nearfaas.spec.cluster import load_cluster
 
@@ -139,3 +92,15 @@ def _up_elsewhere(spec, tmp: Path, state: Path, env: dict) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"`nearfaas up` from {env['PYTHONPATH']} failed:\n{proc.stdout}{proc.stderr}")
     return launcher.read_layout(state)
+
+
+def s3_client(url: str, access_key: str, secret_key: str, timeout: float | None = None):
+    """A boto3 S3 client for a benchmark: path-style, and no retries, so a failure is counted as
+    one instead of hidden behind a second try. ``timeout``: connect and read (botocore's 60 s
+    when None)."""
+    import boto3
+    from botocore.config import Config
+
+    limits = {} if timeout is None else {"connect_timeout": timeout, "read_timeout": timeout}
+    return boto3.client("s3", endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, signature_version="s3v4", **limits))
