@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this che
 from nearfaas.apps import APPS, make_input  # noqa: E402
 from nearfaas.apps.profiles import LABEL, LocalApp, StageRun, stack_payloads  # noqa: E402
 from nearfaas.bench.results import machine_facts, results_dir, write_result  # noqa: E402
-from nearfaas.bench.stats import median  # noqa: E402
+from nearfaas.stats import median  # noqa: E402
 from nearfaas.models import build, cached_path, default_cache_dir, param_count  # noqa: E402
 
 BATCH = 8

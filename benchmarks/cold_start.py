@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.results import ROOT, machine_facts, write_result
-from nearfaas.bench.stats import median, percentile
+from nearfaas.stats import median, percentile
 from nearfaas.cluster import launcher
 from nearfaas.spec.bundle import pack
 from nearfaas.spec.cluster import NodeSpec, ReplicationSpec

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this che
 from nearfaas.bench import cluster as bench_cluster
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.results import machine_facts, write_result
-from nearfaas.bench.stats import median, percentile
+from nearfaas.stats import median, percentile
 
 BUCKET, KEY = "idle-flood", "small"
 PARTIAL_HEAD = b"GET / HTTP/1.1\r\nHost: x\r\n"  # no blank line: the head never ends

@@ -37,7 +37,7 @@ from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.load import generator, http_load
 from nearfaas.bench.results import ROOT, machine_facts, write_result
-from nearfaas.bench.stats import median, percentile
+from nearfaas.stats import median, percentile
 from nearfaas.cluster.launcher import admin_headers, signed_get
 from nearfaas.spec.bundle import pack
 from nearfaas.telemetry.headers import parse_timing

@@ -35,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
 from nearfaas.bench.cluster import s3_client, scratch_cluster
 from nearfaas.bench.results import ROOT, machine_facts, write_result
-from nearfaas.bench.stats import median, percentile
+from nearfaas.stats import median, percentile
 
 SIZES = {"4KiB": 4 * 1024, "1MiB": 1024 * 1024, "64MiB": 64 * 1024 * 1024}
 

@@ -1,4 +1,4 @@
-"""The benchmark toolkit (nearfaas.bench.stats, .load, .results): one definition of each statistic,
+"""The benchmark toolkit (nearfaas.stats, .load, .results): one definition of each statistic,
 one HTTP load generator with its fallback, and results that a smoke run can send elsewhere."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from nearfaas.bench import load, results
-from nearfaas.bench.stats import geomean, median, percentile, present
+from nearfaas.stats import geomean, median, percentile, present
 
 
 def test_percentile_is_nearest_rank_on_measured_values():

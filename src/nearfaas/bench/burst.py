@@ -16,7 +16,7 @@ import time
 import aiohttp
 import yarl
 
-from nearfaas.bench.stats import percentile
+from nearfaas.stats import percentile
 
 
 async def burst(requests: list[tuple[str, str, bytes | None]], concurrency: int, timeout_s: float = 120.0) -> dict:

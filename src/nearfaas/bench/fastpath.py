@@ -30,7 +30,7 @@ import time
 
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.load import generator, http_load
-from nearfaas.bench.stats import mean, median, percentile, present
+from nearfaas.stats import mean, median, percentile, present
 from nearfaas.fastpath import baselines as bl
 from nearfaas.fastpath.client import OK, MemfdClient, TcpClient, UdpClient, status_name
 from nearfaas.fastpath.executor import Executor, ExecutorError, binary_path, build, lambda_path, load_binary_path

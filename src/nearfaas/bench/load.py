@@ -22,7 +22,7 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from nearfaas.bench.stats import mean, percentile
+from nearfaas.stats import mean, percentile
 
 WRK = "wrk"
 PYTHON = "python http.client threads"

@@ -18,7 +18,7 @@ from pathlib import Path
 import requests
 
 from nearfaas.bench.cluster import scratch_cluster
-from nearfaas.bench.stats import median, percentile
+from nearfaas.stats import median, percentile
 from nearfaas.client import gateway_session, s3_client
 from nearfaas.spec.bundle import pack
 from nearfaas.spec.cluster import LinkSpec

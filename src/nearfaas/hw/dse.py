@@ -39,6 +39,7 @@ from .dsa.graph import Workload, load_ops
 from .dsa.lower import Gemm, lower
 from .dsa.timing import choose_tiles, fold_shape, gemm_timing, vpu_op_timing
 from .energy import EnergyModel
+from nearfaas.stats import geomean
 
 ZOO = ("logreg", "resnet50", "yolov3", "fcn", "efficientnet", "bert_base", "gpt2_xl", "vit_huge")
 # Throughput units: one inference = one frame (vision), one 128-token sequence (BERT, GPT-2 prefill
@@ -351,10 +352,6 @@ def name_of(cfg: DSAConfig) -> str:
     sram = cfg.ifmap_sram_kib + cfg.filter_sram_kib + cfg.ofmap_sram_kib
     s = f"{sram / 1024:g}MiB" if sram >= 1024 else f"{sram:g}KiB"
     return f"{cfg.rows}x{cfg.cols}/{s}/{str(cfg.dram).upper()}"
-
-
-def geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The summary statistics every benchmark reports: one definition of each, so two results files
+"""The summary statistics nearfaas reports (benchmarks, the twin, the DSE): one definition of each, so two results files
 never disagree on what "p99" means.
 
 ``percentile`` is nearest-rank on the sorted samples (index ``round(q/100 * (n-1))``): it always
