@@ -16,10 +16,10 @@ pub const ENOSYS: i32 = 52;
 pub const NF_EXTERNAL: i32 = -2;
 /// Reply header room kept at the front of a worker's output buffer:
 /// 4 bytes TCP frame length, 4 bytes lambda id, 1 byte status.
-pub const HDR: usize = 9;
+pub const HDR: usize = crate::wire::FRAME_LEN + crate::wire::REPLY_HEAD;
 
 /// Highest lambda id accepted by `deploy` (the match table is dense).
-pub const MAX_ID: u32 = 65535;
+pub use crate::wire::MAX_ID;
 
 /// Number of instance slots in the pooling allocator.
 pub const POOL_INSTANCES: u32 = 512;

@@ -96,8 +96,13 @@ impl Shm {
         &self.as_slice()[..self.in_len]
     }
 
+    /// Bytes mapped (the memfd's size, which the reply may fill).
     pub fn len(&self) -> usize {
         self.map_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map_len == 0
     }
 }
 

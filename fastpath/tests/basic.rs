@@ -104,9 +104,16 @@ fn isolation_trap_timeout_and_memory() {
     assert_eq!(c.call(14, b"4294967280").0, TRAP);
 }
 
+/// Threads of the executor's process now (/proc/<pid>/task).
+fn threads(fp: &Fp) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", fp.child.id()))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
 #[test]
 fn malformed_packets_are_counted_and_never_crash() {
-    let fp = Fp::start(&["--workers", "2"]);
+    let mut fp = Fp::start(&["--workers", "2"]);
     fp.deploy_wasm(7, "web", json!({}));
     fp.deploy_wasm(9, "counter", json!({})); // 4 KiB buffer
     fp.deploy_wasm(11, "oob", json!({}));
@@ -140,8 +147,10 @@ fn malformed_packets_are_counted_and_never_crash() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    // Fuzz: random datagrams, ids mostly among the deployed ones; nothing crashes.
-    let ids = [7u32, 9, 11, 14, 20, 21, 22, 5, 65535, u32::MAX];
+    // Fuzz: random datagrams, ids mostly among the deployed ones; nothing crashes. A panic ends
+    // only its own thread (the process lives on), so count the executor's threads too.
+    let threads_before = threads(&fp);
+    let ids = [7u32, 9, 11, 14, 20, 21, 22, 5, wire::MAX_ID, u32::MAX];
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let fuzz = Client::new(&fp.udp_addr());
     for i in 0..3000 {
@@ -156,14 +165,24 @@ fn malformed_packets_are_counted_and_never_crash() {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-    // Still answering (both the data path and the control port).
+    // Still running, with every thread it had (receivers, workers, control), ...
     std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        fp.child.try_wait().unwrap(),
+        None,
+        "the executor exited during the fuzz"
+    );
+    assert_eq!(
+        threads(&fp),
+        threads_before,
+        "the executor lost a thread during the fuzz (a panic?)"
+    );
+    // ... and still answering (both the data path and the control port).
     assert_eq!(
         c.call(7, b"alive"),
         (OK, b"Hello from nearfaas fastpath v1: alive".to_vec())
     );
     assert_eq!(fp.ctl(json!({"op": "ping"}))["ok"], true);
-    assert!(fp.child.id() > 0);
     let code = fp.stop();
     assert_eq!(code, Some(0));
 }
@@ -211,7 +230,7 @@ fn control_rejects_bad_input_with_named_fields() {
         );
     };
     bad(
-        json!({"op": "deploy", "id": 70000, "kind": "native", "native": "web"}),
+        json!({"op": "deploy", "id": wire::MAX_ID + 1, "kind": "native", "native": "web"}),
         "id",
     );
     bad(

@@ -59,7 +59,7 @@ fn shm_call(
     .unwrap();
     let mut b = [0u8; 64];
     let n = sock.recv(&mut b).expect("shm reply");
-    assert_eq!(n, 9);
+    assert_eq!(n, wire::MEMFD_REPLY);
     (
         u32::from_be_bytes(b[..4].try_into().unwrap()),
         b[4],

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use nearfaas_fastpath::server::HOST_TIMEOUT;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
@@ -15,7 +16,7 @@ fn miss_is_relayed_through_the_host_and_expires() {
     c.send(55, b"abc");
     let mut buf = [0u8; 2048];
     let (n, from) = host.recv_from(&mut buf).unwrap();
-    assert_eq!(n, 4 + 4 + 3);
+    assert_eq!(n, wire::TOKEN_LEN + wire::ID_LEN + 3);
     assert_eq!(
         &buf[4..8],
         &55u32.to_be_bytes(),
@@ -35,7 +36,7 @@ fn miss_is_relayed_through_the_host_and_expires() {
     let mut ans = buf[..4].to_vec();
     ans.push(UNKNOWN);
     host.send_to(&ans, from).unwrap();
-    assert_eq!(n, 8);
+    assert_eq!(n, wire::TOKEN_LEN + wire::ID_LEN);
     assert_eq!(c.recv().unwrap(), (56, UNKNOWN, vec![]));
 
     // Over TCP too.
@@ -49,7 +50,7 @@ fn miss_is_relayed_through_the_host_and_expires() {
     host.send_to(&ans, from).unwrap();
     assert_eq!(t.recv(), (57, HOST_OK, b"ok-tcp".to_vec()));
 
-    // No answer: the token expires after 5 s -> HOST_ERROR, counted.
+    // No answer: the token expires after HOST_TIMEOUT (5 s) -> HOST_ERROR, counted.
     c.sock
         .set_read_timeout(Some(Duration::from_secs(8)))
         .unwrap();
@@ -59,7 +60,7 @@ fn miss_is_relayed_through_the_host_and_expires() {
     let (id, st, _) = c.recv().expect("HOST_ERROR after expiry");
     assert_eq!((id, st), (58, HOST_ERROR));
     assert!(
-        t0.elapsed() >= Duration::from_millis(4900),
+        t0.elapsed() >= HOST_TIMEOUT - Duration::from_millis(100),
         "{:?}",
         t0.elapsed()
     );

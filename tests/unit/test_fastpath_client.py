@@ -1,13 +1,15 @@
-"""The fast path's Python side: the wire format, the baselines (B1 forking, B2 threading)
+"""The fast path's Python side: the wire format (one module, agreeing with the executor's), the baselines (B1 forking, B2 threading)
 answering it as the C lambdas would, and the control port's key and challenge-response (against
 the real executor when it is built)."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import hmac
 import json
 import os
+import re
 import socket
 import stat
 import struct
@@ -18,20 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from nearfaas.fastpath import baselines
-from nearfaas.fastpath.client import (
+import nearfaas.fastpath
+from nearfaas.fastpath import baselines, client, wire
+from nearfaas.fastpath.client import TcpClient, UdpClient, parse_addr
+from nearfaas.fastpath.wire import (
     BAD_REQUEST,
+    HOST_OK,
     OK,
     STATUS,
+    TOO_LARGE,
     UNKNOWN,
-    TcpClient,
-    UdpClient,
     decode_reply,
     decode_request,
     encode_reply,
     encode_request,
     frame,
-    parse_addr,
     status_name,
 )
 from nearfaas.fastpath.auth import ControlAuthError, check_reply, new_key_file, read_key
@@ -80,6 +83,54 @@ def test_tcp_framing_and_addresses():
     assert parse_addr(("h", "5")) == ("h", 5)
     with pytest.raises(ValueError):
         parse_addr("nohost")
+
+
+def test_memfd_and_miss_layouts():
+    assert wire.encode_memfd_request(7, 256) == b"\x00\x00\x00\x07\x00\x00\x01\x00"
+    assert wire.decode_memfd_reply(b"\x00\x00\x00\x07\x05\x00\x00\x00\x09") == (7, TOO_LARGE, 9)
+    with pytest.raises(ValueError, match="shorter than 9"):
+        wire.decode_memfd_reply(b"\x00" * 8)
+    assert wire.decode_miss(b"\x00\x00\x00\x01\x00\x00\x00\x07x") == (1, 7, b"x")
+    with pytest.raises(ValueError, match="8-byte header"):
+        wire.decode_miss(b"\x00" * 7)
+    assert wire.encode_host_reply(1, HOST_OK, b"y") == b"\x00\x00\x00\x01\x01y"
+    assert wire.frame_length(frame(b"x" * 300)[:4]) == 300
+
+
+def test_python_and_rust_agree_on_the_wire_format():
+    src = (Path(__file__).resolve().parents[2] / "fastpath" / "src" / "wire.rs").read_text()
+    assert {name: int(code) for name, code in re.findall(r"pub const (\w+): u8 = (\d+);", src)} == wire.STATUS_CODES
+    names = re.search(r"STATUS_NAMES: \[&str; \d+\] = \[(.*?)\];", src, re.S).group(1)
+    assert re.findall(r'"(\w+)"', names) == list(wire.STATUS.values())
+    sizes = {name: value for name, value in re.findall(r"pub const (\w+): (?:usize|u32) = ([^;]+);", src)}
+    assert int(sizes["ID_LEN"]) == wire.REQUEST_HEAD.size and sizes["REPLY_HEAD"] == "ID_LEN + 1"
+    assert wire.REPLY_HEAD.size == wire.REQUEST_HEAD.size + 1
+    assert int(sizes["FRAME_LEN"]) == wire.FRAME_HEAD.size
+    assert int(sizes["MEMFD_REQ"]) == wire.MEMFD_REQUEST.size and int(sizes["MEMFD_REPLY"]) == wire.MEMFD_REPLY.size
+    assert int(sizes["TOKEN_LEN"]) + int(sizes["ID_LEN"]) == wire.MISS_HEAD.size
+    assert int(sizes["TOKEN_LEN"]) + 1 == wire.HOST_REPLY_HEAD.size
+    assert int(sizes["MAX_DGRAM"]) == wire.MAX_DATAGRAM and int(sizes["MAX_ID"]) == wire.MAX_ID
+
+
+def test_the_wire_format_lives_in_one_module_below_the_gateway():
+    pkg = Path(nearfaas.fastpath.__file__).parent
+    for path in pkg.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):  # relative ones resolved from nearfaas.fastpath
+                base = ".".join(["nearfaas", "fastpath"][: max(0, 3 - node.level)] + [node.module or ""]) if node.level else node.module
+                modules = [base.rstrip(".")] + [f"{base.rstrip('.')}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            assert not any(m.startswith("nearfaas.gateway") for m in modules), f"{path.name} imports the gateway (a higher layer)"
+    # The two modules that used to spell the format out take it from nearfaas.fastpath.wire.
+    gateway_fastpath = pkg.parent / "gateway" / "fastpath.py"
+    for path in (pkg / "client.py", gateway_fastpath):
+        assert "import struct" not in path.read_text(), f"{path} packs frames itself"
+    from nearfaas.gateway import fastpath as gateway
+    assert client.STATUS is gateway.STATUS_NAMES is wire.STATUS
+    assert (gateway.HOST_OK, gateway.HOST_ERROR, gateway.UNKNOWN, gateway.MAX_ID) == (wire.HOST_OK, wire.HOST_ERROR, wire.UNKNOWN, wire.MAX_ID)
 
 
 def test_binary_path_follows_cargo_target_dir(monkeypatch, tmp_path):

@@ -6,10 +6,10 @@ import hmac
 import json
 import os
 import stat
-import struct
 
 import pytest
 
+from nearfaas.fastpath import wire
 from nearfaas.fastpath.auth import new_key_file, read_key
 from nearfaas.gateway.fastpath import HOST_ERROR, HOST_OK, UNKNOWN, FastPath
 from nearfaas.gateway.invoker import CallError
@@ -55,7 +55,7 @@ def test_a_deleted_functions_id_answers_unknown_never_another_function(tmp_path)
     fp.assign("someone-else")
     restarted = FastPath(_layout(tmp_path), invoke)
     for gateway in (fp, restarted):
-        reply = asyncio.run(gateway.miss(struct.pack(">II", 1, secret_id) + b"x"))
+        reply = asyncio.run(gateway.miss(wire.MISS_HEAD.pack(1, secret_id) + b"x"))
         assert reply[4] == UNKNOWN and b"someone-else" not in reply
 
 
@@ -133,8 +133,8 @@ def test_misses_run_the_function_or_say_why_not():
         fp.assign(n)
 
     def miss(token, lambda_id, payload=b"p"):
-        reply = asyncio.run(fp.miss(struct.pack(">II", token, lambda_id) + payload))
-        return struct.unpack(">I", reply[:4])[0], reply[4], reply[5:]
+        reply = asyncio.run(fp.miss(wire.MISS_HEAD.pack(token, lambda_id) + payload))
+        return *wire.HOST_REPLY_HEAD.unpack_from(reply), reply[wire.HOST_REPLY_HEAD.size:]
 
     assert miss(7, 1) == (7, HOST_OK, b"ok:p")
     token, status, text = miss(8, 2)
@@ -148,12 +148,11 @@ def test_call_survives_a_dead_pooled_connection():
         async def serve(reader, writer):
             while True:
                 try:
-                    (n,) = struct.unpack(">I", await reader.readexactly(4))
-                    msg = await reader.readexactly(n)
+                    n = wire.frame_length(await reader.readexactly(wire.FRAME_HEAD.size))
+                    lambda_id, payload = wire.decode_request(await reader.readexactly(n))
                 except asyncio.IncompleteReadError:
                     return
-                reply = msg[:4] + b"\0" + b"echo " + msg[4:]
-                writer.write(struct.pack(">I", len(reply)) + reply)
+                writer.write(wire.frame(wire.encode_reply(lambda_id, wire.OK, b"echo " + payload)))
                 await writer.drain()
 
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -167,6 +166,25 @@ def test_call_survives_a_dead_pooled_connection():
         with pytest.raises(CallError) as exc:
             await fp.call("gone", b"")
         assert exc.value.status == 404
+        server.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("reply", [wire.encode_reply(2, wire.OK, b"x"), b"\x00\x00\x00\x01"])
+def test_a_malformed_or_mismatched_reply_is_a_502_and_drops_the_connection(reply):
+    async def main():
+        async def serve(reader, writer):
+            await reader.readexactly(wire.frame_length(await reader.readexactly(wire.FRAME_HEAD.size)))
+            writer.write(wire.frame(reply))  # another lambda's reply, or one shorter than its header
+            await writer.drain()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        fp = FastPath({"host": "127.0.0.1", "tcp": server.sockets[0].getsockname()[1], "control": 1, "host_port": 1}, None)
+        fp.assign("f")
+        with pytest.raises(CallError) as exc:
+            await fp.call("f", b"")
+        assert exc.value.status == 502 and "malformed" in str(exc.value) and fp._pool == []
         server.close()
 
     asyncio.run(main())

@@ -17,6 +17,12 @@ pub struct ExtIo {
     conns: Mutex<HashMap<SocketAddr, Sender<ExtReq>>>,
 }
 
+impl Default for ExtIo {
+    fn default() -> ExtIo {
+        ExtIo::new()
+    }
+}
+
 impl ExtIo {
     pub fn new() -> ExtIo {
         ExtIo {

@@ -25,22 +25,14 @@ pub use external::*;
 pub use host::*;
 pub use receive::*;
 
-pub const OK: u8 = 0;
-#[allow(dead_code)] // relayed from the host, never produced here
-pub const HOST_OK: u8 = 1;
-pub const UNKNOWN: u8 = 2;
-pub const TRAP: u8 = 3;
-pub const TIMEOUT: u8 = 4;
-pub const TOO_LARGE: u8 = 5;
-pub const OVERLOADED: u8 = 6;
-pub const HOST_ERROR: u8 = 7;
-pub const EXTERNAL_ERROR: u8 = 8;
-pub const BAD_REQUEST: u8 = 9;
+// The status codes and datagram limit of the wire format (src/wire.rs), for the submodules.
+pub use crate::wire::{
+    BAD_REQUEST, EXTERNAL_ERROR, HOST_ERROR, HOST_OK, MAX_DGRAM, OK, OVERLOADED, TIMEOUT,
+    TOO_LARGE, TRAP, UNKNOWN,
+};
 
 /// Datagrams a worker classifies from the socket before each job (see Server::drain_udp).
 const DRAIN_MAX: usize = 256;
-/// Largest UDP datagram payload.
-pub const MAX_DGRAM: usize = 65507;
 /// Host tokens unanswered for this long are expired.
 pub const HOST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most host requests waiting for an answer at once.

@@ -10,16 +10,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-pub const OK: u8 = 0;
-pub const HOST_OK: u8 = 1;
-pub const UNKNOWN: u8 = 2;
-pub const TRAP: u8 = 3;
-pub const TIMEOUT: u8 = 4;
-pub const TOO_LARGE: u8 = 5;
-pub const OVERLOADED: u8 = 6;
-pub const HOST_ERROR: u8 = 7;
-pub const EXTERNAL_ERROR: u8 = 8;
-pub const BAD_REQUEST: u8 = 9;
+// The wire format's status codes and helpers: the crate's own (src/wire.rs), not a copy.
+// (Each test binary uses some of them.)
+#[allow(unused_imports)]
+pub use nearfaas_fastpath::wire::{
+    self, BAD_REQUEST, EXTERNAL_ERROR, HOST_ERROR, HOST_OK, OK, OVERLOADED, TIMEOUT, TOO_LARGE,
+    TRAP, UNKNOWN,
+};
 
 /// fastpath/lambdas/build, built once per test binary with `make -C fastpath/lambdas`.
 pub fn lambdas() -> PathBuf {
@@ -290,21 +287,18 @@ impl Client {
     }
 
     pub fn send(&self, id: u32, payload: &[u8]) {
-        let mut d = id.to_be_bytes().to_vec();
-        d.extend_from_slice(payload);
-        self.sock.send_to(&d, &self.to).unwrap();
+        self.sock
+            .send_to(&wire::encode_request(id, payload), &self.to)
+            .unwrap();
     }
 
     /// Next reply: (id, status, payload).
     pub fn recv(&self) -> Option<(u32, u8, Vec<u8>)> {
         let mut buf = vec![0u8; 70000];
         let n = self.sock.recv(&mut buf).ok()?;
-        assert!(n >= 5, "reply of {n} bytes");
-        Some((
-            u32::from_be_bytes(buf[..4].try_into().unwrap()),
-            buf[4],
-            buf[5..n].to_vec(),
-        ))
+        let (id, status, payload) =
+            wire::decode_reply(&buf[..n]).unwrap_or_else(|| panic!("reply of {n} bytes"));
+        Some((id, status, payload.to_vec()))
     }
 
     /// Request/reply; panics when no reply comes within the read timeout.
@@ -330,21 +324,17 @@ impl TcpClient {
         TcpClient { s }
     }
     pub fn send(&mut self, id: u32, payload: &[u8]) {
-        let mut d = ((payload.len() + 4) as u32).to_be_bytes().to_vec();
-        d.extend_from_slice(&id.to_be_bytes());
-        d.extend_from_slice(payload);
+        let d = wire::frame(&wire::encode_request(id, payload));
         self.s.write_all(&d).unwrap();
     }
     pub fn recv(&mut self) -> (u32, u8, Vec<u8>) {
-        let mut l = [0u8; 4];
+        let mut l = [0u8; wire::FRAME_LEN];
         self.s.read_exact(&mut l).unwrap();
         let mut b = vec![0u8; u32::from_be_bytes(l) as usize];
         self.s.read_exact(&mut b).unwrap();
-        (
-            u32::from_be_bytes(b[..4].try_into().unwrap()),
-            b[4],
-            b[5..].to_vec(),
-        )
+        let (id, status, payload) =
+            wire::decode_reply(&b).unwrap_or_else(|| panic!("reply frame of {} bytes", b.len()));
+        (id, status, payload.to_vec())
     }
 }
 

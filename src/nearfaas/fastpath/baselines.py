@@ -32,7 +32,6 @@ import re
 import signal
 import socket
 import socketserver
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,19 @@ from pathlib import Path
 
 import numpy as np  # imported up front: a forked child must not pay for the import
 
-from nearfaas.fastpath.client import BAD_REQUEST, EXTERNAL_ERROR, OK, TOO_LARGE, UNKNOWN, encode_reply, parse_addr
+from nearfaas.fastpath.client import parse_addr
+from nearfaas.fastpath.wire import (
+    BAD_REQUEST,
+    EXTERNAL_ERROR,
+    FRAME_HEAD,
+    OK,
+    TOO_LARGE,
+    UNKNOWN,
+    decode_request,
+    encode_reply,
+    frame,
+    frame_length,
+)
 
 BASELINE_IDS = {"web": 1, "web2": 2, "web3": 3, "kv": 4, "gray": 5}
 WEB_BUFFER = 65536  # web.c's buffer: the reply (prefix + payload) is truncated to fit it
@@ -50,7 +61,6 @@ GRAY_BUFFER = 1 << 20
 KV_BUFFER = 128 * 1024
 WEB_PREFIX = {"web": b"Hello from nearfaas fastpath v1: ", "web2": b"Hello from nearfaas fastpath lambda 2 v1: ",
               "web3": b"Hello from nearfaas fastpath lambda 3 v1: "}
-_U32 = struct.Struct(">I")
 _KEY = re.compile(rb"^[\x21-\x7e\x80-\xff]{1,250}$")
 
 
@@ -185,11 +195,12 @@ class Lambdas:
 
     def answer(self, message: bytes) -> bytes | None:
         """The reply message to a request message; None for one shorter than an ID (dropped)."""
-        if len(message) < 4:
-            return None
-        (lambda_id,) = _U32.unpack_from(message)
         try:
-            status, body = self.handle(lambda_id, message[4:])
+            lambda_id, payload = decode_request(message)
+        except ValueError:
+            return None
+        try:
+            status, body = self.handle(lambda_id, payload)
         except Exception:  # a lambda's failure is answered, never fatal to the server
             status, body = BAD_REQUEST, b""
         return encode_reply(lambda_id, status, body)
@@ -212,12 +223,12 @@ class _TcpHandler(socketserver.BaseRequestHandler):
         f = sock.makefile("rb")
         while True:
             try:
-                head = f.read(4)
+                head = f.read(FRAME_HEAD.size)
             except OSError:
                 return
-            if len(head) < 4:
+            if len(head) < FRAME_HEAD.size:
                 return
-            (length,) = _U32.unpack(head)
+            length = frame_length(head)
             if length > GRAY_BUFFER + 4 + 16:
                 return  # not a request we can hold: drop the connection
             message = f.read(length)
@@ -226,7 +237,7 @@ class _TcpHandler(socketserver.BaseRequestHandler):
             reply = self.server.lambdas.answer(message)
             if reply is None:
                 continue
-            sock.sendall(_U32.pack(len(reply)) + reply)
+            sock.sendall(frame(reply))
 
 
 class _Quiet:

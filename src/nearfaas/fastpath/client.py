@@ -1,4 +1,5 @@
-"""Clients of the fast path's wire format (docs/fastpath.md).
+"""Clients of the fast path's wire format (docs/fastpath.md; the format itself, status codes and
+packing, is ``nearfaas.fastpath.wire``, re-exported here for the clients' users).
 
 UDP: a request is ``lambda_id: u32 BE`` + payload; a reply is ``lambda_id: u32 BE``, ``status: u8``,
 payload. TCP frames each of those as ``length: u32 BE`` + bytes. Large inputs go through a memfd
@@ -13,58 +14,40 @@ import contextlib
 import mmap
 import os
 import socket
-import struct
 import tempfile
 import threading
 
-OK, HOST_OK, UNKNOWN, TRAP, TIMEOUT, TOO_LARGE, OVERLOADED, HOST_ERROR, EXTERNAL_ERROR, BAD_REQUEST = range(10)
-STATUS = {
-    OK: "OK", HOST_OK: "HOST_OK", UNKNOWN: "UNKNOWN", TRAP: "TRAP", TIMEOUT: "TIMEOUT", TOO_LARGE: "TOO_LARGE",
-    OVERLOADED: "OVERLOADED", HOST_ERROR: "HOST_ERROR", EXTERNAL_ERROR: "EXTERNAL_ERROR", BAD_REQUEST: "BAD_REQUEST",
-}
-STATUS_CODES = {name: code for code, name in STATUS.items()}
-MAX_DATAGRAM = 65_507
-_ID = struct.Struct(">I")
-_REPLY_HEAD = struct.Struct(">IB")
-_MEMFD_REQ = struct.Struct(">II")
-_MEMFD_REPLY = struct.Struct(">IBI")
+from nearfaas.fastpath.wire import (
+    BAD_REQUEST,
+    EXTERNAL_ERROR,
+    FRAME_HEAD,
+    HOST_ERROR,
+    HOST_OK,
+    MAX_DATAGRAM,
+    OK,
+    OVERLOADED,
+    STATUS,
+    STATUS_CODES,
+    TIMEOUT,
+    TOO_LARGE,
+    TRAP,
+    UNKNOWN,
+    decode_memfd_reply,
+    decode_reply,
+    decode_request,
+    encode_memfd_request,
+    encode_reply,
+    encode_request,
+    frame,
+    frame_length,
+    status_name,
+)
 
-
-def status_name(code: int) -> str:
-    return STATUS.get(code, f"STATUS_{code}")
-
-
-def encode_request(lambda_id: int, payload: bytes = b"") -> bytes:
-    """A UDP request datagram: the lambda ID as u32 big-endian, then the payload."""
-    if not isinstance(lambda_id, int) or not 0 <= lambda_id <= 0xFFFFFFFF:
-        raise ValueError(f"lambda id must be an integer in 0..2**32-1, got {lambda_id!r}")
-    return _ID.pack(lambda_id) + bytes(payload)
-
-
-def decode_request(datagram: bytes) -> tuple[int, bytes]:
-    """(lambda_id, payload) of a request datagram; ValueError when it is shorter than an ID."""
-    if len(datagram) < 4:
-        raise ValueError(f"request datagram of {len(datagram)} bytes is shorter than the 4-byte lambda id")
-    return _ID.unpack_from(datagram)[0], bytes(datagram[4:])
-
-
-def encode_reply(lambda_id: int, status: int, payload: bytes = b"") -> bytes:
-    if not 0 <= status <= 255:
-        raise ValueError(f"status must fit a u8, got {status}")
-    return _REPLY_HEAD.pack(lambda_id, status) + bytes(payload)
-
-
-def decode_reply(datagram: bytes) -> tuple[int, int, bytes]:
-    """(lambda_id, status, payload) of a reply datagram; ValueError when it is shorter than 5 bytes."""
-    if len(datagram) < 5:
-        raise ValueError(f"reply of {len(datagram)} bytes is shorter than the 5-byte header (lambda id u32 BE + status u8)")
-    lambda_id, status = _REPLY_HEAD.unpack_from(datagram)
-    return lambda_id, status, bytes(datagram[5:])
-
-
-def frame(message: bytes) -> bytes:
-    """TCP framing: length u32 BE, then the message (a UDP request or reply)."""
-    return _ID.pack(len(message)) + message
+__all__ = [
+    "BAD_REQUEST", "EXTERNAL_ERROR", "HOST_ERROR", "HOST_OK", "MAX_DATAGRAM", "OK", "OVERLOADED", "STATUS", "STATUS_CODES", "TIMEOUT",
+    "TOO_LARGE", "TRAP", "UNKNOWN", "FastpathError", "MemfdClient", "TcpClient", "UdpClient", "decode_reply", "decode_request",
+    "encode_reply", "encode_request", "frame", "memfd_call", "parse_addr", "status_name",
+]
 
 
 def parse_addr(addr) -> tuple[str, int]:
@@ -141,8 +124,7 @@ class TcpClient(_Socketed):
         self.sock.sendall(frame(encode_request(lambda_id, payload)))
 
     def recv(self) -> tuple[int, int, bytes]:
-        (length,) = _ID.unpack(self._recv_exact(4))
-        return decode_reply(self._recv_exact(length))
+        return decode_reply(self._recv_exact(frame_length(self._recv_exact(FRAME_HEAD.size))))
 
     def call(self, lambda_id: int, payload: bytes = b"") -> tuple[int, bytes]:
         with self._lock:
@@ -184,13 +166,10 @@ class MemfdClient:
         """(status, reply): ``data`` is written into the memfd, the executor writes its reply over it."""
         self._ensure(max(len(data), capacity or 0, 1))
         self.map[: len(data)] = data
-        msg = _MEMFD_REQ.pack(lambda_id, len(data))
+        msg = encode_memfd_request(lambda_id, len(data))
         self.sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [self.fd]))], 0, self.unix_path)
         while True:
-            reply = self.sock.recv(64)
-            if len(reply) < _MEMFD_REPLY.size:
-                raise ValueError(f"memfd reply of {len(reply)} bytes is shorter than 9 (id u32 BE, status u8, len u32 BE)")
-            rid, status, length = _MEMFD_REPLY.unpack_from(reply)
+            rid, status, length = decode_memfd_reply(self.sock.recv(64))
             if rid == lambda_id:
                 break
         if length > self.size:

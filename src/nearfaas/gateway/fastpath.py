@@ -14,6 +14,8 @@
 * **Misses** ("send to host" in λ-NIC): the executor forwards a datagram whose ID has no lambda
   to the gateway's host UDP port as ``token | id | payload``; the function of that ID runs on
   its normal worker path and the answer goes back as ``token | status | payload``.
+
+The wire format itself (status codes, frame layouts, packing) is ``nearfaas.fastpath.wire``.
 """
 
 from __future__ import annotations
@@ -21,18 +23,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import struct
 from pathlib import Path
 
-from nearfaas.fastpath import auth
+from nearfaas.fastpath import auth, wire
+from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNKNOWN
 
 from .invoker import CallError
 
-OK, HOST_OK, UNKNOWN, HOST_ERROR = 0, 1, 2, 7
-STATUS_HTTP = {0: 200, 2: 404, 3: 500, 4: 504, 5: 413, 6: 429, 8: 502, 9: 400}
-STATUS_NAMES = {0: "OK", 1: "HOST_OK", 2: "UNKNOWN", 3: "TRAP", 4: "TIMEOUT", 5: "TOO_LARGE", 6: "OVERLOADED",
-                7: "HOST_ERROR", 8: "EXTERNAL_ERROR", 9: "BAD_REQUEST"}
-MAX_ID = 65535
+# The wire format (status codes, frames) is nearfaas.fastpath.wire's; what the gateway adds is the
+# HTTP status a call over /function/<name> answers for each fast-path status (others: 502).
+STATUS_HTTP = {wire.OK: 200, wire.UNKNOWN: 404, wire.TRAP: 500, wire.TIMEOUT: 504, wire.TOO_LARGE: 413, wire.OVERLOADED: 429,
+               wire.EXTERNAL_ERROR: 502, wire.BAD_REQUEST: 400}
+STATUS_NAMES = wire.STATUS
 CALL_TIMEOUT_S = 65.0  # the longest lambda timeout_ms (60 s) and a margin
 MISSES_IN_FLIGHT = 1024  # misses the gateway runs at once; the executor answers later ones HOST_ERROR after 5 s
 MISS_TIMEOUT_S = 5.0  # the executor gives up on a miss after 5 s (HOST_TIMEOUT): so does the gateway
@@ -197,10 +199,10 @@ class FastPath:
         lambda_id = self.ids.get(name)
         if lambda_id is None:
             raise CallError(404, f"function {name!r} is not in the fast path's table (removed?)", "fastpath")
-        message = struct.pack(">I", lambda_id) + payload
+        message = wire.encode_request(lambda_id, payload)
         limit = self.layout.get("max_frame", DEFAULT_MAX_FRAME)
         if len(message) > limit:  # the executor would close the connection on it
-            raise CallError(413, f"the payload of {len(payload)} bytes is over the fast path's limit of {limit - 4} bytes "
+            raise CallError(413, f"the payload of {len(payload)} bytes is over the fast path's limit of {limit - wire.REQUEST_HEAD.size} bytes "
                                  "(its --max-frame); send large inputs through a memfd (docs/fastpath.md)", "fastpath")
         async with self._conns:
             return await self._call(lambda_id, message)
@@ -227,22 +229,26 @@ class FastPath:
     async def _roundtrip(self, conn, message: bytes) -> tuple[tuple, bytes]:
         reader, writer = conn
         try:
-            writer.write(struct.pack(">I", len(message)) + message)
+            writer.write(wire.frame(message))
             await writer.drain()
             # A lambda is interrupted after its timeout_ms (60 s at most); an executor that
             # never answers must not hold the HTTP call forever.
-            (length,) = struct.unpack(">I", await asyncio.wait_for(reader.readexactly(4), CALL_TIMEOUT_S))
+            length = wire.frame_length(await asyncio.wait_for(reader.readexactly(wire.FRAME_HEAD.size), CALL_TIMEOUT_S))
             return conn, await asyncio.wait_for(reader.readexactly(length), CALL_TIMEOUT_S)
         except BaseException:
             writer.close()  # whatever went wrong, this connection is out of step now
             raise
 
     def _exchange(self, lambda_id: int, conn: tuple, reply: bytes) -> tuple[int, bytes]:
-        if len(reply) < 5 or struct.unpack(">I", reply[:4])[0] != lambda_id:
+        try:
+            reply_id, status, body = wire.decode_reply(reply)
+        except ValueError:
+            reply_id = None
+        if reply_id != lambda_id:
             conn[1].close()  # out of step with the executor: never reuse it
             raise CallError(502, "the fast-path executor sent a malformed reply", "fastpath")
         self._pool.append(conn)
-        return reply[4], reply[5:]
+        return status, body
 
     # -- misses from the executor ----------------------------------------------------------------
     async def start(self) -> None:
@@ -261,18 +267,17 @@ class FastPath:
 
     async def miss(self, datagram: bytes) -> bytes:
         """One forwarded miss → the host's reply datagram (token | status | payload)."""
-        token, lambda_id = struct.unpack(">II", datagram[:8])
-        payload = datagram[8:]
+        token, lambda_id, payload = wire.decode_miss(datagram)
         name = self.names.get(lambda_id)
         if name is None:
-            return struct.pack(">IB", token, UNKNOWN) + f"no function has lambda ID {lambda_id}".encode()
+            return wire.encode_host_reply(token, UNKNOWN, f"no function has lambda ID {lambda_id}".encode())
         try:
             status, body = await self.invoke(name, payload)
         except CallError as exc:
-            return struct.pack(">IB", token, HOST_ERROR) + str(exc).encode()[:60_000]
+            return wire.encode_host_reply(token, HOST_ERROR, str(exc).encode()[:60_000])
         if status >= 400:
-            return struct.pack(">IB", token, HOST_ERROR) + f"{name}: HTTP {status}: ".encode() + body[:60_000]
-        return struct.pack(">IB", token, HOST_OK) + body[:65_000]
+            return wire.encode_host_reply(token, HOST_ERROR, f"{name}: HTTP {status}: ".encode() + body[:60_000])
+        return wire.encode_host_reply(token, HOST_OK, body[:65_000])
 
 
 class _HostProtocol(asyncio.DatagramProtocol):
@@ -289,18 +294,18 @@ class _HostProtocol(asyncio.DatagramProtocol):
         self.transport = transport
 
     def datagram_received(self, data, addr):
-        if len(data) < 8 or addr[0] != self.fastpath.layout.get("host", "127.0.0.1") or len(self.tasks) >= MISSES_IN_FLIGHT:
+        if len(data) < wire.MISS_HEAD.size or addr[0] != self.fastpath.layout.get("host", "127.0.0.1") or len(self.tasks) >= MISSES_IN_FLIGHT:
             return
         task = asyncio.get_running_loop().create_task(self._answer(data, addr))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     async def _answer(self, data, addr):
-        token = data[:4]
+        token, _, _ = wire.decode_miss(data)
         try:
             reply = await asyncio.wait_for(self.fastpath.miss(data), MISS_TIMEOUT_S)
         except TimeoutError:
             return  # the executor has already answered HOST_ERROR
         except Exception as exc:  # a bug must still answer, not leave the client to time out
-            reply = token + bytes([HOST_ERROR]) + f"the gateway failed: {exc!r}".encode()[:1000]
+            reply = wire.encode_host_reply(token, HOST_ERROR, f"the gateway failed: {exc!r}".encode()[:1000])
         self.transport.sendto(reply, addr)

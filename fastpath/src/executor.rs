@@ -1,0 +1,298 @@
+//! The executor's command line and start-up: bind the sockets, start the threads (see the crate
+//! docs), announce the addresses (`--ready-file` or stdout), serve until SIGTERM/SIGINT.
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::{auth, control, lambda, sched, server};
+
+pub const USAGE: &str =
+    "usage: nearfaas-fastpath --control-key-file PATH [--udp ADDR] [--tcp ADDR] [--control ADDR]
+  [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
+  [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
+--control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
+defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
+  --max-connections 256 --max-frame 2097152";
+
+pub struct Args {
+    pub udp: String,
+    pub tcp: Option<String>,
+    pub control: String,
+    pub unix: Option<String>,
+    pub workers: usize,
+    pub host: Option<SocketAddr>,
+    pub ready_file: Option<String>,
+    pub queue_depth: usize,
+    pub mode: sched::Mode,
+    pub pin: bool,
+    pub control_key_file: Option<String>,
+    pub max_conns: usize,
+    pub max_frame: usize,
+}
+
+/// Print `msg` and the usage to stderr; exit 2.
+pub fn die(msg: &str) -> ! {
+    eprintln!("nearfaas-fastpath: {msg}\n{USAGE}");
+    std::process::exit(2);
+}
+
+/// The command line (`std::env::args`); exits 2 with the usage on a bad flag.
+pub fn parse_args() -> Args {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mut a = Args {
+        udp: "127.0.0.1:0".into(),
+        tcp: None,
+        control: "127.0.0.1:0".into(),
+        unix: None,
+        workers: cores,
+        host: None,
+        ready_file: None,
+        queue_depth: 1024,
+        mode: sched::Mode::Drr,
+        pin: false,
+        control_key_file: None,
+        max_conns: 256,
+        max_frame: 2 << 20,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| die(&format!("{flag} needs a value")))
+        };
+        let at_least_1 =
+            |v: String| int_in(&v, 1..=usize::MAX, &format!("{flag}: use an integer >= 1"));
+        match flag.as_str() {
+            "--udp" => a.udp = val(),
+            "--tcp" => a.tcp = Some(val()),
+            "--control" => a.control = val(),
+            "--unix" => a.unix = Some(val()),
+            "--workers" => a.workers = at_least_1(val()),
+            "--host" => {
+                let v = val();
+                a.host = Some(
+                    v.to_socket_addrs()
+                        .ok()
+                        .and_then(|mut x| x.next())
+                        .unwrap_or_else(|| {
+                            die(&format!("--host: {v:?} is not a host:port address"))
+                        }),
+                )
+            }
+            "--ready-file" => a.ready_file = Some(val()),
+            "--queue-depth" => a.queue_depth = at_least_1(val()),
+            "--sched" => {
+                a.mode = match val().as_str() {
+                    "drr" | "wfq" => sched::Mode::Drr,
+                    "fifo" => sched::Mode::Fifo,
+                    other => die(&format!("--sched: {other:?}; use drr or fifo")),
+                }
+            }
+            "--pin" => a.pin = true,
+            "--control-key-file" => a.control_key_file = Some(val()),
+            "--max-connections" => a.max_conns = at_least_1(val()),
+            "--max-frame" => {
+                a.max_frame = int_in(
+                    &val(),
+                    8..=(64 << 20),
+                    "--max-frame: use a byte count from 8 to 67108864",
+                )
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
+            other => die(&format!("unknown argument {other:?}")),
+        }
+    }
+    a
+}
+
+/// `v` as an integer in `range`, else exit with `err`.
+fn int_in(v: &str, range: std::ops::RangeInclusive<usize>, err: &str) -> usize {
+    v.parse()
+        .ok()
+        .filter(|n| range.contains(n))
+        .unwrap_or_else(|| die(err))
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .expect("spawn thread");
+}
+
+/// The sockets `run` binds before starting any thread.
+struct Sockets {
+    udp: UdpSocket,
+    tcp: Option<TcpListener>,
+    control: TcpListener,
+    unix: Option<UnixDatagram>,
+}
+
+/// The addresses the threads serve, for the ready line.
+struct Bound {
+    tcp: Option<SocketAddr>,
+    control: SocketAddr,
+}
+
+/// Run the executor with `args`; returns only by exiting the process (0 after a signal).
+pub fn run(args: Args) -> ! {
+    let key = control_key(&args);
+    let sigs = block_signals();
+    let socks = bind(&args);
+    let engine =
+        lambda::make_engine(false).unwrap_or_else(|e| die(&format!("wasmtime engine: {e:#}")));
+    let cfg = server::Config {
+        workers: args.workers,
+        pin: args.pin,
+        mode: args.mode,
+        queue_depth: args.queue_depth,
+        host: args.host,
+        max_frame: args.max_frame,
+        max_conns: args.max_conns,
+    };
+    let srv = Arc::new(
+        server::Server::new(engine, socks.udp, socks.unix, &cfg)
+            .unwrap_or_else(|e| die(&format!("setup: {e}"))),
+    );
+    server::SrvRef::set(srv.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key, &stop);
+    announce(&args, &cfg, &srv, &bound);
+    let sig = sigs.wait();
+    eprintln!("nearfaas-fastpath: {:?}, shutting down", sig);
+    stop.store(true, Ordering::Relaxed);
+    srv.sched.shutdown();
+    if let Some(p) = &args.unix {
+        let _ = std::fs::remove_file(p);
+    }
+    std::process::exit(0);
+}
+
+/// The control port's key. Fail closed: without a key the control port (which can swap any
+/// lambda's code) would be open to every local user.
+fn control_key(args: &Args) -> Arc<Vec<u8>> {
+    match &args.control_key_file {
+        None => die(
+            "--control-key-file is required: the control port accepts only clients that \
+             prove they hold its key (write 64 hex digits to a mode-0600 file)",
+        ),
+        Some(p) => {
+            Arc::new(auth::load_key(p).unwrap_or_else(|e| die(&format!("--control-key-file: {e}"))))
+        }
+    }
+}
+
+/// SIGTERM/SIGINT are taken synchronously by the main thread: blocked here, before any thread
+/// starts, so every thread inherits the mask.
+fn block_signals() -> SigSet {
+    let mut sigs = SigSet::empty();
+    sigs.add(Signal::SIGTERM);
+    sigs.add(Signal::SIGINT);
+    sigs.thread_block().expect("block signals");
+    sigs
+}
+
+fn bind(args: &Args) -> Sockets {
+    let udp =
+        UdpSocket::bind(&args.udp).unwrap_or_else(|e| die(&format!("--udp {}: {e}", args.udp)));
+    let tcp = args
+        .tcp
+        .as_ref()
+        .map(|t| TcpListener::bind(t).unwrap_or_else(|e| die(&format!("--tcp {t}: {e}"))));
+    let control = TcpListener::bind(&args.control)
+        .unwrap_or_else(|e| die(&format!("--control {}: {e}", args.control)));
+    let unix = args.unix.as_ref().map(|p| {
+        let _ = std::fs::remove_file(p);
+        UnixDatagram::bind(p).unwrap_or_else(|e| die(&format!("--unix {p}: {e}")))
+    });
+    Sockets {
+        udp,
+        tcp,
+        control,
+        unix,
+    }
+}
+
+fn start_threads(
+    srv: &Arc<server::Server>,
+    cfg: &server::Config,
+    tcp: Option<TcpListener>,
+    control: TcpListener,
+    key: Arc<Vec<u8>>,
+    stop: &Arc<AtomicBool>,
+) -> Bound {
+    {
+        let (srv, s) = (srv.clone(), stop.clone());
+        spawn("epoch", move || server::ticker(srv, s));
+    }
+    for i in 0..cfg.workers {
+        let s = srv.clone();
+        let pin = cfg.pin;
+        spawn(&format!("worker-{i}"), move || {
+            server::worker_loop(s, i, pin)
+        });
+    }
+    {
+        let s = srv.clone();
+        spawn("udp", move || server::udp_loop(s));
+    }
+    let tcp_addr = tcp.as_ref().map(|l| l.local_addr().unwrap());
+    if let Some(l) = tcp {
+        let s = srv.clone();
+        spawn("tcp", move || server::tcp_accept_loop(s, l));
+    }
+    if srv.unix.is_some() {
+        let s = srv.clone();
+        spawn("unix", move || server::unix_loop(s));
+    }
+    if srv.host.is_some() {
+        let s = srv.clone();
+        spawn("host", move || server::host_loop(s));
+    }
+    let control_addr = control.local_addr().unwrap();
+    {
+        let s = srv.clone();
+        spawn("control", move || control::control_loop(s, control, key));
+    }
+    Bound {
+        tcp: tcp_addr,
+        control: control_addr,
+    }
+}
+
+/// The ready line (ports, addresses, pid): written atomically to `--ready-file`, else printed.
+fn announce(args: &Args, cfg: &server::Config, srv: &server::Server, bound: &Bound) {
+    let udp_addr = srv.udp.local_addr().unwrap();
+    let ready = serde_json::json!({
+        "udp": udp_addr.port(),
+        "tcp": bound.tcp.map(|l| l.port()),
+        "control": bound.control.port(),
+        "udp_addr": udp_addr.to_string(),
+        "tcp_addr": bound.tcp.map(|l| l.to_string()),
+        "control_addr": bound.control.to_string(),
+        "unix": args.unix,
+        "pid": std::process::id(),
+        "workers": cfg.workers,
+        "sched": format!("{:?}", cfg.mode).to_lowercase(),
+    });
+    match &args.ready_file {
+        Some(p) => {
+            let tmp = format!("{p}.tmp.{}", std::process::id());
+            if let Err(e) =
+                std::fs::write(&tmp, ready.to_string()).and_then(|_| std::fs::rename(&tmp, p))
+            {
+                die(&format!("--ready-file {p}: {e}"));
+            }
+        }
+        None => println!("{ready}"),
+    }
+}

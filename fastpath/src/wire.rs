@@ -1,0 +1,131 @@
+//! The fast path's wire format (docs/fastpath.md), in one place for the executor, the load
+//! generator and the integration tests. The Python side's copy is src/nearfaas/fastpath/wire.py.
+//!
+//! * UDP request: lambda id (u32 BE), payload. Reply: lambda id (u32 BE), status (u8), payload.
+//! * TCP: each request or reply framed as length (u32 BE) + the UDP-format message.
+//! * Unix datagram + memfd (SCM_RIGHTS): request id (u32 BE), input length (u32 BE); reply id
+//!   (u32 BE), status (u8), reply length (u32 BE), the reply itself written into the memfd.
+//! * Miss path to the host: token (u32 BE) + the request; the host answers token (u32 BE),
+//!   status (u8), payload.
+
+/// The lambda ran and answered.
+pub const OK: u8 = 0;
+/// The host (the gateway's miss path) ran the function and answered.
+pub const HOST_OK: u8 = 1;
+/// No lambda has this id (and no host took the miss).
+pub const UNKNOWN: u8 = 2;
+/// The lambda trapped (its instance is dropped and rebuilt).
+pub const TRAP: u8 = 3;
+/// The lambda ran past its timeout or fuel budget.
+pub const TIMEOUT: u8 = 4;
+/// The request or the reply does not fit the lambda's buffer (or a datagram).
+pub const TOO_LARGE: u8 = 5;
+/// The lambda's queue is full.
+pub const OVERLOADED: u8 = 6;
+/// The host failed, or did not answer in time.
+pub const HOST_ERROR: u8 = 7;
+/// The lambda's external call (memcached) failed.
+pub const EXTERNAL_ERROR: u8 = 8;
+/// The lambda refused the input (a negative return).
+pub const BAD_REQUEST: u8 = 9;
+
+/// Status names, indexed by code.
+pub const STATUS_NAMES: [&str; 10] = [
+    "OK",
+    "HOST_OK",
+    "UNKNOWN",
+    "TRAP",
+    "TIMEOUT",
+    "TOO_LARGE",
+    "OVERLOADED",
+    "HOST_ERROR",
+    "EXTERNAL_ERROR",
+    "BAD_REQUEST",
+];
+
+/// Bytes of the lambda id at the start of a request (u32 BE).
+pub const ID_LEN: usize = 4;
+/// Bytes of a reply's header: lambda id (u32 BE) and status (u8).
+pub const REPLY_HEAD: usize = ID_LEN + 1;
+/// Bytes of a TCP frame's length prefix (u32 BE).
+pub const FRAME_LEN: usize = 4;
+/// Bytes of a memfd request datagram: id (u32 BE), input length (u32 BE).
+pub const MEMFD_REQ: usize = 8;
+/// Bytes of a memfd reply datagram: id (u32 BE), status (u8), reply length (u32 BE).
+pub const MEMFD_REPLY: usize = 9;
+/// Bytes of the token the miss path puts before a request, and the host before its answer.
+pub const TOKEN_LEN: usize = 4;
+/// Largest UDP datagram payload.
+pub const MAX_DGRAM: usize = 65507;
+/// Highest lambda id (the match table is dense: ids 0..=MAX_ID).
+pub const MAX_ID: u32 = 65535;
+
+/// Whether a status is a success (the lambda's or the host's answer).
+pub fn is_ok(status: u8) -> bool {
+    status == OK || status == HOST_OK
+}
+
+/// The name of a status code (`STATUS_<n>` for codes the format does not define).
+pub fn status_name(status: u8) -> String {
+    match STATUS_NAMES.get(status as usize) {
+        Some(n) => n.to_string(),
+        None => format!("STATUS_{status}"),
+    }
+}
+
+/// A request: the lambda id, then the payload.
+pub fn encode_request(id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(ID_LEN + payload.len());
+    d.extend_from_slice(&id.to_be_bytes());
+    d.extend_from_slice(payload);
+    d
+}
+
+/// The lambda id of a request or reply (None when shorter than an id).
+pub fn decode_id(msg: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(msg.get(..ID_LEN)?.try_into().ok()?))
+}
+
+/// A reply: the lambda id, the status, then the payload.
+pub fn encode_reply(id: u32, status: u8, payload: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(REPLY_HEAD + payload.len());
+    d.extend_from_slice(&id.to_be_bytes());
+    d.push(status);
+    d.extend_from_slice(payload);
+    d
+}
+
+/// (id, status, payload) of a reply; None when shorter than its header.
+pub fn decode_reply(msg: &[u8]) -> Option<(u32, u8, &[u8])> {
+    if msg.len() < REPLY_HEAD {
+        return None;
+    }
+    Some((decode_id(msg)?, msg[ID_LEN], &msg[REPLY_HEAD..]))
+}
+
+/// TCP framing: the message's length (u32 BE), then the message.
+pub fn frame(msg: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(FRAME_LEN + msg.len());
+    d.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    d.extend_from_slice(msg);
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_reply_and_frame_round_trip() {
+        assert_eq!(encode_request(0x0102_0304, b"ab"), b"\x01\x02\x03\x04ab");
+        let r = encode_reply(7, TRAP, b"x");
+        assert_eq!(r, b"\x00\x00\x00\x07\x03x");
+        assert_eq!(decode_reply(&r), Some((7, TRAP, &b"x"[..])));
+        assert_eq!(decode_reply(b"\x00\x00\x00\x07"), None);
+        assert_eq!(decode_id(b"\x00\x01"), None);
+        assert_eq!(frame(b"abc"), b"\x00\x00\x00\x03abc");
+        assert_eq!(status_name(BAD_REQUEST), "BAD_REQUEST");
+        assert_eq!(status_name(200), "STATUS_200");
+        assert!(is_ok(HOST_OK) && !is_ok(UNKNOWN));
+    }
+}

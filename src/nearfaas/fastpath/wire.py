@@ -1,0 +1,113 @@
+"""The fast path's wire format (docs/fastpath.md), in one place: status codes, frame layouts, and
+packing and unpacking. The executor's copy is fastpath/src/wire.rs; every Python module speaking
+to it (the clients, the baselines, the gateway's relay and miss path) takes the format from here.
+
+* UDP request: ``lambda_id: u32 BE`` + payload. Reply: ``lambda_id: u32 BE``, ``status: u8``, payload.
+* TCP: each request or reply framed as ``length: u32 BE`` + the UDP-format message.
+* Unix datagram + memfd (SCM_RIGHTS): request ``lambda_id: u32 BE``, ``input length: u32 BE``;
+  reply ``lambda_id: u32 BE``, ``status: u8``, ``reply length: u32 BE`` (the reply is in the memfd).
+* Misses, executor -> gateway host port: ``token: u32 BE``, ``lambda_id: u32 BE``, payload; the
+  answer: ``token: u32 BE``, ``status: u8``, payload.
+"""
+
+from __future__ import annotations
+
+import struct
+
+# -- status codes (the byte after the lambda ID in a reply) -------------------------------------------
+OK = 0  # the lambda ran and answered
+HOST_OK = 1  # the host (the gateway's miss path) ran the function and answered
+UNKNOWN = 2  # no lambda has this ID (and no host took the miss)
+TRAP = 3  # the lambda trapped
+TIMEOUT = 4  # the lambda ran past its timeout or fuel budget
+TOO_LARGE = 5  # the request or reply does not fit the lambda's buffer (or a datagram)
+OVERLOADED = 6  # the lambda's queue is full
+HOST_ERROR = 7  # the host failed, or did not answer in time
+EXTERNAL_ERROR = 8  # the lambda's external call (memcached) failed
+BAD_REQUEST = 9  # the lambda refused the input
+
+STATUS = {
+    OK: "OK", HOST_OK: "HOST_OK", UNKNOWN: "UNKNOWN", TRAP: "TRAP", TIMEOUT: "TIMEOUT", TOO_LARGE: "TOO_LARGE",
+    OVERLOADED: "OVERLOADED", HOST_ERROR: "HOST_ERROR", EXTERNAL_ERROR: "EXTERNAL_ERROR", BAD_REQUEST: "BAD_REQUEST",
+}
+STATUS_CODES = {name: code for code, name in STATUS.items()}
+
+# -- limits ---------------------------------------------------------------------------------------
+MAX_DATAGRAM = 65_507  # largest UDP payload
+MAX_ID = 65535  # the executor's match table is dense: IDs 0..MAX_ID
+
+# -- frame layouts ----------------------------------------------------------------------------------
+REQUEST_HEAD = struct.Struct(">I")  # lambda_id
+REPLY_HEAD = struct.Struct(">IB")  # lambda_id, status
+FRAME_HEAD = struct.Struct(">I")  # TCP: the length of the message that follows
+MEMFD_REQUEST = struct.Struct(">II")  # lambda_id, input length
+MEMFD_REPLY = struct.Struct(">IBI")  # lambda_id, status, reply length
+MISS_HEAD = struct.Struct(">II")  # token, lambda_id (executor -> host)
+HOST_REPLY_HEAD = struct.Struct(">IB")  # token, status (host -> executor)
+
+
+def status_name(code: int) -> str:
+    return STATUS.get(code, f"STATUS_{code}")
+
+
+def encode_request(lambda_id: int, payload: bytes = b"") -> bytes:
+    """A request: the lambda ID as u32 big-endian, then the payload."""
+    if not isinstance(lambda_id, int) or not 0 <= lambda_id <= 0xFFFFFFFF:
+        raise ValueError(f"lambda id must be an integer in 0..2**32-1, got {lambda_id!r}")
+    return REQUEST_HEAD.pack(lambda_id) + bytes(payload)
+
+
+def decode_request(datagram: bytes) -> tuple[int, bytes]:
+    """(lambda_id, payload) of a request; ValueError when it is shorter than an ID."""
+    if len(datagram) < REQUEST_HEAD.size:
+        raise ValueError(f"request datagram of {len(datagram)} bytes is shorter than the 4-byte lambda id")
+    return REQUEST_HEAD.unpack_from(datagram)[0], bytes(datagram[REQUEST_HEAD.size:])
+
+
+def encode_reply(lambda_id: int, status: int, payload: bytes = b"") -> bytes:
+    if not 0 <= status <= 255:
+        raise ValueError(f"status must fit a u8, got {status}")
+    return REPLY_HEAD.pack(lambda_id, status) + bytes(payload)
+
+
+def decode_reply(datagram: bytes) -> tuple[int, int, bytes]:
+    """(lambda_id, status, payload) of a reply; ValueError when it is shorter than 5 bytes."""
+    if len(datagram) < REPLY_HEAD.size:
+        raise ValueError(f"reply of {len(datagram)} bytes is shorter than the 5-byte header (lambda id u32 BE + status u8)")
+    lambda_id, status = REPLY_HEAD.unpack_from(datagram)
+    return lambda_id, status, bytes(datagram[REPLY_HEAD.size:])
+
+
+def frame(message: bytes) -> bytes:
+    """TCP framing: length u32 BE, then the message (a request or a reply)."""
+    return FRAME_HEAD.pack(len(message)) + message
+
+
+def frame_length(head: bytes) -> int:
+    """The message length a TCP frame's 4-byte head announces."""
+    return FRAME_HEAD.unpack(head)[0]
+
+
+def encode_memfd_request(lambda_id: int, length: int) -> bytes:
+    """The datagram sent with a memfd: the lambda ID and the input's length in the memfd."""
+    return MEMFD_REQUEST.pack(lambda_id, length)
+
+
+def decode_memfd_reply(datagram: bytes) -> tuple[int, int, int]:
+    """(lambda_id, status, reply length) of a memfd reply; ValueError when it is too short."""
+    if len(datagram) < MEMFD_REPLY.size:
+        raise ValueError(f"memfd reply of {len(datagram)} bytes is shorter than 9 (id u32 BE, status u8, len u32 BE)")
+    return MEMFD_REPLY.unpack_from(datagram)
+
+
+def decode_miss(datagram: bytes) -> tuple[int, int, bytes]:
+    """(token, lambda_id, payload) of a miss the executor forwards; ValueError when too short."""
+    if len(datagram) < MISS_HEAD.size:
+        raise ValueError(f"miss of {len(datagram)} bytes is shorter than the 8-byte header (token u32 BE + lambda id u32 BE)")
+    token, lambda_id = MISS_HEAD.unpack_from(datagram)
+    return token, lambda_id, bytes(datagram[MISS_HEAD.size:])
+
+
+def encode_host_reply(token: int, status: int, payload: bytes = b"") -> bytes:
+    """The host's answer to a miss: the miss's token, a status, the payload."""
+    return HOST_REPLY_HEAD.pack(token, status) + bytes(payload)
