@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +32,7 @@ def test_deploy_list_get_update_delete(cluster, functions_dir):
     assert cluster.http.put(f"{url}/system/functions", json=body).status_code == 200
     cluster.wait_warm("crud")
     assert requests.post(f"{url}/function/crud", data=b"x").json()["greeting"] == "bonjour"
+    assert cluster.http.get(f"{url}/system/function/crud").json()["envVars"]["GREETING"] == "bonjour"
 
     assert cluster.http.delete(f"{url}/system/functions", json={"functionName": "crud"}).status_code == 202
     assert cluster.http.get(f"{url}/system/function/crud").status_code == 404
@@ -186,11 +189,30 @@ def test_secrets_are_mounted_as_files(cluster, functions_dir):
     assert call.status_code == 400 and "no-such-secret" in call.text
 
 
-def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir):
+def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir, tmp_path):
+    """requirements.txt is installed once per distinct content into <state>/envs/<sha256[:16]>
+    (node/pool.py), and a second function with the same requirements imports from that env
+    without installing again."""
     cluster.deploy("usepkg", functions_dir / "usepkg", wait=False)
     resp = requests.post(f"{cluster.url}/function/usepkg", timeout=300)
     assert resp.status_code == 200, resp.text
     assert resp.text == "forty-two from a requirements.txt wheel"
+
+    envs = cluster.state_dir / "envs"
+    env = envs / hashlib.sha256((functions_dir / "usepkg" / "requirements.txt").read_bytes()).hexdigest()[:16]
+    assert (env / ".complete").is_file() and (env / "nearfaas_testpkg.py").is_file(), sorted(p.name for p in envs.iterdir())
+    before = {p.name: p.stat().st_ino for p in envs.iterdir()}, (env / ".complete").stat().st_mtime_ns
+
+    # Another function, the same requirements.txt: it says where it imported the package from.
+    other = tmp_path / "usepkg-where"
+    shutil.copytree(functions_dir / "usepkg", other)
+    (other / "handler.py").write_text("import nearfaas_testpkg\n\n\ndef handle(event, context):\n    return nearfaas_testpkg.__file__\n")
+    cluster.deploy("usepkg-where", other, wait=False)
+    resp = requests.post(f"{cluster.url}/function/usepkg-where", timeout=300)
+    assert resp.status_code == 200, resp.text
+    assert resp.text == str(env / "nearfaas_testpkg.py")  # the cached env, not an install of its own
+    after = {p.name: p.stat().st_ino for p in envs.iterdir()}, (env / ".complete").stat().st_mtime_ns
+    assert after == before  # nothing installed again: the same folder, the same marker, no new env
 
 
 def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
@@ -251,12 +273,20 @@ def test_calls_queued_behind_busy_threads_do_not_count_against_exec_timeout(clus
 
 
 def test_update_lets_calls_in_flight_finish(cluster, functions_dir):
+    """A call in flight finishes on the old version; every call after the update gets the new
+    code and environment."""
     cluster.deploy("draining", functions_dir / "slow")
     with ThreadPoolExecutor(1) as pool:
         busy = pool.submit(requests.post, f"{cluster.url}/function/draining?sleep=1.0", timeout=30)
         time.sleep(0.3)
-        body = {"service": "draining", "lang": "python3-http", "handler": str(functions_dir / "slow"), "envVars": {"V": "2"}}
+        body = {"service": "draining", "lang": "python3-http", "handler": str(functions_dir / "echo"), "envVars": {"GREETING": "v2"}}
         assert cluster.http.put(f"{cluster.url}/system/functions", json=body).status_code == 200
         assert busy.result().status_code == 200, busy.result().text
-    cluster.wait_warm("draining")
-    assert requests.post(f"{cluster.url}/function/draining?sleep=0").status_code == 200
+        assert busy.result().text == "slept 1.0"  # the old code finished the call it had
+    status = cluster.wait_warm("draining")
+    assert status["envVars"] == {"GREETING": "v2"}
+    for _ in range(3):  # no call reaches an old instance
+        resp = requests.post(f"{cluster.url}/function/draining?sleep=0", data=b"new")
+        assert resp.status_code == 200 and resp.text.startswith("{"), f"an instance of the old version answered: {resp.text!r}"
+        answer = resp.json()  # echo's answer, not slow's "slept 0.0"
+        assert answer["greeting"] == "v2" and answer["function"] == "draining" and answer["body"] == "new", answer

@@ -59,9 +59,11 @@ def test_random_system_bodies_never_get_a_5xx(cluster, body, target):
        path=st.sampled_from(["/system/functions", "/system/function/x", "/system/scale-function/x", "/system/logs",
                              "/system/secrets", "/function/x", "/async-function/x", "/system/info"]),
        body=st.binary(max_size=200), query=st.text(alphabet="abc=&%1", max_size=12))
-def test_random_api_requests_never_get_a_500(cluster, method, path, body, query):
+def test_random_api_requests_never_get_a_5xx(cluster, method, path, body, query):
+    """Any method, path, body and query, unsigned or as the admin: a 4xx (or a 2xx), never a 5xx.
+    No function named x is deployed, so no 502/503/504 is a function's or a node's to give."""
     for client in (requests, cluster.http):  # unsigned, then as the admin
         resp = client.request(method, f"{cluster.url}{path}?{query}", data=body, timeout=10)
-        assert resp.status_code != 500, (method, path, body, resp.text)
+        assert resp.status_code < 500, (method, path, body, query, resp.status_code, resp.text)
         if client is requests and path.startswith("/system/") and method != "HEAD":
             assert resp.status_code in (401, 403, 404, 405, 415), (method, path, resp.status_code)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("pre", "infer", "notify")
-INPUT_KINDS = ("image", "text", "records")
 # Image normalisations: (mean, std) per RGB channel on pixel values scaled to [0, 1].
 NORMALISATIONS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # torchvision ResNet, EfficientNet, FCN
@@ -57,11 +55,6 @@ class AppCard:
     # Model outputs f2 asks for and passes on (empty: all). GPT-2's per-position logits
     # (128 × 50257 floats, 26 MB) and FCN's auxiliary training head are left in the model.
     outputs: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def model_key(self) -> str:
-        """The same as ``model``: the key in nearfaas.models.MODELS."""
-        return self.model
 
     @property
     def slug(self) -> str:
@@ -142,7 +135,3 @@ def get_app(key: str) -> AppCard:
         if key == card.slug or key in card.functions:
             return card
     raise KeyError(f"unknown application {key!r}; known: {', '.join(APPS)}")
-
-
-def app_of_function(name: str) -> AppCard | None:
-    return next((card for card in APPS.values() if name in card.functions), None)

@@ -8,6 +8,8 @@ Each stage is parameterised by its environment (set by ``stack.stack_for``):
 ``MODEL_KEY``      f2: key in ``nearfaas.models.MODELS`` (default: the app's model)
 ``MODEL_SIZE``     ``tiny`` | ``full``
 ``MODEL_PATH``     f2: the .onnx file, loaded once in ``init()``
+``INFER_OUTPUT``   f2: what it writes to ``context.output``: ``summary`` (default; the small JSON
+                   record f3 reads) or ``tensors`` (the model's outputs as ``.npz``, record included)
 ``INPUT_SHAPE``    f1 (images): the model input, e.g. ``1,3,224,224``
 ``VOCAB_SIZE``     f1 (text): rows of the model's token embedding; larger ids are mapped modulo
 ``TARGET_LANGUAGE`` f1 (translation): default target language (``French``)
@@ -37,6 +39,10 @@ from .catalog import AppCard, get_app
 from .errors import BAD_REQUEST, MODEL_UNAVAILABLE, NOT_FOUND, UNPROCESSABLE, StageError, answer_for
 
 RESULT_BUCKET = "nearfaas-results"
+# What f2 writes to context.output, f3's input. f3 needs only the record (summary, model, output
+# shapes): writing the model's outputs too would send them over the link to f3 for nothing (PPE's
+# three YOLO heads are 3.6 MB), so they are written only when INFER_OUTPUT=tensors asks for them.
+INFER_OUTPUTS = ("summary", "tensors")
 DEFAULT_TARGET_LANGUAGE = "French"
 WEBHOOK_TIMEOUT_S = 5.0
 
@@ -260,6 +266,7 @@ class Inference:
             raise StageError(MODEL_UNAVAILABLE, f"the model could not be loaded from {self.model_path or '(no MODEL_PATH)'}: {self.error}",
                              f"build it with nearfaas.models.build({self.model_key!r}, {self.size!r}) and set MODEL_PATH to the "
                              "returned .onnx path, then redeploy", model_file=self.model_path or None)
+        written = self._output_format(environment(context))
         started = time.perf_counter()
         arrays, meta = tensors.load(read_input(context))
         feeds = self._feeds(arrays)
@@ -270,10 +277,23 @@ class Inference:
         summary, extra = self._summarise(outputs, feeds, meta, body_json(event))
         shapes = {name: list(a.shape) for name, a in outputs.items()}
         record = {"app": self.card.key, "model": self.model_key, "size": self.size, "summary": summary, "output_shapes": shapes}
-        output = write_output(context, tensors.npz_bytes({**outputs, **extra}, record), "application/x-npz")
+        if written == "tensors":
+            payload, content_type = tensors.npz_bytes({**outputs, **extra}, record), "application/x-npz"
+        else:  # sorted keys: f3 gets the very record an .npz's metadata would give it
+            payload, content_type = json.dumps(record, sort_keys=True, separators=(",", ":")).encode(), "application/json"
+        output = write_output(context, payload, content_type)
         return {"app": self.card.key, "stage": stage, "model": {"key": self.model_key, "size": self.size, "file": self.model_path},
                 "summary": summary, "output_shapes": shapes, "inference_seconds": round(infer_s, 6),
-                "seconds": round(time.perf_counter() - started, 6), "output": output}
+                "seconds": round(time.perf_counter() - started, 6), "output": output,
+                "format": "npz" if written == "tensors" else "json", "bytes": len(payload)}
+
+    @staticmethod
+    def _output_format(env: Mapping[str, str]) -> str:
+        value = (env.get("INFER_OUTPUT") or "summary").strip().lower()
+        if value not in INFER_OUTPUTS:
+            raise StageError(BAD_REQUEST, f"INFER_OUTPUT={value!r} is not one of {', '.join(INFER_OUTPUTS)}",
+                             "set INFER_OUTPUT to summary (the record f3 reads) or tensors (the model's outputs as .npz too)")
+        return value
 
     def _expected(self) -> list[dict]:
         return [{"name": n, "shape": list(s), "dtype": d} for n, s, d in self.session.inputs]
@@ -361,7 +381,8 @@ def call_id_of(event, context) -> str:
 
 
 def read_result(data) -> dict:
-    """f2's result record (summary, output shapes) from its .npz, or a JSON object."""
+    """f2's result record (summary, output shapes): the JSON object f2 writes by default, or the
+    metadata of the .npz it writes with INFER_OUTPUT=tensors."""
     head = bytes(memoryview(data)[:1]) if data is not None and len(data) else b""
     if head == b"{":
         try:
