@@ -7,6 +7,7 @@ that kill nodes start their own.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import shutil
@@ -144,13 +145,21 @@ def start_cluster(state_dir: Path, **overrides) -> Cluster:
     return Cluster(state_dir, layout)
 
 
+@contextlib.contextmanager
+def running_cluster(state_dir: Path, **overrides):
+    """A cluster (start_cluster) that is always taken down, leaving no process behind."""
+    c = start_cluster(state_dir, **overrides)
+    try:
+        yield c
+    finally:
+        launcher.down(state_dir)
+    assert launcher.processes_of(state_dir) == [], "nearfaas down left processes behind"
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    state_dir = tmp_path_factory.mktemp("cluster") / "state"
-    c = start_cluster(state_dir)
-    yield c
-    launcher.down(state_dir)
-    assert launcher.processes_of(state_dir) == [], "nearfaas down left processes behind"
+    with running_cluster(tmp_path_factory.mktemp("cluster") / "state") as c:
+        yield c
 
 
 @pytest.fixture
@@ -183,7 +192,5 @@ def scratch(cluster):
 @pytest.fixture
 def fresh_cluster(tmp_path):
     """A private cluster for a test that breaks things (kills nodes); always torn down."""
-    state = tmp_path / "state"
-    c = start_cluster(state)
-    yield c
-    launcher.down(state)
+    with running_cluster(tmp_path / "state") as c:
+        yield c

@@ -6,20 +6,17 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from nearfaas.cluster import launcher
 from nearfaas.spec.cluster import AuthSpec
 
-from conftest import start_cluster
+from conftest import running_cluster
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    state = tmp_path_factory.mktemp("auth") / "state"
-    c = start_cluster(state, auth=AuthSpec(access_key="AKIDNEARFAAS", secret_key="correct-horse-battery"))
-    yield c
-    launcher.down(state)
+    with running_cluster(tmp_path_factory.mktemp("auth") / "state", auth=AuthSpec(access_key="AKIDNEARFAAS", secret_key="correct-horse-battery")) as c:
+        yield c
 
 
 def test_correct_signature_is_accepted(secured):

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from nearfaas.cluster import launcher
 from nearfaas.spec.cluster import AuthSpec
 
-from conftest import start_cluster
+from conftest import running_cluster
 from sigv4_client import signed_streaming_put as sign_streaming
 
 pytestmark = pytest.mark.integration
@@ -25,10 +24,8 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
-    state = tmp_path_factory.mktemp("auth-streaming") / "state"
-    c = start_cluster(state, auth=AuthSpec(access_key="AKIDSTREAMING", secret_key="streaming-secret-42"))
-    yield c
-    launcher.down(state)
+    with running_cluster(tmp_path_factory.mktemp("auth-streaming") / "state", auth=AuthSpec(access_key="AKIDSTREAMING", secret_key="streaming-secret-42")) as c:
+        yield c
 
 
 def signed_streaming_put(url: str, chunks: list[bytes], keys: dict, trailers: dict[str, str] | None = None):

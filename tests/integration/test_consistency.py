@@ -14,7 +14,7 @@ import pytest
 import requests
 from botocore.exceptions import ClientError
 
-from conftest import start_cluster
+from conftest import running_cluster
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.bench import jepsen
 from nearfaas.cluster import launcher
@@ -30,11 +30,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 def converging(tmp_path):
     """A cluster whose anti-entropy runs every second and forgets tombstones after 3 s."""
     state = tmp_path / "state"
-    c = start_cluster(state, replication=ReplicationSpec(factor=2, dscs_replica=True, anti_entropy=1.0, tombstone_grace=3.0))
-    harness = jepsen.Cluster(c.layout, state)
-    harness.gateway().create_bucket(Bucket=jepsen.BUCKET)
-    yield c, harness
-    launcher.down(state)
+    with running_cluster(state, replication=ReplicationSpec(factor=2, dscs_replica=True, anti_entropy=1.0, tombstone_grace=3.0)) as c:
+        harness = jepsen.Cluster(c.layout, state)
+        harness.gateway().create_bucket(Bucket=jepsen.BUCKET)
+        yield c, harness
 
 
 def _metric(cluster, name: str, labels: str = "") -> float:

@@ -24,15 +24,11 @@ from nearfaas.s3.validation import (
     validate_key,
 )
 
+from store_fixtures import *  # noqa: F403  (the store fixture)
+
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ObjectStore(tmp_path / "node", min_part_size=5)
-    s.create_bucket("bkt")
-    yield s
-    s.close()
 
 
 def reopen(store: ObjectStore, **kwargs) -> ObjectStore:
