@@ -1,13 +1,16 @@
-"""`nearfaas twin report`: the evaluation set's files, keys and labels, and its bad-input errors."""
+"""`nearfaas twin report`: the evaluation set's files, keys and labels, its numbers (pinned in
+tests/golden/twin/, or checked by relations derived another way), and its bad-input errors."""
 
 import json
 
 import pytest
+import twin_golden as golden
 from click.testing import CliRunner
 
 from nearfaas.cli import main
 from nearfaas.twin import report
 from nearfaas.twin.platforms import APP_KEYS, PLATFORMS
+from nearfaas.twin.sim import poisson
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,22 @@ def test_results_json_has_the_issue_keys(quick):
     assert r["measured_here"]
 
 
+def test_results_json_numbers_are_the_golden_tables(quick):
+    """What the command writes is what the golden files pin (tests/golden/twin/, 6 significant
+    digits): the headline with the measured CPU and with the modelled Xeon, the runtime breakdown
+    and the four sensitivity studies (--quick: 1,000 samples, seed 1)."""
+    out, _ = quick
+    r = json.loads((out / "results.json").read_text())
+    ev, bd = golden.load("evaluate"), golden.load("breakdown")
+    for key in ("speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu"):
+        assert golden.diff(golden.rounded(r[key]), ev["cpu_measured"][key]) == [], key
+        assert golden.diff(golden.rounded(r["modelled_xeon_baseline"][key]), ev["cpu_modelled"][key]) == [], key
+    for p, row in r["runtime_breakdown_s"].items():
+        for a, b in row.items():
+            assert golden.diff(golden.rounded(b), {k: bd[p][a][k] for k in ("total_s", "by_component_s")}) == [], (p, a)
+    assert golden.diff(golden.rounded(golden._numbers(r["sensitivity"])), golden.load("sensitivity")) == []
+
+
 def test_simulation_block_has_series_and_both_policies(quick):
     out, _ = quick
     sim = json.loads((out / "results.json").read_text())["simulation"]
@@ -45,6 +64,32 @@ def test_simulation_block_has_series_and_both_policies(quick):
         assert len(run["series"]["t"]) == len(run["series"]["queue_len"]) == len(run["series"]["latency_p95"]) > 10
         assert run["latency"]["p50"] <= run["latency"]["p99"]
     assert sim["inputs"]["cold_start_s"]["runtime"]["label"] == "measured"
+
+
+def test_simulation_numbers_obey_relations_derived_another_way(quick):
+    """The rack simulation's numbers against what follows from its inputs without the engine:
+    the arrivals are the bursty trace's (6 nodes x 0.75/s, seed 1); with nothing rejected, the
+    area under calls-in-system is the sum of the latencies (Little's law, exactly over a drained
+    run) and the area under the queue-length series is the total waiting time; near-data beats
+    compute-only (the headline of the rack study)."""
+    out, _ = quick
+    sim = json.loads((out / "results.json").read_text())["simulation"]
+    trace = sum(1 for _ in poisson(report.burst_schedule(0.75 * 6), report.SIM_DURATION_S, seed=1))
+    for run in sim["runs"].values():
+        assert run["arrivals"] == trace and run["rejected"] == 0 and run["completed"] == trace
+        lat = run["latency"]
+        assert run["time_avg_in_system"] * run["sim_time_s"] == pytest.approx(run["completed"] * lat["mean"], rel=1e-9)
+        s = run["series"]
+        assert sum(s["queue_len"]) * s["bin_s"] == pytest.approx(run["mean_wait_s"] * run["completed"], rel=1e-9, abs=1e-12)
+        assert s["t"] == [k * s["bin_s"] for k in range(len(s["t"]))] and s["t"][-1] >= report.SIM_DURATION_S - s["bin_s"]
+        assert lat["p50"] <= lat["p95"] <= lat["p99"] and lat["p50"] > 0
+    nd, co = sim["runs"]["near-data"], sim["runs"]["compute-only"]
+    assert nd["latency"]["mean"] < co["latency"]["mean"] and nd["latency"]["p99"] < co["latency"]["p99"]
+    # a near-data request pays at least its own stages' modelled means on its fastest path
+    means = sim["inputs"]["service_means_s"]
+    fastest = min(sum(min(means.get(f"{a}-{fn};{t}", float("inf")) for t in ("cpu", "dscs")) for fn in ("pre", "infer", "notify"))
+                  for a in (k.replace("_", "-") for k in APP_KEYS))
+    assert nd["latency"]["p50"] > 0.5 * fastest
 
 
 def test_html_is_self_contained_with_every_figure(quick):
