@@ -212,3 +212,22 @@ def test_emulated_link_paces_bytes_and_samples_first_byte():
     assert link.transfer(1_000_000) == pytest.approx(1.0)  # one second at 1 MB/s
     assert sum(waits) == pytest.approx(1.010)
     assert not EmulatedLink(PROFILES["local"]).active
+
+
+def test_a_node_busy_with_other_functions_does_not_look_idle():
+    """Mixed load: compute-a runs three calls of other functions, compute-b none, and the
+    invoked function is warm on neither. The view counts every function's calls on a node, so
+    the call goes to compute-b (before, both looked idle and the name decided: compute-a)."""
+    from types import SimpleNamespace
+
+    from nearfaas.placement.view import build_view
+
+    nodes = [SimpleNamespace(name=n, kind="compute", cls="cpu", healthy=True) for n in ("compute-a", "compute-b")]
+    estimates = Estimates({}, PROFILES["local"])
+    mixed = build_view(nodes, [], {}, {}, [], lambda ref: [], estimates, node_load={"compute-a": 3})
+    assert ComputeOnly().place(Invocation("f"), mixed).node == "compute-b"
+    idle = build_view(nodes, [], {}, {}, [], lambda ref: [], estimates)
+    assert ComputeOnly().place(Invocation("f"), idle).node == "compute-a"  # a tie: the name decides
+    # An idle warm instance of the function itself still wins over a quieter node.
+    warm_busy = build_view(nodes, [("compute-a", 0)], {}, {}, [], lambda ref: [], estimates, node_load={"compute-a": 3})
+    assert ComputeOnly().place(Invocation("f"), warm_busy).node == "compute-a"

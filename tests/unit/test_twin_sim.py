@@ -124,6 +124,7 @@ def _gateway_decisions(sim: Simulator, records: list, policy_name: str):
                 n += 1
                 state.instances[str(n)] = Instance(str(n), node, "127.0.0.1", 1, inflight=1 if k < busy else 0)
         inv.accel_inflight = dict(snap["accel_inflight"])
+        inv.node_inflight = dict(snap["node_load"])
         inv.located.clear()
         inv.located.update(snap["located"])
         inv.input_bytes = {f.name: f.input_bytes}
@@ -166,7 +167,8 @@ class _FreshViewCheck(list):
         sim = self.sim
         fi = next(i for i, f in enumerate(sim.functions) if f.name == rec["invocation"].function)
         fresh = tuple(node_view(name, kind, cls, sim.healthy[ni], sim.busy[fi][ni], sim.alive[fi][ni], sim.accel_inflight[ni],
-                                sim.accel_available[ni], name == rec["held"], len(sim.waitq[ni]) if sim.config.queue_in_view else 0)
+                                sim.accel_available[ni], name == rec["held"], len(sim.waitq[ni]) if sim.config.queue_in_view else 0,
+                                sum(busy[ni] for busy in sim.busy))
                       for ni, (name, kind, cls) in enumerate(sim.node_spec))
         assert rec["view"].nodes == fresh
         super().append(rec)

@@ -74,6 +74,7 @@ class Invoker:
         self.link = link
         self.accel_inflight: dict[str, int] = {}  # node -> dscs-target calls running there
         self.accel_available: dict[str, bool] = {}  # node -> False once an operator marks it down
+        self.node_inflight: dict[str, int] = {}  # node -> calls running there, every function's
         # Measured per (function, target): compute seconds and bytes read, smoothed (EWMA), for auto.
         self.compute_s: dict[tuple[str, str], float] = {}
         self.input_bytes: dict[str, float] = {}
@@ -97,7 +98,8 @@ class Invoker:
     def _view(self, state: FunctionState, refs, held: str | None = None) -> ClusterView:
         # The rule itself is placement.view.build_view, shared with the twin's simulator.
         return build_view(self.nodes.nodes.values(), ((i.node, i.inflight) for i in state.instances.values()), self.accel_inflight,
-                          self.accel_available, refs, self.catalog.replicas, Estimates(self.compute_s, self.link), held)
+                          self.accel_available, refs, self.catalog.replicas, Estimates(self.compute_s, self.link), held,
+                          self.node_inflight)
 
     def place(self, state: FunctionState, refs, policy=None, held: str | None = None):
         invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),
@@ -196,6 +198,7 @@ class Invoker:
                 raise
             instance.inflight += 1
             instance.calls += 1
+            self.node_inflight[instance.node] = self.node_inflight.get(instance.node, 0) + 1
             try:
                 forward[WORKER_TOKEN_HEADER] = instance.token
                 status, reply_headers, payload = await self.pool.workers.request(
@@ -219,6 +222,7 @@ class Invoker:
                 raise CallError(502, f"the worker of {state.name!r} on {decision.node} failed during the call: {exc}", "worker") from None
             finally:
                 instance.inflight -= 1
+                self.node_inflight[instance.node] -= 1
                 instance.last_used = time.monotonic()
                 state.notify()
                 if instance.draining and not instance.inflight:

@@ -23,11 +23,12 @@ class NodeView:
     kind: str  # "storage" | "compute"
     cls: str  # "dscs" | "standard" | "cpu"
     healthy: bool = True
-    inflight: int = 0  # calls running on the node
+    inflight: int = 0  # calls of the invoked function running on the node
     warm: int = 0  # warm instances of the invoked function on this node
     queue: int = 0  # calls waiting for this node
     accel_busy: bool = False  # a dscs function is running to completion on its accelerator
     accel_available: bool = True  # False when an operator marked the accelerator down
+    load: int = 0  # calls running on the node, every function's together (its CPUs are shared)
 
     @property
     def has_accelerator(self) -> bool:
@@ -39,10 +40,13 @@ class NodeView:
         no wait), then the least busy, warm before cold on a tie, then by name. A warm instance
         that is busy, or that waiting calls will take, is no reason to queue behind it: ranking
         any warm node first piled every call of a function onto the node it first ran on while
-        the others sat idle (twin-sim.md). Computed once per NodeView: the simulator reuses
+        the others sat idle (twin-sim.md). "Busy" counts every function's calls on the node: ranking
+        by the invoked function's own calls made a node saturated by other functions look idle
+        under mixed load. Computed once per NodeView: the simulator reuses
         NodeView objects across decisions, so ranking 50 compute nodes is then an attribute fetch."""
-        load = self.inflight + self.queue
-        return (self.warm <= load, load, self.warm == 0, self.name)
+        own = self.inflight + self.queue  # an idle warm instance of this function?
+        busy = max(self.load, self.inflight) + self.queue  # how busy the node is, whoever's calls
+        return (self.warm <= own, busy, self.warm == 0, self.name)
 
 
 @dataclass(frozen=True)

@@ -180,12 +180,13 @@ class Simulator:
         # node's state takes few distinct values (health and the accelerator's availability are
         # fixed per run), so one object per raw state is built once and shared by every
         # function's view: a change costs a dict lookup, not a construction.
-        key = (ni, self.busy[fi][ni], self.alive[fi][ni], len(self.waitq[ni]) if self.queue_in_view else 0, self.accel_inflight[ni], held)
+        key = (ni, self.busy[fi][ni], self.alive[fi][ni], len(self.waitq[ni]) if self.queue_in_view else 0, self.accel_inflight[ni], held,
+               self.node_busy[ni])
         nv = self.interned.get(key)
         if nv is None:
             name, kind, cls = self.node_spec[ni]
             nv = self.interned[key] = node_view(name, kind, cls, self.healthy[ni], key[1], key[2], key[4], self.accel_available[ni],
-                                                held, key[3])
+                                                held, key[3], key[6])
         return nv
 
     def view(self, fi: int, refs, held: str | None = None, replicas: Mapping | None = None) -> ClusterView:
@@ -198,9 +199,9 @@ class Simulator:
         if dirty:
             # _nodeview, inlined for the common case (the state's NodeView already exists).
             row, busy, alive, accel, waitq, interned = self.nv[fi], self.busy[fi], self.alive[fi], self.accel_inflight, self.waitq, self.interned
-            qv = self.queue_in_view
+            qv, load = self.queue_in_view, self.node_busy
             for ni in dirty:
-                nv = interned.get((ni, busy[ni], alive[ni], len(waitq[ni]) if qv else 0, accel[ni], False))
+                nv = interned.get((ni, busy[ni], alive[ni], len(waitq[ni]) if qv else 0, accel[ni], False, load[ni]))
                 row[ni] = nv if nv is not None else self._nodeview(fi, ni)
             dirty.clear()
             self.nv_tuple[fi] = tuple(row)
@@ -225,6 +226,7 @@ class Simulator:
         self.busy = [[0] * nN for _ in range(nF)]
         self.alive = [[0] * nN for _ in range(nF)]
         self.accel_inflight = [0] * nN
+        self.node_busy = [0] * nN  # calls running per node, every function's (the view's load)
         self.waitq = [deque() for _ in range(nN)]
         self.dirty = [set(range(nN)) for _ in range(nF)]
         self.nv = [[None] * nN for _ in range(nF)]
@@ -243,6 +245,7 @@ class Simulator:
                 "instances": {self.names[ni]: (self.alive[fi][ni], self.busy[fi][ni]) for ni in range(len(self.names))
                               if self.alive[fi][ni]},
                 "accel_inflight": {self.names[ni]: v for ni, v in enumerate(self.accel_inflight) if v},
+                "node_load": {self.names[ni]: v for ni, v in enumerate(self.node_busy) if v},
                 "located": {ref: list(self.located[ref]) for ref in refs if ref in self.located}}
 
 

@@ -70,6 +70,7 @@ class EventLoop:
         sim.reset_state()
         nN, nF = len(sim.names), len(sim.functions)
         self.busy, self.alive, self.dirty, self.accel, self.waitq = sim.busy, sim.alive, sim.dirty, sim.accel_inflight, sim.waitq
+        self.node_busy = sim.node_busy
         self.idle = [[deque() for _ in range(nN)] for _ in range(nF)]  # per function and node: finish times of idle instances
         self.expiring = [[False] * nN for _ in range(nF)]  # an expiry event is pending
         self.free = [c.storage_cpu_slots if st else c.compute_slots for st in sim.is_storage]  # free CPU slots per node
@@ -172,9 +173,9 @@ class EventLoop:
         chain, stage, ni, target = job[_CHAIN], job[_STAGE], job[_NODE], job[_TARGET]
         fi = chain[stage]
         self.busy[fi][ni] -= 1
+        self._load_step(ni, -1)
         self.st["busy"] -= 1
         self.idle[fi][ni].append(now)
-        self.dirty[fi].add(ni)
         if self.expire_on and not self.expiring[fi][ni]:
             self.expiring[fi][ni] = True
             self._push(now + self.keep_alive, EXPIRE, fi, ni)
@@ -247,6 +248,13 @@ class EventLoop:
             self._accel_step(ni, -1)
 
     # -- placing and starting a stage ------------------------------------------------------------
+    def _load_step(self, ni: int, delta: int) -> None:
+        """A call starts (+1) or ends (-1) on a node: every function's view of that node shows the
+        node's load (node_view), so every row of it goes stale."""
+        self.node_busy[ni] += delta
+        for d in self.dirty:
+            d.add(ni)
+
     def _accel_step(self, ni: int, delta: int) -> None:
         """Take (+1) or give back (-1) a node's accelerator. A row's NodeView shows it only as
         busy or not (node_view: accel_inflight > 0 when not held), so every function's row goes
@@ -336,8 +344,8 @@ class EventLoop:
             st["cold"] += 1
             extra = self.cold_s
         self.busy[fi][ni] += 1
+        self._load_step(ni, 1)
         st["busy"] += 1
-        self.dirty[fi].add(ni)
         self._push(now + extra + self.sim.samplers[fi][job[_TARGET]](), FINISH, job, None)
 
     # -- the result ------------------------------------------------------------------------------
