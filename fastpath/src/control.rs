@@ -1,7 +1,7 @@
 //! Control protocol: one JSON object per line in each direction (see docs/fastpath.md).
 
 use std::io::{BufReader, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,7 +239,58 @@ const DEPLOY_FIELDS: &[&str] = &[
     "external",
 ];
 
+/// A deploy request, checked and compiled, ready to swap in.
+struct Deploy {
+    id: u32,
+    name: String,
+    /// The version asked for; `None` takes the deployed version + 1 (or 1).
+    version: Option<u64>,
+    weight: u32,
+    timeout_ms: u64,
+    fuel: Option<u64>,
+    external: Option<SocketAddr>,
+    code: Code,
+}
+
 fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
+    check_deploy_fields(m)?;
+    let id = get_id(m)?;
+    let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
+    let timeout_ms = get_uint(m, "timeout_ms", 50, 1, 60_000)?;
+    let version_given = m.get("version").is_some_and(|v| !v.is_null());
+    let version = get_uint(m, "version", 1, 0, u64::MAX)?;
+    let fuel = get_fuel(m)?;
+    let external = get_external(m)?;
+    let kind = get_str(m, "kind")?.ok_or("kind: required; use \"wasm\" or \"native\"")?;
+    let name_field = get_str(m, "name")?;
+    let code = match kind {
+        "wasm" => wasm_code(srv, m, fuel)?,
+        "native" => native_code(m, name_field)?,
+        other => {
+            return Err(format!(
+                "kind: {other:?} is not a kind; use \"wasm\" or \"native\""
+            ))
+        }
+    };
+    let name = name_field
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("lambda-{id}"));
+    Ok(swap_in(
+        srv,
+        Deploy {
+            id,
+            name,
+            version: version_given.then_some(version),
+            weight,
+            timeout_ms,
+            fuel,
+            external,
+            code,
+        },
+    ))
+}
+
+fn check_deploy_fields(m: &Map<String, Value>) -> Result<(), String> {
     for k in m.keys() {
         if !DEPLOY_FIELDS.contains(&k.as_str()) {
             return Err(format!(
@@ -248,11 +299,11 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
             ));
         }
     }
-    let id = get_id(m)?;
-    let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
-    let timeout_ms = get_uint(m, "timeout_ms", 50, 1, 60_000)?;
-    let version_given = m.get("version").is_some_and(|v| !v.is_null());
-    let mut version = get_uint(m, "version", 1, 0, u64::MAX)?;
+    Ok(())
+}
+
+/// `fuel`: a positive instruction budget per call, or none; only a wasm lambda counts it.
+fn get_fuel(m: &Map<String, Value>) -> Result<Option<u64>, String> {
     let fuel = match m.get("fuel") {
         None | Some(Value::Null) => None,
         Some(Value::Number(n)) if n.as_u64().is_some_and(|f| f >= 1) => n.as_u64(),
@@ -267,70 +318,73 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
             "fuel: only wasm lambdas count fuel; set fuel to null for a native lambda".into(),
         );
     }
-    let external = match get_str(m, "external")? {
-        None => None,
-        Some(s) => match s.to_socket_addrs().ok().and_then(|mut a| a.next()) {
-            Some(a) => Some(a),
-            None => return Err(format!("external: {s:?} is not a reachable \"host:port\" address, e.g. \"127.0.0.1:11211\"")),
-        },
+    Ok(fuel)
+}
+
+/// `external`: the "host:port" a lambda's external calls go to, resolved now.
+fn get_external(m: &Map<String, Value>) -> Result<Option<SocketAddr>, String> {
+    let Some(s) = get_str(m, "external")? else {
+        return Ok(None);
     };
-    let kind = get_str(m, "kind")?.ok_or("kind: required; use \"wasm\" or \"native\"")?;
-    let name_field = get_str(m, "name")?;
-    let code = match kind {
-        "wasm" => {
-            let path = get_str(m, "path")?
-                .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
-            let bytes =
-                std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
-            let engine = match fuel {
-                None => &srv.engine,
-                Some(_) => srv
-                    .fuel_engine
-                    .get_or_init(|| lambda::make_engine(true).map_err(|e| format!("{e:#}")))
-                    .as_ref()
-                    .map_err(|e| format!("fuel: cannot make the fuel-counting engine: {e}"))?,
-            };
-            let (pre, buffer_size) =
-                lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
-            Code::Wasm { pre, buffer_size }
-        }
-        "native" => {
-            let n = match get_str(m, "native")? {
-                Some(n) => n,
-                None => name_field
-                    .ok_or("native: required for kind native; use \"web\", \"kv\" or \"gray\"")?,
-            };
-            Code::Native(NativeKind::parse(n).ok_or_else(|| {
-                format!("native: unknown native lambda {n:?}; use \"web\", \"kv\" or \"gray\"")
-            })?)
-        }
-        other => {
-            return Err(format!(
-                "kind: {other:?} is not a kind; use \"wasm\" or \"native\""
-            ))
-        }
-    };
-    let name = name_field
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("lambda-{id}"));
-    // The new version is compiled (above); now swap it in.
-    let _g = srv.deploy_lock.lock().unwrap();
-    let old = srv.lookup(id);
-    if !version_given {
-        version = old.as_ref().map_or(1, |o| o.version + 1);
+    match s.to_socket_addrs().ok().and_then(|mut a| a.next()) {
+        Some(a) => Ok(Some(a)),
+        None => Err(format!(
+            "external: {s:?} is not a reachable \"host:port\" address, e.g. \"127.0.0.1:11211\""
+        )),
     }
+}
+
+/// Read and compile the wasm module at `path` (with the fuel-counting engine when `fuel`).
+fn wasm_code(srv: &Server, m: &Map<String, Value>, fuel: Option<u64>) -> Result<Code, String> {
+    let path = get_str(m, "path")?
+        .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
+    let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
+    let engine = match fuel {
+        None => &srv.engine,
+        Some(_) => srv
+            .fuel_engine
+            .get_or_init(|| lambda::make_engine(true).map_err(|e| format!("{e:#}")))
+            .as_ref()
+            .map_err(|e| format!("fuel: cannot make the fuel-counting engine: {e}"))?,
+    };
+    let (pre, buffer_size) =
+        lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
+    Ok(Code::Wasm { pre, buffer_size })
+}
+
+/// The native lambda named by `native` (or else by `name`).
+fn native_code(m: &Map<String, Value>, name_field: Option<&str>) -> Result<Code, String> {
+    let n = match get_str(m, "native")? {
+        Some(n) => n,
+        None => {
+            name_field.ok_or("native: required for kind native; use \"web\", \"kv\" or \"gray\"")?
+        }
+    };
+    Ok(Code::Native(NativeKind::parse(n).ok_or_else(|| {
+        format!("native: unknown native lambda {n:?}; use \"web\", \"kv\" or \"gray\"")
+    })?))
+}
+
+/// Swap the compiled lambda in at its id (under the deploy lock); a new version keeps the
+/// old one's counters.
+fn swap_in(srv: &Server, d: Deploy) -> Value {
+    let _g = srv.deploy_lock.lock().unwrap();
+    let old = srv.lookup(d.id);
+    let version = d
+        .version
+        .unwrap_or_else(|| old.as_ref().map_or(1, |o| o.version + 1));
     let stats = old
         .as_ref()
         .map_or_else(|| Arc::new(LambdaStats::default()), |o| o.stats.clone());
     let l = Arc::new(Lambda {
-        id,
-        name,
+        id: d.id,
+        name: d.name,
         version,
-        weight,
-        timeout_ms,
-        fuel,
-        external,
-        code,
+        weight: d.weight,
+        timeout_ms: d.timeout_ms,
+        fuel: d.fuel,
+        external: d.external,
+        code: d.code,
         uid: srv.next_uid.fetch_add(1, Ordering::Relaxed),
         retired: AtomicBool::new(false),
         stats,
@@ -340,10 +394,8 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
         Code::Native(k) => k.buffer_size(),
     };
     let old = srv.install(l);
-    Ok(
-        json!({"ok": true, "id": id, "version": version, "swapped": old.is_some(),
-              "previous_version": old.map(|o| o.version), "buffer_size": buffer_size}),
-    )
+    json!({"ok": true, "id": d.id, "version": version, "swapped": old.is_some(),
+           "previous_version": old.map(|o| o.version), "buffer_size": buffer_size})
 }
 
 fn kind_is_native(m: &Map<String, Value>) -> bool {

@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::Engine;
+use wasmtime::{Engine, InstancePre};
 
 use crate::lambda::{self, inc, Code, Lambda, Outcome, WasmInst, HDR, MAX_ID};
 use crate::sched::{Job, JobKind, Mode, Pop, ReplyTo, Sched};
@@ -346,6 +346,16 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
     }
 }
 
+/// One call as the worker runs it: the job's parts, borrowed, and the input they give.
+struct Call<'a> {
+    lambda: &'a Arc<Lambda>,
+    kind: &'a JobKind,
+    reply: &'a ReplyTo,
+    input: &'a [u8],
+    /// The call resumes after an external request (its input is the external reply).
+    resume: bool,
+}
+
 fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut Vec<u8>) {
     let Job {
         lambda: l,
@@ -354,71 +364,18 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
     } = job;
     out.clear();
     out.resize(HDR, 0);
-    let (input, resume): (&[u8], bool) = match &kind {
-        JobKind::Request(v) => (v, false),
-        JobKind::Resume(v) => (v, true),
-        JobKind::ShmRequest => match &reply {
-            ReplyTo::Unix { shm, .. } => (shm.input(), false),
-            _ => (&[], false),
-        },
+    let (input, resume) = job_input(&kind, &reply);
+    let call = Call {
+        lambda: &l,
+        kind: &kind,
+        reply: &reply,
+        input,
+        resume,
     };
     // A panic while running this call must still answer it: a TCP connection's writer sends
     // replies in request order, so one lost reply would hold back every later one forever.
-    let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Option<Outcome> {
-        Some(match &l.code {
-            Code::Native(k) => {
-                if !resume && input.len() > k.buffer_size() {
-                    Outcome::TooLarge
-                } else if let (
-                    lambda::NativeKind::Gray,
-                    JobKind::ShmRequest,
-                    ReplyTo::Unix { shm, path },
-                ) = (k, &kind, &reply)
-                {
-                    // Native in place on the shared memory.
-                    let in_len = shm.in_len;
-                    match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
-                        Some(n) => {
-                            inc(&l.stats.ok);
-                            srv.unix_answer(path, l.id, OK, n);
-                        }
-                        None => {
-                            inc(&l.stats.bad_request);
-                            srv.unix_answer(path, l.id, BAD_REQUEST, 0);
-                        }
-                    }
-                    return None;
-                } else {
-                    lambda::run_native(*k, input, resume, out)
-                }
-            }
-            Code::Wasm { pre, .. } => {
-                let c = match cache.entry(l.uid) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
-                        Ok(inst) => v.insert(Cached {
-                            lambda: l.clone(),
-                            inst,
-                        }),
-                        Err(e) => {
-                            inc(&l.stats.traps);
-                            let msg = format!("cannot instantiate lambda: {e}");
-                            srv.reply_simple(&reply, l.id, TRAP, msg.as_bytes(), out);
-                            return None;
-                        }
-                    },
-                };
-                let o = c.inst.call(input, resume, l.timeout_ms, l.fuel, out);
-                if matches!(o, Outcome::Trap(_) | Outcome::Timeout)
-                    || l.retired.load(Ordering::Relaxed)
-                {
-                    // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
-                    // version's instance (still draining its queued calls) is not kept.
-                    cache.remove(&l.uid);
-                }
-                o
-            }
-        })
+    let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_call(srv, cache, &call, out)
     }));
     let outcome = match computed {
         Ok(Some(o)) => o,
@@ -428,6 +385,112 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
             Outcome::Trap("the executor panicked in this call; its instances were dropped".into())
         }
     };
+    reply_outcome(srv, l, reply, outcome, out);
+}
+
+/// The job's input (a memfd request reads it from the shared memory) and whether it resumes.
+#[inline]
+fn job_input<'a>(kind: &'a JobKind, reply: &'a ReplyTo) -> (&'a [u8], bool) {
+    match kind {
+        JobKind::Request(v) => (v, false),
+        JobKind::Resume(v) => (v, true),
+        JobKind::ShmRequest => match reply {
+            ReplyTo::Unix { shm, .. } => (shm.input(), false),
+            _ => (&[], false),
+        },
+    }
+}
+
+/// Run the call's lambda to its outcome; `None` when the call was answered already.
+#[inline]
+fn run_call(
+    srv: &Server,
+    cache: &mut HashMap<u64, Cached>,
+    call: &Call,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
+    match &call.lambda.code {
+        Code::Native(k) => run_native_call(srv, *k, call, out),
+        Code::Wasm { pre, .. } => run_wasm_call(srv, cache, pre, call, out),
+    }
+}
+
+#[inline]
+fn run_native_call(
+    srv: &Server,
+    k: lambda::NativeKind,
+    call: &Call,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
+    if !call.resume && call.input.len() > k.buffer_size() {
+        Some(Outcome::TooLarge)
+    } else if let (lambda::NativeKind::Gray, JobKind::ShmRequest, ReplyTo::Unix { shm, path }) =
+        (k, call.kind, call.reply)
+    {
+        // Native in place on the shared memory.
+        let l = call.lambda;
+        let in_len = shm.in_len;
+        match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
+            Some(n) => {
+                inc(&l.stats.ok);
+                srv.unix_answer(path, l.id, OK, n);
+            }
+            None => {
+                inc(&l.stats.bad_request);
+                srv.unix_answer(path, l.id, BAD_REQUEST, 0);
+            }
+        }
+        None
+    } else {
+        Some(lambda::run_native(k, call.input, call.resume, out))
+    }
+}
+
+/// Run a wasm call on this worker's instance of the lambda (made on its first call).
+#[inline]
+fn run_wasm_call(
+    srv: &Server,
+    cache: &mut HashMap<u64, Cached>,
+    pre: &InstancePre<()>,
+    call: &Call,
+    out: &mut Vec<u8>,
+) -> Option<Outcome> {
+    let l = call.lambda;
+    let c = match cache.entry(l.uid) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
+            Ok(inst) => v.insert(Cached {
+                lambda: l.clone(),
+                inst,
+            }),
+            Err(e) => {
+                inc(&l.stats.traps);
+                let msg = format!("cannot instantiate lambda: {e}");
+                srv.reply_simple(call.reply, l.id, TRAP, msg.as_bytes(), out);
+                return None;
+            }
+        },
+    };
+    let o = c
+        .inst
+        .call(call.input, call.resume, l.timeout_ms, l.fuel, out);
+    if matches!(o, Outcome::Trap(_) | Outcome::Timeout) || l.retired.load(Ordering::Relaxed) {
+        // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
+        // version's instance (still draining its queued calls) is not kept.
+        cache.remove(&l.uid);
+    }
+    Some(o)
+}
+
+/// Count the outcome against the lambda and answer the call (or hand it to an external call).
+#[inline]
+fn reply_outcome(
+    srv: &Server,
+    l: Arc<Lambda>,
+    reply: ReplyTo,
+    outcome: Outcome,
+    out: &mut Vec<u8>,
+) {
     let id = l.id;
     let st = &l.stats;
     match outcome {

@@ -277,8 +277,6 @@ fn write_replies(
 const MAX_SHM_MAP: usize = 64 << 20;
 
 pub fn unix_loop(srv: Arc<Server>) {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
-    use std::io::IoSliceMut;
     let Some(sock) = srv.unix.as_ref() else {
         return;
     };
@@ -286,28 +284,9 @@ pub fn unix_loop(srv: Arc<Server>) {
     let mut scratch = Vec::new();
     loop {
         let mut buf = [0u8; 64];
-        let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let (n, fds, from) =
-            match recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Ok(msg) => {
-                    let mut fds: Vec<OwnedFd> = Vec::new();
-                    if let Ok(cm) = msg.cmsgs() {
-                        for c in cm {
-                            if let ControlMessageOwned::ScmRights(v) = c {
-                                for raw in v {
-                                    fds.push(unsafe {
-                                        <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw)
-                                    });
-                                }
-                            }
-                        }
-                    }
-                    let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
-                    (msg.bytes, fds, from)
-                }
-                Err(_) => continue,
-            };
+        let Some((n, fds, from)) = recv_with_fds(fd, &mut buf) else {
+            continue;
+        };
         inc(&srv.g.packets);
         let Some(path) = from else { continue }; // unnamed client: cannot answer
         if n < 8 {
@@ -316,16 +295,50 @@ pub fn unix_loop(srv: Arc<Server>) {
         }
         let id = u32::from_be_bytes(buf[..4].try_into().unwrap());
         let len = u32::from_be_bytes(buf[4..8].try_into().unwrap()) as usize;
-        let Some(memfd) = fds.into_iter().next() else {
-            srv.unix_answer(&path, id, BAD_REQUEST, 0);
+        let Some(shm) = srv.map_memfd(&path, id, len, fds) else {
             continue;
+        };
+        srv.enqueue_shm(id, ReplyTo::Unix { path, shm }, &mut scratch);
+    }
+}
+
+/// One datagram from the Unix socket into `buf`: (length, the descriptors it carried, the
+/// sender's path if it has one); `None` when the receive failed.
+fn recv_with_fds(fd: i32, buf: &mut [u8]) -> Option<(usize, Vec<OwnedFd>, Option<PathBuf>)> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+    use std::io::IoSliceMut;
+    let mut cmsg = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg =
+        recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    if let Ok(cm) = msg.cmsgs() {
+        for c in cm {
+            if let ControlMessageOwned::ScmRights(v) = c {
+                for raw in v {
+                    fds.push(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+                }
+            }
+        }
+    }
+    let from = msg.address.and_then(|a| a.path().map(|p| p.to_path_buf()));
+    Some((msg.bytes, fds, from))
+}
+
+impl Server {
+    /// Map the request's memfd (the first descriptor it carried) with `len` bytes of input.
+    /// A request without one, over the limits, or unsealed is answered here and gives `None`.
+    fn map_memfd(&self, path: &PathBuf, id: u32, len: usize, fds: Vec<OwnedFd>) -> Option<Shm> {
+        let Some(memfd) = fds.into_iter().next() else {
+            self.unix_answer(path, id, BAD_REQUEST, 0);
+            return None;
         };
         // Bounded like a TCP frame: an input over --max-frame, or a memfd larger than
         // MAX_SHM_MAP, is refused before it is mapped.
-        if len > srv.max_frame {
-            inc(&srv.g.frames_too_large);
-            srv.unix_answer(&path, id, TOO_LARGE, 0);
-            continue;
+        if len > self.max_frame {
+            inc(&self.g.frames_too_large);
+            self.unix_answer(path, id, TOO_LARGE, 0);
+            return None;
         }
         let shm = match Shm::map(&memfd, len, MAX_SHM_MAP) {
             Ok(s) => s,
@@ -335,16 +348,20 @@ pub fn unix_loop(srv: Arc<Server>) {
                 } else {
                     TOO_LARGE
                 };
-                srv.unix_answer(&path, id, status, 0);
-                continue;
+                self.unix_answer(path, id, status, 0);
+                return None;
             }
         };
         drop(memfd);
-        let reply = ReplyTo::Unix { path, shm };
-        match srv.lookup(id) {
+        Some(shm)
+    }
+
+    /// Match stage for a memfd request: queue it on lambda `id`, or answer UNKNOWN/OVERLOADED.
+    fn enqueue_shm(&self, id: u32, reply: ReplyTo, scratch: &mut Vec<u8>) {
+        match self.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);
-                if let Err(job) = srv.sched.push(
+                if let Err(job) = self.sched.push(
                     Job {
                         lambda: l,
                         kind: JobKind::ShmRequest,
@@ -353,12 +370,12 @@ pub fn unix_loop(srv: Arc<Server>) {
                     false,
                 ) {
                     inc(&job.lambda.stats.overloaded);
-                    srv.reply_simple(&job.reply, id, OVERLOADED, b"", &mut scratch);
+                    self.reply_simple(&job.reply, id, OVERLOADED, b"", scratch);
                 }
             }
             None => {
-                inc(&srv.g.unknown);
-                srv.reply_simple(&reply, id, UNKNOWN, b"", &mut scratch);
+                inc(&self.g.unknown);
+                self.reply_simple(&reply, id, UNKNOWN, b"", scratch);
             }
         }
     }
