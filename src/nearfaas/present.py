@@ -1,7 +1,7 @@
 """What the CLI and the demo show and send, shared by both (nothing here imports the CLI).
 
     chain_table(stages)           the per-stage breakdown of a chain call (measured)
-    print_speedups(results, out)  the twin's speedup-vs-CPU table (modelled)
+    print_speedups(results, out)  the twin's speedup-vs-CPU table and its geomeans (modelled, mode named)
     deployment_body(fn)           the OpenFaaS FunctionDeployment sent for a stack file's function
 """
 
@@ -33,16 +33,21 @@ SHORT = {"credit_risk": "credit", "asset_damage": "damage", "ppe_detection": "pp
 
 
 def print_speedups(results: dict, out: Console) -> None:
-    """The twin report's speedups, one row per platform and one column per app."""
-    from nearfaas.twin.report import speedup_table
+    """The twin report's speedups, one row per platform and one column per app, then the
+    geomean speedup, energy reduction and cost efficiency per platform; both titled with the
+    mode they were computed in."""
+    from nearfaas.twin.report import mode_caption, speedup_table, summary_table
 
-    rows = speedup_table(results)
-    t = Table(title="Speedup vs the CPU baseline (modelled; CPU stages measured on this machine)", title_justify="left")
-    for i, c in enumerate(rows[0]):
-        t.add_column(SHORT.get(c, c), justify="left" if i == 0 else "right", no_wrap=True)
-    for r in rows[1:]:
-        t.add_row(*r)
-    out.print(t)
+    mode = mode_caption(results)
+    what = "Xeon 8275CL baseline, p95 latency" if results.get("mode") == "paper" else "CPU stages measured on this machine"
+    for title, rows in ((f"Speedup vs the CPU baseline (modelled, {mode}; {what})", speedup_table(results)),
+                        (f"Geomeans vs the CPU baseline (modelled, {mode})", summary_table(results))):
+        t = Table(title=title, title_justify="left")
+        for i, c in enumerate(rows[0]):
+            t.add_column(SHORT.get(c, c), justify="left" if i == 0 else "right", no_wrap=True)
+        for r in rows[1:]:
+            t.add_row(*r)
+        out.print(t)
 
 
 def deployment_body(fn) -> dict:

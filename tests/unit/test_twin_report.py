@@ -1,4 +1,4 @@
-"""`nearfaas twin report`: the evaluation set's files, keys and labels, its numbers (pinned in
+"""`nearfaas twin report`: the evaluation set's files, keys, mode and labels, its numbers (pinned in
 tests/golden/twin/, or checked by relations derived another way), and its bad-input errors."""
 
 import json
@@ -33,22 +33,31 @@ def test_results_json_has_the_issue_keys(quick):
     assert set(r["cost_efficiency_vs_cpu"]) == set(PLATFORMS) and r["cost_efficiency_vs_cpu"]["cpu"] == pytest.approx(1.0)
     assert set(r["sensitivity"]) == {"batch", "tail", "accelerated_functions", "cold_start"}
     assert printed["speedup_vs_cpu"] == r["speedup_vs_cpu"]
-    # Every block says what it is.
+    # Every block says what it is, and in which mode it was computed.
     for block in (r, r["simulation"], *r["sensitivity"].values()):
         assert "modelled" in block["label"]
+    assert r["mode"] == printed["mode"] == r["simulation"]["mode"] == r["headline"]["mode"] == "paper" and "paper mode" in r["label"]
+    assert r["alternative_mode"]["mode"] == "measured-here" and "NOT this report's mode" in r["alternative_mode"]["label"]
     assert r["measured_here"]
+    # per platform and app: speedup, energy reduction and cost efficiency
+    for p in PLATFORMS:
+        for a in APP_KEYS:
+            cell = printed["headline"]["per_app"][p][a]
+            assert cell == {"speedup": r["speedup_vs_cpu"][p][a], "energy_reduction": r["energy_reduction_vs_cpu"][p][a],
+                            "cost_efficiency": r["cost_efficiency_vs_cpu_per_app"][p][a]}
+        assert printed["headline"]["summary"][p]["cost_efficiency"] == r["cost_efficiency_vs_cpu"][p]
 
 
 def test_results_json_numbers_are_the_golden_tables(quick):
     """What the command writes is what the golden files pin (tests/golden/twin/, 6 significant
-    digits): the headline with the measured CPU and with the modelled Xeon, the runtime breakdown
-    and the four sensitivity studies (--quick: 1,000 samples, seed 1)."""
+    digits): the headline in paper mode and, as the alternative, in measured-here mode, the
+    runtime breakdown and the four sensitivity studies (--quick: 1,000 samples, seed 1)."""
     out, _ = quick
     r = json.loads((out / "results.json").read_text())
     ev, bd = golden.load("evaluate"), golden.load("breakdown")
-    for key in ("speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu"):
-        assert golden.diff(golden.rounded(r[key]), ev["cpu_measured"][key]) == [], key
-        assert golden.diff(golden.rounded(r["modelled_xeon_baseline"][key]), ev["cpu_modelled"][key]) == [], key
+    for key in ("speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu", "cost_efficiency_vs_cpu_per_app"):
+        assert golden.diff(golden.rounded(r[key]), ev["paper"][key]) == [], key
+        assert golden.diff(golden.rounded(r["alternative_mode"][key]), ev["measured_here"][key]) == [], key
     for p, row in r["runtime_breakdown_s"].items():
         for a, b in row.items():
             assert golden.diff(golden.rounded(b), {k: bd[p][a][k] for k in ("total_s", "by_component_s")}) == [], (p, a)
@@ -102,6 +111,34 @@ def test_html_is_self_contained_with_every_figure(quick):
     assert "modelled" in page and "Measured on this machine" in page
 
 
+def test_measured_here_report_is_labelled(tmp_path):
+    res = CliRunner().invoke(main, ["twin", "report", "--quick", "--nodes", "4", "--apps", "credit_risk,chatbot", "--platforms", "dscs",
+                                    "--baseline", "measured-here", "--out", str(tmp_path), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    r = json.loads((tmp_path / "results.json").read_text())
+    assert r["mode"] == "measured-here" and "NOT the paper's method" in r["label"] and r["alternative_mode"]["mode"] == "paper"
+    assert r["inputs"]["options"]["cpu_compute"] == "measured" and r["simulation"]["inputs"]["dscs_storage_nodes"] == 2
+    assert "measured-here mode: NOT the paper's method" in res.output and "measured-here mode" in (tmp_path / "report.html").read_text()
+
+
+def test_headline_hook_takes_any_evaluate():
+    """The hook an uncertainty study re-runs: any evaluate-like callable, its kwargs passed through."""
+    seen = []
+
+    def fake(**kw):
+        seen.append(kw)
+        return {"mode": "paper", "label": "x", "speedup_vs_cpu": {"dscs": {"a": 2.0, "mean": 2.0, "geomean": 2.0}},
+                "energy_reduction_vs_cpu": {"dscs": {"a": 3.0, "mean": 3.0, "geomean": 3.0}}, "cost_efficiency_vs_cpu": {"dscs": 4.0},
+                "cost_efficiency_vs_cpu_per_app": {"dscs": {"a": 5.0, "mean": 5.0, "geomean": 5.0}}}
+
+    h = report.headline(fake, apps=["a"])
+    assert seen == [{"apps": ["a"]}]
+    assert h["per_app"] == {"dscs": {"a": {"speedup": 2.0, "energy_reduction": 3.0, "cost_efficiency": 5.0}}}
+    assert h["summary"]["dscs"] == {"speedup_geomean": 2.0, "energy_reduction_geomean": 3.0, "cost_efficiency": 4.0}
+    real = report.headline(apps=["credit_risk"], platforms=["dscs"], baseline="measured-here")
+    assert real["mode"] == "measured-here" and set(real["per_app"]["dscs"]) == {"credit_risk"}
+
+
 def test_speedup_table_rows():
     r = {"speedup_vs_cpu": {"cpu": {"a": 1.0, "mean": 1.0, "geomean": 1.0}, "dscs": {"a": 4.0, "mean": 4.0, "geomean": 4.0}}}
     assert report.speedup_table(r) == [["platform", "a", "mean", "geomean"], ["cpu", "1.00", "1.00", "1.00"], ["dscs", "4.00", "4.00", "4.00"]]
@@ -135,5 +172,8 @@ def test_e2e_command_lists_terms_with_labels():
     assert res.exit_code == 0, res.output
     bd = json.loads(res.output)
     assert {t["label"] for s in bd["stages"] for t in s["terms"]} == {"measured", "modelled"}
+    assert bd["mode"] == "paper" and bd["inputs"]["latency"]["statistic"] == "p95"
+    here = CliRunner().invoke(main, ["twin", "e2e", "asset_damage", "--platform", "cpu", "--baseline", "measured-here"])
+    assert here.exit_code == 0 and "measured-here mode" in here.output and "mean" in here.output, here.output
     bad = CliRunner().invoke(main, ["twin", "e2e", "asset_damage", "--platform", "tpu"])
     assert bad.exit_code != 0 and "tpu" in bad.output

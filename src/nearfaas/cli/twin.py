@@ -1,8 +1,8 @@
 """``nearfaas twin``: the datacenter twin from the command line (every result is modelled; the
 measured inputs it is built on are named in each output).
 
-nearfaas twin report [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q] [--trace CSV]
-nearfaas twin e2e APP [--platform dscs] [--batch 1] [--link s3-like] [--json]
+nearfaas twin report [--baseline paper|measured-here] [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q] [--trace CSV]
+nearfaas twin e2e APP [--baseline paper|measured-here] [--platform dscs] [--batch 1] [--link s3-like] [--json]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import json
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nearfaas.cli.common import WIDTH, console, err
@@ -27,9 +28,17 @@ def twin() -> None:
     nearfaas twin e2e asset_damage --platform dscs   # one app's end-to-end breakdown, term by term
 
     All results are MODELLED from public specs, stated assumptions and a few inputs measured on
-    this machine (CPU stage times, gateway overhead, runtime start, object sizes);
-    docs/results.md lists every one with its source.
+    this machine (gateway overhead, f3's time, runtime start, object sizes); docs/results.md
+    lists every one with its source. By default they follow the paper's method (paper mode,
+    docs/methodology.md); --baseline measured-here shows the earlier view built on this VM's
+    measured CPU stage times instead.
     """
+
+
+BASELINE = click.option(
+    "--baseline", type=click.Choice(["paper", "measured-here"]), default="paper", show_default=True,
+    help="paper: DSCS §6.1 / Table 2 method (Xeon 8275CL baseline, p95 of 10,000 sampled requests, Table 2 DSA); "
+    "measured-here: CPU stages measured on this VM, mean latencies (not the paper's method)")
 
 
 def _csv(value: str | None) -> list[str] | None:
@@ -44,13 +53,15 @@ def _csv(value: str | None) -> list[str] | None:
 @click.option("--apps", "apps_spec", default=None, help="comma-separated app keys [default: all eight]")
 @click.option("--platforms", "platforms_spec", default=None, help="comma-separated platform keys [default: all seven]")
 @click.option("--link", default="s3-like", show_default=True, help="link profile between compute nodes and storage")
-@click.option("--nodes", type=int, default=None, help="nodes in the simulated rack [default: 200, --quick 20]")
+@click.option("--nodes", type=int, default=None,
+              help="compute platforms in the simulated rack (paper: of each kind; measured-here: split in half) [default: 200, --quick 20]")
 @click.option("--rate", type=float, default=None, help="base arrival rate, requests/s [default: 0.75 per node]")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="replay an Azure Functions 2019 invocations CSV instead of the bursty Poisson trace")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--no-progress", is_flag=True, help="no progress display (it goes to stderr)")
-def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, seed, no_progress):
+@BASELINE
+def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, seed, no_progress, baseline):
     """Regenerate the whole evaluation: speedup, runtime breakdown, energy, cost efficiency,
     queue and latency over time, and the four sensitivity studies (modelled)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -62,20 +73,21 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
                       disable=no_progress, transient=True) as bar:
             task = bar.add_task("twin report", total=None)
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
-                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m))
+                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline)
             bar.update(task, description="writing figures and report.html")
             paths = render.write(results, out_dir)
     except (ValueError, KeyError, OSError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
         raise click.ClickException(str(exc).strip("'\"")) from None
     if as_json:
-        keep = ("label", "speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu")
+        keep = ("mode", "label", "headline", "speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu",
+                "cost_efficiency_vs_cpu_per_app")
         click.echo(json.dumps({**{k: results[k] for k in keep}, "files": {k: str(v) for k, v in paths.items()}}, indent=1))
         return
     print_speedups(results, console)
     sim = results["simulation"]["runs"]
     for policy, r in sim.items():
         lat = r["latency"]
-        console.print(f"rack ({results['inputs']['nodes']} nodes) {policy}: {r['arrivals']:,} requests, p50/p99 "
+        console.print(f"rack ({results['inputs']['nodes']} platforms, {results['mode']} mode) {policy}: {r['arrivals']:,} requests, p50/p99 "
                       f"{lat['p50'] * 1e3:.1f}/{lat['p99'] * 1e3:.1f} ms, rejected {r['rejected']:,} (modelled; simulated in {r['wall_s']:.1f} s)")
     console.print(f"report: {paths['html'].resolve()}  (results.json and {len(paths) - 2} PNGs beside it; built in {results['wall_s']:.1f} s)")
 
@@ -86,22 +98,26 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
 @click.option("--batch", type=int, default=1, show_default=True)
 @click.option("--link", default="s3-like", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole breakdown as JSON")
-def e2e_cmd(app, platform, batch, link, as_json):
-    """One request of APP on one platform, stage by stage and term by term (modelled)."""
+@BASELINE
+def e2e_cmd(app, platform, batch, link, as_json, baseline):
+    """One request of APP on one platform, stage by stage and term by term (modelled; paper
+    mode: the p95 request of 10,000, its sampled terms marked)."""
     from nearfaas.twin.e2e import end_to_end
 
     try:
-        bd = end_to_end(app, platform, batch, link)
+        bd = end_to_end(app, platform, batch, link, baseline=baseline)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps(bd.to_dict(), indent=1))
         return
-    t = Table(title=f"{app} on {platform}, batch {batch}, link {link}: {bd.total_s * 1e3:.2f} ms end to end", title_justify="left")
+    stat = bd.inputs["latency"]["statistic"]
+    t = Table(title=f"{app} on {platform}, batch {batch}, link {link}: {bd.total_s * 1e3:.2f} ms end to end ({stat}; {baseline} mode)",
+              title_justify="left")
     for c in ("stage", "term", "ms", "label", "source"):
         t.add_column(c, justify="right" if c == "ms" else "left", overflow="fold")
     for s in bd.stages:
         for term in s.terms:
-            t.add_row(s.name, term.name, f"{term.value_s * 1e3:.3f}", term.label, term.source)
+            t.add_row(s.name, term.name, f"{term.value_s * 1e3:.3f}", term.label, escape(term.source))  # "[assumption]" is text
     console.print(t)
     err.print("labels: measured = on this machine; modelled = from the specs and assumptions in docs/results.md")

@@ -1,12 +1,24 @@
 """Cost efficiency (DSCS §6.1, after E3 [101]): Throughput x T / (CAPEX + OPEX), T = 3 years at
 30 % utilisation, electricity $0.0975/kWh (EIA 2023 US industrial average, DSCS [128]) [src].
 
-CAPEX per platform system = compute-node share + accelerator + storage drive (+ its server
-share). Prices are catalog values (``hw.devices``, mostly [mem]) or assumptions with ranges; the
-DSA's chip cost comes from an ASIC cost-from-area model (ASIC Clouds style): wafer cost per
-300 mm wafer at 14 nm, gross dies per wafer, Murphy yield at a defect density, packaging and
-test per die, NRE amortised over a volume. OPEX = average power over a request x active time x
-price x a cooling (PUE-like) factor. Every number is MODELLED.
+Two methods, the breakdowns' ``cost`` option:
+
+* ``paper`` (paper mode), as §6.1 lists it: CAPEX = the entire system: processing units,
+  networking (NIC + top-of-rack port), compute server (every platform carries a whole one: f3
+  always runs on a CPU compute node) and storage (drive + its storage-server share). OPEX =
+  power for the processing units (the paper-method energy per request / latency), network
+  transfer (per bit), storage (flash per bit) and cooling (a PUE-like factor), x T x price.
+  Throughput = the average over apps of each app's requests/s (1 / its p95 latency: one request
+  at a time, run to completion, §5.3), so the platform figure is mean throughput x T / (CAPEX +
+  mean OPEX).
+* ``twin`` (measured-here mode): near-storage systems carry the share of a compute node their
+  CPU terms take, no networking item, OPEX from the twin energy (idle and flash included), and
+  the platform figure is the geometric mean over apps of requests per dollar.
+
+Prices are catalog values (``hw.devices``, mostly [mem]) or assumptions with ranges; the DSA's
+chip cost comes from an ASIC cost-from-area model (ASIC Clouds style): wafer cost per 300 mm
+wafer at 14 nm, gross dies per wafer, Murphy yield at a defect density, packaging and test per
+die, NRE amortised over a volume. Every number is MODELLED.
 """
 
 from __future__ import annotations
@@ -48,7 +60,16 @@ DEFECT_DENSITY_PER_CM2 = Sourced(0.1, "assumption: mature 14/16 nm defect densit
 PACKAGE_TEST_USD = Sourced(3.0, "assumption: small flip-chip BGA package + test per good die", "assumption", (1.0, 10.0))
 NRE_USD = Sourced(2.0e6, "assumption: 14 nm mask set [mem ~$2-5M]; design NRE excluded", "assumption", (1.0e6, 5.0e6))
 VOLUME = Sourced(1.0e5, "assumption: DSCS-Drives built over which NRE is amortised", "assumption", (1.0e4, 1.0e6))
-DRIVE_DRAM_USD = Sourced(15.0, "assumption: 4 GB DDR4 on the drive (T2 4 GB)", "assumption", (8.0, 30.0))
+DRIVE_DRAM_USD = Sourced(
+    15.0, "assumption: the drive's 4 GB of DRAM (T2 4 GB; DDR4 on the SmartSSD the DSA is built on, ANAND)", "assumption", (8.0, 30.0)
+)
+NETWORK_PER_SERVER_USD = Sourced(
+    400.0,
+    "assumption: a compute server's networking: 10 GbE NIC (~$150) + a top-of-rack switch port share (~$250 of a ~$10-12k "
+    "48-port switch) [mem]; c5.4xlarge has 'up to 10 Gb/s' (HWR §4); the storage server's is inside its share",
+    "assumption",
+    (150.0, 1000.0),
+)
 DRIVE_SWITCH_USD = Sourced(25.0, "assumption: PCIe switch + board changes for the DSA (SmartSSD-like, HWR §4)", "assumption", (10.0, 60.0))
 
 SECONDS_PER_YEAR = 365.25 * 24 * 3600
@@ -95,13 +116,17 @@ def compute_node_usd(**over) -> float:
     return _v("XEON_SOCKET_USD", over) * power.CPU_SOCKET_SHARE.value + _v("SERVER_REST_USD", over)
 
 
-def capex(platform: str, node_share: float = 1.0, **over) -> dict:
-    """CAPEX of one platform system (USD) with its parts. ``node_share``: the share of a compute
-    node a near-storage system needs (f3 and the stack); traditional systems hold a whole one."""
+def capex(platform: str, node_share: float = 1.0, method: str = "twin", **over) -> dict:
+    """CAPEX of one platform system (USD) with its parts. ``method="paper"``: the whole system
+    (a whole compute server for every platform, plus networking); ``"twin"``: ``node_share`` of a
+    compute node for near-storage systems (f3 and the stack), a whole one for traditional ones."""
     P.check_platform(platform)
     parts = {}
     near = platform in P.NEAR_STORAGE
-    parts["compute_node"] = compute_node_usd(**over) * (node_share if near else 1.0)
+    paper = method == "paper"
+    parts["compute_node"] = compute_node_usd(**over) * (node_share if near and not paper else 1.0)
+    if paper:
+        parts["networking"] = _v("NETWORK_PER_SERVER_USD", over)
     parts["storage_server_share"] = _v("STORAGE_SERVER_SHARE_USD", over)
     if platform == "dscs":
         a = asic_cost(P.dsa_area_mm2(), **over)
@@ -115,7 +140,7 @@ def capex(platform: str, node_share: float = 1.0, **over) -> dict:
         parts["ssd"] = _v("SSD_USD", over)
         if platform != "cpu":
             parts["accelerator"] = float(P.device(platform).spec("price_usd")["purchase"])
-    return {"parts": parts, "total_usd": sum(parts.values())}
+    return {"parts": parts, "total_usd": sum(parts.values()), "method": method}
 
 
 def cost_efficiency(throughput_per_s: float, capex_usd: float, power_w: float, **over) -> dict:
@@ -139,10 +164,12 @@ def cost_efficiency(throughput_per_s: float, capex_usd: float, power_w: float, *
 
 
 def platform_cost_efficiency(platform: str, breakdowns: dict, energies: dict, **over) -> dict:
-    """Per app: throughput = 1 / end-to-end latency (run to completion, one request at a time,
-    DSCS §5.3), power = energy per request / latency; the platform's figure is the geometric mean
-    over apps of requests per dollar."""
+    """The platform's cost efficiency over its apps, by the breakdowns' ``cost`` method (module
+    doc); ``per_app`` holds each app's requests per dollar at its own throughput and power."""
     apps = list(breakdowns)
+    method = breakdowns[apps[0]].options["cost"]
+    if method == "paper":
+        return _paper_cost_efficiency(platform, breakdowns, energies, **over)
     near = platform in P.NEAR_STORAGE
     share = 1.0
     if near:
@@ -160,9 +187,41 @@ def platform_cost_efficiency(platform: str, breakdowns: dict, energies: dict, **
     g = math.exp(sum(math.log(r["requests_per_usd"]) for r in per_app.values()) / len(apps))
     return {
         "platform": platform,
+        "method": method,
         "capex": cap,
         "compute_node_share": share,
         "per_app": per_app,
         "requests_per_usd": g,
-        "label": "modelled (prices: catalog [mem] and assumptions; DSA: ASIC cost-from-area)",
+        "label": "modelled (twin method: geomean over apps of requests per dollar; prices: catalog [mem] and assumptions; DSA: ASIC cost-from-area)",
+    }
+
+
+def _paper_cost_efficiency(platform: str, breakdowns: dict, energies: dict, **over) -> dict:
+    apps = list(breakdowns)
+    cap = capex(platform, method="paper", **over)
+    per_app, power_w = {}, {}
+    for a in apps:
+        lat, e = breakdowns[a].total_s, energies[a]
+        # OPEX power: processing units (the paper-method energy), network transfer, storage
+        power_w[a] = {"processing_units_w": e["total_j"] / lat, "network_transfer_w": e["network_transfer_j"] / lat,
+                      "storage_w": e["storage_j"] / lat}
+        per_app[a] = cost_efficiency(1.0 / lat, cap["total_usd"], sum(power_w[a].values()), **over)
+    throughput = sum(1.0 / breakdowns[a].total_s for a in apps) / len(apps)
+    power = {k: sum(power_w[a][k] for a in apps) / len(apps) for k in next(iter(power_w.values()))}
+    rec = cost_efficiency(throughput, cap["total_usd"], sum(power.values()), **over)
+    pue = _v("PUE", over)
+    opex = {k.replace("_w", "_usd"): rec["opex_usd"] * v / sum(power.values()) / pue for k, v in power.items()} if sum(power.values()) else {}
+    opex["cooling_usd"] = rec["opex_usd"] * (1 - 1 / pue)
+    return {
+        "platform": platform,
+        "method": "paper",
+        "capex": cap,
+        "compute_node_share": 1.0,
+        "throughput_per_s": throughput,
+        "power_w": power,
+        "opex_parts_usd": opex,
+        "per_app": per_app,
+        **{k: rec[k] for k in ("requests", "capex_usd", "opex_usd", "requests_per_usd", "active_s")},
+        "label": "modelled (paper method, DSCS §6.1: mean throughput x T / (CAPEX of the whole system + OPEX); prices: catalog "
+        "[mem] and assumptions; DSA: ASIC cost-from-area)",
     }

@@ -1,35 +1,39 @@
 """End-to-end model of the eight applications on the seven Table 2 platforms (DSCS §6.1).
 
-``end_to_end(app, platform, batch=1, link="s3-like", **opts) -> Breakdown``: stages f1 → f2 → f3,
-each a list of terms ``{value_s, label, source}`` whose sum is the stage time; the stages sum to
-the total. ``evaluate(apps, platforms, **opts)``: speedup, energy reduction and cost efficiency
-against the CPU baseline, with every input recorded. See docs/results.md.
+``end_to_end(app, platform, batch=1, link="s3-like", baseline="paper", **opts) -> Breakdown``:
+stages f1 → f2 → f3, each a list of terms ``{value_s, label, source}`` whose sum is the stage
+time; the stages sum to the total. ``evaluate(apps, platforms, baseline="paper", **opts)``:
+speedup, energy reduction and cost efficiency against the CPU baseline, every input recorded.
 
-Where each stage runs (DSCS §6.1: "we use the available compute unit ... to execute both f1 and
-f2"; "Function 3 always runs on a CPU in a compute node"):
+Two modes (``platforms.MODES``; single choices may be overridden, ``platforms.OPTIONS``):
 
-* f2 — DSA: ``nearfaas.hw`` dsa-mode timing of the design point; GPU/FPGA/NS devices: the
-  catalog's roofline, layer by layer, over the compiler's fusion groups; CPU: the MEASURED
-  profile (``cpu_compute="measured"``, default: this 2-core AMD EPYC VM, 1 ONNX Runtime thread,
-  *not* a Xeon 8275CL) or the catalog's Xeon roofline (``cpu_compute="modelled"``).
-* f1 — CPU: measured (or Xeon roofline when modelled); NS-ARM: measured × an A57 slowdown
-  [assumption]; GPU/FPGA/NS-GPU/NS-FPGA: roofline element-wise op; DSA: VPU ``preprocess_timing``.
-* f3 — measured CPU seconds on a compute node, every platform.
+* ``paper`` (default) follows DSCS §6.1 / Table 2 (docs/methodology.md): the CPU baseline is the
+  Xeon 8275CL roofline; each request's latency is the p95 of 10,000 simulated sequential
+  requests whose tailed terms (the link's first byte, the system stack) are sampled, seeded,
+  and the p95 picked by hey's rule; the DSA runs at its Table 2 configuration with the
+  SmartSSD's DDR4; the FPGAs run the DSA design at their Table 2 size; the near-storage
+  platforms are DSCS's path with the compute term swapped; measured terms use wall seconds.
+* ``measured-here`` keeps the twin's earlier view: CPU f1/f2 MEASURED on this 2-core AMD EPYC
+  VM (1 ONNX Runtime thread, cpu_s), mean latencies, the DSA with DDR5, FPGA rooflines.
 
-Data movement: traditional platforms read the upload, write and read the intermediates and
-the result over the link (``link.profiles``, s3-like by default), plus host↔device PCIe copies
-for GPU/FPGA; near-storage platforms move f1/f2 data flash ↔ drive DRAM over P2P and only f2's
-result crosses the link to f3. The system-stack overhead per stage is MEASURED here
+Where each stage runs (DSCS §6.1): f1 and f2 on the platform's compute unit, f3 on a compute
+node's CPU (its MEASURED seconds, every platform). Data movement: traditional platforms read and
+write every object over the link (``link.profiles``, s3-like by default), plus host↔device PCIe
+copies for GPU/FPGA; near-storage platforms move f1/f2 data flash ↔ drive DRAM over P2P and only
+f2's result crosses the link to f3. The system-stack overhead per stage is MEASURED here
 (``benchmarks/results/invoke_overhead.json``).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+
+import numpy as np
 
 from nearfaas.apps.catalog import APPS
 from nearfaas.link.profiles import get_profile
@@ -42,6 +46,13 @@ CPU_MEASURED_NOTE = "measured on this machine, not a Xeon 8275CL (2-core AMD EPY
 OVERHEAD_FILE = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "invoke_overhead.json"
 STACK_MODES = ("gateway-minus-worker", "gateway")
 CPU_MODES = (MEASURED, MODELLED)
+PAPER, MEASURED_HERE, BASELINES = P.PAPER, P.MEASURED_HERE, P.BASELINES
+P95_REQUESTS = 10_000  # DSCS §6.1: "10,000 sequential requests using hey"
+PERCENTILE = 95  # DSCS §6.1: "95th percentile latency for all our analyses"
+HEY_RULE = "hey (rakyll/hey requester/report.go latencies()): sorted[i] at the first i with i*100//n >= 95"
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+OTHER_OPTIONS = {"overhead_path", "dtype", "requests", "request_seed"}
+FPGAS = ("fpga", "ns_fpga")
 
 
 @dataclass
@@ -97,6 +108,10 @@ class Breakdown:
     def terms(self) -> list[Term]:
         return [t for s in self.stages for t in s.terms]
 
+    @property
+    def options(self) -> dict:
+        return self.inputs.get("options") or P.resolve(MEASURED_HERE)
+
     def network_bytes(self, input_only: bool = False) -> float:
         return sum(t.bytes for t in self.terms if t.component == "network" and (not input_only or t.detail.get("input")))
 
@@ -116,6 +131,7 @@ class Breakdown:
             "platform": self.platform,
             "batch": self.batch,
             "link": self.link,
+            "mode": self.inputs.get("baseline"),
             "label": self.label + " (end-to-end twin; measured terms named in each term's source)",
             "total_s": self.total_s,
             "by_component_s": self.by_component(),
@@ -143,18 +159,30 @@ def profile(app: str) -> dict:
 
 
 @cache
+def _overhead(path: str | None) -> tuple[dict, str, Path]:
+    p = Path(path) if path else OVERHEAD_FILE
+    warm = json.loads(p.read_text())["warm"]
+    # The default (secured) configuration since issue 12; files from before it name no configuration.
+    return warm, ("secured/" if "secured/gateway@1" in warm else ""), p
+
+
+@cache
 def stack_overhead(mode: str = "gateway-minus-worker", path: str | None = None) -> tuple[float, str]:
     """Seconds of system-stack overhead per stage invocation, measured on the live platform."""
     if mode not in STACK_MODES:
         raise ValueError(f"stack={mode!r}: use one of {', '.join(STACK_MODES)}")
-    p = Path(path) if path else OVERHEAD_FILE
-    warm = json.loads(p.read_text())["warm"]
-    # The default (secured) configuration since issue 12; files from before it name no configuration.
-    config = "secured/" if "secured/gateway@1" in warm else ""
+    warm, config, p = _overhead(path)
     g, w = warm[f"{config}gateway@1"]["p50_ms"], warm[f"{config}worker@1"]["p50_ms"]
     if mode == "gateway":
         return g / 1e3, f"{p.name}: warm {config}gateway@1 p50 {g} ms (no-op call through gateway and worker)"
     return (g - w) / 1e3, f"{p.name}: warm {config}gateway@1 p50 {g} ms - {config}worker@1 p50 {w} ms (the gateway's own overhead)"
+
+
+def stack_sigma(path: str | None = None) -> tuple[float, str]:
+    """Lognormal shape of the stack overhead: from the measured warm gateway@1 p50 and p99."""
+    warm, config, p = _overhead(path)
+    g = warm[f"{config}gateway@1"]
+    return math.log(g["p99_ms"] / g["p50_ms"]) / _Z99, f"{p.name}: {config}gateway@1 p99/p50 = {g['p99_ms']}/{g['p50_ms']} ms"
 
 
 def sizes(app: str) -> dict:
@@ -179,15 +207,40 @@ def table1_input_elements(app: str) -> int:
     return math.prod(int(x) for x in first.replace("(", "").replace(")", "").split(",") if x.strip())
 
 
-def _cpu_s(app: str, stage: str, batch: int) -> float:
+def _cpu_s(app: str, stage: str, batch: int, clock: str = "cpu") -> float:
+    """Measured seconds of one call of ``stage`` on ``batch`` inputs: CPU time (``clock="cpu"``,
+    ``Profiles.compute_s``) or wall time (the same batch-1 / batch-8 line over ``wall_s``)."""
     fn = profile(app)["functions"][("f1", "f2", "f3").index(stage)]
-    return float(_profiles().compute_s(fn, batch=batch))
+    if clock == "cpu":
+        return float(_profiles().compute_s(fn, batch=batch))
+    st = profile(app)["stages"][stage]
+    one = float(st["batch1"]["wall_s"])
+    eight = ((st.get("batch8") or {}).get("total") or {}).get("wall_s")
+    if batch == 1:
+        return one
+    if eight is None:
+        return one * batch
+    return float(eight) if batch == 8 else max(0.0, one + (float(eight) - one) * (batch - 1) / 7)
+
+
+def _measured(app, stage, batch, o, component="host_cpu", k=1.0, why="") -> Term:
+    clock = o["measured_clock"]
+    s = _cpu_s(app, stage, batch, clock) * k
+    label, src = MEASURED, f"apps.json {stage} {clock}_s: {CPU_MEASURED_NOTE}"
+    if k != 1.0:
+        label, src = MODELLED, f"measured {stage} {clock}_s x {k:g} ({why})"
+    return Term("compute", s, label, src, component, detail={"busy_s": s, "cores": 1})
 
 
 # ------------------------------------------------------------------ the model
 
 
 def _net(link, name, nbytes, requests, input_=False) -> Term:
+    detail = {"input": input_}
+    if requests == 1 and link.sigma > 0:
+        detail["tail"] = {"median_s": link.first_byte_median_s, "sigma": link.sigma, "fixed_s": nbytes / link.bandwidth_bytes_per_s,
+                          "source": f"link {link.name} first byte lognormal (median {link.first_byte_median_s * 1e3:g} ms, "
+                                    f"p99 {link.first_byte_p99_s * 1e3:g} ms)"}
     return Term(
         name,
         link.expected_transfer_s(int(nbytes), requests),
@@ -195,7 +248,7 @@ def _net(link, name, nbytes, requests, input_=False) -> Term:
         f"link {link.name}: {requests} x expected first byte + bytes / {link.bandwidth_bytes_per_s:.3g} B/s ({link.source})",
         "network",
         nbytes,
-        {"input": input_},
+        detail,
     )
 
 
@@ -226,178 +279,218 @@ def _pcie(platform, name, nbytes) -> Term:
     )
 
 
-def _driver(platform) -> Term:
+def _driver(platform, o=None) -> Term:
+    if o and o["ns_driver"] == "dsa" and platform in P.NEAR_STORAGE:
+        d = P.device("dscs")  # NS = DSCS's path with only the compute swapped (DSCS §6.1)
+        return Term("driver", float(d.driver_s.value), MODELLED, f"DSCS path: {d.name} driver_s ({d.driver_s.source})", "driver")
     d = P.device(platform)
     return Term("driver", float(d.driver_s.value), MODELLED, f"{d.name} driver_s ({d.driver_s.source})", "driver")
 
 
 def _stack(opts) -> Term:
     s, src = stack_overhead(opts.get("stack", "gateway-minus-worker"), opts.get("overhead_path"))
-    return Term("system stack", s, MEASURED, src + " [measured on this machine's live platform]", "stack")
+    sigma, why = stack_sigma(opts.get("overhead_path"))
+    tail = {"median_s": s, "sigma": sigma, "fixed_s": 0.0, "source": f"lognormal around the p50, shape from {why} [measured]"}
+    return Term("system stack", s, MEASURED, src + " [measured on this machine's live platform]", "stack", detail={"tail": tail})
 
 
-def _f1_compute(app, platform, batch, sz, opts) -> Term:
-    cpu_mode = opts.get("cpu_compute", MEASURED)
-    if platform == "cpu" and cpu_mode == MEASURED:
-        return Term(
-            "compute", _cpu_s(app, "f1", batch), MEASURED, "apps.json f1 cpu_s: " + CPU_MEASURED_NOTE, "host_cpu", detail={"cores": 1}
-        )
-    if platform == "ns_arm":
-        k = P.ARM_VS_THIS_CORE.value
-        s = _cpu_s(app, "f1", batch) * k
-        return Term(
-            "compute", s, MODELLED, f"measured f1 cpu_s x {k:g} ({P.ARM_VS_THIS_CORE.source})", "accel", detail={"busy_s": s, "cores": 1}
-        )
-    elements = sz["f1_out"] / 4 * batch  # f1 writes float32 tensors
-    flops = elements * P.F1_OPS_PER_ELEMENT.value
-    nbytes = (sz["upload"] + sz["f1_out"]) * batch
+def _dsa_like(platform, o):
+    """The hw.dsa configuration a platform's compute runs on, or None (roofline devices)."""
     if platform == "dscs":
+        return P.dsa_config(o["dsa_dram"])
+    if platform in FPGAS and o["fpga"] == "dsa":
+        return P.fpga_dsa_config(platform)
+    return None
+
+
+def _f1_compute(app, platform, batch, sz, o) -> Term:
+    if platform == "cpu" and o["cpu_compute"] == MEASURED:
+        return _measured(app, "f1", batch, o)
+    if platform == "ns_arm" and o["arm_f1"] == "measured-x3":
+        return _measured(app, "f1", batch, o, "accel", P.ARM_VS_THIS_CORE.value, P.ARM_VS_THIS_CORE.source)
+    elements = sz["f1_out"] / 4 * batch  # f1 writes float32 tensors
+    k = P.F1_OPS_PER_ELEMENT.value
+    cfg = _dsa_like(platform, o)
+    if cfg is not None:
         from nearfaas.hw.dsa.timing import preprocess_timing
 
-        cfg = P.dsa_config()
-        t = preprocess_timing(cfg, int(elements), P.F1_OPS_PER_ELEMENT.value, int(sz["upload"] * batch), int(elements))
-        return Term(
-            "compute",
-            t.seconds,
-            MODELLED,
-            f"hw.dsa preprocess_timing on the VPU ({cfg.vpu_lanes} lanes), {P.F1_OPS_PER_ELEMENT.value:g} ops/element [assumption]",
-            "accel",
-            detail={"busy_s": t.seconds, "vpu_ops": flops, "dram_bytes": sz["upload"] * batch + elements, "cycles": t.cycles},
-        )
+        t = preprocess_timing(cfg, int(elements), k, int(sz["upload"] * batch), int(elements))
+        detail = {"busy_s": t.seconds, "vpu_ops": elements * k, "dram_bytes": sz["upload"] * batch + elements, "cycles": t.cycles}
+        return Term("compute", t.seconds, MODELLED, f"hw.dsa preprocess_timing on the VPU ({cfg.source}, {cfg.vpu_lanes} lanes), "
+                    f"{k:g} ops/element [assumption]", "accel", detail=detail)
     d = P.device(platform)
-    op = {"kind": "elementwise", "flops": flops, "bytes": nbytes, "dtype": "fp32" if "fp32" in d.peak_ops else d.default_dtype}
-    busy = float(d.roofline(op)["busy_s"])
-    comp = "host_cpu" if platform == "cpu" else "accel"
+    op = {"kind": "elementwise", "flops": elements * k, "bytes": (sz["upload"] + sz["f1_out"]) * batch,
+          "dtype": "fp32" if "fp32" in d.peak_ops else d.default_dtype}
     return Term(
         "compute",
         d.latency(op),
         MODELLED,
-        f"{d.name} roofline, element-wise op: {P.F1_OPS_PER_ELEMENT.value:g} ops/output element [assumption], upload + tensor bytes",
-        comp,
-        detail={"busy_s": busy, "cores": "all"},
+        f"{d.name} roofline, element-wise op: {k:g} ops/output element [assumption], upload + tensor bytes",
+        "host_cpu" if platform == "cpu" else "accel",
+        detail={"busy_s": float(d.roofline(op)["busy_s"]), "cores": "all"},
     )
 
 
-def _f2_compute(app, platform, batch, opts) -> Term:
+def _f2_compute(app, platform, batch, o) -> Term:
     model = APPS[app].model
-    if platform == "cpu" and opts.get("cpu_compute", MEASURED) == MEASURED:
-        return Term(
-            "compute", _cpu_s(app, "f2", batch), MEASURED, "apps.json f2 cpu_s: " + CPU_MEASURED_NOTE, "host_cpu", detail={"cores": 1}
-        )
+    if platform == "cpu" and o["cpu_compute"] == MEASURED:
+        return _measured(app, "f2", batch, o)
+    cfg = _dsa_like(platform, o)
     if platform == "dscs":
-        r = P.dsa_f2(model, batch=batch)
-        return Term(
-            "compute",
-            r["latency_s"],
-            MODELLED,
-            f"nearfaas.hw dse.evaluate: dsa-mode timing, 128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm design point, graph at batch {batch}",
-            "accel",
-            detail={"busy_s": r["latency_s"], "energy_j": r["energy_total_j"], "energy_dram_j": r["energy_dram_j"]},
-        )
-    r = P.roofline_f2(platform, model, opts.get("dtype") if platform != "cpu" else None, batch=batch)
+        r = P.dsa_f2(model, cfg, batch=batch)
+        detail = {"busy_s": r["latency_s"], "energy_j": r["energy_total_j"], "energy_dram_j": r["energy_dram_j"]}
+        return Term("compute", r["latency_s"], MODELLED, f"nearfaas.hw dse.evaluate: dsa-mode timing, {cfg.source}, graph at batch {batch}",
+                    "accel", detail=detail)
+    if cfg is not None:
+        r = P.fpga_dsa_f2(platform, model, batch)
+        return Term("compute", r["latency_s"], MODELLED, f"nearfaas.hw dse.evaluate: the DSA design on the FPGA ({cfg.source}), "
+                    f"graph at batch {batch}", "accel", detail={"busy_s": r["latency_s"]})
     d = P.device(platform)
+    dt, fit = (o.get("dtype") if platform != "cpu" else None) or d.default_dtype, ""
+    if o["memory_fit"] == "fit":
+        dt, fit = P.fit_dtype(platform, float(profile(app)["params"]), dt)
+        fit = f"; {fit}"
+    r = P.roofline_f2(platform, model, dt, batch=batch)
     return Term(
         "compute",
         r["seconds"],
         MODELLED,
-        f"{d.name} roofline per fused layer ({r['layers']} layers, {r['flops'] / 1e9:.3g} GFLOP, {r['bytes'] / 1e6:.3g} MB at {r['dtype']}) + launch_s per layer",
+        f"{d.name} roofline per fused layer ({r['layers']} layers, {r['flops'] / 1e9:.3g} GFLOP, {r['bytes'] / 1e6:.3g} MB at {r['dtype']}) "
+        f"+ launch_s per layer{fit}",
         "host_cpu" if platform == "cpu" else "accel",
         detail={"busy_s": r["busy_s"], "cores": "all", "dtype": r["dtype"]},
     )
 
 
-def _check(app: str, platform: str, batch: int, link: str, opts: dict) -> None:
+def _check(app: str, platform: str, batch: int, link: str, baseline: str, opts: dict) -> dict:
     P.check_app(app)
     P.check_platform(platform)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch={batch!r}: must be a whole number >= 1")
     get_profile(link)
-    known = {"cpu_compute", "stack", "overhead_path", "dtype"}
-    bad = set(opts) - known
+    bad = set(opts) - set(P.OPTIONS) - OTHER_OPTIONS
     if bad:
-        raise ValueError(f"unknown option(s) {sorted(bad)}; valid options: {sorted(known)}")
+        raise ValueError(f"unknown option(s) {sorted(bad)}; valid options: {sorted(set(P.OPTIONS) | OTHER_OPTIONS)}")
     if opts.get("cpu_compute", MEASURED) not in CPU_MODES:
         raise ValueError(f"cpu_compute={opts['cpu_compute']!r}: use one of {', '.join(CPU_MODES)}")
+    n = opts.get("requests", P95_REQUESTS)
+    if isinstance(n, bool) or not isinstance(n, int) or n < 20:
+        raise ValueError(f"requests={n!r}: give a whole number of at least 20 simulated requests")
+    return P.resolve(baseline, **{k: v for k, v in opts.items() if k in P.OPTIONS}) | {k: v for k, v in opts.items() if k in OTHER_OPTIONS}
 
 
-def end_to_end(app: str, platform: str, batch: int = 1, link: str = "s3-like", **opts) -> Breakdown:
-    """The modelled end-to-end latency of one request (``batch`` inputs) of ``app`` on ``platform``.
+def _near_stages(app, platform, batch, sz, o) -> tuple[list[Term], list[Term]]:
+    up, t1, t2 = (sz[k] * batch for k in ("upload", "f1_out", "f2_out"))
+    f1 = [_stack(o), _driver(platform, o), _p2p("read upload (flash -> drive DRAM)", up), _f1_compute(app, platform, batch, sz, o),
+          _p2p("write tensor (drive DRAM -> flash)", t1, write=True)]
+    f2 = [_stack(o), _driver(platform, o), _p2p("read tensor (flash -> drive DRAM)", t1), _f2_compute(app, platform, batch, o),
+          _p2p("write result (drive DRAM -> flash)", t2, write=True)]
+    return f1, f2
 
-    opts: ``cpu_compute`` ("measured" | "modelled"), ``stack`` ("gateway-minus-worker" |
-    "gateway"), ``overhead_path`` (another invoke_overhead.json), ``dtype`` (f2's data type on
-    non-CPU roofline devices)."""
-    _check(app, platform, batch, link, opts)
-    ln = get_profile(link)
-    sz = sizes(app)
-    up, t1, t2, t3 = (sz[k] * batch for k in ("upload", "f1_out", "f2_out", "f3_out"))
-    near = platform in P.NEAR_STORAGE
-    accel = platform not in ("cpu",)
-    pcie = P.host_link_bps(platform) is not None and not near
-    where = {"cpu": "compute node CPU", "gpu": "GPU on a compute node", "fpga": "FPGA on a compute node"}.get(
-        platform, "in the storage drive"
-    )
 
-    f1 = [_stack(opts)]
-    f2 = [_stack(opts)]
-    if near:
-        f1 += [_driver(platform), _p2p("read upload (flash -> drive DRAM)", up)]
-        f1.append(_f1_compute(app, platform, batch, sz, opts))
-        f1.append(_p2p("write tensor (drive DRAM -> flash)", t1, write=True))
-        f2 += [_driver(platform), _p2p("read tensor (flash -> drive DRAM)", t1)]
-        f2.append(_f2_compute(app, platform, batch, opts))
-        f2.append(_p2p("write result (drive DRAM -> flash)", t2, write=True))
-    else:
-        f1.append(_net(ln, "read upload (remote storage)", up, 1, input_=True))
-        if pcie:
-            f1 += [_driver(platform), _pcie(platform, "upload host -> device", up)]
-        f1.append(_f1_compute(app, platform, batch, sz, opts))
-        if pcie:
-            f1.append(_pcie(platform, "tensor device -> host", t1))
-        f1.append(_net(ln, "write tensor (remote storage)", t1, 1))
-        f2.append(_net(ln, "read tensor (remote storage)", t1, 1))
-        if pcie:
-            f2 += [_driver(platform), _pcie(platform, "tensor host -> device", t1)]
-        f2.append(_f2_compute(app, platform, batch, opts))
-        if pcie:
-            f2.append(_pcie(platform, "result device -> host", t2))
-        f2.append(_net(ln, "write result (remote storage)", t2, 1))
-    f3 = [
-        _stack(opts),
-        _net(ln, "read result (remote storage)", t2, 1),
-        Term("compute", _cpu_s(app, "f3", batch), MEASURED, "apps.json f3 cpu_s: " + CPU_MEASURED_NOTE, "host_cpu", detail={"cores": 1}),
-        _net(ln, "write notification record", t3, 1),
-    ]
-    inputs = {
+def _traditional_stages(app, platform, batch, sz, o, ln) -> tuple[list[Term], list[Term]]:
+    up, t1, t2 = (sz[k] * batch for k in ("upload", "f1_out", "f2_out"))
+    pcie = P.host_link_bps(platform) is not None
+    f1 = [_stack(o), _net(ln, "read upload (remote storage)", up, 1, input_=True)]
+    if pcie:
+        f1 += [_driver(platform), _pcie(platform, "upload host -> device", up)]
+    f1.append(_f1_compute(app, platform, batch, sz, o))
+    if pcie:
+        f1.append(_pcie(platform, "tensor device -> host", t1))
+    f1.append(_net(ln, "write tensor (remote storage)", t1, 1))
+    f2 = [_stack(o), _net(ln, "read tensor (remote storage)", t1, 1)]
+    if pcie:
+        f2 += [_driver(platform), _pcie(platform, "tensor host -> device", t1)]
+    f2.append(_f2_compute(app, platform, batch, o))
+    if pcie:
+        f2.append(_pcie(platform, "result device -> host", t2))
+    f2.append(_net(ln, "write result (remote storage)", t2, 1))
+    return f1, f2
+
+
+def _inputs(app, platform, sz, ln, baseline, o) -> dict:
+    constants = ("GEN3_X4_BPS", "FLASH_READ_BPS", "FLASH_WRITE_BPS", "FLASH_READ_LATENCY_S", "FLASH_WRITE_LATENCY_S",
+                 "F1_OPS_PER_ELEMENT", "ARM_VS_THIS_CORE", "RESULT_RECORD_BYTES")
+    return {
+        "baseline": baseline,
+        "options": o,
         "sizes_bytes": sz,
-        "link": {
-            "name": ln.name,
-            "first_byte_median_s": ln.first_byte_median_s,
-            "first_byte_p99_s": ln.first_byte_p99_s,
-            "bandwidth_bytes_per_s": ln.bandwidth_bytes_per_s,
-            "source": ln.source,
-        },
+        "link": {"name": ln.name, "first_byte_median_s": ln.first_byte_median_s, "first_byte_p99_s": ln.first_byte_p99_s,
+                 "bandwidth_bytes_per_s": ln.bandwidth_bytes_per_s, "source": ln.source},
         "device": P.PLATFORM_DEVICES[platform],
         "placement": P.placement(platform),
         "model": APPS[app].model,
-        "cpu_compute": opts.get("cpu_compute", MEASURED),
-        "stack": opts.get("stack", "gateway-minus-worker"),
-        "constants": {
-            k: getattr(P, k).to_dict()
-            for k in (
-                "GEN3_X4_BPS",
-                "FLASH_READ_BPS",
-                "FLASH_WRITE_BPS",
-                "FLASH_READ_LATENCY_S",
-                "FLASH_WRITE_LATENCY_S",
-                "F1_OPS_PER_ELEMENT",
-                "ARM_VS_THIS_CORE",
-                "RESULT_RECORD_BYTES",
-            )
-        },
-        "accelerated": accel,
+        "cpu_compute": o["cpu_compute"],
+        "stack": o["stack"],
+        "constants": {k: getattr(P, k).to_dict() for k in constants},
+        "accelerated": platform != "cpu",
     }
+
+
+def end_to_end(app: str, platform: str, batch: int = 1, link: str = "s3-like", baseline: str = PAPER, **opts) -> Breakdown:
+    """The modelled end-to-end latency of one request (``batch`` inputs) of ``app`` on ``platform``.
+
+    ``baseline``: "paper" (default) or "measured-here" (module doc). opts: any choice of
+    ``platforms.OPTIONS`` (e.g. ``latency="mean"``, ``cpu_compute="measured"``), ``overhead_path``
+    (another invoke_overhead.json), ``dtype`` (f2's data type on roofline devices), ``requests``
+    and ``request_seed`` (the p95's simulated requests, default 10,000 and 1)."""
+    o = _check(app, platform, batch, link, baseline, opts)
+    ln = get_profile(link)
+    sz = sizes(app)
+    near = platform in P.NEAR_STORAGE
+    where = {"cpu": "compute node CPU", "gpu": "GPU on a compute node", "fpga": "FPGA on a compute node"}.get(platform, "in the storage drive")
+    f1, f2 = _near_stages(app, platform, batch, sz, o) if near else _traditional_stages(app, platform, batch, sz, o, ln)
+    f3 = [
+        _stack(o),
+        _net(ln, "read result (remote storage)", sz["f2_out"] * batch, 1),
+        _measured(app, "f3", batch, o),
+        _net(ln, "write notification record", sz["f3_out"] * batch, 1),
+    ]
     stages = [Stage("f1", where, f1), Stage("f2", where, f2), Stage("f3", "compute node CPU", f3)]
-    return Breakdown(app, platform, batch, link, stages, inputs)
+    bd = Breakdown(app, platform, batch, link, stages, _inputs(app, platform, sz, ln, baseline, o))
+    if o["latency"] == "p95":
+        return at_percentile(bd, PERCENTILE, o.get("requests", P95_REQUESTS), o.get("request_seed", 1))
+    bd.inputs["latency"] = {"statistic": "mean", "note": "each term at its expected value (the stack at its measured p50)"}
+    return bd
+
+
+def hey_index(n: int, pct: float = PERCENTILE) -> int:
+    """The index hey reports as the ``pct``-th percentile of ``n`` sorted latencies."""
+    return min(n - 1, math.ceil(pct * n / 100))
+
+
+def at_percentile(bd: Breakdown, pct: float = PERCENTILE, requests: int = P95_REQUESTS, seed: int = 1) -> Breakdown:
+    """``bd`` (terms at their expected values) as its ``pct``-th percentile request: ``requests``
+    sequential requests are simulated, each drawing every tailed term (``detail["tail"]``: the
+    link's first byte, the system stack) from its lognormal, the others fixed; the request hey
+    would report as the percentile is returned, term by term (so the terms still sum to it).
+    The draws depend on (seed, app, batch) only: platforms sharing a path share its draws."""
+    tailed = [(i, t) for i, t in enumerate(bd.terms) if t.detail.get("tail")]
+    rng = np.random.default_rng([seed, list(APPS).index(bd.app), bd.batch])
+    z = rng.standard_normal((requests, len(tailed)))
+    vals = np.empty_like(z)
+    for j, (_, t) in enumerate(tailed):
+        tl = t.detail["tail"]
+        vals[:, j] = tl["fixed_s"] + tl["median_s"] * np.exp(tl["sigma"] * z[:, j])
+    fixed = sum(t.value_s for t in bd.terms if not t.detail.get("tail"))
+    totals = fixed + vals.sum(axis=1)
+    order = np.argsort(totals, kind="stable")
+    r = int(order[hey_index(requests, pct)])
+    out = copy.deepcopy(bd)
+    terms = out.terms
+    for j, (i, _) in enumerate(tailed):
+        terms[i].detail["mean_s"] = terms[i].value_s
+        terms[i].value_s = float(vals[r, j])
+        terms[i].source += f"; sampled: the p{pct:g} request of {requests:,}"
+    srt = totals[order]
+    if pct == PERCENTILE and "options" in out.inputs:
+        out.inputs["options"] = {**out.inputs["options"], "latency": "p95"}
+    out.inputs["latency"] = {
+        "statistic": f"p{pct:g}", "requests": requests, "seed": seed, "rule": HEY_RULE,
+        "mean_s": float(totals.mean()), "p50_s": float(srt[hey_index(requests, 50)]), f"p{pct:g}_s": float(srt[hey_index(requests, pct)]),
+        "p99_s": float(srt[hey_index(requests, 99)]), "tailed_terms": [t.name for _, t in tailed],
+    }
+    return out
 
 
 # ------------------------------------------------------------------ evaluation
@@ -412,14 +505,16 @@ def _summary(values: dict[str, float]) -> dict[str, float]:
 
 
 def evaluate(
-    apps=None, platforms=None, batch: int = 1, link: str = "s3-like", network_energy: bool = False, cost_opts: dict | None = None, **opts
+    apps=None, platforms=None, batch: int = 1, link: str = "s3-like", network_energy: bool = False, cost_opts: dict | None = None,
+    baseline: str = PAPER, **opts
 ) -> dict:
     """Speedup, energy reduction and cost efficiency of every platform against ``cpu``.
 
-    Returns {"label", "speedup_vs_cpu": {platform: {app: x, "mean", "geomean"}},
+    Returns {"mode", "label", "speedup_vs_cpu": {platform: {app: x, "mean", "geomean"}},
     "energy_reduction_vs_cpu": (same), "cost_efficiency_vs_cpu": {platform: x},
-    "cost_efficiency": {platform: record}, "breakdowns": {platform: {app: Breakdown.to_dict()}},
-    "energy": {platform: {app: parts}}, "inputs": {...}}. The CPU baseline is always evaluated."""
+    "cost_efficiency_vs_cpu_per_app": (as speedup), "cost_efficiency": {platform: record},
+    "breakdowns": {platform: {app: Breakdown.to_dict()}}, "energy": {platform: {app: parts}},
+    "inputs": {...}}. The CPU baseline is always evaluated."""
     from . import cost, power
 
     apps = list(APPS) if apps is None else [P.check_app(a) for a in apps]
@@ -427,27 +522,34 @@ def evaluate(
     if not apps or not platforms:
         raise ValueError("evaluate needs at least one app and one platform")
     every = list(dict.fromkeys(["cpu", *platforms]))
-    bds = {p: {a: end_to_end(a, p, batch, link, **opts) for a in apps} for p in every}
+    bds = {p: {a: end_to_end(a, p, batch, link, baseline, **opts) for a in apps} for p in every}
     en = {p: {a: power.energy(bds[p][a], network=network_energy) for a in apps} for p in every}
     ce = {p: cost.platform_cost_efficiency(p, bds[p], en[p], **(cost_opts or {})) for p in every}
     speed = {p: _summary({a: bds["cpu"][a].total_s / bds[p][a].total_s for a in apps}) for p in platforms}
     ered = {p: _summary({a: en["cpu"][a]["total_j"] / en[p][a]["total_j"] for a in apps}) for p in platforms}
     cev = {p: ce[p]["requests_per_usd"] / ce["cpu"]["requests_per_usd"] for p in platforms}
+    ce_app = {p: _summary({a: ce[p]["per_app"][a]["requests_per_usd"] / ce["cpu"]["per_app"][a]["requests_per_usd"] for a in apps})
+              for p in platforms}
+    o = bds["cpu"][apps[0]].options
     return {
-        "label": "modelled (nearfaas twin: measured CPU stages, gateway overhead and object sizes; modelled devices, links, P2P, energy, cost)",
+        "mode": baseline,
+        "label": f"modelled (nearfaas twin, {P.MODE_LABELS[baseline]})",
         "speedup_vs_cpu": speed,
         "energy_reduction_vs_cpu": ered,
         "cost_efficiency_vs_cpu": cev,
+        "cost_efficiency_vs_cpu_per_app": ce_app,
         "cost_efficiency": ce,
         "energy": en,
         "breakdowns": {p: {a: bds[p][a].to_dict() for a in apps} for p in every},
         "inputs": {
+            "mode": baseline,
             "apps": apps,
             "platforms": platforms,
             "batch": batch,
             "link": link,
             "network_energy": network_energy,
-            "options": {"cpu_compute": opts.get("cpu_compute", MEASURED), "stack": opts.get("stack", "gateway-minus-worker"), **opts},
+            "options": o,
+            "option_reasons": {k: v[1] for k, v in P.OPTIONS.items()},
             "cost": cost.params(**(cost_opts or {})),
             "power": power.params(),
             "profiles": str(_profiles().path),

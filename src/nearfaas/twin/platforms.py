@@ -155,17 +155,11 @@ def roofline_f2(platform: str, model: str, dtype_: str | None = None, batch: int
     }
 
 
-def dsa_config():
-    from nearfaas.hw.dse import DESIGN_POINT
-
-    return DESIGN_POINT.validated()
-
-
 @cache
 def dsa_f2(model: str, cfg=None, batch: int = 1) -> dict:
-    """f2 on the DSA design point (128x128 / 4 MiB / DDR5 / 1 GHz / 14 nm), one call of
-    ``batch`` inputs: dsa-mode timing and energy from ``nearfaas.hw.dse.evaluate`` (DRAM
-    included)."""
+    """f2 on the DSA (``cfg``, default the Table 2 design point with DDR5; paper mode passes
+    DDR4), one call of ``batch`` inputs: dsa-mode timing and energy from
+    ``nearfaas.hw.dse.evaluate`` (its DRAM energy a separate part)."""
     from nearfaas.hw import dse
 
     cfg = cfg or dsa_config()
@@ -177,3 +171,126 @@ def dsa_area_mm2(cfg=None) -> float:
 
     cfg = cfg or dsa_config()
     return float(dse.config_record(cfg, dse.energy_model(cfg))["area_mm2"])
+
+
+# ------------------------------------------------------------------ the two modes
+
+PAPER, MEASURED_HERE = "paper", "measured-here"
+BASELINES = (PAPER, MEASURED_HERE)
+
+# Every choice of the end-to-end, energy and cost models that the paper's method settles
+# (docs/methodology.md), with the paper-mode value first and the reason for it.
+OPTIONS = {
+    "cpu_compute": (("modelled", "measured"), "§6.1/T2: the baseline is a Xeon 8275CL (c5.4xlarge): its roofline, all 16 vCPUs (8 cores)"),
+    "arm_f1": (("roofline", "measured-x3"), "NS-ARM's f1 on the A57 roofline like every other device's f1 (no measured-here input)"),
+    "measured_clock": (("wall", "cpu"), "§6.1 measures latency: measured terms (f3) use wall-clock seconds"),
+    "stack": (("gateway", "gateway-minus-worker"), "§6.1/Fig. 4: the whole warm call through the stack (stand-in for OpenFaaS + Kubernetes)"),
+    "latency": (("p95", "mean"), "§6.1: p95 of 10,000 sequential requests (hey), tails sampled per request"),
+    "dsa_dram": (("ddr4", "ddr5", "hbm2"), "T2 4 GB on the SmartSSD the DSA is built on (§6.1): its 4 GB DDR4 (ANAND), one channel 19.2 GB/s (§4.2)"),
+    "fpga": (("dsa", "roofline"), "§6.1: the FPGAs run the DSA design (T2: 1024 / 256 PEs, 2 MB on chip, 250 MHz) -> hw.dsa cycle model"),
+    "ns_driver": (("dsa", "device"), "§6.1: NS = DSCS's end-to-end with only the compute term replaced (DSCS's driver and P2P)"),
+    "memory_fit": (("fit", "ignore"), "T2 memory capacities: a model whose weights exceed the device memory at its dtype runs at fp16"),
+    "energy": (("paper", "twin"), "§6.1: compute + PCIe + system-stack power only (no idle waits, flash or network)"),
+    "dsa_power": (("tdp", "model"), "§6.1/T2: ASIC = logic + on-chip memory (no DRAM), anchored to T2's 4.2 W"),
+    "cost": (("paper", "twin"), "§6.1: average throughput x T / (whole system's CAPEX incl. networking + OPEX incl. storage, network, cooling)"),
+}
+MODES = {
+    PAPER: {k: v[0][0] for k, v in OPTIONS.items()},
+    MEASURED_HERE: {k: v[0][1] for k, v in OPTIONS.items()},
+}
+MODE_LABELS = {
+    PAPER: "paper mode: DSCS §6.1 / Table 2 method (Xeon 8275CL roofline baseline, p95 of 10,000 sampled requests, "
+    "DSA at T2 with the SmartSSD's DDR4, paper power sources and cost model); stand-ins labelled where the paper's "
+    "measurements cannot be repeated here",
+    MEASURED_HERE: "measured-here mode: the twin's earlier view (CPU stages measured on this 2-core AMD EPYC VM, mean "
+    "latencies, twin energy and cost choices); NOT the paper's method",
+}
+
+
+def check_baseline(baseline: str) -> str:
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline={baseline!r}: use one of {', '.join(BASELINES)}")
+    return baseline
+
+
+def resolve(baseline: str = PAPER, **opts) -> dict:
+    """The full option set of ``baseline`` with ``opts`` overriding single choices."""
+    out = dict(MODES[check_baseline(baseline)])
+    for k, v in opts.items():
+        if k in OPTIONS and v not in OPTIONS[k][0]:
+            raise ValueError(f"{k}={v!r}: use one of {', '.join(OPTIONS[k][0])}")
+        out[k] = v
+    return out
+
+
+# Table 2's memory per platform (capacity only binds where a model's weights may not fit).
+MEMORY_BYTES = {
+    "cpu": Sourced(32e9, "T2: 32 GB", "src"),
+    "gpu": Sourced(11e9, "T2: 11 GB GDDR6", "src"),
+    "fpga": Sourced(32e9, "T2: 32 GB", "src"),
+    "ns_arm": Sourced(4e9, "T2: 4 GB", "src"),
+    "ns_mobile_gpu": Sourced(4e9, "T2: 4 GB", "src"),
+    "ns_fpga": Sourced(4e9, "T2: 4 GB (ANAND: DDR4)", "src"),
+    "dscs": Sourced(4e9, "T2: 4 GB", "src"),
+}
+
+
+def fit_dtype(platform: str, params: float, dtype_: str) -> tuple[str, str]:
+    """The data type f2 runs at so that ``params`` weights fit the platform's T2 memory: ``dtype_``
+    when they fit, else fp16 (stored at half size; computed at the device's fp16 rate)."""
+    cap = float(MEMORY_BYTES[platform].value)
+    need = params * DTYPE_BYTES[dtype_]
+    if need <= cap or DTYPE_BYTES[dtype_] <= 2:
+        return dtype_, f"weights {need / 1e9:.2f} GB at {dtype_} within {MEMORY_BYTES[platform].source}"
+    return "fp16", f"weights {need / 1e9:.2f} GB at {dtype_} exceed {MEMORY_BYTES[platform].source}: fp16 ({params * 2 / 1e9:.2f} GB)"
+
+
+# The FPGAs run the DSA design (DSCS §6.1: "FPGA implementation of DSA on Samsung SmartSSD and
+# Alveo u280") at their Table 2 size: PEs as a square array, 2 MB on chip split as hw.dse splits
+# buffers (3:3:2), one VPU lane per column (as the DSA), 250 MHz, the board's DRAM bandwidth.
+FPGA_ONCHIP_KIB = Sourced(2048, "T2: 2 MB on-chip (read as MiB, as hw.dse reads the DSA's 4 MB)", "src")
+
+
+def dsa_config(dram: str = "ddr5"):
+    """The DSA at Table 2's configuration (128x128, 4 MiB, 1 GHz, 14 nm) with ``dram``."""
+    from nearfaas.hw.dse import DESIGN_POINT
+
+    cfg = DESIGN_POINT.validated()
+    if dram == cfg.dram:
+        return cfg
+    return cfg.replace(dram=dram, source=f"design point 128x128 / 4 MiB / {dram.upper()} / 1 GHz / 14 nm")
+
+
+def fpga_dsa_config(platform: str):
+    """The DSA design at an FPGA's Table 2 size (``fpga`` or ``ns_fpga``)."""
+    from nearfaas.hw.dsa.config import DSAConfig
+
+    d = device(platform)
+    side = int(round(float(d.spec("units")) ** 0.5))
+    kib = float(FPGA_ONCHIP_KIB.value)
+    return DSAConfig(rows=side, cols=side, vpu_lanes=side, ifmap_sram_kib=kib * 3 / 8, filter_sram_kib=kib * 3 / 8,
+                     ofmap_sram_kib=kib / 4, clock_ghz=float(d.spec("clock_hz")) / 1e9, dram=d.mem_bw / 1e9,
+                     source=f"{d.name}: DSA design at T2 size {side}x{side} PEs / 2 MiB / {d.mem_bw / 1e9:g} GB/s / 250 MHz").validated()
+
+
+@cache
+def fpga_dsa_f2(platform: str, model: str, batch: int = 1) -> dict:
+    """f2 on an FPGA running the DSA design: the hw.dsa cycle model's latency (energy comes from
+    the board's power model, the paper's Vivado stand-in)."""
+    from nearfaas.hw import dse
+
+    cfg = fpga_dsa_config(platform)
+    em = dse.energy_model(cfg.replace(dram="ddr4", technology_nm=14))  # timing only; energy unused
+    return dse.evaluate(skeleton(model, batch), cfg, em)
+
+
+DSA_TDP_W = Sourced(4.2, "T2: DSCS DSA TDP 4.2 W (logic + on-chip memory; excludes DRAM, HWR §3.8)", "src")
+
+
+def dsa_power_scale(cfg=None) -> float:
+    """T2's 4.2 W over hw.energy's modelled peak (no DRAM) of the DSA config: the factor that
+    anchors the modelled logic + SRAM energy to Table 2 (derived, not fitted to any result)."""
+    from nearfaas.hw import dse
+
+    cfg = cfg or dsa_config()
+    return float(DSA_TDP_W.value) / float(dse.config_record(cfg, dse.energy_model(cfg))["peak_accel_w"])

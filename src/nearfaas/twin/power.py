@@ -2,7 +2,16 @@
 measurement": compute, PCIe and system-stack power; network omitted). Every number is MODELLED.
 
 ``energy(breakdown, network=False) -> {"accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j",
-"network_j", "total_j", "label", ...}``; ``total_j`` is exactly the sum of the ``*_j`` parts.
+"network_j", "total_j", "storage_j", "network_transfer_j", "dsa_dram_j", "label", ...}``;
+``total_j`` is exactly the sum of the ``PARTS``. The method is the breakdown's ``energy`` option:
+
+* ``paper`` (paper mode): the paper's three components only, with its power source per platform
+  (stand-ins: RAPL -> the Xeon's TDP share; NVPModel -> the TX2 module's Max-N budget, T2's
+  15 W, for NS-ARM too; Vivado -> the board's busy fraction; ASIC -> hw.energy logic + SRAM
+  anchored to T2's 4.2 W, no DRAM when ``dsa_power="tdp"``). ``idle_j`` and ``flash_j`` are 0;
+  ``storage_j`` (flash per bit), ``network_transfer_j`` (network per bit) and ``dsa_dram_j`` are
+  reported beside the total, not in it (the cost model's OPEX uses the first two).
+* ``twin`` (measured-here mode): also the idle power of held components and flash per bit:
 
 * Accelerators: the catalog's ``Device`` power model (idle for the whole term, + (TDP x
   active fraction - idle) while busy); the DSA's f2 energy from ``nearfaas.hw`` (``dse.evaluate``:
@@ -15,7 +24,7 @@ measurement": compute, PCIe and system-stack power; network omitted). Every numb
   platforms hold the drive's accelerator for f1-f2 and a compute node only for f3. The system
   stack and driver calls run on one CPU core.
 * Data: PCIe (host copies and P2P) and flash per bit; the network per bit only with
-  ``network=True`` (the paper omits it).
+  ``network=True`` (the paper omits it) in either method.
 """
 
 from __future__ import annotations
@@ -42,6 +51,13 @@ NETWORK_PJ_PER_BIT = Sourced(
 CPU_SOCKET_SHARE = Sourced(
     8 / 24, "derived: c5.4xlarge = 8 physical cores (AWS 16 vCPU) of a 24-core socket (HWR §4)", "derived", (0.2, 1.0)
 )
+NVPMODEL_ACTIVE_FRACTION = Sourced(
+    1.0,
+    "paper mode: the paper read NS-ARM / NS-Mobile-GPU power with NVPModel (DSCS §6.1); stand-in: the TX2 module's Max-N "
+    "mode budget, T2's 15 W, while busy",
+    "assumption",
+    (0.3, 1.0),
+)
 CPU_CORES = 8
 PARTS = ("accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j", "network_j")
 
@@ -55,6 +71,8 @@ def params() -> dict:
             ("flash_write_pj_per_bit", FLASH_WRITE_PJ_PER_BIT),
             ("network_pj_per_bit", NETWORK_PJ_PER_BIT),
             ("cpu_socket_share", CPU_SOCKET_SHARE),
+            ("nvpmodel_active_fraction", NVPMODEL_ACTIVE_FRACTION),
+            ("dsa_tdp_w", P.DSA_TDP_W),
         )
     }
 
@@ -70,65 +88,81 @@ def cpu_power_w(cores=1) -> dict:
     return {"idle_w": idle, "active_w": idle + (full - idle) * n / CPU_CORES}
 
 
-def _accel_energy(platform: str, term) -> float:
+def _accel_energy(platform: str, term, o: dict) -> tuple[float, float]:
+    """(joules charged, DSA DRAM joules left out) of one accelerator compute term."""
     det = term.detail
-    if platform == "dscs":
-        if "energy_j" in det:
-            return float(det["energy_j"])
-        if "vpu_ops" in det:
-            from nearfaas.hw import dse
+    if platform == "dscs" and ("energy_j" in det or "vpu_ops" in det):
+        from nearfaas.hw import dse
 
-            em = dse.energy_model(P.dsa_config())
-            b = em.breakdown({"vpu_ops": det["vpu_ops"], "dram_bytes": det["dram_bytes"], "cycles": det["cycles"]})
-            return float(b["total"])
+        cfg = P.dsa_config(o["dsa_dram"])
+        if "energy_j" in det:
+            total, dram = float(det["energy_j"]), float(det["energy_dram_j"])
+        else:
+            b = dse.energy_model(cfg).breakdown({"vpu_ops": det["vpu_ops"], "dram_bytes": det["dram_bytes"], "cycles": det["cycles"]})
+            total, dram = float(b["total"]), float(b["dram"])
+        if o["dsa_power"] == "tdp":  # the paper's ASIC power: logic + on-chip memory, T2's 4.2 W
+            return (total - dram) * P.dsa_power_scale(cfg), dram
+        return total, 0.0
     d = P.device(platform)
     busy = min(float(det.get("busy_s", term.value_s)), term.value_s)
-    active = d.tdp_w * float(d.active_power_fraction.value)
-    return d.idle_w * term.value_s + max(active - d.idle_w, 0.0) * busy
+    frac = float(d.active_power_fraction.value)
+    if o["energy"] == "paper" and platform in ("ns_arm", "ns_mobile_gpu"):
+        frac = float(NVPMODEL_ACTIVE_FRACTION.value)
+    active = d.tdp_w * frac
+    return d.idle_w * term.value_s + max(active - d.idle_w, 0.0) * busy, 0.0
+
+
+def _data_energy(t, parts: dict, extra: dict, network: bool, paper: bool) -> None:
+    bits = 8.0 * t.bytes
+    if t.component in ("pcie", "p2p"):
+        parts["pcie_j"] += bits * PCIE_PJ_PER_BIT.value * 1e-12
+    if t.component in ("network", "p2p"):
+        write = t.detail.get("write", t.name.startswith("write"))
+        j = bits * (FLASH_WRITE_PJ_PER_BIT if write else FLASH_READ_PJ_PER_BIT).value * 1e-12
+        extra["storage_j"] += j
+        if not paper:
+            parts["flash_j"] += j
+    if t.component == "network":
+        j = bits * NETWORK_PJ_PER_BIT.value * 1e-12
+        extra["network_transfer_j"] += j
+        if network:
+            parts["network_j"] += j
 
 
 def energy(bd, network: bool = False) -> dict:
     """Energy parts (J) of one ``Breakdown``; network energy only when ``network``."""
     platform = bd.platform
+    o = bd.options
+    paper = o["energy"] == "paper"
     near = platform in P.NEAR_STORAGE
     has_accel = platform != "cpu"
-    acc_idle = P.device(platform).idle_w if has_accel else 0.0
-    cpu_idle = cpu_power_w()["idle_w"]
+    # the paper combines compute, PCIe and stack power: nothing idles into its total
+    acc_idle = P.device(platform).idle_w if has_accel and not paper else 0.0
+    cpu_idle = 0.0 if paper else cpu_power_w()["idle_w"]
     parts = dict.fromkeys(PARTS, 0.0)
+    extra = {"storage_j": 0.0, "network_transfer_j": 0.0, "dsa_dram_j": 0.0}
     for stage in bd.stages:
         cpu_held = stage.name == "f3" or not near
         acc_held = has_accel and stage.name in ("f1", "f2")
         for t in stage.terms:
             s = t.value_s
-            if t.name == "compute":
-                if t.component == "accel":
-                    parts["accel_j"] += _accel_energy(platform, t)
-                    if cpu_held:
-                        parts["idle_j"] += cpu_idle * s
-                else:
-                    parts["host_cpu_j"] += cpu_power_w(t.detail.get("cores", 1))["active_w"] * s
-                    if acc_held:
-                        parts["idle_j"] += acc_idle * s
-                continue
-            if t.component in ("stack", "driver"):
-                parts["host_cpu_j"] += cpu_power_w(1)["active_w"] * s
-                if acc_held:
-                    parts["idle_j"] += acc_idle * s
-                continue
-            # data movement: allocated components idle while it happens
-            parts["idle_j"] += (cpu_idle if cpu_held else 0.0) * s + (acc_idle if acc_held else 0.0) * s
-            bits = 8.0 * t.bytes
-            if t.component in ("pcie", "p2p"):
-                parts["pcie_j"] += bits * PCIE_PJ_PER_BIT.value * 1e-12
-            if t.component in ("network", "p2p"):
-                write = t.detail.get("write", t.name.startswith("write"))
-                pj = (FLASH_WRITE_PJ_PER_BIT if write else FLASH_READ_PJ_PER_BIT).value
-                parts["flash_j"] += bits * pj * 1e-12
-            if t.component == "network" and network:
-                parts["network_j"] += bits * NETWORK_PJ_PER_BIT.value * 1e-12
+            if t.name == "compute" and t.component == "accel":
+                j, dram = _accel_energy(platform, t, o)
+                parts["accel_j"] += j
+                extra["dsa_dram_j"] += dram
+                parts["idle_j"] += cpu_idle * s if cpu_held else 0.0
+            elif t.name == "compute" or t.component in ("stack", "driver"):
+                parts["host_cpu_j"] += cpu_power_w(t.detail.get("cores", 1) if t.name == "compute" else 1)["active_w"] * s
+                parts["idle_j"] += acc_idle * s if acc_held else 0.0
+            else:  # data movement: allocated components idle while it happens
+                parts["idle_j"] += (cpu_idle if cpu_held else 0.0) * s + (acc_idle if acc_held else 0.0) * s
+                _data_energy(t, parts, extra, network, paper)
     out = dict(parts)
     out["total_j"] = sum(parts[k] for k in PARTS)
+    out.update(extra)
     out["average_w"] = out["total_j"] / bd.total_s
     out["network_included"] = network
-    out["label"] = "modelled (component power x time; CPU stage times may be measured, see the breakdown)"
+    out["method"] = o["energy"]
+    out["label"] = ("modelled (paper method: compute + PCIe + system stack power; storage, network and DSA DRAM beside the total)"
+                    if paper else "modelled (component power x time; CPU stage times may be measured, see the breakdown)")
     return out

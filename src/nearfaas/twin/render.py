@@ -87,11 +87,13 @@ def _sim(fig, sim: dict, key: str, ylabel: str, scale: float = 1.0) -> None:
 
 
 def figures(results: dict) -> dict[str, tuple[str, callable]]:
-    """name -> (caption, draw(fig)). Captions say measured or modelled."""
+    """name -> (caption, draw(fig)). Captions say measured or modelled, and the mode."""
     s = results["sensitivity"]
     sim = results["simulation"]
-    return {
-        "speedup": ("Speedup vs the CPU baseline per app (modelled; CPU stages measured here)",
+    mode = report.mode_caption(results)
+    cpu = "Xeon 8275CL roofline baseline, p95 latency" if results.get("mode") == "paper" else "CPU stages measured here"
+    figs = {
+        "speedup": (f"Speedup vs the CPU baseline per app (modelled; {cpu})",
                     lambda f: _bars(f.add_subplot(1, 1, 1), results["speedup_vs_cpu"], "speedup vs cpu")),
         "breakdown": ("Runtime breakdown: share of end-to-end time per component (modelled)",
                       lambda f: _breakdown(f.add_subplot(1, 1, 1), results["runtime_breakdown_s"])),
@@ -113,6 +115,7 @@ def figures(results: dict) -> dict[str, tuple[str, callable]]:
         "cold_start": ("Sensitivity: speedup with warm and cold instances (modelled; runtime start and session build measured here)",
                        lambda f: _cold(f.add_subplot(1, 1, 1), s["cold_start"])),
     }
+    return {name: (f"{caption} [{mode}]", draw) for name, (caption, draw) in figs.items()}
 
 
 def _cost(ax, block: dict) -> None:
@@ -166,19 +169,22 @@ def write(results: dict, out_dir: str | Path) -> dict[str, Path]:
     rj = out / "results.json"
     rj.write_text(json.dumps(results, indent=1, default=str) + "\n")
     paths["results"] = rj
+    m = html.escape(report.mode_caption(results))
+    alt = results.get("alternative_mode")
     tables = (
-        "<h2>Speedup vs CPU (modelled)</h2>" + _table_html(report.speedup_table(results))
-        + "<h2>Energy reduction vs CPU (modelled)</h2>" + _table_html(report.speedup_table(results, "energy_reduction_vs_cpu"))
-        + "<h2>Cost efficiency vs CPU (modelled)</h2>"
+        f"<h2>Speedup vs CPU (modelled, {m})</h2>" + _table_html(report.speedup_table(results))
+        + f"<h2>Energy reduction vs CPU (modelled, {m})</h2>" + _table_html(report.speedup_table(results, "energy_reduction_vs_cpu"))
+        + f"<h2>Cost efficiency vs CPU (modelled, {m})</h2>"
         + _table_html([["platform", "vs cpu"], *([p, f"{v:.2f}"] for p, v in results["cost_efficiency_vs_cpu"].items())])
-        + "<h2>Rack-scale simulation (modelled latencies, measured wall time)</h2>" + _table_html(_sim_rows(results["simulation"]))
+        + (f"<h2>Alternative: geomeans in {html.escape(report.mode_caption(alt))}</h2>" + _table_html(report.summary_table(alt)) if alt else "")
+        + f"<h2>Rack-scale simulation (modelled latencies, measured wall time, {m})</h2>" + _table_html(_sim_rows(results["simulation"]))
     )
     measured = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["measured_here"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(results['title'])}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}img{{max-width:100%}}figcaption{{font-size:12px;color:#444}}</style></head>
 <body><h1>{html.escape(results['title'])}</h1>
-<p><b>Labels.</b> {html.escape(results['label'])}. Generated {html.escape(results['generated'])}; every input is in results.json.</p>
+<p><b>Mode: {html.escape(str(results.get('mode')))}.</b> {html.escape(results['label'])}. Generated {html.escape(results['generated'])}; every input is in results.json.</p>
 <p><b>Measured on this machine:</b></p><ul>{measured}</ul>
 <p>Everything else is modelled from public specifications and stated assumptions (docs/results.md).</p>
 {tables}

@@ -1,11 +1,16 @@
 """``nearfaas twin report``: the whole evaluation set in one ``results.json`` (and, through
 ``twin.render``, PNGs and one self-contained HTML page).
 
-``build(quick=False, progress=None, **choices) -> dict``: the single-node comparison
-(``e2e.evaluate``: speedup, runtime breakdown, energy, cost efficiency, also with the modelled
-Xeon as the CPU), the four sensitivity studies, and the rack-scale simulation of the same apps
-under a bursty 20-minute trace (or a replayed Azure trace) with the live placement policies.
-Every block carries a ``label`` saying what is measured and what is modelled.
+``build(quick=False, baseline="paper", progress=None, **choices) -> dict``: the single-node
+comparison (``e2e.evaluate``: speedup, runtime breakdown, energy, cost efficiency), the same
+headline in the other mode as a labelled alternative, the four sensitivity studies, and the
+rack-scale simulation of the same apps under a bursty 20-minute trace (or a replayed Azure
+trace) with the live placement policies. ``results["mode"]`` names the mode ("paper" or
+"measured-here", ``twin.platforms.MODES``); every block carries a ``label``.
+
+``headline(evaluate_fn, **kwargs)``: the per-platform, per-app headline (speedup, energy
+reduction, cost efficiency) from any ``e2e.evaluate``-like callable: the hook a Monte Carlo over
+perturbed constants re-runs.
 """
 
 from __future__ import annotations
@@ -54,12 +59,14 @@ def check_rack(nodes, rate, duration_s: float = SIM_DURATION_S, trace: str | Non
 def sim_services(link: str = "s3-like", **opts) -> tuple[dict, dict]:
     """Service-time specs per (function, target) from the end-to-end model: a stage on a dscs
     node (target ``dscs``) takes the DSCS platform's stage time; on a CPU (target ``cpu``) the
-    CPU baseline's (measured compute + remote reads). Lognormal with sigma SERVICE_SIGMA."""
+    CPU baseline's (compute + remote reads). Lognormal with sigma SERVICE_SIGMA around each
+    stage's mean (``latency="mean"``: the simulator draws its own spread)."""
     services, means = {}, {}
+    mean = {**opts, "latency": "mean"}
     for app in APPS:
         slug = app.replace("_", "-")
-        cpu = e2e.end_to_end(app, "cpu", 1, link, **opts)
-        dscs = e2e.end_to_end(app, "dscs", 1, link, **opts)
+        cpu = e2e.end_to_end(app, "cpu", 1, link, **mean)
+        dscs = e2e.end_to_end(app, "dscs", 1, link, **mean)
         for i, fn in enumerate((f"{slug}-pre", f"{slug}-infer", f"{slug}-notify")):
             for target, bd in (("cpu", cpu), ("dscs", dscs)):
                 if i == 2 and target == "dscs":  # f3 always runs on a compute node's CPU
@@ -68,6 +75,24 @@ def sim_services(link: str = "s3-like", **opts) -> tuple[dict, dict]:
                 services[(fn, target)] = ("lognormal", s, SERVICE_SIGMA)
                 means[f"{fn};{target}"] = s
     return services, means
+
+
+RACK_NOTES = {
+    P.PAPER: "paper mode: `nodes` compute platforms of each kind (DSCS §6.1: 200); near-data = that many DSCS-Drives, each with "
+    "its compute server (f3 runs on a CPU); compute-only = the same compute servers",
+    P.MEASURED_HERE: "measured-here mode: `nodes` split into half DSCS storage nodes and half compute nodes, for both policies",
+}
+
+
+def rack(nodes: int, baseline: str = P.PAPER) -> tuple[int, int]:
+    """(dscs storage nodes, compute nodes) of the rack. Paper mode: ``nodes`` compute platforms
+    of each kind (DSCS §6.1: at most 200 DSCS-Serverless or Baseline (CPU) platforms): a DSCS
+    platform is a DSCS-Drive with its compute server (f3 runs on a CPU), so near-data has
+    ``nodes`` drives and ``nodes`` servers, compute-only the same ``nodes`` servers.
+    Measured-here: ``nodes`` split in half, as before."""
+    if P.check_baseline(baseline) == P.PAPER:
+        return nodes, nodes
+    return nodes // 2, nodes - nodes // 2
 
 
 def simulate(
@@ -79,15 +104,16 @@ def simulate(
     seed: int = 1,
     link: str = "s3-like",
     progress: Callable[[str], None] | None = None,
+    baseline: str = P.PAPER,
     **opts,
 ) -> dict:
-    """The rack under one trace, once per placement policy: half the nodes are dscs storage
-    nodes, half compute nodes (4 slots). Returns the simulation block of results.json."""
+    """The rack under one trace, once per placement policy: dscs storage nodes and compute
+    nodes (4 slots) as ``rack`` composes them. Returns the simulation block of results.json."""
     rate, schedule = check_rack(nodes, rate, duration_s, trace, seed)
-    services, means = sim_services(link, **opts)
+    services, means = sim_services(link, baseline=baseline, **opts)
     runtime = sensitivity.runtime_start()
     weights_s = sorted(sensitivity.cold_terms(a, "dscs", "f2", link, runtime)[1].value_s for a in APPS)
-    storage, compute = nodes // 2, nodes - nodes // 2
+    storage, compute = rack(nodes, baseline)
     runs = {}
     for policy in policies:
         if progress:
@@ -97,30 +123,59 @@ def simulate(
                         link=link, bin_s=10.0, seed=seed, queue_in_view=True)
         wl = poisson(schedule, duration_s, seed=seed) if trace is None else azure_replay(trace, seed=seed)
         r = Simulator(cfg).run(wl)
-        runs[policy] = {**r.summary(), "series": r.series}
+        # DSCS §6.2.2's metric: the cumulative wall-clock time the platforms take to process the
+        # requests (each request's time in service: its latency less its queueing).
+        busy = r.completed * (r.latency["mean"] - r.mean_wait_s) if r.completed else 0.0
+        runs[policy] = {**r.summary(), "cumulative_processing_s": busy, "series": r.series}
     return {
+        "mode": baseline,
         "label": "modelled (discrete-event simulation; placements by the live nearfaas.placement policy objects; wall_s measured)",
         "runs": runs,
         "inputs": {
             "nodes": nodes,
+            "rack": RACK_NOTES[baseline],
             "dscs_storage_nodes": storage,
             "compute_nodes": compute,
             "compute_slots": 4,
             "trace": trace or {"kind": "poisson", "schedule": schedule, "duration_s": duration_s},
             "seed": seed,
             "service_means_s": means,
-            "service_distribution": f"lognormal, sigma {SERVICE_SIGMA} [assumption] around the end-to-end model's stage time",
+            "service_distribution": f"lognormal, sigma {SERVICE_SIGMA} [assumption] around the end-to-end model's mean stage time",
             "cold_start_s": {
                 "runtime": {"value_s": runtime[0], "label": "measured", "source": runtime[1]},
                 "model_load": {"value_s": weights_s[len(weights_s) // 2], "label": "modelled", "source": "median app's weights over P2P"},
-                "image_pull": {"value_s": 0.0, "label": "assumption", "source": "images cached on every node"},
+                "image_pull": {"value_s": 0.0, "label": "assumption", "source": "images cached on every node (no container images here)"},
             },
+            "cumulative_processing_s": "derived: completed x (mean latency - mean wait)",
             "keep_alive_s": 600.0,
             "queue_in_view": "True: a node's waiting calls count as its load (a simulated node has 4 slots; a live node runs "
             "every call at once, so the gateway sees the same calls as in flight)",
             "queue_depth": 10_000,
         },
     }
+
+
+HEADLINE_KEYS = (("speedup", "speedup_vs_cpu"), ("energy_reduction", "energy_reduction_vs_cpu"),
+                 ("cost_efficiency", "cost_efficiency_vs_cpu_per_app"))
+
+
+def headline_from(ev: dict) -> dict:
+    """{"mode", "label", "per_app": {platform: {app: {speedup, energy_reduction, cost_efficiency}}},
+    "summary": {platform: {speedup_geomean, energy_reduction_geomean, cost_efficiency}}} of one
+    ``e2e.evaluate`` result (cost efficiency per app: at that app's throughput and power; the
+    platform's: the cost model's platform figure)."""
+    per_app = {p: {a: {k: ev[src][p][a] for k, src in HEADLINE_KEYS} for a in row if a not in ("mean", "geomean")}
+               for p, row in ev["speedup_vs_cpu"].items()}
+    summary = {p: {"speedup_geomean": ev["speedup_vs_cpu"][p]["geomean"],
+                   "energy_reduction_geomean": ev["energy_reduction_vs_cpu"][p]["geomean"],
+                   "cost_efficiency": ev["cost_efficiency_vs_cpu"][p]} for p in per_app}
+    return {"mode": ev["mode"], "label": ev["label"], "per_app": per_app, "summary": summary}
+
+
+def headline(evaluate_fn: Callable[..., dict] | None = None, **kwargs) -> dict:
+    """The headline of ``evaluate_fn(**kwargs)`` (default ``e2e.evaluate``). An uncertainty study
+    passes a callable that evaluates with perturbed constants and collects these dicts."""
+    return headline_from((evaluate_fn or e2e.evaluate)(**kwargs))
 
 
 def build(
@@ -133,54 +188,75 @@ def build(
     rate: float | None = None,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
+    baseline: str = P.PAPER,
 ) -> dict:
-    """Every number of the report. ``quick``: a 20-node rack and 1,000 Monte Carlo samples."""
+    """Every number of the report in ``baseline``'s mode. ``quick``: a 20-node rack and 1,000
+    Monte Carlo samples."""
     step = progress or (lambda _m: None)
     t0 = time.perf_counter()
+    P.check_baseline(baseline)
     apps = None if apps is None else [P.check_app(a) for a in apps]
     platforms = None if platforms is None else [P.check_platform(p) for p in platforms]
     nodes = nodes if nodes is not None else (20 if quick else 200)
     get_profile(link)
     check_rack(nodes, rate, trace=trace, seed=seed)
-    step("single node: end-to-end, energy, cost")
-    ev = e2e.evaluate(apps, platforms, link=link)
-    xeon = e2e.evaluate(apps, platforms, link=link, cpu_compute="modelled")
+    step(f"single node ({baseline} mode): end-to-end, energy, cost")
+    opts = {"baseline": baseline, "request_seed": seed}
+    ev = e2e.evaluate(apps, platforms, link=link, **opts)
+    other = next(b for b in P.BASELINES if b != baseline)
+    alt = e2e.evaluate(apps, platforms, link=link, baseline=other, request_seed=seed)
     step("sensitivity: batch, tail, accelerated functions, cold start")
-    sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed)
+    sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed, **opts)
     step("rack-scale simulation")
-    sim = simulate(nodes, trace=trace, rate=rate, seed=seed, link=link, progress=lambda p: step(f"rack-scale simulation: {p}"))
+    sim = simulate(nodes, trace=trace, rate=rate, seed=seed, link=link, baseline=baseline,
+                   progress=lambda p: step(f"rack-scale simulation: {p}"))
+    return _results(ev, alt, sens, sim, quick, nodes, seed, t0)
+
+
+def _results(ev, alt, sens, sim, quick, nodes, seed, t0) -> dict:
     breakdown = {
         p: {a: {"total_s": b["total_s"], "by_component_s": b["by_component_s"]} for a, b in row.items()} for p, row in ev["breakdowns"].items()
     }
+    keys = ("speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu", "cost_efficiency_vs_cpu_per_app")
     return {
-        "title": "nearfaas datacenter twin: DSCS-Serverless evaluation",
+        "title": f"nearfaas datacenter twin: DSCS-Serverless evaluation ({ev['mode']} mode)",
+        "mode": ev["mode"],
         "label": ev["label"],
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "speedup_vs_cpu": ev["speedup_vs_cpu"],
-        "energy_reduction_vs_cpu": ev["energy_reduction_vs_cpu"],
-        "cost_efficiency_vs_cpu": ev["cost_efficiency_vs_cpu"],
+        **{k: ev[k] for k in keys},
+        "headline": headline_from(ev),
         "runtime_breakdown_s": breakdown,
-        "modelled_xeon_baseline": {
-            "label": "modelled: the CPU baseline's f1/f2 from the Xeon 8275CL roofline instead of this machine's measured thread",
-            "speedup_vs_cpu": xeon["speedup_vs_cpu"],
-            "energy_reduction_vs_cpu": xeon["energy_reduction_vs_cpu"],
-            "cost_efficiency_vs_cpu": xeon["cost_efficiency_vs_cpu"],
-        },
+        "alternative_mode": {"mode": alt["mode"], "label": f"alternative, NOT this report's mode: {alt['label']}",
+                             **{k: alt[k] for k in keys}},
         "cost_efficiency": ev["cost_efficiency"],
         "energy_j": ev["energy"],
         "sensitivity": sens,
         "simulation": sim,
-        "measured_here": {
-            "cpu_stage_seconds": "benchmarks/results/apps.json (f1/f2/f3 per app, 1 ONNX Runtime thread, this 2-core VM)",
-            "system_stack_s": "benchmarks/results/invoke_overhead.json (gateway overhead per stage)",
-            "runtime_start_s": "benchmarks/results/cold_start.json (prewarm-off)",
-            "object_sizes": "benchmarks/results/apps.json (make_input seed 0, stage outputs)",
-            "model_file_bytes_and_session_build": "benchmarks/results/apps.json (full models built in code)",
-        },
+        "measured_here": _measured_inputs(ev["mode"]),
         "inputs": {**ev["inputs"], "quick": quick, "nodes": nodes, "seed": seed},
         "machine": {"python": host.python_version(), "machine": host.machine(), "system": host.system()},
         "wall_s": time.perf_counter() - t0,
     }
+
+
+def _measured_inputs(mode: str) -> dict:
+    out = {
+        "cpu_stage_seconds": "benchmarks/results/apps.json (f1/f2/f3 per app, 1 ONNX Runtime thread, this 2-core VM)",
+        "system_stack_s": "benchmarks/results/invoke_overhead.json (gateway overhead per stage)",
+        "runtime_start_s": "benchmarks/results/cold_start.json (prewarm-off)",
+        "object_sizes": "benchmarks/results/apps.json (make_input seed 0, stage outputs)",
+        "model_file_bytes_and_session_build": "benchmarks/results/apps.json (full models built in code)",
+    }
+    if mode == P.PAPER:
+        out["cpu_stage_seconds"] = "benchmarks/results/apps.json f3 wall_s only (f1/f2 are the Xeon 8275CL roofline in paper mode)"
+        out["system_stack_s"] = "benchmarks/results/invoke_overhead.json (warm no-op call through gateway and worker, p50 and p99)"
+    return out
+
+
+def mode_caption(results: dict) -> str:
+    """The mode a table was computed in, for its title."""
+    mode = results.get("mode", P.MEASURED_HERE)
+    return f"{mode} mode" + ("" if mode == P.PAPER else ": NOT the paper's method")
 
 
 def speedup_table(results: dict, key: str = "speedup_vs_cpu") -> list[list[str]]:
@@ -190,4 +266,13 @@ def speedup_table(results: dict, key: str = "speedup_vs_cpu") -> list[list[str]]
     rows = [["platform", *cols]]
     for p, row in block.items():
         rows.append([p, *(f"{row[c]:.2f}" for c in cols)])
+    return rows
+
+
+def summary_table(results: dict) -> list[list[str]]:
+    """Rows of the geomean table: platform, speedup, energy reduction, cost efficiency vs the CPU."""
+    rows = [["platform", "speedup (geomean)", "energy reduction (geomean)", "cost efficiency"]]
+    for p, row in results["speedup_vs_cpu"].items():
+        rows.append([p, f"{row['geomean']:.2f}", f"{results['energy_reduction_vs_cpu'][p]['geomean']:.2f}",
+                     f"{results['cost_efficiency_vs_cpu'][p]:.2f}"])
     return rows
