@@ -23,8 +23,8 @@ def twin() -> None:
     """Project the eight DSCS apps onto the seven Table 2 platforms, one node and a whole rack.
 
     \b
-    nearfaas twin report --quick           # the whole evaluation in ~20 s: PNGs, report.html, results.json
-    nearfaas twin report --out twin-report # full size: a 200-node rack, 4,000 Monte Carlo samples
+    nearfaas twin report --quick           # the whole evaluation in ~45 s: PNGs, report.html, results.json
+    nearfaas twin report --out twin-report # full size: a 200-node rack, 4,000 sensitivity samples, 200 uncertainty draws
     nearfaas twin e2e asset_damage --platform dscs   # one app's end-to-end breakdown, term by term
 
     All results are MODELLED from public specs, stated assumptions and a few inputs measured on

@@ -205,15 +205,31 @@ def build(
     ev = e2e.evaluate(apps, platforms, link=link, **opts)
     other = next(b for b in P.BASELINES if b != baseline)
     alt = e2e.evaluate(apps, platforms, link=link, baseline=other, request_seed=seed)
+    step("uncertainty: the headline over the assumption/mem constants' ranges (Monte Carlo)")
+    ranges = headline_uncertainty(apps, platforms, link, opts, samples=UNCERTAINTY_SAMPLES[quick], seed=seed)
     step("sensitivity: batch, tail, accelerated functions, cold start")
     sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed, **opts)
     step("rack-scale simulation")
     sim = simulate(nodes, trace=trace, rate=rate, seed=seed, link=link, baseline=baseline,
                    progress=lambda p: step(f"rack-scale simulation: {p}"))
-    return _results(ev, alt, sens, sim, quick, nodes, seed, t0)
+    return _results(ev, alt, sens, sim, quick, nodes, seed, t0, ranges)
 
 
-def _results(ev, alt, sens, sim, quick, nodes, seed, t0) -> dict:
+# Monte Carlo samples of the constants (report --quick / full). Each sample evaluates every
+# platform and app at the headline's own 10,000 requests per p95: the energy ratio's p95 moves by
+# ~12% between 2,000 and 10,000 requests, so fewer would shift the nominal itself.
+UNCERTAINTY_SAMPLES = {True: 40, False: 200}
+
+
+def headline_uncertainty(apps, platforms, link: str, opts: dict, samples: int, seed: int) -> dict:
+    """The headline ratios' ranges when every ``assumption``/``mem`` constant with a documented
+    range is drawn within it (twin/uncertainty.py), with a one-at-a-time tornado."""
+    from nearfaas.twin import uncertainty
+
+    return uncertainty.headline_ranges(lambda: e2e.evaluate(apps, platforms, link=link, **opts), samples=samples, seed=seed)
+
+
+def _results(ev, alt, sens, sim, quick, nodes, seed, t0, ranges) -> dict:
     breakdown = {
         p: {a: {"total_s": b["total_s"], "by_component_s": b["by_component_s"]} for a, b in row.items()} for p, row in ev["breakdowns"].items()
     }
@@ -224,7 +240,8 @@ def _results(ev, alt, sens, sim, quick, nodes, seed, t0) -> dict:
         "label": ev["label"],
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         **{k: ev[k] for k in keys},
-        "headline": headline_from(ev),
+        "headline": {**headline_from(ev), "ranges": ranges["headlines"], "ranges_label": ranges["label"]},
+        "uncertainty": ranges,
         "runtime_breakdown_s": breakdown,
         "alternative_mode": {"mode": alt["mode"], "label": f"alternative, NOT this report's mode: {alt['label']}",
                              **{k: alt[k] for k in keys}},
@@ -270,9 +287,18 @@ def speedup_table(results: dict, key: str = "speedup_vs_cpu") -> list[list[str]]
 
 
 def summary_table(results: dict) -> list[list[str]]:
-    """Rows of the geomean table: platform, speedup, energy reduction, cost efficiency vs the CPU."""
-    rows = [["platform", "speedup (geomean)", "energy reduction (geomean)", "cost efficiency"]]
+    """Rows of the geomean table: platform, speedup, energy reduction, cost efficiency vs the CPU,
+    each with its 5th-95th percentile over the constants' ranges when the report has them."""
+    ranges = (results.get("headline") or {}).get("ranges") or {}
+    suffix = ", p5-p95" if ranges else ""
+    rows = [["platform", f"speedup (geomean){suffix}", f"energy reduction (geomean){suffix}", f"cost efficiency{suffix}"]]
+
+    def cell(metric: str, platform: str, value: float) -> str:
+        band = ((ranges.get(metric) or {}).get(platform) or {}).get("geomean")
+        return f"{value:.2f}" + (f" [{band['p5']:.2f}-{band['p95']:.2f}]" if band else "")
+
     for p, row in results["speedup_vs_cpu"].items():
-        rows.append([p, f"{row['geomean']:.2f}", f"{results['energy_reduction_vs_cpu'][p]['geomean']:.2f}",
-                     f"{results['cost_efficiency_vs_cpu'][p]:.2f}"])
+        rows.append([p, cell("speedup_vs_cpu", p, row["geomean"]),
+                     cell("energy_reduction_vs_cpu", p, results["energy_reduction_vs_cpu"][p]["geomean"]),
+                     cell("cost_efficiency_vs_cpu", p, results["cost_efficiency_vs_cpu"][p])])
     return rows
