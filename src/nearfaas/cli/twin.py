@@ -121,3 +121,33 @@ def e2e_cmd(app, platform, batch, link, as_json, baseline):
             t.add_row(s.name, term.name, f"{term.value_s * 1e3:.3f}", term.label, escape(term.source))  # "[assumption]" is text
     console.print(t)
     err.print("labels: measured = on this machine; modelled = from the specs and assumptions in docs/results.md")
+
+
+@twin.command("validate")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON (per-app errors, geomean, band, gpu)")
+@click.option("--threads", default="1,2", show_default=True, help="ONNX Runtime thread counts to validate at")
+@click.option("--form", type=click.Choice(["catalog", "refined"]), default="catalog", show_default=True,
+              help="catalog: the roofline form the Xeon baseline uses; refined: per-shape GEMM efficiency")
+@click.option("--refresh", is_flag=True, help="re-measure everything here (micro-benchmarks, N-thread f2; ~5 min)")
+@click.option("--no-measure", is_flag=True, help="fail instead of measuring what benchmarks/results/cpu_validation.json lacks")
+def validate_cmd(as_json, threads, form, refresh, no_measure):
+    """Check the CPU roofline against real f2 times measured on THIS machine (measured vs
+    modelled): per-app error, the geometric mean of |error|, and the residual band the report
+    propagates into the Xeon baseline. Targets: |error| <= 20 % per app, <= 10 % geomean at 1
+    thread. The GPU roofline is validated only where a GPU is present."""
+    from nearfaas.twin import validate as v
+
+    try:
+        counts = tuple(int(x) for x in threads.split(",") if x.strip())
+    except ValueError:
+        raise click.ClickException(f"--threads must be comma-separated integers, e.g. 1,2; got {threads!r}") from None
+    try:
+        result = v.validate(counts, form=form, refresh=refresh, measure=not no_measure, progress=lambda m: err.print(m))
+    except (ValueError, OSError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        cpu = {k: val for k, val in result["cpu"].items() if k != "threads"}
+        cpu["threads"] = {t: {k: val for k, val in s.items() if k != "apps"} for t, s in result["cpu"]["threads"].items()}
+        click.echo(json.dumps({"cpu": cpu, "gpu": result["gpu"]}, indent=1))
+        return
+    click.echo(v.table(result))
