@@ -22,6 +22,7 @@ die, NRE amortised over a volume. Every number is MODELLED.
 """
 
 from __future__ import annotations
+from nearfaas.stats import geomean
 
 import math
 
@@ -184,7 +185,7 @@ def platform_cost_efficiency(platform: str, breakdowns: dict, energies: dict, **
     for a in apps:
         lat = breakdowns[a].total_s
         per_app[a] = cost_efficiency(1.0 / lat, cap["total_usd"], energies[a]["total_j"] / lat, **over)
-    g = math.exp(sum(math.log(r["requests_per_usd"]) for r in per_app.values()) / len(apps))
+    g = geomean(r["requests_per_usd"] for r in per_app.values())
     return {
         "platform": platform,
         "method": method,

@@ -25,6 +25,7 @@ f2's result crosses the link to f3. The system-stack overhead per stage is MEASU
 """
 
 from __future__ import annotations
+from nearfaas.stats import geomean
 
 import copy
 import json
@@ -501,7 +502,7 @@ def _summary(values: dict[str, float]) -> dict[str, float]:
     v = list(values.values())
     out = dict(values)
     out["mean"] = sum(v) / len(v)
-    out["geomean"] = math.exp(sum(math.log(x) for x in v) / len(v))
+    out["geomean"] = geomean(v)
     return out
 
 

@@ -25,6 +25,7 @@ docs/results.md.
 """
 
 from __future__ import annotations
+from nearfaas.stats import geomean
 
 import copy
 import json
@@ -44,11 +45,6 @@ _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 COLD_START_FILE = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "cold_start.json"
 ARM_HOSTED = ("ns_arm", "ns_mobile_gpu")  # an A57 complex builds the session (TX2, NS-ARM)
 LABEL = "modelled (twin sensitivity study; measured inputs named in inputs)"
-
-
-def geomean(values) -> float:
-    v = list(values)
-    return math.exp(sum(math.log(x) for x in v) / len(v))
 
 
 def _apps_platforms(apps, platforms) -> tuple[list[str], list[str]]:

@@ -55,6 +55,7 @@ prediction itself says are overhead-bound (busy < 10x the fixed per-call + per-l
 """
 
 from __future__ import annotations
+from nearfaas.stats import geomean
 
 import argparse
 import gc
@@ -133,7 +134,7 @@ def geomean_abs(errors: Iterable[float]) -> float:
         raise ValueError("no errors to average")
     if min(xs) == 0.0:
         return 0.0
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+    return geomean(xs)
 
 
 def ratio_geomean_error(errors: Iterable[float]) -> float:
