@@ -22,7 +22,6 @@ die, NRE amortised over a volume. Every number is MODELLED.
 """
 
 from __future__ import annotations
-from nearfaas.stats import geomean
 
 import math
 
@@ -30,6 +29,7 @@ from nearfaas.hw.sourced import Sourced
 
 from . import platforms as P
 from . import power
+from nearfaas.stats import geomean
 
 YEARS = Sourced(3.0, "DSCS §6.1: three-year ownership", "src")
 UTILISATION = Sourced(0.30, "DSCS §6.1: 30 % utilisation", "src")

@@ -25,7 +25,6 @@ f2's result crosses the link to f3. The system-stack overhead per stage is MEASU
 """
 
 from __future__ import annotations
-from nearfaas.stats import geomean
 
 import copy
 import json
@@ -40,6 +39,7 @@ from nearfaas.apps.catalog import APPS
 from nearfaas.link.profiles import get_profile
 
 from . import platforms as P
+from nearfaas.stats import geomean
 
 MEASURED = "measured"
 MODELLED = "modelled"

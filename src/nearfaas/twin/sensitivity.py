@@ -25,7 +25,6 @@ docs/results.md.
 """
 
 from __future__ import annotations
-from nearfaas.stats import geomean
 
 import copy
 import json
@@ -36,6 +35,7 @@ import numpy as np
 
 from . import platforms as P
 from .e2e import MEASURED, MODELLED, P95_REQUESTS, Breakdown, Stage, Term, _net, _p2p, _pcie, _profiles, at_percentile, end_to_end, profile
+from nearfaas.stats import geomean
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 TAIL_RATIOS = (1, 2, 4, 8, 16)

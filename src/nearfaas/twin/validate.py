@@ -55,7 +55,6 @@ prediction itself says are overhead-bound (busy < 10x the fixed per-call + per-l
 """
 
 from __future__ import annotations
-from nearfaas.stats import geomean
 
 import argparse
 import gc
@@ -68,6 +67,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from nearfaas.stats import geomean
 
 TARGET_APP_ABS = 0.20
 TARGET_GEOMEAN_ABS = 0.10
