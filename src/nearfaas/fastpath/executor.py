@@ -123,11 +123,13 @@ class Executor:
 
     def __init__(self, workers: int = 1, sched: str | None = None, queue_depth: int | None = None, pin: bool = False,
                  host: str | None = None, binary: str | os.PathLike | None = None, extra_args: list[str] | None = None,
-                 start_timeout: float = 20.0, env: dict | None = None, control_key_file: str | os.PathLike | None = None):
+                 start_timeout: float = 20.0, env: dict | None = None, control_key_file: str | os.PathLike | None = None,
+                 stream: bool = False):
         """``control_key_file``: the control port's key (hex, mode 0600); None makes a fresh one
         next to the ready file."""
         self.binary = Path(binary) if binary else binary_path()
         self.workers, self.sched, self.queue_depth, self.pin, self.host = workers, sched, queue_depth, pin, host
+        self.stream = stream  # open the stream-function listener too (--stream; docs/fastpath.md)
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
         self.env = env
@@ -153,6 +155,8 @@ class Executor:
                "--control-key-file", str(self.control_key_file)]
         if self.host:
             cmd += ["--host", self.host]
+        if self.stream:
+            cmd += ["--stream", "127.0.0.1:0"]
         if self.queue_depth is not None:
             cmd += ["--queue-depth", str(self.queue_depth)]
         if self.pin:
@@ -228,6 +232,11 @@ class Executor:
     @property
     def tcp_addr(self) -> tuple[str, int]:
         return self._addr("tcp")
+
+    @property
+    def stream_addr(self) -> tuple[str, int]:
+        """The stream-function listener (only with ``stream=True``)."""
+        return self._addr("stream")
 
     @property
     def control_addr(self) -> tuple[str, int]:

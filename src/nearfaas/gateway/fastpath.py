@@ -28,7 +28,8 @@ from pathlib import Path
 from nearfaas.fastpath import auth, wire
 from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNKNOWN
 
-from .invoker import CallError
+from . import stream
+from .errors import CallError
 
 # The wire format (status codes, frames) is nearfaas.fastpath.wire's; what the gateway adds is the
 # HTTP status a call over /function/<name> answers for each fast-path status (others: 502).
@@ -125,9 +126,12 @@ class FastPath:
             except OSError as exc:  # the function is gone either way; its ID stays reserved in the old file
                 print(json.dumps({"event": "fastpath-ids-save-failed", "file": str(self.ids_file), "error": str(exc)}), flush=True)
 
-    async def deploy(self, spec: dict) -> int:
-        """Assign the function's ID and, for a fast-path lambda, install it (or hot-swap it)."""
+    async def deploy(self, spec: dict, lookup=lambda name: None) -> int:
+        """Assign the function's ID and, for a fast-path lambda or a stream function, install it
+        (or hot-swap it). ``lookup(name)``: a deployed function's spec (stream chains)."""
         fp = (spec.get("x") or {}).get("fastpath")
+        if stream.is_stream(spec):
+            return await self._deploy_stream(spec, lookup)
         if (spec.get("x") or {}).get("target") != "fastpath" or not fp:
             return self.assign(spec["name"])
         if self.layout is None:
@@ -149,6 +153,36 @@ class FastPath:
             raise CallError(400, f"the fast path refused {spec['name']!r}: {reply.get('error')}", "fastpath")
         self.versions[spec["name"]] = version
         return lambda_id
+
+    async def _deploy_stream(self, spec: dict, lookup) -> int:
+        if self.layout is None or not self.layout.get("stream"):
+            raise CallError(503, f"function {spec['name']!r} is a stream function, but this cluster runs no fast-path executor "
+                                 "with a stream port; build it with `make setup` and restart the cluster", "fastpath")
+        stages = stream.stages_of(spec, lookup)
+        new_id = spec["name"] not in self.ids
+        lambda_id = self.assign(spec["name"])
+        version = self.versions.get(spec["name"], 0) + 1
+        reply = await self.control({"op": "deploy", "id": lambda_id, "name": spec["name"], "kind": "stream", "version": version,
+                                    "stream": {"chain": stages}})
+        if not reply.get("ok"):
+            if new_id:
+                self.release(spec["name"])
+            raise CallError(400, f"the executor refused stream function {spec['name']!r}: {reply.get('error')}", "fastpath")
+        self.versions[spec["name"]] = version
+        return lambda_id
+
+    @property
+    def stream_addr(self) -> tuple[str, int] | None:
+        if not self.layout or not self.layout.get("stream"):
+            return None
+        return self.layout.get("host", "127.0.0.1"), int(self.layout["stream"])
+
+    async def call_stream(self, name: str, payload: bytes) -> tuple[int, bytes]:
+        """``payload`` through the stream pipeline installed under ``name``'s ID."""
+        lambda_id = self.ids.get(name)
+        if lambda_id is None or self.stream_addr is None:
+            raise CallError(404, f"stream function {name!r} is not installed on the executor", "fastpath")
+        return await stream.call(self.stream_addr, lambda_id, payload)
 
     async def remove(self, name: str, fastpath: bool) -> None:
         if fastpath and self.layout is not None and name in self.ids:

@@ -225,7 +225,7 @@ class InstancePool:
                 self.drop_instance(old, inst, stop=True)  # busy ones finish their calls first
         self.functions[spec["name"]] = state
         self.metrics.service_count.labels(state.name).set(0)
-        if (spec.get("x") or {}).get("target") == "fastpath":
+        if (spec.get("x") or {}).get("target") in ("fastpath", "stream"):
             state.desired = 0  # the fast-path executor runs it: no workers (gateway/fastpath.py)
             return state
         asyncio.get_running_loop().create_task(self.scale(state.name, state.desired))

@@ -119,9 +119,10 @@ class Invoker:
         state = self.functions.get(name)
         if state is None:
             raise CallError(404, f"function {name!r} not found; deploy it first (nearfaas deploy -f stack.yml)", "gateway")
-        if (state.spec.get("x") or {}).get("target") == "fastpath":
-            raise CallError(400, f"function {name!r} is a fast-path lambda: call it with POST /function/{name} or over UDP/TCP by its "
-                                 "lambda ID (docs/fastpath.md); it cannot be a chain stage, a trigger or an async call", "fastpath")
+        if (state.spec.get("x") or {}).get("target") in ("fastpath", "stream"):
+            kind = "stream function" if state.spec["x"]["target"] == "stream" else "fast-path lambda"
+            raise CallError(400, f"function {name!r} is a {kind}: call it with POST /function/{name} or directly on the executor by "
+                                 "its ID (docs/fastpath.md); it cannot be a worker chain's stage, a trigger or an async call", "fastpath")
         state.invocations += 1
         meters = state.meters or state.bind_meters(self.metrics)
         meters.inflight.inc()

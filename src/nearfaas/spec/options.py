@@ -15,8 +15,13 @@ from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, par
 
 X_KEY = "x-nearfaas"
 X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
-          "target", "fastpath", "buckets", "auth"}
-TARGETS = ("worker", "fastpath")
+          "target", "fastpath", "stream", "buckets", "auth"}
+TARGETS = ("worker", "fastpath", "stream")
+# A stream function (target: stream): one stage of the executor's per-connection pipeline.
+STREAM_FUNCTIONS = ("parse", "filter", "topk", "frequent")
+STREAM_KEYS = {"fn", "k", "dtype", "variant", "min", "max"}
+STREAM_DTYPES = ("u32", "f32")
+STREAM_VARIANTS = ("insertion", "heap")
 FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
 NATIVE_LAMBDAS = ("web", "kv", "gray")
 # Chain intermediates live here, written by the stage that made them onto its own node.
@@ -43,6 +48,7 @@ class NearfaasOptions:
     triggers: list[str] = field(default_factory=list)  # "s3://bucket/prefix": a PUT there invokes this function
     target: str = "worker"                  # "fastpath": a tiny lambda run to completion by the fast path (docs/fastpath.md)
     fastpath: dict[str, Any] | None = None  # {module | native, weight, timeout_ms, external} when target is fastpath
+    stream: dict[str, Any] | None = None    # {fn, k, dtype, variant, min, max} when target is stream
     # The buckets this function's own S3 key may use ("*": any). Its trigger buckets and the chain
     # intermediate bucket are added for it (auth/function_keys.py); nothing else is reachable.
     buckets: list[str] = field(default_factory=list)
@@ -60,6 +66,7 @@ class NearfaasOptions:
                 "chain": list(self.chain), "keep_intermediates": self.keep_intermediates, "idempotent": self.idempotent,
                 "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers),
                 "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None,
+                "stream": dict(self.stream) if self.stream else None,
                 "buckets": list(self.buckets), "auth": self.auth}
 
     @classmethod
@@ -182,8 +189,9 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 setattr(opts, flag, parse_bool(m[flag]))
             except ValueError as exc:
                 c.error(join_path(path, flag), str(exc), "write true or false")
-    if m.get("target") is not None or m.get("fastpath") is not None:
+    if m.get("target") is not None or m.get("fastpath") is not None or m.get("stream") is not None:
         _parse_fastpath(m, path, opts, c)
+        _parse_stream(m, path, opts, c)
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
@@ -240,6 +248,54 @@ def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> 
         else:
             out["external"] = str(ext)
     opts.fastpath = out
+
+
+def _parse_stream(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> None:
+    """``target: stream``: a stage of the executor's per-connection stream pipeline (docs/fastpath.md)."""
+    spath = join_path(path, "stream")
+    if (m.get("target") or "worker") != "stream":
+        if m.get("stream") is not None:
+            c.error(spath, "only means something with target: stream", "add target: stream or remove this block")
+        return
+    st = read_mapping(m.get("stream"), spath, c) if m.get("stream") is not None else None
+    if st is None:
+        if m.get("stream") is None:
+            c.error(spath, "is missing: target: stream needs to know which stream function to run",
+                    f"add stream: {{fn: topk, k: 16}} (fn one of {', '.join(STREAM_FUNCTIONS)})")
+        return
+    check_unknown_keys(st, STREAM_KEYS, spath, c, error=True)
+    out: dict[str, Any] = {"fn": st.get("fn")}
+    if out["fn"] not in STREAM_FUNCTIONS:
+        c.error(join_path(spath, "fn"), f"unknown stream function {short_repr(st.get('fn'))}", f"use one of {', '.join(STREAM_FUNCTIONS)}")
+        return
+    if out["fn"] in ("topk", "frequent"):
+        try:
+            k = parse_int(st.get("k", 16))
+            if not 1 <= k <= 4096:
+                raise ValueError("must be between 1 and 4096")
+            out["k"] = k
+        except ValueError as exc:
+            c.error(join_path(spath, "k"), f"bad value {short_repr(st.get('k'))}: {exc}", "write e.g. k: 16")
+    if out["fn"] in ("topk", "filter"):
+        dtype = st.get("dtype", "u32")
+        if dtype not in STREAM_DTYPES:
+            c.error(join_path(spath, "dtype"), f"must be one of {', '.join(STREAM_DTYPES)}, got {short_repr(dtype)}", "write dtype: u32")
+        out["dtype"] = dtype
+    if out["fn"] == "topk":
+        variant = st.get("variant", "insertion")
+        if variant not in STREAM_VARIANTS:
+            c.error(join_path(spath, "variant"), f"must be one of {', '.join(STREAM_VARIANTS)}, got {short_repr(variant)}",
+                    "write variant: insertion (the FPGA's sorted-insertion network) or heap")
+        out["variant"] = variant
+    if out["fn"] == "filter":
+        for key in ("min", "max"):
+            if key in st:
+                value = st[key]
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    c.error(join_path(spath, key), f"must be a number, got {short_repr(value)}", f"write e.g. {key}: 100")
+                else:
+                    out[key] = value
+    opts.stream = out
 
 
 def parse_triggers(value: Any, path: str, c: Collector) -> list[str]:

@@ -36,6 +36,11 @@ def is_fastpath(spec: dict) -> bool:
     return (spec.get("x") or {}).get("target") == "fastpath"
 
 
+def on_executor(spec: dict) -> bool:
+    """Run by the fast-path executor (a lambda or a stream function), never by workers."""
+    return (spec.get("x") or {}).get("target") in ("fastpath", "stream")
+
+
 # Call ids: a random per-process prefix and a counter. Unique across gateways and restarts, and
 # far cheaper than a uuid4 (an os.urandom syscall) on every warm call.
 _CALL_PREFIX = uuid.uuid4().hex[:12]

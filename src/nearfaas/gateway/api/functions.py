@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from nearfaas.gateway.api.common import SpecErrorResponse, error, is_fastpath, json_body, rfc3339
+from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
 from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
@@ -92,11 +92,15 @@ class FunctionsAPI:
         """Deploy again what was deployed when the gateway stopped."""
         for spec in self.store.load():
             try:
-                await self.fastpath.deploy(spec)
+                await self.fastpath.deploy(spec, self._spec_of)
             except CallError as exc:  # the executor is gone or refuses it now: keep the others
                 print(json.dumps({"event": "fastpath-restore-failed", "function": spec["name"], "error": str(exc)}), flush=True)
                 continue
             self.invoker.deploy(spec)
+
+    def _spec_of(self, name: str) -> dict | None:
+        state = self.invoker.functions.get(name)
+        return state.spec if state is not None else None
 
     def _persist(self) -> None:
         self.store.save([s.spec for s in self.invoker.functions.values()])
@@ -110,10 +114,13 @@ class FunctionsAPI:
             "labels": spec.labels, "annotations": spec.annotations, "limits": spec.limits or None, "requests": None,
             "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
-            **({"replicas": 1, "availableReplicas": 1} if is_fastpath(state.spec) and name in self.fastpath.ids
+            **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
                else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
             "createdAt": rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
             "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
+            # A stream function: where to connect, and the ID to send (docs/fastpath.md, "Stream functions").
+            **({"stream": {"id": self.fastpath.ids.get(name), "address": ":".join(map(str, self.fastpath.stream_addr))}}
+               if (state.spec.get("x") or {}).get("target") == "stream" and self.fastpath.stream_addr else {}),
             # What `auto` predicts this function's compute with, per target: a measured stage
             # profile until the first calls, then those calls' running average (seconds).
             "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
@@ -205,11 +212,11 @@ class FunctionsAPI:
         exists = spec["name"] in self.invoker.functions
         if update and not exists:
             return error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")
-        was_fast = exists and is_fastpath(self.invoker.functions[spec["name"]].spec)
+        was_fast = exists and on_executor(self.invoker.functions[spec["name"]].spec)
         try:
-            if was_fast and not is_fastpath(spec):
+            if was_fast and not on_executor(spec):
                 await self.fastpath.remove(spec["name"], fastpath=True)
-            await self.fastpath.deploy(spec)
+            await self.fastpath.deploy(spec, self._spec_of)
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer)
         self.invoker.deploy(spec)
@@ -228,7 +235,7 @@ class FunctionsAPI:
         if state is None or not await self.invoker.remove(name):
             return error(404, f"function {name!r} not found")
         try:
-            await self.fastpath.remove(name, fastpath=is_fastpath(state.spec))
+            await self.fastpath.remove(name, fastpath=on_executor(state.spec))
         except CallError as exc:  # removed here anyway; the executor's table is rebuilt at its next start
             print(json.dumps({"event": "fastpath-remove-failed", "function": name, "error": str(exc)}), flush=True)
         self._persist()

@@ -15,6 +15,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from nearfaas.gateway.api.common import error, is_fastpath, new_call_id
+from nearfaas.gateway.stream import is_stream
+from nearfaas.gateway.stream import status_name as stream_status
 from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES
 from nearfaas.gateway.errors import CallError
 
@@ -113,6 +115,8 @@ class InvokeAPI:
             state = self.invoker.functions.get(name)
             if state is not None and is_fastpath(state.spec):
                 return await self._invoke_fastpath(name, body)
+            if state is not None and is_stream(state.spec):
+                return await self._invoke_stream(name, body)
             path, query = self._raw_target(request)
             result = await self.calls.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
         except CallError as exc:
@@ -126,6 +130,12 @@ class InvokeAPI:
         status, payload = await self.fastpath.call(name, body)
         headers = {"X-Nearfaas-Target": "fastpath", "X-Nearfaas-Fastpath-Status": STATUS_NAMES.get(status, str(status)),
                    "X-Nearfaas-Lambda-Id": str(lambda_id)}
+        return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
+
+    async def _invoke_stream(self, name: str, body: bytes) -> web.Response:
+        """The body through the function's stream pipeline; the reply's elements as the body."""
+        status, payload = await self.fastpath.call_stream(name, body)
+        headers = {"X-Nearfaas-Target": "stream", "X-Nearfaas-Stream-Status": stream_status(status)}
         return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
 
     async def invoke_async(self, request: web.Request) -> web.Response:
