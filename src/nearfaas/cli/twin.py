@@ -151,3 +151,88 @@ def validate_cmd(as_json, threads, form, refresh, no_measure):
         click.echo(json.dumps({"cpu": cpu, "gpu": result["gpu"]}, indent=1))
         return
     click.echo(v.table(result))
+
+
+def _positive_ints(ctx, param, value: str) -> tuple[int, ...]:
+    """'64,128' -> (64, 128); a negative, zero or non-integer entry is a click usage error naming it."""
+    out = []
+    for item in (value or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            n = int(item)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} is not an integer (give comma-separated positive integers, e.g. 64,128)") from None
+        if n <= 0:
+            raise click.BadParameter(f"{n} must be a positive integer")
+        out.append(n)
+    if not out:
+        raise click.BadParameter("give at least one positive integer")
+    return tuple(out)
+
+
+@twin.command("stream")
+@click.option("--sizes", default="64,128,256,1024,2048,4096", show_default=True, callback=_positive_ints,
+              help="request sizes in bytes, comma-separated")
+@click.option("--concurrency", default="1,2,4,8,16,32,64", show_default=True, callback=_positive_ints,
+              help="numbers of concurrent requests N, comma-separated (per-request time = batch latency / N)")
+@click.option("--concurrency-size", type=click.IntRange(min=1), default=None,
+              help="request size in bytes for the concurrency rows [default: the size the measured file names, else 64]")
+@click.option("--results", "results_path", type=click.Path(dir_okay=False), default=None,
+              help="measured software rows [default: benchmarks/results/stream_topk.json]")
+@click.option("--no-ranges", is_flag=True, help="nominal only (min = max = nominal), no sweep over the assumptions")
+@click.option("--json", "as_json", is_flag=True, help="print modelled_fpga, measured and constants as JSON")
+def stream_cmd(sizes, concurrency, concurrency_size, results_path, no_ranges, as_json):
+    """Streaming Top-K on a network-attached FPGA (Alveo U280 class, HLS TCP/IP at 100 Gb/s, P
+    parallel pipelines): MODELLED latency per request size and per-request time per concurrency N,
+    beside the MEASURED software rows of benchmarks/stream_topk.py. docs/stream-twin.md has the
+    formula and every constant's source; each modelled value shows nominal [min-max over the sweeps]."""
+    from nearfaas.twin import stream as st
+
+    csize = concurrency_size or st.measured_concurrency_size(results_path) or 64
+    m = st.model(sizes, concurrency, concurrency_size=csize, ranges=not no_ranges)
+    meas = st.measured(sizes, concurrency, results_path)
+    if as_json:
+        click.echo(json.dumps(st.to_json(m, meas), indent=1))
+        return
+
+    def num(x: float) -> str:
+        return f"{x:.3g}" if x < 1000 else f"{x:.0f}"
+
+    def band_rows(t: Table, name: str, bands, keys, scale: float = 1.0) -> None:
+        us = {k: bands[k].to_dict(1e6 * scale) for k in keys}
+        t.add_row(name, "modelled", "nominal", *(num(us[k]["nominal"]) for k in keys))
+        if not no_ranges:
+            t.add_row("", "modelled", "min-max", *(f"{num(us[k]['min'])}-{num(us[k]['max'])}" for k in keys))
+
+    def measured_rows(t: Table, key: str, keys) -> None:
+        rows = {name: st.NOT_MEASURED for name in st.SYSTEMS} if isinstance(meas, str) else meas
+        stat = "p50" if key == "p50_us" else "batch/N"
+        for name, row in rows.items():
+            cells = row if isinstance(row, str) else row[key]
+            if isinstance(cells, str):
+                t.add_row(name, "measured", stat, *(["not measured yet"] + ["-"] * (len(keys) - 1)))
+            else:
+                t.add_row(name, "measured", stat, *(num(cells[str(k)]) if cells[str(k)] is not None else "-" for k in keys))
+
+    def missing() -> bool:
+        return isinstance(meas, str) or any(isinstance(r, str) or any(isinstance(c, str) for c in r.values()) for r in meas.values())
+
+    for title, key, keys, rows in (
+        ("latency of one request per request size, us", "p50_us", sizes,
+         [("fpga twin, warm", m["p50"], 1.0), ("fpga twin, cold (ms): + PR", m["cold"], 1e-3)]),
+        (f"per-request time vs concurrency N = batch latency / N, us ({csize} B requests)", "per_request_us", concurrency,
+         [("fpga twin, warm", m["per_request"], 1.0)]),
+    ):
+        t = Table(title=title, title_justify="left", caption=escape(st.NOT_MEASURED) if missing() else None, caption_justify="left")
+        for c in ("system", "label", "stat"):
+            t.add_column(c, overflow="fold")
+        for k in keys:
+            t.add_column(f"{k} B" if key == "p50_us" else f"N={k}", justify="right", overflow="fold")
+        for name, bands, scale in rows:
+            band_rows(t, name, bands, keys, scale)
+        measured_rows(t, key, keys)
+        console.print(t)
+    err.print(escape("modelled = the stream twin (src/nearfaas/twin/stream.py, docs/stream-twin.md): nominal, and min-max "
+                     "over every corner of the swept constants; measured = benchmarks/results/stream_topk.json (this machine)"))
