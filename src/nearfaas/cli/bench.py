@@ -66,4 +66,25 @@ def bench_fastpath(quick, as_json):
     console.print_json(json.dumps({k: v for k, v in result.items() if k.endswith("_us") or k.endswith("_per_s")}))
 
 
+@bench.command("stream")
+@click.option("--quick", is_flag=True, help="100 requests per size, one repeat, N up to 16")
+@click.option("--json", "as_json", is_flag=True,
+              help="print stream_p50_us, baremetal_p50_us, serverless_p50_us (per size) and per_request_ratio_n64")
+def bench_stream(quick, as_json):
+    """Streaming Top-K (K=16, u32) side by side, a connection per request: the executor's stream
+    target, a bare-metal stdlib HTTP server behind an interceptor, and a warm function through the
+    gateway (benchmarks/stream_topk.py has the full run; every number is measured here)."""
+    from nearfaas.bench.stream import headline, run, table
+
+    with err.status("starting the Top-K systems...") as status:
+        try:
+            result = run(quick, progress=lambda m: status.update(m))
+        except (RuntimeError, ValueError) as exc:
+            fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(headline(result), indent=2))
+        return
+    console.print(table(result), markup=False, highlight=False)
+
+
 COMMANDS = (bench,)
