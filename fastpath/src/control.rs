@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::auth::{self, LineError};
 use crate::lambda::{self, inc, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
 use crate::server::Server;
+use crate::stream;
 
 /// Control connections open at once; more are closed at accept (each holds a thread).
 const MAX_CONTROL_CONNS: usize = 16;
@@ -135,10 +136,20 @@ pub fn handle(srv: &Server, m: &Map<String, Value>) -> Value {
         "stats" => stats(srv),
         "remove" => match get_id(m) {
             Err(e) => err(&e),
-            Ok(id) => match srv.remove(id) {
-                Some(old) => json!({"ok": true, "id": id, "removed_version": old.version}),
-                None => err(&format!("id: no lambda with id {id} is deployed")),
-            },
+            Ok(id) => {
+                // An id names one function: a lambda or a stream function.
+                let _g = srv.deploy_lock.lock().unwrap();
+                match (srv.remove(id), srv.streams.remove(id)) {
+                    (Some(old), _) => json!({"ok": true, "id": id, "removed_version": old.version}),
+                    (None, Some(old)) => {
+                        json!({"ok": true, "id": id, "removed_version": old.version,
+                                                "kind": "stream"})
+                    }
+                    (None, None) => err(&format!(
+                        "id: no lambda with id {id} is deployed (nor a stream function)"
+                    )),
+                }
+            }
         },
         "deploy" => match deploy(srv, m) {
             Ok(v) => v,
@@ -158,6 +169,7 @@ fn stats(srv: &Server) -> Value {
             lambdas.push(srv.lambda_json(&l));
         }
     }
+    let streams = srv.streams.json();
     let g = &srv.g;
     let r = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let global = json!({
@@ -167,7 +179,12 @@ fn stats(srv: &Server) -> Value {
         "conns_refused": r(&g.conns_refused), "frames_too_large": r(&g.frames_too_large),
         "tcp_conns": srv.tcp_conns.load(Ordering::Relaxed),
     });
-    let mut v = json!({"ok": true, "lambdas": lambdas, "global": global.clone(), "workers": srv.workers,
+    let mut global = global;
+    if let (Value::Object(g), Value::Object(s)) = (&mut global, srv.streams.global_json()) {
+        g.extend(s);
+    }
+    let mut v = json!({"ok": true, "lambdas": lambdas, "streams": streams, "global": global.clone(),
+                       "workers": srv.workers,
                        "sched": format!("{:?}", srv.sched.mode).to_lowercase()});
     if let (Value::Object(o), Value::Object(gm)) = (&mut v, global) {
         o.extend(gm);
@@ -237,7 +254,11 @@ const DEPLOY_FIELDS: &[&str] = &[
     "fuel",
     "timeout_ms",
     "external",
+    "stream",
 ];
+
+/// Fields of a lambda deploy that a stream function has no use for (null is accepted).
+const NOT_FOR_STREAM: &[&str] = &["path", "native", "fuel", "timeout_ms", "weight", "external"];
 
 /// A deploy request, checked and compiled, ready to swap in.
 struct Deploy {
@@ -254,6 +275,12 @@ struct Deploy {
 
 fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     check_deploy_fields(m)?;
+    if matches!(m.get("kind"), Some(Value::String(k)) if k == "stream") {
+        return stream_deploy(srv, m);
+    }
+    if m.get("stream").is_some_and(|v| !v.is_null()) {
+        return Err("stream: only a deploy of kind \"stream\" takes a chain".into());
+    }
     let id = get_id(m)?;
     let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
     let timeout_ms = get_uint(m, "timeout_ms", 50, 1, 60_000)?;
@@ -261,14 +288,15 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let version = get_uint(m, "version", 1, 0, u64::MAX)?;
     let fuel = get_fuel(m)?;
     let external = get_external(m)?;
-    let kind = get_str(m, "kind")?.ok_or("kind: required; use \"wasm\" or \"native\"")?;
+    let kind =
+        get_str(m, "kind")?.ok_or("kind: required; use \"wasm\", \"native\" or \"stream\"")?;
     let name_field = get_str(m, "name")?;
     let code = match kind {
         "wasm" => wasm_code(srv, m, fuel)?,
         "native" => native_code(m, name_field)?,
         other => {
             return Err(format!(
-                "kind: {other:?} is not a kind; use \"wasm\" or \"native\""
+                "kind: {other:?} is not a kind; use \"wasm\", \"native\" or \"stream\""
             ))
         }
     };
@@ -370,6 +398,8 @@ fn native_code(m: &Map<String, Value>, name_field: Option<&str>) -> Result<Code,
 fn swap_in(srv: &Server, d: Deploy) -> Value {
     let _g = srv.deploy_lock.lock().unwrap();
     let old = srv.lookup(d.id);
+    // An id names one function: a stream function there is replaced.
+    let old_stream = srv.streams.remove(d.id);
     let version = d
         .version
         .unwrap_or_else(|| old.as_ref().map_or(1, |o| o.version + 1));
@@ -394,8 +424,62 @@ fn swap_in(srv: &Server, d: Deploy) -> Value {
         Code::Native(k) => k.buffer_size(),
     };
     let old = srv.install(l);
-    json!({"ok": true, "id": d.id, "version": version, "swapped": old.is_some(),
-           "previous_version": old.map(|o| o.version), "buffer_size": buffer_size})
+    let previous = old
+        .as_ref()
+        .map(|o| o.version)
+        .or(old_stream.as_ref().map(|s| s.version));
+    json!({"ok": true, "id": d.id, "version": version,
+           "swapped": old.is_some() || old_stream.is_some(),
+           "previous_version": previous, "buffer_size": buffer_size})
+}
+
+/// Deploy a stream function (`"kind": "stream"`): validate its chain (src/stream/spec.rs), then
+/// install it at its id, replacing a lambda or stream function there. Connections already
+/// running keep the version they started with.
+fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
+    for k in NOT_FOR_STREAM {
+        if m.get(*k).is_some_and(|v| !v.is_null()) {
+            return Err(format!(
+                "{k}: does not apply to kind stream (a stream function is the chain in \"stream\"); leave it out"
+            ));
+        }
+    }
+    let id = get_id(m)?;
+    let version_given = m.get("version").is_some_and(|v| !v.is_null());
+    let version = get_uint(m, "version", 1, 0, u64::MAX)?;
+    let name = get_str(m, "name")?
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("stream-{id}"));
+    let chain = stream::parse_chain(m.get("stream"))?;
+    let describe = chain.describe();
+    let _g = srv.deploy_lock.lock().unwrap();
+    let old = srv.streams.lookup(id);
+    let old_lambda = srv.remove(id);
+    let version = if version_given {
+        version
+    } else {
+        old.as_ref().map_or(1, |o| o.version + 1)
+    };
+    let stats = old
+        .as_ref()
+        .map_or_else(Default::default, |o| o.stats.clone());
+    srv.streams.install(Arc::new(stream::StreamFn {
+        id,
+        name,
+        version,
+        chain,
+        stats,
+    }));
+    let previous = old
+        .as_ref()
+        .map(|o| o.version)
+        .or(old_lambda.as_ref().map(|l| l.version));
+    Ok(
+        json!({"ok": true, "id": id, "version": version, "kind": "stream",
+              "swapped": old.is_some() || old_lambda.is_some(), "previous_version": previous,
+              "stream": describe,
+              "stream_addr": srv.streams.addr.get().map(|a| a.to_string())}),
+    )
 }
 
 fn kind_is_native(m: &Map<String, Value>) -> bool {

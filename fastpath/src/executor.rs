@@ -8,15 +8,17 @@ use std::sync::Arc;
 
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::{auth, control, lambda, sched, server};
+use crate::{auth, control, lambda, sched, server, stream};
 
 pub const USAGE: &str =
     "usage: nearfaas-fastpath --control-key-file PATH [--udp ADDR] [--tcp ADDR] [--control ADDR]
   [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
   [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
+  [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
-  --max-connections 256 --max-frame 2097152";
+  --max-connections 256 --max-frame 2097152; --stream (stream functions) is off unless given,
+  --stream-idle-ms 2000 --stream-max-connections 1024";
 
 pub struct Args {
     pub udp: String,
@@ -32,6 +34,10 @@ pub struct Args {
     pub control_key_file: Option<String>,
     pub max_conns: usize,
     pub max_frame: usize,
+    /// The stream functions' listener (off when None).
+    pub stream: Option<String>,
+    pub stream_idle_ms: u64,
+    pub stream_max_conns: usize,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -59,6 +65,9 @@ pub fn parse_args() -> Args {
         control_key_file: None,
         max_conns: 256,
         max_frame: 2 << 20,
+        stream: None,
+        stream_idle_ms: 2000,
+        stream_max_conns: 1024,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -104,6 +113,21 @@ pub fn parse_args() -> Args {
                     "--max-frame: use a byte count from 8 to 67108864",
                 )
             }
+            "--stream" => a.stream = Some(val()),
+            "--stream-idle-ms" => {
+                a.stream_idle_ms = int_in(
+                    &val(),
+                    1..=3_600_000,
+                    "--stream-idle-ms: use milliseconds from 1 to 3600000",
+                ) as u64
+            }
+            "--stream-max-connections" => {
+                a.stream_max_conns = int_in(
+                    &val(),
+                    1..=1_000_000,
+                    "--stream-max-connections: use an integer from 1 to 1000000",
+                )
+            }
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0)
@@ -135,12 +159,14 @@ struct Sockets {
     tcp: Option<TcpListener>,
     control: TcpListener,
     unix: Option<UnixDatagram>,
+    stream: Option<TcpListener>,
 }
 
 /// The addresses the threads serve, for the ready line.
 struct Bound {
     tcp: Option<SocketAddr>,
     control: SocketAddr,
+    stream: Option<SocketAddr>,
 }
 
 /// Run the executor with `args`; returns only by exiting the process (0 after a signal).
@@ -165,7 +191,8 @@ pub fn run(args: Args) -> ! {
     );
     server::SrvRef::set(srv.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key, &stop);
+    let mut bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key, &stop);
+    bound.stream = socks.stream.map(|l| start_stream(&srv, &args, l));
     announce(&args, &cfg, &srv, &bound);
     let sig = sigs.wait();
     eprintln!("nearfaas-fastpath: {:?}, shutting down", sig);
@@ -214,11 +241,16 @@ fn bind(args: &Args) -> Sockets {
         let _ = std::fs::remove_file(p);
         UnixDatagram::bind(p).unwrap_or_else(|e| die(&format!("--unix {p}: {e}")))
     });
+    let stream = args
+        .stream
+        .as_ref()
+        .map(|t| TcpListener::bind(t).unwrap_or_else(|e| die(&format!("--stream {t}: {e}"))));
     Sockets {
         udp,
         tcp,
         control,
         unix,
+        stream,
     }
 }
 
@@ -266,7 +298,21 @@ fn start_threads(
     Bound {
         tcp: tcp_addr,
         control: control_addr,
+        stream: None,
     }
+}
+
+/// The stream functions' event loop (src/stream/serve.rs) on its listener; returns its address.
+fn start_stream(srv: &Arc<server::Server>, args: &Args, l: TcpListener) -> SocketAddr {
+    let addr = l.local_addr().unwrap();
+    let _ = srv.streams.addr.set(addr);
+    let cfg = stream::serve::Config {
+        idle: std::time::Duration::from_millis(args.stream_idle_ms),
+        max_conns: args.stream_max_conns,
+    };
+    let s = srv.clone();
+    spawn("stream", move || stream::serve::stream_loop(s, l, cfg));
+    addr
 }
 
 /// The ready line (ports, addresses, pid): written atomically to `--ready-file`, else printed.
@@ -283,6 +329,8 @@ fn announce(args: &Args, cfg: &server::Config, srv: &server::Server, bound: &Bou
         "pid": std::process::id(),
         "workers": cfg.workers,
         "sched": format!("{:?}", cfg.mode).to_lowercase(),
+        "stream": bound.stream.map(|l| l.port()),
+        "stream_addr": bound.stream.map(|l| l.to_string()),
     });
     match &args.ready_file {
         Some(p) => {

@@ -19,6 +19,9 @@
 //! * external I/O: per external address a writer thread (one persistent TCP connection) and a
 //!   reader thread that frames memcached replies and queues `nf_resume` continuations, so workers
 //!   never wait on an external call.
+//! * `stream` (`--stream`): one epoll (mio) event loop serving every stream-function
+//!   connection: each request is a connection whose payload runs through a chain of native
+//!   stages as it arrives (src/stream/: parse, filter, Top-K, Space-Saving), see [`stream`].
 //! * `control`: JSON lines (deploy / remove / stats / ping), each connection authenticated first
 //!   by challenge-response over the `--control-key-file` key (src/auth.rs). A deploy compiles and
 //!   validates the new module first, then swaps the slot's `Arc`; queued and running calls
@@ -36,4 +39,5 @@ pub mod load;
 pub mod sched;
 pub mod server;
 pub mod shm;
+pub mod stream;
 pub mod wire;

@@ -7,6 +7,10 @@
 //!   (u32 BE), status (u8), reply length (u32 BE), the reply itself written into the memfd.
 //! * Miss path to the host: token (u32 BE) + the request; the host answers token (u32 BE),
 //!   status (u8), payload.
+//! * Stream functions (`--stream`), one TCP connection per request, **little-endian**: header
+//!   stream_id (u32 LE), payload_len (u64 LE; `STREAM_UNTIL_EOF` = until the client
+//!   half-closes), the payload; reply status (u8), count (u32 LE), count elements (4 bytes LE
+//!   each; `frequent`: count pairs of value u32 LE, estimated count u32 LE), then close.
 
 /// The lambda ran and answered.
 pub const OK: u8 = 0;
@@ -59,6 +63,31 @@ pub const TOKEN_LEN: usize = 4;
 pub const MAX_DGRAM: usize = 65507;
 /// Highest lambda id (the match table is dense: ids 0..=MAX_ID).
 pub const MAX_ID: u32 = 65535;
+
+/// Bytes of a stream request's header: stream_id (u32 LE), payload_len (u64 LE).
+pub const STREAM_HEAD: usize = 12;
+/// `payload_len` meaning "until the client half-closes its side".
+pub const STREAM_UNTIL_EOF: u64 = u64::MAX;
+/// Bytes of a stream reply's head: status (u8), count (u32 LE).
+pub const STREAM_REPLY_HEAD: usize = 5;
+/// Bytes of one element of a stream payload or reply (u32 or f32, little-endian).
+pub const STREAM_ELEM: usize = 4;
+/// Bytes of one `frequent` reply entry: value (u32 LE), estimated count (u32 LE).
+pub const STREAM_PAIR: usize = 8;
+
+/// A stream request's header.
+pub fn encode_stream_head(stream_id: u32, payload_len: u64) -> [u8; STREAM_HEAD] {
+    let mut h = [0u8; STREAM_HEAD];
+    h[..4].copy_from_slice(&stream_id.to_le_bytes());
+    h[4..].copy_from_slice(&payload_len.to_le_bytes());
+    h
+}
+
+/// (status, count) of a stream reply's head; None when shorter than `STREAM_REPLY_HEAD`.
+pub fn decode_stream_reply_head(b: &[u8]) -> Option<(u8, u32)> {
+    let h = b.get(..STREAM_REPLY_HEAD)?;
+    Some((h[0], u32::from_le_bytes(h[1..5].try_into().ok()?)))
+}
 
 /// Whether a status is a success (the lambda's or the host's answer).
 pub fn is_ok(status: u8) -> bool {

@@ -16,11 +16,13 @@
 //!   nearfaas-fastpath-load --addr 127.0.0.1:9000 --ids 1,2,3 --payload-bytes 16 --outstanding 32 \
 //!       --duration 5 --warmup 1 --json
 //!
-//! Uses only std and libc (and the crate's wire format, src/wire.rs).
+//! Uses only std and libc (and the crate's wire format, src/wire.rs). `--stream` measures stream
+//! functions instead (src/load/stream.rs).
 
 mod args;
 mod gen;
 mod stats;
+pub mod stream;
 
 use std::io::ErrorKind;
 use std::net::UdpSocket;
@@ -44,6 +46,10 @@ struct Window {
 
 /// Run the load generator as the command line says and print its report.
 pub fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.iter().any(|a| a == "--stream") {
+        return stream::main(&argv); // stream functions: one TCP connection per request
+    }
     let args = parse_args();
     let sock = connect(&args);
     let (tag, offsets) = pick_matching(&sock, &args);

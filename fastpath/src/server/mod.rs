@@ -104,6 +104,8 @@ pub struct Server {
     pub max_conns: usize,
     /// TCP connections open now (at most `max_conns`).
     pub tcp_conns: AtomicUsize,
+    /// Stream functions (`--stream`; src/stream/): their table and listener counters.
+    pub streams: crate::stream::Streams,
 }
 
 fn set_sock_buf(fd: i32, size: i32) {
@@ -154,6 +156,7 @@ impl Server {
             max_frame: cfg.max_frame,
             max_conns: cfg.max_conns,
             tcp_conns: AtomicUsize::new(0),
+            streams: Default::default(),
         })
     }
 

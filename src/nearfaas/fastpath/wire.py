@@ -8,6 +8,11 @@ to it (the clients, the baselines, the gateway's relay and miss path) takes the 
   reply ``lambda_id: u32 BE``, ``status: u8``, ``reply length: u32 BE`` (the reply is in the memfd).
 * Misses, executor -> gateway host port: ``token: u32 BE``, ``lambda_id: u32 BE``, payload; the
   answer: ``token: u32 BE``, ``status: u8``, payload.
+* Stream functions (``--stream``), one TCP connection per request, little-endian: header
+  ``stream_id: u32 LE``, ``payload_len: u64 LE`` (``STREAM_UNTIL_EOF``: until the client
+  half-closes), the payload; reply ``status: u8``, ``count: u32 LE``, count elements (u32/f32 LE;
+  ``frequent``: count pairs ``value: u32 LE``, ``count: u32 LE``), then the executor closes.
+  The client is ``nearfaas.fastpath.stream``.
 """
 
 from __future__ import annotations
@@ -44,6 +49,15 @@ MEMFD_REQUEST = struct.Struct(">II")  # lambda_id, input length
 MEMFD_REPLY = struct.Struct(">IBI")  # lambda_id, status, reply length
 MISS_HEAD = struct.Struct(">II")  # token, lambda_id (executor -> host)
 HOST_REPLY_HEAD = struct.Struct(">IB")  # token, status (host -> executor)
+
+# -- stream functions (docs/fastpath.md, "Stream functions"): little-endian, unlike the above ---------
+STREAM_HEAD = struct.Struct("<IQ")  # stream_id, payload_len
+STREAM_UNTIL_EOF = 0xFFFF_FFFF_FFFF_FFFF  # payload_len: until the client half-closes its side
+STREAM_REPLY_HEAD = struct.Struct("<BI")  # status, count
+STREAM_ELEM_SIZE = 4  # one u32 or f32 element, little-endian
+STREAM_PAIR = struct.Struct("<II")  # one `frequent` entry: value, estimated count
+STREAM_ELEM_FORMATS = {"u32": "<I", "f32": "<f"}  # struct format of one element per dtype
+STREAM_IDLE_MS = 2000  # the executor's default --stream-idle-ms (TIMEOUT after this long silent)
 
 
 def status_name(code: int) -> str:
