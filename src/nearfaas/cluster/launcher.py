@@ -217,6 +217,7 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
     # which reads it from here, can install or swap lambdas (docs/fastpath.md, "Security").
     key_file = new_key_file(state_dir / "fastpath.key")
     return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
+            "stream": _free_port(host),
             "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
             "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
@@ -229,7 +230,8 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
-            "--max-connections", str(fp.get("max_connections", 256))] + (["--pin"] if fp.get("pin") else [])
+            "--max-connections", str(fp.get("max_connections", 256))] + (["--pin"] if fp.get("pin") else []) + \
+        (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") else [])
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:

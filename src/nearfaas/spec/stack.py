@@ -346,8 +346,13 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
     check_unknown_keys(fn, KNOWN_FUNCTION_KEYS, path, c)
     x = parse_x(fn.get(X_KEY), join_path(path, X_KEY), c)
     fast = x.fastpath if x is not None and x.target == "fastpath" else None
+    stream = x.stream if x is not None and x.target == "stream" else None
     lang = fn.get("lang")
-    if fast is not None:
+    if stream is not None:
+        if lang != "native":
+            c.error(join_path(path, "lang"), f"a stream function runs natively in the executor: needs lang: native, got {short_repr(lang)}",
+                    "write lang: native")
+    elif fast is not None:
         want = "native" if fast["native"] else "wasm"
         if lang != want:
             c.error(join_path(path, "lang"), f"a fast-path lambda with {'native' if fast['native'] else 'module'}: needs lang: {want}, "
@@ -356,7 +361,7 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         what = "is missing" if lang is None else f"{short_repr(lang)} is not supported"
         c.error(join_path(path, "lang"), f"{what}; supported: {', '.join(SUPPORTED_LANGS)}",
                 "use lang: python3-http (handler.py defines handle(event, context)), or lang: wasm with x-nearfaas target: fastpath")
-    handler_dir = _handler(fn, name, path, base_dir, c, needs=(fast["module"] if fast else "handler.py"))
+    handler_dir = _handler(fn, name, path, base_dir, c, needs=(fast["module"] if fast else None if stream is not None else "handler.py"))
     image = fn.get("image")
     if image is not None and not isinstance(image, str):
         c.error(join_path(path, "image"), f"must be a string, got {type_name(image)}")
