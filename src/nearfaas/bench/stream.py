@@ -401,15 +401,12 @@ def stream_unavailable() -> str | None:
 
 
 def _normalize(answer) -> list[int]:
-    """Whatever nearfaas.fastpath.stream.call returns, as a list of ints: (status, values) or values,
-    values as bytes or ints."""
-    if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], int):
-        if answer[0] != 0:
-            raise RuntimeError(f"stream call answered status {answer[0]}")
-        answer = answer[1]
-    if isinstance(answer, (bytes, bytearray, memoryview)):
-        return values(bytes(answer))
-    return [int(v) for v in answer]
+    """nearfaas.fastpath.stream.call's (status name, values) as the values; any status but OK
+    is an error."""
+    status, got = answer
+    if status != "OK":
+        raise RuntimeError(f"stream call answered {status}")
+    return [int(v) for v in got]
 
 
 @contextlib.contextmanager
