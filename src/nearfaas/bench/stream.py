@@ -37,6 +37,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from nearfaas.fastpath.executor import stop_process
 from nearfaas.stats import mean, median, percentile, present
 
 K = 16
@@ -215,13 +216,7 @@ class Process:
         self.pid = self.proc.pid
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         for f in (self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError):
                 f.close()

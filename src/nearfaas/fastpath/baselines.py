@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np  # imported up front: a forked child must not pay for the import
 
 from nearfaas.fastpath.client import parse_addr
+from nearfaas.fastpath.executor import stop_process
 from nearfaas.fastpath.wire import (
     BAD_REQUEST,
     EXTERNAL_ERROR,
@@ -344,13 +345,7 @@ class BaselineProcess:
         return parse_addr(self.info["tcp"])
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         self._tmp.cleanup()
 
     def __enter__(self) -> BaselineProcess:

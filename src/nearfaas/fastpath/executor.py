@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -195,13 +194,8 @@ class Executor:
         if self._control:
             self._control.close()
             self._control = None
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.proc:
+            stop_process(self.proc)
         if getattr(self, "_stderr", None):
             self._stderr.close()
             self._stderr = None
@@ -277,3 +271,15 @@ class Executor:
 
     def ping(self) -> dict:
         return self.control.request(op="ping")
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``grace_s``; reaps it either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace_s)
