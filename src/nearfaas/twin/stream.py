@@ -272,7 +272,7 @@ def measured_concurrency_size(path: Path | str | None = None) -> int | None:
         data = json.loads(Path(path or RESULTS_FILE).read_text())
     except (OSError, ValueError):
         return None
-    for key in ("concurrency_size_bytes", "concurrency_size"):
+    for key in ("concurrency_size_bytes", "concurrency_size", "batch_bytes"):  # batch_bytes: benchmarks/stream_topk.py
         v = data.get(key) if isinstance(data, Mapping) else None
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
