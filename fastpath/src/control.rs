@@ -362,19 +362,34 @@ fn get_external(m: &Map<String, Value>) -> Result<Option<SocketAddr>, String> {
     }
 }
 
-/// Read and compile the wasm module at `path` (with the fuel-counting engine when `fuel`).
-fn wasm_code(srv: &Server, m: &Map<String, Value>, fuel: Option<u64>) -> Result<Code, String> {
-    let path = get_str(m, "path")?
-        .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
-    let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
-    let engine = match fuel {
+/// The engine for wasm code: the fuel-counting one (made on first use) when there is a budget.
+fn engine_for(srv: &Server, fuel: Option<u64>) -> Result<&wasmtime::Engine, String> {
+    Ok(match fuel {
         None => &srv.engine,
         Some(_) => srv
             .fuel_engine
             .get_or_init(|| lambda::make_engine(true).map_err(|e| format!("{e:#}")))
             .as_ref()
             .map_err(|e| format!("fuel: cannot make the fuel-counting engine: {e}"))?,
-    };
+    })
+}
+
+/// Read the module of a stream function's `wasm` stage and link it like a lambda's.
+fn stream_wasm(
+    srv: &Server,
+    path: &str,
+    fuel: Option<u64>,
+) -> Result<wasmtime::InstancePre<()>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+    lambda::link_wasm(engine_for(srv, fuel)?, &bytes).map_err(|e| format!("{path}: {e}"))
+}
+
+/// Read and compile the wasm module at `path` (with the fuel-counting engine when `fuel`).
+fn wasm_code(srv: &Server, m: &Map<String, Value>, fuel: Option<u64>) -> Result<Code, String> {
+    let path = get_str(m, "path")?
+        .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
+    let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
+    let engine = engine_for(srv, fuel)?;
     let (pre, buffer_size) =
         lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
     Ok(Code::Wasm { pre, buffer_size })
@@ -450,7 +465,8 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
     let name = get_str(m, "name")?
         .map(str::to_string)
         .unwrap_or_else(|| format!("stream-{id}"));
-    let chain = stream::parse_chain(m.get("stream"))?;
+    let compile = |path: &str, fuel: Option<u64>| stream_wasm(srv, path, fuel);
+    let chain = stream::parse_chain_with(m.get("stream"), Some(&compile))?;
     let describe = chain.describe();
     let _g = srv.deploy_lock.lock().unwrap();
     let old = srv.streams.lookup(id);

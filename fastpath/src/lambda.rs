@@ -139,6 +139,16 @@ pub enum Outcome {
 /// Compile a wasm module and link its imports: every `wasi_snapshot_preview1` import is a stub
 /// returning ENOSYS (proc_exit traps); any other import is an error naming it.
 pub fn compile_wasm(engine: &Engine, bytes: &[u8]) -> Result<(InstancePre<()>, usize), String> {
+    let pre = link_wasm(engine, bytes)?;
+    // Validate the ABI by making one instance now (deploy fails early, not on the first call).
+    let inst =
+        WasmInst::new(&pre).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
+    Ok((pre, inst.buf_size))
+}
+
+/// Compile a wasm module and link its imports (the WASI stubs of [`compile_wasm`]), checking
+/// no ABI: lambdas and WebAssembly stream functions share it.
+pub fn link_wasm(engine: &Engine, bytes: &[u8]) -> Result<InstancePre<()>, String> {
     let module = Module::new(engine, bytes).map_err(|e| format!("cannot compile module: {e:#}"))?;
     let mut linker: Linker<()> = Linker::new(engine);
     for imp in module.imports() {
@@ -178,13 +188,9 @@ pub fn compile_wasm(engine: &Engine, bytes: &[u8]) -> Result<(InstancePre<()>, u
             .map_err(|e| format!("cannot link {m}.{n}: {e:#}"))?;
         let _ = ValType::I32;
     }
-    let pre = linker
+    linker
         .instantiate_pre(&module)
-        .map_err(|e| format!("cannot link module: {e:#}"))?;
-    // Validate the ABI by making one instance now (deploy fails early, not on the first call).
-    let inst =
-        WasmInst::new(&pre).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
-    Ok((pre, inst.buf_size))
+        .map_err(|e| format!("cannot link module: {e:#}"))
 }
 
 /// One live instance of a wasm lambda (one per lambda version and worker).

@@ -77,3 +77,20 @@ def test_a_bad_stream_spec_names_the_field_and_a_deleted_function_is_unknown(clu
     cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "short-lived"}, timeout=30)
     status, _ = stream_client.call(_addr(info), info["id"], struct.pack("<2I", 1, 2))
     assert status == "UNKNOWN"
+
+
+def test_a_webassembly_stream_function_deployed_through_the_gateway(cluster, streams):
+    lambdas = os.path.join(os.path.dirname(__file__), "..", "..", "fastpath", "lambdas", "build")
+    if not os.path.exists(os.path.join(lambdas, "topk_stream.wasm")):
+        pytest.skip("fastpath/lambdas/build/topk_stream.wasm is not built (make setup)")
+    body = {"service": "wasm-topk", "lang": "wasm", "handler": os.path.abspath(lambdas),
+            "x-nearfaas": {"target": "stream", "stream": {"fn": "wasm", "module": "topk_stream.wasm", "k": 8}}}
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30)
+    assert resp.status_code == 202, resp.text
+    try:
+        info = cluster.http.get(f"{cluster.url}/system/function/wasm-topk", timeout=5).json()["stream"]
+        values = [random.Random(7).getrandbits(32) for _ in range(5000)]
+        status, got = stream_client.call(_addr(info), info["id"], struct.pack(f"<{len(values)}I", *values))
+        assert status == "OK" and list(got) == heapq.nlargest(8, values)
+    finally:
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "wasm-topk"}, timeout=30)

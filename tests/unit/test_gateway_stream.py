@@ -30,6 +30,8 @@ def test_a_stream_block_gets_its_defaults():
     ({"fn": "topk", "variant": "bubble"}, "x-nearfaas.stream.variant"),
     ({"fn": "filter", "min": "low"}, "x-nearfaas.stream.min"),
     ({"fn": "topk", "colour": "red"}, "x-nearfaas.stream"),
+    ({"fn": "wasm", "module": "../x.wasm"}, "x-nearfaas.stream.module"),
+    ({"fn": "wasm", "module": "t.wasm", "timeout_ms": 0}, "x-nearfaas.stream.timeout_ms"),
 ])
 def test_bad_stream_fields_are_named(stream, field):
     with pytest.raises(SpecError) as err:
@@ -60,3 +62,9 @@ def test_a_chain_to_a_missing_or_worker_function_or_a_fork_is_refused():
         stages_of(_spec("a", {"fn": "parse"}, ["w"]), {"w": worker}.get)
     with pytest.raises(CallError, match="chains to 2 functions"):
         stages_of(_spec("a", {"fn": "parse"}, ["b", "c"]), {}.get)
+
+
+def test_a_wasm_stage_names_its_module_by_path_in_the_handler_folder():
+    spec = {"name": "w", "handler_dir": "/code/w", "x": {"target": "stream", "chain": [],
+                                                           "stream": {"fn": "wasm", "module": "topk_stream.wasm", "k": 8}}}
+    assert stages_of(spec, {}.get) == [{"fn": "wasm", "path": "/code/w/topk_stream.wasm", "k": 8}]

@@ -18,6 +18,7 @@
 pub mod ops;
 pub mod serve;
 pub mod spec;
+pub mod wasm;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,7 +27,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 use serde_json::{json, Value};
 
-pub use spec::{parse_chain, Chain};
+pub use spec::{parse_chain, parse_chain_with, Chain, Compile};
 
 /// Counters of one stream function (kept across versions, like a lambda's).
 #[derive(Default)]
@@ -36,6 +37,10 @@ pub struct StreamStats {
     pub ok: AtomicU64,
     pub bad_request: AtomicU64,
     pub timeouts: AtomicU64,
+    /// A `wasm` stage trapped, or ran out of fuel or time (answered TRAP or TIMEOUT).
+    pub traps: AtomicU64,
+    /// A `wasm` stage found no free instance slot (answered OVERLOADED).
+    pub overloaded: AtomicU64,
     /// Payload bytes consumed.
     pub bytes: AtomicU64,
     /// Elements decoded (before any filter).
@@ -106,7 +111,7 @@ impl Streams {
                 json!({"id": f.id, "name": f.name, "version": f.version, "kind": "stream",
                        "stream": f.chain.describe(),
                        "calls": r(&s.calls), "ok": r(&s.ok), "bad_request": r(&s.bad_request),
-                       "timeouts": r(&s.timeouts), "bytes": r(&s.bytes), "elements": r(&s.elements)})
+                       "timeouts": r(&s.timeouts), "traps": r(&s.traps), "overloaded": r(&s.overloaded), "bytes": r(&s.bytes), "elements": r(&s.elements)})
             })
             .collect()
     }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use super::spec::{refusal_status, reply_status, Pipeline};
+use super::spec::{refusal_status, reply_status, Pipeline, Refusal};
 use super::{StreamFn, Streams};
 use crate::lambda::inc;
 use crate::server::Server;
@@ -458,7 +458,7 @@ fn consume(streams: &Streams, c: &mut Conn, mut bytes: &[u8], scratch: &mut Vec<
                 }
                 bytes = &bytes[take..];
                 let refused = r.err().map(|why| {
-                    inc(&f.stats.bad_request);
+                    count_refusal(f, &why);
                     count_elements(f, pipe);
                     reply_status(refusal_status(&why))
                 });
@@ -487,7 +487,13 @@ fn start(streams: &Streams, h: &[u8; STREAM_HEAD]) -> Phase {
         inc(&f.stats.bad_request);
         return reply(reply_status(BAD_REQUEST));
     }
-    let pipe = f.chain.pipeline();
+    let pipe = match f.chain.try_pipeline() {
+        Ok(p) => p,
+        Err(why) => {
+            count_refusal(&f, &why);
+            return reply(reply_status(refusal_status(&why)));
+        }
+    };
     Phase::Body { f, pipe, left: len }
 }
 
@@ -502,12 +508,21 @@ fn finish(c: &mut Conn, scratch: &mut Vec<u32>) {
             out
         }
         Err(why) => {
-            inc(&f.stats.bad_request);
+            count_refusal(f, &why);
             reply_status(refusal_status(&why))
         }
     };
     count_elements(f, pipe);
     c.phase = reply(out);
+}
+
+/// Count a refused request under its status.
+fn count_refusal(f: &StreamFn, why: &Refusal) {
+    inc(match why {
+        Refusal::Parse(_) | Refusal::PartialElement | Refusal::Module => &f.stats.bad_request,
+        Refusal::Trap(_) | Refusal::Timeout => &f.stats.traps,
+        Refusal::Overloaded(_) => &f.stats.overloaded,
+    });
 }
 
 fn count_elements(f: &StreamFn, pipe: &Pipeline) {

@@ -8,7 +8,12 @@
 use serde_json::{json, Map, Value};
 
 use super::ops::{Dtype, Filter, HeapTopK, Insertion, ParseError, Parser, SpaceSaving};
-use crate::wire::{BAD_REQUEST, OK};
+use super::wasm::{WasmStage, WasmStream, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use crate::wire::{BAD_REQUEST, OK, OVERLOADED, TIMEOUT, TRAP};
+
+/// Compiles and links a `wasm` stage's module: `(path, fuel)` → the pre-linked module (the
+/// executor's engines; see `control.rs`).
+pub type Compile<'a> = &'a dyn Fn(&str, Option<u64>) -> Result<wasmtime::InstancePre<()>, String>;
 
 /// Most stages in a chain.
 pub const MAX_STAGES: usize = 16;
@@ -28,8 +33,15 @@ pub enum Variant {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Reduce {
-    TopK { k: usize, variant: Variant },
-    Frequent { k: usize },
+    TopK {
+        k: usize,
+        variant: Variant,
+    },
+    Frequent {
+        k: usize,
+    },
+    /// A WebAssembly stream function (src/stream/wasm.rs).
+    Wasm(WasmStage),
 }
 
 /// A validated chain.
@@ -69,6 +81,9 @@ impl Chain {
                     variant: Variant::Heap,
                 } => 2 + log2(k),
                 Reduce::Frequent { k } => 8 + log2(k),
+                // Unknown cost: assume an insertion network of K (each call is also bounded
+                // by the stage's timeout).
+                Reduce::Wasm(ref w) => w.k,
             };
         let elem_bytes = if self.parse { 2 } else { 4 };
         (TURN_WORK / per_elem.max(1) * elem_bytes).clamp(4 << 10, 256 << 10)
@@ -90,12 +105,23 @@ impl Chain {
             Reduce::TopK { k, variant } => json!({"fn": "topk", "k": k, "dtype": self.dtype.name(),
                 "variant": if *variant == Variant::Heap { "heap" } else { "insertion" }}),
             Reduce::Frequent { k } => json!({"fn": "frequent", "k": k, "dtype": "u32"}),
+            Reduce::Wasm(w) => json!({"fn": "wasm", "path": w.path, "k": w.k,
+                "dtype": self.dtype.name(), "fuel": w.fuel, "timeout_ms": w.timeout_ms}),
         });
         json!({"chain": stages, "input": if self.parse { "text" } else { self.dtype.name() }})
     }
 
+    /// The pipeline of a chain of native stages (panics for a `wasm` stage: use
+    /// [`Chain::try_pipeline`]).
     pub fn pipeline(&self) -> Pipeline {
-        Pipeline {
+        self.try_pipeline()
+            .expect("a wasm stage's pipeline can fail: use try_pipeline")
+    }
+
+    /// One connection's pipeline; a `wasm` stage instantiates its module here (OVERLOADED
+    /// when the instance pool is full, TRAP/TIMEOUT when `nf_stream_init` fails).
+    pub fn try_pipeline(&self) -> Result<Pipeline, Refusal> {
+        Ok(Pipeline {
             input: if self.parse {
                 Input::Parse(Parser::default())
             } else {
@@ -115,16 +141,23 @@ impl Chain {
                     variant: Variant::Heap,
                 } => State::Heap(HeapTopK::new(self.dtype, k)),
                 Reduce::Frequent { k } => State::Frequent(SpaceSaving::new(k)),
+                Reduce::Wasm(ref w) => State::Wasm(Box::new(WasmStream::new(w)?)),
             },
             elements: 0,
-        }
+        })
     }
 }
 
-const STAGE_FNS: &str = "parse, filter, topk or frequent";
+const STAGE_FNS: &str = "parse, filter, topk, frequent or wasm";
 
-/// Validate the deploy's `stream` object.
+/// Validate the deploy's `stream` object (chains of native stages only: a `wasm` stage needs
+/// [`parse_chain_with`] and the executor's engine).
 pub fn parse_chain(v: Option<&Value>) -> Result<Chain, String> {
+    parse_chain_with(v, None)
+}
+
+/// Validate the deploy's `stream` object; `compile` compiles a `wasm` stage's module.
+pub fn parse_chain_with(v: Option<&Value>, compile: Option<Compile>) -> Result<Chain, String> {
     let m = match v {
         Some(Value::Object(m)) => m,
         None | Some(Value::Null) => {
@@ -144,7 +177,7 @@ pub fn parse_chain(v: Option<&Value>) -> Result<Chain, String> {
             "chain" => {}
             "wasm" | "path" | "module" => {
                 return Err(format!(
-                    "stream.{k}: WebAssembly stream functions are not supported yet; build the chain from the native stages {STAGE_FNS}"
+                    "stream.{k}: a WebAssembly stream function is a chain stage: {{\"chain\": [{{\"fn\": \"wasm\", \"path\": \"/abs/module.wasm\", \"k\": 16}}]}}"
                 ))
             }
             _ => return Err(format!("stream.{k}: unknown field; stream accepts chain")),
@@ -226,12 +259,21 @@ pub fn parse_chain(v: Option<&Value>) -> Result<Chain, String> {
                     Reduce::Frequent { k }
                 });
             }
+            "wasm" => {
+                if i != last {
+                    return Err(format!(
+                        "{at}.fn: wasm must be the last stage (its state is the reply)"
+                    ));
+                }
+                only_fields(&at, o, &["fn", "path", "k", "dtype", "fuel", "timeout_ms"])?;
+                reduce = Some(Reduce::Wasm(wasm_stage(&at, o, compile)?));
+            }
             _ => unreachable!("stage_fn checked the name"),
         }
     }
     let reduce = reduce.ok_or_else(|| {
         format!(
-            "stream.chain[{last}].fn: the last stage must be topk or frequent (the stage whose state is the reply), not {}",
+            "stream.chain[{last}].fn: the last stage must be topk, frequent or wasm (the stage whose state is the reply), not {}",
             fns[last]
         )
     })?;
@@ -246,15 +288,14 @@ pub fn parse_chain(v: Option<&Value>) -> Result<Chain, String> {
 fn stage_fn<'a>(i: usize, o: &'a Map<String, Value>) -> Result<&'a str, String> {
     match o.get("fn") {
         Some(Value::String(s)) => match s.as_str() {
-            "parse" | "filter" | "topk" | "frequent" => Ok(s),
-            "wasm" => Err(format!(
-                "stream.chain[{i}].fn: \"wasm\": WebAssembly stream functions are not supported yet; use {STAGE_FNS}"
-            )),
+            "parse" | "filter" | "topk" | "frequent" | "wasm" => Ok(s),
             other => Err(format!(
                 "stream.chain[{i}].fn: {other:?} is not a stream function; use {STAGE_FNS}"
             )),
         },
-        Some(v) => Err(format!("stream.chain[{i}].fn: {v} is not a string; use {STAGE_FNS}")),
+        Some(v) => Err(format!(
+            "stream.chain[{i}].fn: {v} is not a string; use {STAGE_FNS}"
+        )),
         None => Err(format!("stream.chain[{i}].fn: required; use {STAGE_FNS}")),
     }
 }
@@ -305,6 +346,61 @@ fn chain_dtype(objs: &[&Map<String, Value>], parse: bool) -> Result<Dtype, Strin
         }
     }
     Ok(found.map_or(Dtype::U32, |(d, _)| d))
+}
+
+/// A `wasm` stage: compile its module and make one instance now, so a module that does not
+/// follow the stream ABI (or refuses `k`) fails the deploy, not the first request.
+fn wasm_stage(
+    at: &str,
+    o: &Map<String, Value>,
+    compile: Option<Compile>,
+) -> Result<WasmStage, String> {
+    let compile = compile.ok_or_else(|| {
+        format!("{at}.fn: a wasm stage is compiled by the executor's deploy (parse_chain_with)")
+    })?;
+    let path = match o.get("path") {
+        Some(Value::String(p)) if p.starts_with('/') => p.clone(),
+        Some(v) => {
+            return Err(format!(
+                "{at}.path: {v} is not an absolute path of a .wasm file"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "{at}.path: required; the absolute path of a .wasm file with the stream ABI"
+            ))
+        }
+    };
+    let k = get_k(at, o)?;
+    let uint = |key: &str, lo: u64, hi: u64| -> Result<Option<u64>, String> {
+        match o.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => match n.as_u64() {
+                Some(x) if (lo..=hi).contains(&x) => Ok(Some(x)),
+                _ => Err(format!(
+                    "{at}.{key}: {n} is out of range; use an integer from {lo} to {hi}"
+                )),
+            },
+            Some(v) => Err(format!("{at}.{key}: {v} is not an integer")),
+        }
+    };
+    let fuel = uint("fuel", 1, u64::MAX / 2)?;
+    let timeout_ms = uint("timeout_ms", 1, MAX_TIMEOUT_MS)?.unwrap_or(DEFAULT_TIMEOUT_MS);
+    let pre = compile(&path, fuel).map_err(|e| format!("{at}.path: {e}"))?;
+    let stage = WasmStage {
+        path,
+        k,
+        fuel,
+        timeout_ms,
+        pre,
+    };
+    WasmStream::new(&stage).map_err(|e| {
+        format!(
+            "{at}.path: {}: module does not follow the stream ABI: {e:?}",
+            stage.path
+        )
+    })?;
+    Ok(stage)
 }
 
 fn get_k(at: &str, o: &Map<String, Value>) -> Result<usize, String> {
@@ -392,6 +488,14 @@ pub enum Refusal {
     Parse(ParseError),
     /// The stream ended inside an element (its length is not a multiple of 4).
     PartialElement,
+    /// A `wasm` stage's module returned a negative number (BAD_REQUEST).
+    Module,
+    /// A `wasm` stage trapped (or broke the ABI): TRAP.
+    Trap(String),
+    /// A `wasm` stage ran out of fuel or past its timeout: TIMEOUT.
+    Timeout,
+    /// No instance for a `wasm` stage (the pool is full): OVERLOADED.
+    Overloaded(String),
 }
 
 enum Input {
@@ -407,6 +511,7 @@ enum State {
     Insertion(Insertion),
     Heap(HeapTopK),
     Frequent(SpaceSaving),
+    Wasm(Box<WasmStream>),
 }
 
 /// One request's run of a chain: the decoder (or parser), the filters and the reducer's state.
@@ -449,11 +554,10 @@ impl Pipeline {
                 *n += rest.len();
             }
         }
-        self.push(scratch);
-        Ok(())
+        self.push(scratch)
     }
 
-    fn push(&mut self, elems: &mut Vec<u32>) {
+    fn push(&mut self, elems: &mut Vec<u32>) -> Result<(), Refusal> {
         self.elements += elems.len() as u64;
         for f in &self.filters {
             f.apply(elems);
@@ -462,7 +566,9 @@ impl Pipeline {
             State::Insertion(t) => t.push_all(elems),
             State::Heap(t) => t.push_all(elems),
             State::Frequent(t) => t.push_all(elems),
+            State::Wasm(w) => return w.feed(elems),
         }
+        Ok(())
     }
 
     /// The end of the payload: the reply (`status u8`, `count u32 LE`, the elements or
@@ -477,8 +583,8 @@ impl Pipeline {
                 }
             }
         }
-        self.push(scratch);
-        Ok(match &self.reduce {
+        self.push(scratch)?;
+        Ok(match &mut self.reduce {
             State::Insertion(t) => reply_elems(&t.result()),
             State::Heap(t) => reply_elems(&t.result()),
             State::Frequent(t) => {
@@ -490,6 +596,7 @@ impl Pipeline {
                 }
                 out
             }
+            State::Wasm(w) => w.finish()?,
         })
     }
 }
@@ -516,6 +623,11 @@ pub fn reply_status(status: u8) -> Vec<u8> {
 }
 
 /// The status a refusal answers.
-pub fn refusal_status(_: &Refusal) -> u8 {
-    BAD_REQUEST
+pub fn refusal_status(r: &Refusal) -> u8 {
+    match r {
+        Refusal::Parse(_) | Refusal::PartialElement | Refusal::Module => BAD_REQUEST,
+        Refusal::Trap(_) => TRAP,
+        Refusal::Timeout => TIMEOUT,
+        Refusal::Overloaded(_) => OVERLOADED,
+    }
 }

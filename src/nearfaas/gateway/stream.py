@@ -42,7 +42,7 @@ def stages_of(spec: dict, lookup) -> list[dict]:
     function's, in order. ``lookup(name)`` gives a deployed function's spec (or None)."""
     stages, current, seen = [], spec, set()
     while True:
-        stages.append(dict((current.get("x") or {})["stream"]))
+        stages.append(_stage(current))
         chain = (current.get("x") or {}).get("chain") or []
         if not chain:
             return stages
@@ -57,6 +57,14 @@ def stages_of(spec: dict, lookup) -> list[dict]:
             raise CallError(400, f"the stream chain from {spec['name']!r} loops back to {nxt['name']!r}", "spec")
         seen.add(nxt["name"])
         current = nxt
+
+
+def _stage(spec: dict) -> dict:
+    """The executor's stage for one function: a WebAssembly stage names its module by path."""
+    stage = dict((spec.get("x") or {})["stream"])
+    if stage.get("fn") == "wasm":
+        stage["path"] = f"{spec['handler_dir']}/{stage.pop('module')}"
+    return stage
 
 
 async def call(addr: tuple[str, int], stream_id: int, payload: bytes, timeout: float = STREAM_TIMEOUT_S) -> tuple[int, bytes]:

@@ -18,8 +18,8 @@ X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "
           "target", "fastpath", "stream", "buckets", "auth"}
 TARGETS = ("worker", "fastpath", "stream")
 # A stream function (target: stream): one stage of the executor's per-connection pipeline.
-STREAM_FUNCTIONS = ("parse", "filter", "topk", "frequent")
-STREAM_KEYS = {"fn", "k", "dtype", "variant", "min", "max"}
+STREAM_FUNCTIONS = ("parse", "filter", "topk", "frequent", "wasm")
+STREAM_KEYS = {"fn", "k", "dtype", "variant", "min", "max", "module", "fuel", "timeout_ms"}
 STREAM_DTYPES = ("u32", "f32")
 STREAM_VARIANTS = ("insertion", "heap")
 FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
@@ -268,7 +268,23 @@ def _parse_stream(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> No
     if out["fn"] not in STREAM_FUNCTIONS:
         c.error(join_path(spath, "fn"), f"unknown stream function {short_repr(st.get('fn'))}", f"use one of {', '.join(STREAM_FUNCTIONS)}")
         return
-    if out["fn"] in ("topk", "frequent"):
+    if out["fn"] == "wasm":
+        module = st.get("module")
+        if not isinstance(module, str) or not module.endswith(".wasm") or "/" in module or module.startswith("."):
+            c.error(join_path(spath, "module"), f"{short_repr(module)} is not a .wasm file name",
+                    "name a module in the handler folder that exports the stream ABI (docs/fastpath.md), e.g. topk_stream.wasm")
+        else:
+            out["module"] = module
+        for key, lo, hi in (("fuel", 1, 10**12), ("timeout_ms", 1, 10_000)):
+            if key in st:
+                try:
+                    v = parse_int(st[key])
+                    if not lo <= v <= hi:
+                        raise ValueError(f"must be between {lo} and {hi}")
+                    out[key] = v
+                except ValueError as exc:
+                    c.error(join_path(spath, key), f"bad value {short_repr(st[key])}: {exc}", f"write e.g. {key}: {hi // 100}")
+    if out["fn"] in ("topk", "frequent", "wasm"):
         try:
             k = parse_int(st.get("k", 16))
             if not 1 <= k <= 4096:

@@ -349,9 +349,10 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
     stream = x.stream if x is not None and x.target == "stream" else None
     lang = fn.get("lang")
     if stream is not None:
-        if lang != "native":
-            c.error(join_path(path, "lang"), f"a stream function runs natively in the executor: needs lang: native, got {short_repr(lang)}",
-                    "write lang: native")
+        want = "wasm" if stream.get("fn") == "wasm" else "native"
+        if lang != want:
+            c.error(join_path(path, "lang"), f"a {'WebAssembly' if want == 'wasm' else 'native'} stream function needs lang: {want}, "
+                    f"got {short_repr(lang)}", f"write lang: {want}")
     elif fast is not None:
         want = "native" if fast["native"] else "wasm"
         if lang != want:
@@ -361,7 +362,8 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         what = "is missing" if lang is None else f"{short_repr(lang)} is not supported"
         c.error(join_path(path, "lang"), f"{what}; supported: {', '.join(SUPPORTED_LANGS)}",
                 "use lang: python3-http (handler.py defines handle(event, context)), or lang: wasm with x-nearfaas target: fastpath")
-    handler_dir = _handler(fn, name, path, base_dir, c, needs=(fast["module"] if fast else None if stream is not None else "handler.py"))
+    needs = fast["module"] if fast else (stream.get("module") if stream is not None else "handler.py")
+    handler_dir = _handler(fn, name, path, base_dir, c, needs=needs)
     image = fn.get("image")
     if image is not None and not isinstance(image, str):
         c.error(join_path(path, "image"), f"must be a string, got {type_name(image)}")

@@ -1,0 +1,301 @@
+//! WebAssembly stream functions (docs/fastpath.md, "WebAssembly stream functions"): the C
+//! Top-K module (fastpath/lambdas/topk_stream.c) against the native insertion network, bit for
+//! bit, in process and over the network; a trapping or fuel/time-exhausting module answers an
+//! error status and the executor keeps serving; deploy validation; bounded memory on a 16 MiB
+//! stream.
+
+mod common;
+use common::*;
+use nearfaas_fastpath::lambda::{link_wasm, make_engine};
+use nearfaas_fastpath::stream::ops::{Dtype, Insertion};
+use nearfaas_fastpath::stream::parse_chain_with;
+use nearfaas_fastpath::wire::{decode_stream_reply_head, encode_stream_head};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Duration;
+
+/// Input shapes: random, duplicate-heavy, sorted, reverse-sorted, constant, n < K.
+fn shapes(rng: &mut Rng, n: usize, k: usize) -> Vec<Vec<u32>> {
+    let random: Vec<u32> = (0..n).map(|_| rng.next() as u32).collect();
+    let pool: Vec<u32> = (0..4).map(|_| rng.next() as u32 % 3).collect();
+    let dups: Vec<u32> = (0..n).map(|_| pool[rng.next() as usize % 4]).collect();
+    let mut sorted = random.clone();
+    sorted.sort_unstable();
+    let mut rev = sorted.clone();
+    rev.reverse();
+    let same = vec![rng.next() as u32; n];
+    let small: Vec<u32> = (0..k.saturating_sub(1))
+        .map(|_| rng.next() as u32)
+        .collect();
+    let zeros_few = vec![0u32; k / 2];
+    vec![random, dups, sorted, rev, same, small, zeros_few, vec![]]
+}
+
+fn native(elems: &[u32], k: usize) -> Vec<u32> {
+    let mut t = Insertion::new(Dtype::U32, k);
+    t.push_all(elems);
+    t.result()
+}
+
+fn le(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn wasm_topk_equals_native_insertion_in_process() {
+    let engine = make_engine(false).unwrap();
+    let compile =
+        |path: &str, _fuel: Option<u64>| link_wasm(&engine, &std::fs::read(path).unwrap());
+    let mut rng = Rng(7);
+    let mut scratch = Vec::new();
+    for &k in &[1usize, 2, 16, 100, 4096] {
+        let chain = parse_chain_with(
+            Some(&json!({"chain": [{"fn": "wasm", "path": wasm("topk_stream"), "k": k}]})),
+            Some(&compile),
+        )
+        .unwrap();
+        let seeds = if k == 4096 { 3 } else { 40 };
+        for _ in 0..seeds {
+            let n = 1 + rng.next() as usize % 3000;
+            for elems in shapes(&mut rng, n, k) {
+                let bytes = le(&elems);
+                let mut p = chain.try_pipeline().unwrap();
+                // Random chunk splits, some inside an element.
+                let mut at = 0;
+                while at < bytes.len() {
+                    let c = (1 + rng.next() as usize % 5000).min(bytes.len() - at);
+                    p.feed(&bytes[at..at + c], &mut scratch).unwrap();
+                    at += c;
+                }
+                let out = p.finish(&mut scratch).unwrap();
+                let want = native(&elems, k);
+                assert_eq!(out[0], OK);
+                assert_eq!(u32s(&out[5..]), want, "k {k} n {}", elems.len());
+                assert_eq!(out[1..5], (want.len() as u32).to_le_bytes());
+            }
+        }
+    }
+}
+
+fn start() -> Fp {
+    Fp::start(&["--workers", "1", "--stream", "127.0.0.1:0"])
+}
+
+fn deploy(fp: &Fp, id: u32, stream: Value) -> Value {
+    fp.ctl(json!({"op": "deploy", "id": id, "kind": "stream", "stream": stream}))
+}
+
+fn call(fp: &Fp, id: u32, payload: &[u8]) -> (u8, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", fp.port("stream"))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&encode_stream_head(id, payload.len() as u64))
+        .unwrap();
+    let _ = s.write_all(payload);
+    let _ = s.shutdown(Shutdown::Write);
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).expect("reply");
+    let (st, count) = decode_stream_reply_head(&all).unwrap_or_else(|| panic!("reply {all:?}"));
+    assert_eq!(all.len(), 5 + count as usize * 4, "reply length");
+    (st, all[5..].to_vec())
+}
+
+#[test]
+fn wasm_topk_equals_native_insertion_over_the_network() {
+    let fp = start();
+    let mut rng = Rng(11);
+    for &k in &[1usize, 16, 333] {
+        let w = json!({"chain": [{"fn": "wasm", "path": wasm("topk_stream"), "k": k}]});
+        let r = deploy(&fp, 1, w);
+        assert_eq!(r["ok"], true, "{r}");
+        assert_eq!(r["stream"]["chain"][0]["fn"], "wasm");
+        let r = deploy(
+            &fp,
+            2,
+            json!({"chain": [{"fn": "topk", "k": k, "variant": "insertion"}]}),
+        );
+        assert_eq!(r["ok"], true, "{r}");
+        // 40,000 elements (160 KB) is fed to the module's 64 KiB buffer in pieces.
+        for n in [10usize, 1000, 40_000] {
+            for elems in shapes(&mut rng, n, k) {
+                let p = le(&elems);
+                let (a, b) = (call(&fp, 1, &p), call(&fp, 2, &p));
+                assert_eq!(a, b, "k {k} n {}", elems.len());
+                assert_eq!(a.0, OK);
+            }
+        }
+    }
+    let f = &fp.stats()["streams"][0];
+    assert_eq!(f["traps"], 0);
+}
+
+#[test]
+fn trapping_or_exhausted_modules_answer_errors_and_it_keeps_serving() {
+    let fp = start();
+    let bad = wasm("stream_bad");
+    assert_eq!(
+        deploy(
+            &fp,
+            3,
+            json!({"chain": [{"fn": "wasm", "path": bad, "k": 1, "fuel": 10_000_000}]})
+        )["ok"],
+        true
+    );
+    assert_eq!(
+        deploy(
+            &fp,
+            4,
+            json!({"chain": [{"fn": "wasm", "path": bad, "k": 1, "timeout_ms": 50}]})
+        )["ok"],
+        true
+    );
+    assert_eq!(
+        deploy(
+            &fp,
+            5,
+            json!({"chain": [{"fn": "wasm", "path": wasm("topk_stream"), "k": 4}]})
+        )["ok"],
+        true
+    );
+    for round in 0..3 {
+        // Element 1 traps (unreachable): TRAP.
+        assert_eq!(call(&fp, 3, &le(&[5, 1, 6])).0, TRAP, "round {round}");
+        assert_eq!(call(&fp, 4, &le(&[5, 1])).0, TRAP);
+        // Element 2 spins: fuel runs out (id 3) or the 50 ms epoch deadline passes (id 4).
+        assert_eq!(call(&fp, 3, &le(&[5, 2])).0, TIMEOUT);
+        assert_eq!(call(&fp, 4, &le(&[2])).0, TIMEOUT);
+        // The same functions answer well-behaved requests (a fresh instance each time), and
+        // the others are served.
+        assert_eq!(call(&fp, 3, &le(&[5, 6, 7])), (OK, le(&[3])));
+        assert_eq!(call(&fp, 4, &le(&[9; 5000])), (OK, le(&[5000])));
+        assert_eq!(
+            call(&fp, 5, &le(&[3, 9, 1, 7, 7, 2])),
+            (OK, le(&[9, 7, 7, 3]))
+        );
+    }
+    // Fuel is per request: 10M instructions cover this, and the next request gets 10M again.
+    assert_eq!(call(&fp, 3, &le(&vec![9; 100_000])), (OK, le(&[100_000])));
+    assert_eq!(call(&fp, 3, &le(&vec![9; 100_000])), (OK, le(&[100_000])));
+    let s = fp.stats();
+    let by_id = |id: u64| {
+        s["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_id(3)["traps"], 6);
+    assert_eq!(by_id(4)["traps"], 6);
+    assert_eq!(by_id(3)["ok"], 5);
+}
+
+#[test]
+fn wasm_stage_deploy_validation_names_the_field() {
+    let fp = start();
+    let topk = wasm("topk_stream");
+    let bad = [
+        (
+            json!({"chain": [{"fn": "wasm", "k": 4}]}),
+            "stream.chain[0].path",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": "x.wasm", "k": 4}]}),
+            "stream.chain[0].path",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": "/nonexistent.wasm", "k": 4}]}),
+            "stream.chain[0].path",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": wasm("web"), "k": 4}]}),
+            "stream.chain[0].path",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk, "k": 0}]}),
+            "stream.chain[0].k",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk}]}),
+            "stream.chain[0].k",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk, "k": 4, "fuel": 0}]}),
+            "stream.chain[0].fuel",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk, "k": 4, "timeout_ms": 0}]}),
+            "stream.chain[0].timeout_ms",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk, "k": 4, "extra": 1}]}),
+            "stream.chain[0].extra",
+        ),
+        (
+            json!({"chain": [{"fn": "wasm", "path": topk, "k": 4}, {"fn": "topk", "k": 4}]}),
+            "stream.chain[0].fn",
+        ),
+        (json!({"wasm": topk}), "stream.wasm"),
+    ];
+    for (v, field) in bad {
+        let r = deploy(&fp, 1, v.clone());
+        let e = r["error"].as_str().unwrap_or_else(|| panic!("{v}: {r}"));
+        assert!(e.starts_with(field), "{v}: {e:?} should name {field}");
+    }
+    // parse and filter stages may come before a wasm stage.
+    let r = deploy(
+        &fp,
+        1,
+        json!({"chain": [{"fn": "parse"}, {"fn": "filter", "min": 10},
+                         {"fn": "wasm", "path": topk, "k": 2}]}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(call(&fp, 1, b"5 50 7, 30 12 100\n"), (OK, le(&[100, 50])));
+}
+
+#[test]
+fn a_16_mib_wasm_stream_keeps_memory_bounded() {
+    let fp = start();
+    let r = deploy(
+        &fp,
+        1,
+        json!({"chain": [{"fn": "wasm", "path": wasm("topk_stream"), "k": 16}]}),
+    );
+    assert_eq!(r["ok"], true, "{r}");
+    let pid = fp.child.id();
+    assert_eq!(call(&fp, 1, &le(&[1, 2, 3])).0, OK); // warm: first instance and buffers
+    let before = rss_kib(pid);
+    let total: u64 = 16 << 20;
+    let mut s = TcpStream::connect(("127.0.0.1", fp.port("stream"))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(&encode_stream_head(1, total)).unwrap();
+    let mut rng = Rng(42);
+    let mut piece = [0u8; 4096];
+    let mut max_rss = before;
+    let mut all = Vec::new();
+    for i in 0..(total / 4096) {
+        for c in piece.chunks_exact_mut(4) {
+            c.copy_from_slice(&((rng.next() >> 40) as u32).to_le_bytes());
+        }
+        all.extend(u32s(&piece));
+        s.write_all(&piece).unwrap();
+        if i % 512 == 0 {
+            max_rss = max_rss.max(rss_kib(pid));
+        }
+    }
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    max_rss = max_rss.max(rss_kib(pid));
+    assert_eq!(reply[0], OK);
+    assert_eq!(u32s(&reply[5..]), native(&all, 16));
+    let grew = max_rss.saturating_sub(before);
+    eprintln!("16 MiB wasm stream: RSS {before} KiB -> max {max_rss} KiB (+{grew} KiB)");
+    assert!(grew < 4 * 1024, "RSS grew by {grew} KiB streaming 16 MiB");
+}
