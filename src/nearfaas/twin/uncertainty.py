@@ -330,6 +330,67 @@ def default_evaluate() -> dict:
     return e2e.evaluate()
 
 
+def _one_at_a_time(uncertain: list, run, nominal: dict, keys: list) -> tuple[dict, dict]:
+    """One at a time: each constant at its range ends. Returns (oat, status)."""
+    oat: dict[Constant, tuple[dict, dict]] = {}
+    status: dict[Constant, str] = {}
+    for c in uncertain:
+        lo, hi = c.sourced.sweep
+        r_lo, read_lo = run({c: lo}, traced=True)
+        r_hi, read_hi = run({c: hi}, traced=True)
+        oat[c] = (r_lo, r_hi)
+        if any(_moved(r_lo[k], nominal[k]) or _moved(r_hi[k], nominal[k]) for k in keys):
+            status[c] = REACHES
+        else:
+            status[c] = NO_EFFECT if (read_lo or read_hi) else NOT_REACHING
+    return oat, status
+
+
+def _monte_carlo(swept: list, samples: int, seed: int, run, nominal: dict, keys: list):
+    """Monte Carlo over the constants that reach the model: a (samples, keys) array."""
+    table = {c: draws(c, samples, seed) for c in swept}
+    mc = np.empty((samples, len(keys)))
+    for i in range(samples):
+        r, _ = run({c: float(table[c][i]) for c in swept}) if swept else (nominal, None)
+        mc[i] = [r[k] for k in keys]
+    return mc
+
+
+def _heads(keys: list, mc, nominal: dict, lo_env: dict, hi_env: dict) -> dict:
+    """Each headline's nominal, percentiles, envelope and verdict."""
+    heads = {}
+    for j, k in enumerate(keys):
+        p5, p50, p95 = (float(x) for x in np.percentile(mc[:, j], [5, 50, 95]))
+        mn, mx = lo_env[k], hi_env[k]
+        verdict = (
+            "beats the baseline over the whole range"
+            if mn > 1
+            else "loses to the baseline over the whole range"
+            if mx < 1
+            else "depends on the constants (range straddles 1)"
+        )
+        heads[k] = {"nominal": nominal[k], "p5": p5, "p50": p50, "p95": p95, "min": mn, "max": mx, "robust": mn > 1, "verdict": verdict}
+    return heads
+
+
+def _tornado(keys: list, swept: list, oat: dict, nominal: dict, tornado_top: int) -> dict:
+    """{metric: {platform: rows}} at SUMMARY_KEY, biggest one-at-a-time swing first."""
+    tornado: dict = {}
+    for k in keys:
+        if k[2] != SUMMARY_KEY:
+            continue
+        rows = []
+        for c in swept:
+            a, b = oat[c][0][k], oat[c][1][k]
+            if _moved(a, nominal[k]) or _moved(b, nominal[k]):
+                rows.append(
+                    {"constant": c.label, "lo": c.sourced.sweep[0], "hi": c.sourced.sweep[1], "at_lo": a, "at_hi": b, "swing": abs(b - a)}
+                )
+        rows.sort(key=lambda x: -x["swing"])
+        tornado.setdefault(k[0], {})[k[1]] = rows[:tornado_top]
+    return tornado
+
+
 def headline_ranges(
     evaluate: Callable[[], dict] | None = None,
     samples: int = SAMPLES,
@@ -382,53 +443,11 @@ def headline_ranges(
             hi_env[k] = max(hi_env[k], r[k])
         return r, read
 
-    # one at a time: each constant at its range ends
-    oat: dict[Constant, tuple[dict, dict]] = {}
-    status: dict[Constant, str] = {}
-    for c in uncertain:
-        lo, hi = c.sourced.sweep
-        r_lo, read_lo = run({c: lo}, traced=True)
-        r_hi, read_hi = run({c: hi}, traced=True)
-        oat[c] = (r_lo, r_hi)
-        if any(_moved(r_lo[k], nominal[k]) or _moved(r_hi[k], nominal[k]) for k in keys):
-            status[c] = REACHES
-        else:
-            status[c] = NO_EFFECT if (read_lo or read_hi) else NOT_REACHING
+    oat, status = _one_at_a_time(uncertain, run, nominal, keys)
     swept = [c for c in uncertain if status[c] == REACHES]
-
-    # Monte Carlo over the constants that reach the model
-    table = {c: draws(c, samples, seed) for c in swept}
-    mc = np.empty((samples, len(keys)))
-    for i in range(samples):
-        r, _ = run({c: float(table[c][i]) for c in swept}) if swept else (nominal, None)
-        mc[i] = [r[k] for k in keys]
-
-    heads = {}
-    for j, k in enumerate(keys):
-        p5, p50, p95 = (float(x) for x in np.percentile(mc[:, j], [5, 50, 95]))
-        mn, mx = lo_env[k], hi_env[k]
-        verdict = (
-            "beats the baseline over the whole range"
-            if mn > 1
-            else "loses to the baseline over the whole range"
-            if mx < 1
-            else "depends on the constants (range straddles 1)"
-        )
-        heads[k] = {"nominal": nominal[k], "p5": p5, "p50": p50, "p95": p95, "min": mn, "max": mx, "robust": mn > 1, "verdict": verdict}
-
-    tornado: dict = {}
-    for k in keys:
-        if k[2] != SUMMARY_KEY:
-            continue
-        rows = []
-        for c in swept:
-            a, b = oat[c][0][k], oat[c][1][k]
-            if _moved(a, nominal[k]) or _moved(b, nominal[k]):
-                rows.append(
-                    {"constant": c.label, "lo": c.sourced.sweep[0], "hi": c.sourced.sweep[1], "at_lo": a, "at_hi": b, "swing": abs(b - a)}
-                )
-        rows.sort(key=lambda x: -x["swing"])
-        tornado.setdefault(k[0], {})[k[1]] = rows[:tornado_top]
+    mc = _monte_carlo(swept, samples, seed, run, nominal, keys)
+    heads = _heads(keys, mc, nominal, lo_env, hi_env)
+    tornado = _tornado(keys, swept, oat, nominal, tornado_top)
 
     again = extract(evaluate())
     n_eval += 1

@@ -337,33 +337,11 @@ def parameters(bench: dict, threads: Iterable[int]) -> list[dict]:
 # ------------------------------------------------------------------ validate
 
 
-def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: str | os.PathLike | None = None, refresh: bool = False,
-             measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None) -> dict:
-    """The CPU roofline vs this machine's measured f2, per app, at each thread count.
-
-    Reads the cached micro-benchmarks and N-thread f2 measurements from ``path`` (default
-    ``benchmarks/results/cpu_validation.json``); what is missing (or everything, ``refresh``) is
-    measured when ``measure`` (micro-benchmarks ~2 min; f2 at 2 threads builds the full-size
-    models and runs them, several minutes) and the file is rewritten when ``write``. 1-thread f2
-    comes from apps.json (``profiles_path``). Returns::
-
-        {"cpu": {"threads": {"1": {"per_app_error", "geomean_abs_error", "pass", ...}, "2": {...}},
-                 "per_app_error": <1 thread>, "geomean_abs_error": <1 thread>, "pass": <1 thread>,
-                 "band": [lo, hi], "band_use": str, "label": "measured vs modelled", ...},
-         "gpu": "skipped: no GPU"}
-    """
+def _inputs(threads: tuple[int, ...], p: Path, cached: dict, measure: bool, say) -> tuple[dict, dict, bool]:
+    """The micro-benchmarks and N-thread f2 measurements: cached, or measured when missing."""
     from nearfaas.apps import APPS
-    from nearfaas.apps.profiles import load as load_profiles
     from nearfaas.hw.devices import host
 
-    if form not in FORMS:
-        raise ValueError(f"form={form!r}: use one of {', '.join(FORMS)}")
-    threads = tuple(sorted({int(t) for t in threads}))
-    if not threads or threads[0] < 1:
-        raise ValueError(f"threads={threads!r}: give thread counts >= 1")
-    p = Path(path) if path is not None else default_path()
-    cached = {} if refresh else _load(p)
-    say = progress or (lambda m: None)
     bench = cached.get("microbench") or {}
     need = [t for t in threads if str(t) not in bench.get("threads", {})]
     changed = False
@@ -386,62 +364,62 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
             have.update(measure_f2(t, missing, progress=say))
             f2_cache[str(t)] = have
             changed = True
+    return bench, f2_cache, changed
 
-    prof = load_profiles(profiles_path)
-    if not prof:
-        raise ValueError("no measured profile (benchmarks/results/apps.json): run benchmarks/apps.py first")
-    per_thread: dict[str, Any] = {}
-    residual: dict[str, list[float]] = {f: [] for f in FORMS}
-    residual_cb: dict[str, list[float]] = {f: [] for f in FORMS}  # compute-bound apps only (see COMPUTE_BOUND)
-    overhead_bound: set[str] = set()
-    for t in threads:
-        rows: dict[str, dict] = {}
-        err: dict[str, dict[str, float]] = {f: {} for f in FORMS}
-        err_stage: dict[str, float] = {}
-        err_now: dict[str, float] = {}
-        for key, card in APPS.items():
-            entry = prof.for_app(key)
-            if not entry:
-                continue
-            if t == 1:
-                f2 = entry["stages"]["f2"]["batch1"]
-                meas, stage, src = float(f2["model_wall_s"]), float(f2["cpu_s"]), "benchmarks/results/apps.json stages.f2.batch1 (median)"
-            else:
-                m = f2_cache[str(t)][key]
-                meas, stage, src = float(m["value_s"]), float(m["stage_value_s"]), f"{p.name} f2_measured.{t} ({m['estimator']})"
-            pred = {f: predict_f2(bench, t, card.model, f) for f in FORMS}
-            for f in FORMS:
-                err[f][key] = relative_error(pred[f]["seconds"], meas)
-            err_stage[key] = relative_error(pred[form]["seconds"], stage)
-            now = (f2_cache.get(str(t)) or {}).get(key) if t == 1 else None
-            if now:
-                err_now[key] = relative_error(pred[form]["seconds"], float(now["value_s"]))
-            fixed = pred["catalog"]["launch_s"] + pred["catalog"]["call_s"]
-            if pred["catalog"]["busy_s"] < COMPUTE_BOUND * fixed:
-                overhead_bound.add(key)
-            rows[key] = {"model": card.model, "measured_s": meas, "measured_stage_s": stage, "measured_source": src,
-                         **({"remeasured_now_s": now["value_s"], "drift_now_vs_apps_json": round(now["value_s"] / meas - 1, 4)} if now else {}),
-                         **{f"predicted_{f}_s": round(pred[f]["seconds"], 9) for f in FORMS},
-                         **{f"error_{f}": round(err[f][key], 4) for f in FORMS},
-                         "error_stage": round(err_stage[key], 4),
-                         **{f: {k: (round(v, 9) if isinstance(v, float) else v) for k, v in pred[f].items()} for f in FORMS}}
-        s = summarise(err[form])
-        s["band"] = [round(x, 4) for x in band(err[form].values())]
-        s["per_app_error_stage"] = {k: round(e, 4) for k, e in err_stage.items()}
-        if err_now:
-            s["vs_remeasured_now"] = {**summarise(err_now), "note": (
-                "the same prediction against f2 re-measured now (median, same machinery as apps.json), in the conditions of the "
-                "micro-benchmarks: the gap to per_app_error is the drift of the measurement itself since apps.json was written")}
-        for f in FORMS:
-            if f != form:
-                s[f] = {**summarise(err[f]), "band": [round(x, 4) for x in band(err[f].values())]}
-        s["apps"] = rows
-        per_thread[str(t)] = s
-        for f in FORMS:
-            residual[f] += list(err[f].values())
-            residual_cb[f] += [e for k, e in err[f].items() if k not in overhead_bound]
 
-    # f1 (1 thread only: single-threaded Python/Pillow code)
+def _thread_summary(bench: dict, t: int, prof, f2_cache: dict, form: str, p: Path,
+                    overhead_bound: set[str]) -> tuple[dict, dict[str, dict[str, float]]]:
+    """The per-app errors at ``t`` threads, summarised: (summary, {form: {app: error}})."""
+    from nearfaas.apps import APPS
+
+    rows: dict[str, dict] = {}
+    err: dict[str, dict[str, float]] = {f: {} for f in FORMS}
+    err_stage: dict[str, float] = {}
+    err_now: dict[str, float] = {}
+    for key, card in APPS.items():
+        entry = prof.for_app(key)
+        if not entry:
+            continue
+        if t == 1:
+            f2 = entry["stages"]["f2"]["batch1"]
+            meas, stage, src = float(f2["model_wall_s"]), float(f2["cpu_s"]), "benchmarks/results/apps.json stages.f2.batch1 (median)"
+        else:
+            m = f2_cache[str(t)][key]
+            meas, stage, src = float(m["value_s"]), float(m["stage_value_s"]), f"{p.name} f2_measured.{t} ({m['estimator']})"
+        pred = {f: predict_f2(bench, t, card.model, f) for f in FORMS}
+        for f in FORMS:
+            err[f][key] = relative_error(pred[f]["seconds"], meas)
+        err_stage[key] = relative_error(pred[form]["seconds"], stage)
+        now = (f2_cache.get(str(t)) or {}).get(key) if t == 1 else None
+        if now:
+            err_now[key] = relative_error(pred[form]["seconds"], float(now["value_s"]))
+        fixed = pred["catalog"]["launch_s"] + pred["catalog"]["call_s"]
+        if pred["catalog"]["busy_s"] < COMPUTE_BOUND * fixed:
+            overhead_bound.add(key)
+        rows[key] = {"model": card.model, "measured_s": meas, "measured_stage_s": stage, "measured_source": src,
+                     **({"remeasured_now_s": now["value_s"], "drift_now_vs_apps_json": round(now["value_s"] / meas - 1, 4)} if now else {}),
+                     **{f"predicted_{f}_s": round(pred[f]["seconds"], 9) for f in FORMS},
+                     **{f"error_{f}": round(err[f][key], 4) for f in FORMS},
+                     "error_stage": round(err_stage[key], 4),
+                     **{f: {k: (round(v, 9) if isinstance(v, float) else v) for k, v in pred[f].items()} for f in FORMS}}
+    s = summarise(err[form])
+    s["band"] = [round(x, 4) for x in band(err[form].values())]
+    s["per_app_error_stage"] = {k: round(e, 4) for k, e in err_stage.items()}
+    if err_now:
+        s["vs_remeasured_now"] = {**summarise(err_now), "note": (
+            "the same prediction against f2 re-measured now (median, same machinery as apps.json), in the conditions of the "
+            "micro-benchmarks: the gap to per_app_error is the drift of the measurement itself since apps.json was written")}
+    for f in FORMS:
+        if f != form:
+            s[f] = {**summarise(err[f]), "band": [round(x, 4) for x in band(err[f].values())]}
+    s["apps"] = rows
+    return s, err
+
+
+def _f1(bench: dict, prof) -> dict:
+    """f1 (1 thread only: single-threaded Python/Pillow code): predicted vs measured per app."""
+    from nearfaas.apps import APPS
+
     f1 = {}
     for key in APPS:
         entry = prof.for_app(key)
@@ -449,11 +427,16 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
             pf = predict_f1(bench, entry, 1)
             meas = float(entry["stages"]["f1"]["batch1"]["cpu_s"])
             f1[key] = {"predicted_s": round(pf["seconds"], 7), "measured_s": meas, "error": round(relative_error(pf["seconds"], meas), 4)}
-    f1_errors = {k: v["error"] for k, v in f1.items()}
+    return f1
 
+
+def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: dict, residual: dict, residual_cb: dict,
+                overhead_bound: set[str], f1: dict) -> dict:
+    """The ``cpu`` part of ``validate``'s result."""
+    f1_errors = {k: v["error"] for k, v in f1.items()}
     head = per_thread.get(str(TARGET_THREADS)) or per_thread[str(threads[0])]
     other = [f for f in FORMS if f != form]
-    cpu = {
+    return {
         "label": LABEL,
         "device": f"this machine: {bench['cpu']['model_name']} ({bench['cpu']['microarchitecture']}), roofline parameters from "
                   "micro-benchmarks (nearfaas.hw.devices.host); the Xeon 8275CL itself is not available here",
@@ -489,17 +472,66 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
         "pre_post_processing": "f2's handler (tensor decode, summary, output write) is not modelled: see threads.N.per_app_error_stage",
         "not_captured": NOT_CAPTURED,
     }
+
+
+def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], result: dict) -> None:
+    """Rewrite the cached record at ``p``."""
+    record = {"benchmark": RESULT_NAME, "label": "measured: micro-benchmarks and f2 at N threads on this machine; "
+              "the result compares them with the modelled roofline", "machine": machine_facts(),
+              "settings": {"threads": list(threads), "batch": BATCH, "size": "full",
+                           "f2_measured": ("apps.profiles.LocalApp, full-size model, seed-0 input, one warm chain, then 7 repeats (5 if >= 1 s) "
+                                           "at 1 thread, 11 (9) at more; value_s = median at 1 thread (a drift check against "
+                                           "apps.json only), best repeat at more")},
+              "microbench": bench, "f2_measured": f2_cache, "parameters": parameters(bench, threads), "result": result}
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(record, indent=1))
+
+
+def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: str | os.PathLike | None = None, refresh: bool = False,
+             measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None) -> dict:
+    """The CPU roofline vs this machine's measured f2, per app, at each thread count.
+
+    Reads the cached micro-benchmarks and N-thread f2 measurements from ``path`` (default
+    ``benchmarks/results/cpu_validation.json``); what is missing (or everything, ``refresh``) is
+    measured when ``measure`` (micro-benchmarks ~2 min; f2 at 2 threads builds the full-size
+    models and runs them, several minutes) and the file is rewritten when ``write``. 1-thread f2
+    comes from apps.json (``profiles_path``). Returns::
+
+        {"cpu": {"threads": {"1": {"per_app_error", "geomean_abs_error", "pass", ...}, "2": {...}},
+                 "per_app_error": <1 thread>, "geomean_abs_error": <1 thread>, "pass": <1 thread>,
+                 "band": [lo, hi], "band_use": str, "label": "measured vs modelled", ...},
+         "gpu": "skipped: no GPU"}
+    """
+    from nearfaas.apps.profiles import load as load_profiles
+
+    if form not in FORMS:
+        raise ValueError(f"form={form!r}: use one of {', '.join(FORMS)}")
+    threads = tuple(sorted({int(t) for t in threads}))
+    if not threads or threads[0] < 1:
+        raise ValueError(f"threads={threads!r}: give thread counts >= 1")
+    p = Path(path) if path is not None else default_path()
+    cached = {} if refresh else _load(p)
+    say = progress or (lambda m: None)
+    bench, f2_cache, changed = _inputs(threads, p, cached, measure, say)
+
+    prof = load_profiles(profiles_path)
+    if not prof:
+        raise ValueError("no measured profile (benchmarks/results/apps.json): run benchmarks/apps.py first")
+    per_thread: dict[str, Any] = {}
+    residual: dict[str, list[float]] = {f: [] for f in FORMS}
+    residual_cb: dict[str, list[float]] = {f: [] for f in FORMS}  # compute-bound apps only (see COMPUTE_BOUND)
+    overhead_bound: set[str] = set()
+    for t in threads:
+        s, err = _thread_summary(bench, t, prof, f2_cache, form, p, overhead_bound)
+        per_thread[str(t)] = s
+        for f in FORMS:
+            residual[f] += list(err[f].values())
+            residual_cb[f] += [e for k, e in err[f].items() if k not in overhead_bound]
+
+    cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof))
     result = {"cpu": cpu, "gpu": "skipped: no GPU"}
     if write and (changed or not cached or cached.get("result") != result):
-        record = {"benchmark": RESULT_NAME, "label": "measured: micro-benchmarks and f2 at N threads on this machine; "
-                  "the result compares them with the modelled roofline", "machine": machine_facts(),
-                  "settings": {"threads": list(threads), "batch": BATCH, "size": "full",
-                               "f2_measured": ("apps.profiles.LocalApp, full-size model, seed-0 input, one warm chain, then 7 repeats (5 if >= 1 s) "
-                                               "at 1 thread, 11 (9) at more; value_s = median at 1 thread (a drift check against "
-                                               "apps.json only), best repeat at more")},
-                  "microbench": bench, "f2_measured": f2_cache, "parameters": parameters(bench, threads), "result": result}
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(json.dumps(record, indent=1))
+        _write(p, bench, f2_cache, threads, result)
     return result
 
 
