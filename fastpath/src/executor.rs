@@ -48,10 +48,24 @@ pub fn die(msg: &str) -> ! {
 
 /// The command line (`std::env::args`); exits 2 with the usage on a bad flag.
 pub fn parse_args() -> Args {
+    let mut a = default_args();
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| die(&format!("{flag} needs a value")))
+        };
+        apply_flag(&mut a, &flag, &mut val);
+    }
+    a
+}
+
+/// The arguments before any flag.
+fn default_args() -> Args {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let mut a = Args {
+    Args {
         udp: "127.0.0.1:0".into(),
         tcp: None,
         control: "127.0.0.1:0".into(),
@@ -68,74 +82,71 @@ pub fn parse_args() -> Args {
         stream: None,
         stream_idle_ms: 2000,
         stream_max_conns: 1024,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut val = || {
-            it.next()
-                .unwrap_or_else(|| die(&format!("{flag} needs a value")))
-        };
-        let at_least_1 =
-            |v: String| int_in(&v, 1..=usize::MAX, &format!("{flag}: use an integer >= 1"));
-        match flag.as_str() {
-            "--udp" => a.udp = val(),
-            "--tcp" => a.tcp = Some(val()),
-            "--control" => a.control = val(),
-            "--unix" => a.unix = Some(val()),
-            "--workers" => a.workers = at_least_1(val()),
-            "--host" => {
-                let v = val();
-                a.host = Some(
-                    v.to_socket_addrs()
-                        .ok()
-                        .and_then(|mut x| x.next())
-                        .unwrap_or_else(|| {
-                            die(&format!("--host: {v:?} is not a host:port address"))
-                        }),
-                )
-            }
-            "--ready-file" => a.ready_file = Some(val()),
-            "--queue-depth" => a.queue_depth = at_least_1(val()),
-            "--sched" => {
-                a.mode = match val().as_str() {
-                    "drr" | "wfq" => sched::Mode::Drr,
-                    "fifo" => sched::Mode::Fifo,
-                    other => die(&format!("--sched: {other:?}; use drr or fifo")),
-                }
-            }
-            "--pin" => a.pin = true,
-            "--control-key-file" => a.control_key_file = Some(val()),
-            "--max-connections" => a.max_conns = at_least_1(val()),
-            "--max-frame" => {
-                a.max_frame = int_in(
-                    &val(),
-                    8..=(64 << 20),
-                    "--max-frame: use a byte count from 8 to 67108864",
-                )
-            }
-            "--stream" => a.stream = Some(val()),
-            "--stream-idle-ms" => {
-                a.stream_idle_ms = int_in(
-                    &val(),
-                    1..=3_600_000,
-                    "--stream-idle-ms: use milliseconds from 1 to 3600000",
-                ) as u64
-            }
-            "--stream-max-connections" => {
-                a.stream_max_conns = int_in(
-                    &val(),
-                    1..=1_000_000,
-                    "--stream-max-connections: use an integer from 1 to 1000000",
-                )
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                std::process::exit(0)
-            }
-            other => die(&format!("unknown argument {other:?}")),
-        }
     }
-    a
+}
+
+/// Apply one command-line flag; `val` takes its value (exits when there is none).
+fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
+    let at_least_1 =
+        |v: String| int_in(&v, 1..=usize::MAX, &format!("{flag}: use an integer >= 1"));
+    match flag {
+        "--udp" => a.udp = val(),
+        "--tcp" => a.tcp = Some(val()),
+        "--control" => a.control = val(),
+        "--unix" => a.unix = Some(val()),
+        "--workers" => a.workers = at_least_1(val()),
+        "--host" => a.host = Some(host_addr(&val())),
+        "--ready-file" => a.ready_file = Some(val()),
+        "--queue-depth" => a.queue_depth = at_least_1(val()),
+        "--sched" => a.mode = sched_mode(&val()),
+        "--pin" => a.pin = true,
+        "--control-key-file" => a.control_key_file = Some(val()),
+        "--max-connections" => a.max_conns = at_least_1(val()),
+        "--max-frame" => {
+            a.max_frame = int_in(
+                &val(),
+                8..=(64 << 20),
+                "--max-frame: use a byte count from 8 to 67108864",
+            )
+        }
+        "--stream" => a.stream = Some(val()),
+        "--stream-idle-ms" => {
+            a.stream_idle_ms = int_in(
+                &val(),
+                1..=3_600_000,
+                "--stream-idle-ms: use milliseconds from 1 to 3600000",
+            ) as u64
+        }
+        "--stream-max-connections" => {
+            a.stream_max_conns = int_in(
+                &val(),
+                1..=1_000_000,
+                "--stream-max-connections: use an integer from 1 to 1000000",
+            )
+        }
+        "-h" | "--help" => {
+            println!("{USAGE}");
+            std::process::exit(0)
+        }
+        other => die(&format!("unknown argument {other:?}")),
+    }
+}
+
+/// `--host`'s value as a socket address, else exit.
+fn host_addr(v: &str) -> SocketAddr {
+    v.to_socket_addrs()
+        .ok()
+        .and_then(|mut x| x.next())
+        .unwrap_or_else(|| die(&format!("--host: {v:?} is not a host:port address")))
+}
+
+/// `--sched`'s value, else exit.
+fn sched_mode(v: &str) -> sched::Mode {
+    match v {
+        "drr" | "wfq" => sched::Mode::Drr,
+        "fifo" => sched::Mode::Fifo,
+        other => die(&format!("--sched: {other:?}; use drr or fifo")),
+    }
 }
 
 /// `v` as an integer in `range`, else exit with `err`.

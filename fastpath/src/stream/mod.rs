@@ -8,7 +8,8 @@
 //!
 //! * [`ops`]: the stages as data structures (Top-K insertion network and heap, Space-Saving,
 //!   filter, parser), independent of sockets.
-//! * [`spec`]: the deploy JSON's `stream` object, validated, and the per-connection pipeline.
+//! * [`spec`]: a validated chain and the per-connection pipeline.
+//! * [`stage`]: the deploy JSON's `stream` object, parsed and validated into a chain.
 //! * [`serve`]: the listener's event loop.
 //!
 //! Stream functions share the lambdas' ID space: an ID names one function, so deploying a
@@ -18,6 +19,7 @@
 pub mod ops;
 pub mod serve;
 pub mod spec;
+pub mod stage;
 pub mod wasm;
 
 use std::collections::HashMap;
