@@ -7,7 +7,7 @@ mod common;
 mod stream_common;
 use common::*;
 use nearfaas_fastpath::wire::{encode_stream_head, STREAM_UNTIL_EOF};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::io::Write;
 use std::net::Shutdown;
 use std::time::{Duration, Instant};
@@ -35,17 +35,6 @@ fn start_with_four() -> Fp {
 
 fn data() -> Vec<u8> {
     le(&[5, 1, 9, 9, 0, 7, 3])
-}
-
-/// Function `id`'s entry in `stats`.
-fn fn_stats(st: &Value, id: u32) -> Value {
-    st["streams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["id"] == id)
-        .unwrap()
-        .clone()
 }
 
 #[test]
@@ -81,7 +70,7 @@ fn stream_requests_get_replies() {
         call(&fp, 4, b"5 50,500\n60 61 7", None, false),
         (OK, le(&[61, 60]))
     );
-    assert_eq!(fn_stats(&fp.stats(), 1)["ok"], 3);
+    assert_eq!(stream_stats(&fp.stats(), 1)["ok"], 3);
 }
 
 #[test]
@@ -117,7 +106,7 @@ fn protocol_errors_are_answered_and_counted() {
     s.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_reply(&mut s, 4), (UNKNOWN, vec![]));
     let st = fp.stats();
-    let one = fn_stats(&st, 1);
+    let one = stream_stats(&st, 1);
     assert_eq!(one["bad_request"], 3, "{one}");
     assert_eq!(st["global"]["stream_unknown"], 2, "{st}");
 }
@@ -147,7 +136,7 @@ fn idle_clients_get_timeout() {
         );
     }
     let st = fp.stats();
-    let one = fn_stats(&st, 1);
+    let one = stream_stats(&st, 1);
     assert_eq!(one["timeouts"], 2, "{one}");
     assert_eq!(st["global"]["stream_timeouts"], 3, "{st}");
 }

@@ -183,15 +183,7 @@ fn trapping_or_exhausted_modules_answer_errors_and_it_keeps_serving() {
     assert_eq!(call(&fp, 3, &le(&vec![9; 100_000])), (OK, le(&[100_000])));
     assert_eq!(call(&fp, 3, &le(&vec![9; 100_000])), (OK, le(&[100_000])));
     let s = fp.stats();
-    let by_id = |id: u64| {
-        s["streams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["id"] == id)
-            .unwrap()
-            .clone()
-    };
+    let by_id = |id: u64| stream_stats(&s, id);
     assert_eq!(by_id(3)["traps"], 6);
     assert_eq!(by_id(4)["traps"], 6);
     assert_eq!(by_id(3)["ok"], 5);

@@ -348,3 +348,14 @@ impl Rng {
         self.0
     }
 }
+
+/// Stream function `id`'s entry in the executor's `stats` reply.
+pub fn stream_stats(st: &serde_json::Value, id: u64) -> serde_json::Value {
+    st["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == id)
+        .unwrap()
+        .clone()
+}
