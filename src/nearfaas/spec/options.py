@@ -233,13 +233,7 @@ def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> 
     for key, lo, hi, fix in (("weight", 1, 1000, "weight: 1 (its share under weighted fair queueing)"),
                              ("timeout_ms", 1, 60_000, "timeout_ms: 50 (a lambda running longer is interrupted)")):
         if key in fp:
-            try:
-                v = parse_int(fp[key])
-                if not lo <= v <= hi:
-                    raise ValueError(f"must be between {lo} and {hi}")
-                out[key] = v
-            except ValueError as exc:
-                c.error(join_path(fpath, key), f"bad value {short_repr(fp[key])}: {exc}", f"write e.g. {fix}")
+            _bounded_int(fp, key, lo, hi, fpath, fix, out, c)
     ext = fp.get("external")
     if ext is not None:
         host, _, port = str(ext).rpartition(":")
@@ -248,6 +242,17 @@ def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> 
         else:
             out["external"] = str(ext)
     opts.fastpath = out
+
+
+def _bounded_int(block: dict, key: str, lo: int, hi: int, path: str, example: str, out: dict, c: Collector) -> None:
+    """``out[key]`` = ``block[key]`` as an int in [lo, hi], or an error naming the field."""
+    try:
+        v = parse_int(block[key])
+        if not lo <= v <= hi:
+            raise ValueError(f"must be between {lo} and {hi}")
+        out[key] = v
+    except ValueError as exc:
+        c.error(join_path(path, key), f"bad value {short_repr(block[key])}: {exc}", f"write e.g. {example}")
 
 
 def _parse_stream(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> None:
@@ -277,21 +282,9 @@ def _parse_stream(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> No
             out["module"] = module
         for key, lo, hi in (("fuel", 1, 10**12), ("timeout_ms", 1, 10_000)):
             if key in st:
-                try:
-                    v = parse_int(st[key])
-                    if not lo <= v <= hi:
-                        raise ValueError(f"must be between {lo} and {hi}")
-                    out[key] = v
-                except ValueError as exc:
-                    c.error(join_path(spath, key), f"bad value {short_repr(st[key])}: {exc}", f"write e.g. {key}: {hi // 100}")
+                _bounded_int(st, key, lo, hi, spath, f"{key}: {hi // 100}", out, c)
     if out["fn"] in ("topk", "frequent", "wasm"):
-        try:
-            k = parse_int(st.get("k", 16))
-            if not 1 <= k <= 4096:
-                raise ValueError("must be between 1 and 4096")
-            out["k"] = k
-        except ValueError as exc:
-            c.error(join_path(spath, "k"), f"bad value {short_repr(st.get('k'))}: {exc}", "write e.g. k: 16")
+        _bounded_int({"k": 16, **st}, "k", 1, 4096, spath, "k: 16", out, c)
     if out["fn"] in ("topk", "filter"):
         dtype = st.get("dtype", "u32")
         if dtype not in STREAM_DTYPES:
