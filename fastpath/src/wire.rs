@@ -10,7 +10,9 @@
 //! * Stream functions (`--stream`), one TCP connection per request, **little-endian**: header
 //!   stream_id (u32 LE), payload_len (u64 LE; `STREAM_UNTIL_EOF` = until the client
 //!   half-closes), the payload; reply status (u8), count (u32 LE), count elements (4 bytes LE
-//!   each; `frequent`: count pairs of value u32 LE, estimated count u32 LE), then close.
+//!   each; `frequent`: count pairs of value u32 LE, estimated count u32 LE), then close. With
+//!   `STREAM_KEEP_ALIVE` or-ed into stream_id (and a declared payload_len) the connection stays
+//!   open after the reply for the next request.
 
 /// The lambda ran and answered.
 pub const OK: u8 = 0;
@@ -68,6 +70,9 @@ pub const MAX_ID: u32 = 65535;
 pub const STREAM_HEAD: usize = 12;
 /// `payload_len` meaning "until the client half-closes its side".
 pub const STREAM_UNTIL_EOF: u64 = u64::MAX;
+/// Or-ed into a stream request's stream_id: keep the connection open after the reply (stream
+/// IDs are at most `MAX_ID`, so the bit is never part of one).
+pub const STREAM_KEEP_ALIVE: u32 = 1 << 31;
 /// Bytes of a stream reply's head: status (u8), count (u32 LE).
 pub const STREAM_REPLY_HEAD: usize = 5;
 /// Bytes of one element of a stream payload or reply (u32 or f32, little-endian).

@@ -4,18 +4,21 @@
 //! function consumes *as it arrives*, in chunks, through a chain of native stages (`parse`,
 //! `filter`, `topk`, `frequent`) run as one pipeline inside the executor; when the payload ends
 //! the last stage's state is the reply (`status: u8`, `count: u32 LE`, the elements), and the
-//! connection closes. Protocol and limits: docs/fastpath.md, "Stream functions".
+//! connection closes (or, with `STREAM_KEEP_ALIVE` in the stream_id, waits for the next
+//! request). Protocol and limits: docs/fastpath.md, "Stream functions".
 //!
 //! * [`ops`]: the stages as data structures (Top-K insertion network and heap, Space-Saving,
 //!   filter, parser), independent of sockets.
 //! * [`spec`]: a validated chain and the per-connection pipeline.
 //! * [`stage`]: the deploy JSON's `stream` object, parsed and validated into a chain.
 //! * [`serve`]: the listener's event loop.
+//! * [`conn`]: one connection's state machine (header, body, reply, drain; kept-alive).
 //!
 //! Stream functions share the lambdas' ID space: an ID names one function, so deploying a
 //! stream function over a lambda's ID replaces it (and the other way round), and `remove`
 //! removes either.
 
+pub mod conn;
 pub mod ops;
 pub mod serve;
 pub mod spec;
@@ -72,6 +75,9 @@ pub struct StreamGlobal {
     pub timeouts: AtomicU64,
     /// Closed without a complete header, or refused a reply (header-level BAD_REQUEST).
     pub bad_header: AtomicU64,
+    /// Requests that found their connection kept open by the request before
+    /// (`STREAM_KEEP_ALIVE`).
+    pub reused: AtomicU64,
 }
 
 /// The stream function table (IDs 0..=MAX_ID, shared with the lambdas) and the listener's
@@ -124,6 +130,7 @@ impl Streams {
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         json!({"stream_conns": g.conns.load(Ordering::Relaxed), "stream_accepted": r(&g.accepted),
                "stream_refused": r(&g.refused), "stream_unknown": r(&g.unknown),
-               "stream_timeouts": r(&g.timeouts), "stream_bad_header": r(&g.bad_header)})
+               "stream_timeouts": r(&g.timeouts), "stream_bad_header": r(&g.bad_header),
+               "stream_reused": r(&g.reused)})
     }
 }

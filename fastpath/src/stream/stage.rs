@@ -173,7 +173,7 @@ fn wasm_reduce(
     Ok(Reduce::Wasm(wasm_stage(at, o, compile)?))
 }
 
-fn stage_fn<'a>(i: usize, o: &'a Map<String, Value>) -> Result<&'a str, String> {
+fn stage_fn(i: usize, o: &Map<String, Value>) -> Result<&str, String> {
     match o.get("fn") {
         Some(Value::String(s)) => match s.as_str() {
             "parse" | "filter" | "topk" | "frequent" | "wasm" => Ok(s),

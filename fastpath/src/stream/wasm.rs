@@ -177,7 +177,7 @@ impl WasmStream {
             return Err(Refusal::Module);
         }
         let n = n as usize;
-        if n % 4 != 0 || n > self.buf_size {
+        if !n.is_multiple_of(4) || n > self.buf_size {
             return Err(Refusal::Trap(format!(
                 "nf_stream_finish returned {n}: not a multiple of 4 within the {}-byte buffer",
                 self.buf_size

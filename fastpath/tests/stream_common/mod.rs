@@ -76,6 +76,16 @@ pub fn read_reply(s: &mut TcpStream, item: usize) -> (u8, Vec<u8>) {
     (st, all[5..].to_vec())
 }
 
+/// Read exactly one reply (a kept-alive connection stays open after it): (status, elements).
+pub fn read_one_reply(s: &mut TcpStream, item: usize) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).expect("reply head");
+    let (st, count) = decode_stream_reply_head(&head).unwrap();
+    let mut body = vec![0u8; count as usize * item];
+    s.read_exact(&mut body).expect("reply elements");
+    (st, body)
+}
+
 /// One request: header (payload_len = `len`, or the payload's length), the payload in pieces
 /// of `piece` bytes, then half-close when `close`.
 pub fn call(fp: &Fp, id: u32, payload: &[u8], len: Option<u64>, close: bool) -> (u8, Vec<u8>) {
