@@ -17,9 +17,11 @@
 //!       --duration 5 --warmup 1 --json
 //!
 //! Uses only std and libc (and the crate's wire format, src/wire.rs). `--stream` measures stream
-//! functions instead (src/load/stream.rs).
+//! functions instead (src/load/stream.rs); `--stream-floor ADDR` serves the TCP floor they are
+//! compared with (src/load/floor.rs).
 
 mod args;
+pub mod floor;
 mod gen;
 mod stats;
 pub mod stream;
@@ -47,6 +49,9 @@ struct Window {
 /// Run the load generator as the command line says and print its report.
 pub fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.iter().any(|a| a == "--stream-floor") {
+        return floor::main(&argv); // the bare-TCP server stream latencies are read beside
+    }
     if argv.iter().any(|a| a == "--stream") {
         return stream::main(&argv); // stream functions: one TCP connection per request
     }

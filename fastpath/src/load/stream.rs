@@ -2,10 +2,11 @@
 //! "Stream functions"), one TCP connection per request, closed loop with one request at a time.
 //! A request's latency runs from `connect()` to the last byte of its reply (the TCP handshake,
 //! the header and payload, the function, the reply), not the close, as the FPGA Top-K paper
-//! measures it.
+//! measures it. With `--keep-alive` every request goes on one kept-alive connection
+//! (`STREAM_KEEP_ALIVE`) and its latency runs from the first byte sent to the reply's last.
 //!
 //!   nearfaas-fastpath-load --stream --addr 127.0.0.1:9300 --id 5 --payload-bytes 4096 \
-//!       [--text] [--item 4|8] [--duration S] [--warmup S] [--timeout-ms T] [--json]
+//!       [--text] [--item 4|8] [--keep-alive] [--duration S] [--warmup S] [--timeout-ms T] [--json]
 //!
 //! The payload is random u32 elements (little-endian), or with `--text` decimal numbers
 //! separated by spaces (for a chain starting with `parse`), of exactly `--payload-bytes` bytes.
@@ -16,7 +17,7 @@ use std::process::exit;
 use std::time::{Duration, Instant};
 
 use super::stats::{jnum, pct};
-use crate::wire::{encode_stream_head, status_name, OK, STREAM_REPLY_HEAD};
+use crate::wire::{encode_stream_head, status_name, OK, STREAM_KEEP_ALIVE, STREAM_REPLY_HEAD};
 
 struct Args {
     addr: SocketAddr,
@@ -24,6 +25,7 @@ struct Args {
     bytes: usize,
     text: bool,
     item: usize,
+    keep_alive: bool,
     duration: f64,
     warmup: f64,
     timeout: Duration,
@@ -34,7 +36,7 @@ fn usage(msg: &str) -> ! {
     eprintln!("nearfaas-fastpath-load --stream: {msg}");
     eprintln!(
         "usage: nearfaas-fastpath-load --stream --addr HOST:PORT [--id N] [--payload-bytes N] [--text] \
-         [--item 4|8] [--duration S] [--warmup S] [--timeout-ms T] [--json]"
+         [--item 4|8] [--keep-alive] [--duration S] [--warmup S] [--timeout-ms T] [--json]"
     );
     exit(2)
 }
@@ -46,6 +48,7 @@ fn parse(argv: &[String]) -> Args {
         bytes: 64,
         text: false,
         item: 4,
+        keep_alive: false,
         duration: 3.0,
         warmup: 0.5,
         timeout: Duration::from_secs(2),
@@ -56,8 +59,9 @@ fn parse(argv: &[String]) -> Args {
     while i < argv.len() {
         let flag = argv[i].as_str();
         match flag {
-            "--stream" | "--text" | "--json" => {
+            "--stream" | "--text" | "--json" | "--keep-alive" => {
                 a.text |= flag == "--text";
+                a.keep_alive |= flag == "--keep-alive";
                 a.json |= flag == "--json";
                 i += 1;
                 continue;
@@ -121,18 +125,42 @@ fn request(a: &Args) -> Vec<u8> {
             p.extend_from_slice(&(next() as u32).to_le_bytes());
         }
     }
-    let mut r = encode_stream_head(a.id, p.len() as u64).to_vec();
+    let id = if a.keep_alive {
+        a.id | STREAM_KEEP_ALIVE
+    } else {
+        a.id
+    };
+    let mut r = encode_stream_head(id, p.len() as u64).to_vec();
     r.extend_from_slice(&p);
     r
 }
 
-/// One request: (status, µs from connect to the reply's last byte), or an error.
-fn one(a: &Args, req: &[u8], buf: &mut Vec<u8>) -> Result<(u8, Duration), String> {
-    let t0 = Instant::now();
-    let mut s =
-        TcpStream::connect_timeout(&a.addr, a.timeout).map_err(|e| format!("connect: {e}"))?;
+fn connect(a: &Args) -> Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&a.addr, a.timeout).map_err(|e| format!("connect: {e}"))?;
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(a.timeout));
+    Ok(s)
+}
+
+/// One request: (status, time from connect — or, on a kept-alive connection `kept`, from the
+/// first byte sent — to the reply's last byte), or an error (which drops `kept`).
+fn one(
+    a: &Args,
+    req: &[u8],
+    buf: &mut Vec<u8>,
+    kept: &mut Option<TcpStream>,
+) -> Result<(u8, Duration), String> {
+    let mut t0 = Instant::now();
+    let mut s = match kept.take() {
+        Some(s) => s,
+        None => {
+            let s = connect(a)?;
+            if a.keep_alive {
+                t0 = Instant::now(); // a kept-alive request's time starts at its first byte
+            }
+            s
+        }
+    };
     s.write_all(req).map_err(|e| format!("send: {e}"))?;
     buf.clear();
     let mut want = STREAM_REPLY_HEAD;
@@ -148,13 +176,18 @@ fn one(a: &Args, req: &[u8], buf: &mut Vec<u8>) -> Result<(u8, Duration), String
             want = STREAM_REPLY_HEAD + count * a.item;
         }
     }
-    Ok((buf[0], t0.elapsed()))
+    let dt = t0.elapsed();
+    if a.keep_alive && buf[0] == OK {
+        *kept = Some(s);
+    }
+    Ok((buf[0], dt))
 }
 
 pub fn main(argv: &[String]) {
     let a = parse(argv);
     let req = request(&a);
     let mut buf = Vec::new();
+    let mut kept = None;
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(a.warmup.max(0.0));
     let end = measure_from + Duration::from_secs_f64(a.duration.max(0.0));
@@ -168,7 +201,7 @@ pub fn main(argv: &[String]) {
             break;
         }
         let measuring = now >= measure_from;
-        match one(&a, &req, &mut buf) {
+        match one(&a, &req, &mut buf, &mut kept) {
             Ok((st, dt)) if measuring => {
                 statuses[st as usize] += 1;
                 if st == OK {
@@ -198,11 +231,12 @@ pub fn main(argv: &[String]) {
     };
     if a.json {
         println!(
-            "{{\"mode\": \"stream\", \"id\": {}, \"payload_bytes\": {}, \"text\": {}, \"ok\": {}, \"statuses\": {{{}}}, \
+            "{{\"mode\": \"stream\", \"id\": {}, \"payload_bytes\": {}, \"text\": {}, \"keep_alive\": {}, \"ok\": {}, \"statuses\": {{{}}}, \
              \"errors\": {errors}, \"p50_us\": {}, \"p90_us\": {}, \"p99_us\": {}, \"mean_us\": {}, \"req_per_s\": {}}}",
             a.id,
             req.len() - 12,
             a.text,
+            a.keep_alive,
             lat.len(),
             by_status.join(", "),
             jnum(pct(&lat, 50.0)),
@@ -213,10 +247,11 @@ pub fn main(argv: &[String]) {
         );
     } else {
         println!(
-            "stream id {} payload {} B{}: {} OK, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} req/s; statuses {{{}}}, {errors} errors",
+            "stream id {} payload {} B{}{}: {} OK, p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, {:.0} req/s; statuses {{{}}}, {errors} errors",
             a.id,
             req.len() - 12,
             if a.text { " (text)" } else { "" },
+            if a.keep_alive { ", kept alive" } else { "" },
             lat.len(),
             pct(&lat, 50.0),
             pct(&lat, 90.0),
