@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 
 import pytest
 
 from nearfaas.fastpath import wire
 from nearfaas.fastpath.executor import Executor, binary_path
-from nearfaas.fastpath.stream import StreamError, call, decode, encode, encode_head
+from nearfaas.fastpath.stream import Connection, StreamError, call, decode, encode, encode_head
 
 
 def test_head_and_elements_are_little_endian():
@@ -79,3 +80,29 @@ def test_calls_against_the_executor(ex):
     stats = ex.stats()
     assert {s["id"] for s in stats["streams"]} == {1, 2, 3}
     assert stats["global"]["stream_unknown"] == 1
+
+
+def test_a_kept_alive_connection_serves_many_requests_and_recovers(ex):
+    addr = ex.info["stream_addr"]
+    reused_before = ex.stats()["global"]["stream_reused"]
+    with Connection(addr) as conn:
+        for i in range(30):
+            values = [100 + (i * 37 + j * 11) % 900 for j in range(i + 1)]  # all pass the filter (min 100)
+            text = " ".join(map(str, values)).encode()
+            assert conn.call(1, text) == ("OK", sorted(values, reverse=True)[:3]), i
+        assert conn.call(3, encode([7, 7, 2]), dtype="pairs") == ("OK", [(7, 2), (2, 1)])
+        assert conn.connects == 1
+        assert ex.stats()["global"]["stream_reused"] - reused_before == 30
+        # An early answer closes the connection; the next call opens another.
+        assert conn.call(42, b"1 2") == ("UNKNOWN", [])
+        assert conn.call(1, b"500 600") == ("OK", [600, 500])
+        assert conn.connects == 2
+        # The executor closes an idle kept-alive connection (300 ms here); the call after that
+        # is sent again on a new connection, not failed.
+        time.sleep(0.6)
+        assert conn.call(2, encode([2.5, 9.0], "f32"), dtype="f32") == ("OK", [9.0, 2.5])
+        assert conn.connects == 3
+    with pytest.raises(TypeError, match="bytes payload"):
+        Connection(addr).call(1, iter([b"1 2"]))
+    with pytest.raises(ValueError, match="stream_id"):
+        Connection(addr).call(1 << 31, b"")

@@ -4,11 +4,14 @@ A request is one TCP connection to the executor's ``--stream`` address (the read
 ``stream_addr``): a 12-byte header (``stream_id: u32 LE``, ``payload_len: u64 LE``, or
 ``STREAM_UNTIL_EOF`` to end the payload by half-closing), then the payload, which the function
 consumes as it arrives; the reply is ``status: u8``, ``count: u32 LE`` and ``count`` elements,
-after which the executor closes the connection.
+after which the executor closes the connection, or with ``STREAM_KEEP_ALIVE`` or-ed into the
+id waits for the next request (``Connection``).
 
     status, top = call("127.0.0.1:9300", 5, b"17 4, 99\\n3")              # a parse -> topk chain
     status, top = call(addr, 6, encode([3.5, 1.0], "f32"), dtype="f32")     # binary f32 elements
     status, pairs = call(addr, 7, (chunk for chunk in chunks), dtype="pairs")  # frequent, until EOF
+    with Connection(addr) as conn:                                           # many requests, one handshake
+        answers = [conn.call(6, encode(batch)) for batch in batches]
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from nearfaas.fastpath.wire import (
     STREAM_ELEM_FORMATS,
     STREAM_ELEM_SIZE,
     STREAM_HEAD,
+    STREAM_KEEP_ALIVE,
     STREAM_PAIR,
     STREAM_REPLY_HEAD,
     STREAM_UNTIL_EOF,
     status_name,
 )
 
-__all__ = ["DTYPES", "StreamError", "call", "decode", "encode", "encode_head"]
+__all__ = ["DTYPES", "Connection", "StreamError", "call", "decode", "encode", "encode_head"]
 
 #: Reply element types: "u32" and "f32" (Top-K), "pairs" ((value, count) from ``frequent``).
 DTYPES = ("u32", "f32", "pairs")
@@ -60,8 +64,7 @@ def encode(values: Iterable, dtype: str = "u32") -> bytes:
 
 def decode(reply: bytes, dtype: str = "u32") -> tuple[str, list]:
     """(status name, values) of a whole reply; StreamError when it is malformed."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_dtype(dtype)
     if len(reply) < STREAM_REPLY_HEAD.size:
         raise StreamError(f"stream reply of {len(reply)} bytes is shorter than its 5-byte head (status u8, count u32 LE)"
                           if reply else "the executor closed the connection without a reply "
@@ -91,19 +94,13 @@ def call(addr, stream_id: int, payload: bytes | bytearray | memoryview | Iterabl
     answers TIMEOUT after its idle time if it still expects bytes). Raises StreamError when the
     executor cannot be reached or its reply is malformed; a status other than OK is returned.
     """
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    _check_dtype(dtype)
     whole = isinstance(payload, (bytes, bytearray, memoryview))
     if length is None:
         length = len(payload) if whole else STREAM_UNTIL_EOF
     head = encode_head(stream_id, length)
     host, port = parse_addr(addr)
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:
-        raise StreamError(f"cannot connect to the stream listener at {host}:{port}: {exc}") from None
-    with sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with _connect(host, port, timeout) as sock:
         try:
             _send(sock, head, payload, whole)
             if half_close:
@@ -117,6 +114,114 @@ def call(addr, stream_id: int, payload: bytes | bytearray | memoryview | Iterabl
             raise StreamError(f"stream {stream_id} at {host}:{port}: send failed: {exc}") from None
         reply = _read_all(sock, host, port, stream_id, timeout)
     return decode(reply, dtype)
+
+
+class Connection:
+    """A kept-alive connection to the stream listener: requests one after another without a TCP
+    handshake each (the header carries ``STREAM_KEEP_ALIVE``; docs/fastpath.md, "Kept-alive
+    connections"). Not thread-safe: one request at a time, as on the wire.
+
+    Payloads are bytes (their length is declared; until-EOF requests end the connection, so use
+    ``call`` for those). A reply that ends a request early (UNKNOWN, BAD_REQUEST, a refusal) makes
+    the executor close, and the next ``call`` here reconnects. When a reused connection turns out
+    to have been closed by the executor (its idle timeout passed) before any reply byte came, the
+    request is sent once more on a new connection: stream functions are pure, so that is safe.
+    """
+
+    def __init__(self, addr, timeout: float = 10.0):
+        self.host, self.port = parse_addr(addr)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        #: Connections opened so far (1 while the same one is reused).
+        self.connects = 0
+
+    def call(self, stream_id: int, payload: bytes | bytearray | memoryview = b"", dtype: str = "u32") -> tuple[str, list]:
+        """Run stream function ``stream_id`` on ``payload`` on this connection: (status name, values)."""
+        _check_dtype(dtype)
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise TypeError(f"a kept-alive request needs a bytes payload (its length is declared), got {type(payload).__name__}; "
+                            "stream an iterable with call()")
+        if not isinstance(stream_id, int) or not 0 <= stream_id < STREAM_KEEP_ALIVE:
+            raise ValueError(f"stream_id must be an integer in 0..2**31-1 on a kept-alive connection, got {stream_id!r}")
+        head = encode_head(stream_id | STREAM_KEEP_ALIVE, len(payload))
+        reused = self._sock is not None
+        try:
+            reply = self._exchange(head, payload, dtype, stream_id)
+        except _ClosedEarly:
+            self.close()
+            if not reused:
+                raise StreamError(f"stream {stream_id} at {self.host}:{self.port}: the executor closed the connection "
+                                  "without a reply (over --stream-max-connections, or it stopped)") from None
+            reply = self._exchange(head, payload, dtype, stream_id)  # the idle timeout closed it: once more
+        except BaseException:
+            self.close()
+            raise
+        status, values = decode(reply, dtype)
+        if status != "OK":
+            self.close()  # the executor closes after an early answer
+        return status, values
+
+    def _exchange(self, head: bytes, payload, dtype: str, stream_id: int) -> bytes:
+        if self._sock is None:
+            self._sock = _connect(self.host, self.port, self.timeout)
+            self.connects += 1
+        sock = self._sock
+        try:
+            _send(sock, head, payload, True)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # closed under us, or an early answer: the reply (or its absence) says which
+        except OSError as exc:
+            raise StreamError(f"stream {stream_id} at {self.host}:{self.port}: send failed: {exc}") from None
+        item = STREAM_PAIR.size if dtype == "pairs" else STREAM_ELEM_SIZE
+        head_bytes = self._recv_exact(STREAM_REPLY_HEAD.size, stream_id, first=True)
+        _, count = STREAM_REPLY_HEAD.unpack(head_bytes)
+        return head_bytes + self._recv_exact(count * item, stream_id, first=False)
+
+    def _recv_exact(self, n: int, stream_id: int, first: bool) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                b = self._sock.recv(n - len(buf))
+            except TimeoutError:
+                raise StreamError(f"stream {stream_id} at {self.host}:{self.port}: no reply within {self.timeout} s") from None
+            except ConnectionResetError:
+                b = b""
+            if not b:
+                if first and not buf:
+                    raise _ClosedEarly
+                raise StreamError(f"stream {stream_id} at {self.host}:{self.port}: the connection closed "
+                                  f"{len(buf)} bytes into a {n}-byte reply part")
+            buf += b
+        return bytes(buf)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _ClosedEarly(Exception):
+    """The connection ended before the reply's first byte."""
+
+
+def _check_dtype(dtype: str) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        raise StreamError(f"cannot connect to the stream listener at {host}:{port}: {exc}") from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _send(sock: socket.socket, head: bytes, payload, whole: bool) -> None:

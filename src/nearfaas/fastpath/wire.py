@@ -53,6 +53,7 @@ HOST_REPLY_HEAD = struct.Struct(">IB")  # token, status (host -> executor)
 # -- stream functions (docs/fastpath.md, "Stream functions"): little-endian, unlike the above ---------
 STREAM_HEAD = struct.Struct("<IQ")  # stream_id, payload_len
 STREAM_UNTIL_EOF = 0xFFFF_FFFF_FFFF_FFFF  # payload_len: until the client half-closes its side
+STREAM_KEEP_ALIVE = 1 << 31  # or-ed into stream_id: keep the connection open after the reply
 STREAM_REPLY_HEAD = struct.Struct("<BI")  # status, count
 STREAM_ELEM_SIZE = 4  # one u32 or f32 element, little-endian
 STREAM_PAIR = struct.Struct("<II")  # one `frequent` entry: value, estimated count
