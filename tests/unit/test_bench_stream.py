@@ -76,9 +76,35 @@ def test_result_shape_and_headline_from_a_small_run():
     assert set(bm["per_request_us"]) == {"1", "2"} and bm["label"] == "measured"
     assert bm["p50_us"]["64"] <= bm["p99_us"]["64"]
     head = stream.headline(result)
-    assert set(head) == {"stream_p50_us", "baremetal_p50_us", "serverless_p50_us", "per_request_ratio_n64"}
+    assert set(head) == {"stream_p50_us", "baremetal_p50_us", "serverless_p50_us", "per_request_ratio_n64", "native_client_p50_us",
+                         "native_client_kept_alive_p50_us", "tcp_floor_p50_us", "tcp_floor_kept_alive_p50_us"}
+    assert head["native_client_p50_us"] == {} and "native_client" not in result  # no executor in this run
     assert head["baremetal_p50_us"] == bm["p50_us"] and head["per_request_ratio_n64"] is None
     assert "baremetal" in stream.table(result)
+
+
+def test_native_client_rows_put_the_executor_beside_the_floor():
+    from nearfaas.bench import stream_native
+    from nearfaas.fastpath.executor import Executor, binary_path, load_binary_path
+
+    if not (binary_path().exists() and load_binary_path().exists()):
+        pytest.skip("nearfaas-fastpath not built (make setup)")
+    with Executor(workers=1, extra_args=["--stream", "127.0.0.1:0"]) as ex:
+        ex.control.request(op="deploy", id=3, kind="stream", stream={"chain": [{"fn": "topk", "k": 16, "dtype": "u32"}]})
+        addr = ex.info["stream_addr"]
+        native = stream_native.measure(load_binary_path(), addr, 3, [64], quick=True)
+        with pytest.raises(RuntimeError, match="no request answered OK"):  # an id with no function: UNKNOWN only
+            stream_native.load_run(load_binary_path(), addr, 4, 64, "kept_alive", 0.1, 0.0)
+        stats = ex.stats()["global"]
+    assert native["label"] == "measured"
+    for target in stream_native.TARGETS:
+        for mode in stream_native.MODES:
+            row = native["targets"][target][mode]
+            assert 0 < row["p50_us"]["64"] <= row["p99_us"]["64"] and row["req_per_s"]["64"] > 0, (target, mode)
+    assert stats["stream_reused"] > 0  # the kept-alive mode really reused its connection
+    head = stream.headline({"systems": {}, "native_client": native})
+    assert head["tcp_floor_kept_alive_p50_us"] == native["targets"]["tcp_floor"]["kept_alive"]["p50_us"]
+    assert "tcp_floor kept_alive" in stream_native.table(native)
 
 
 def test_headline_ratio_is_executor_n64_over_n1():

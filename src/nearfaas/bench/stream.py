@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import os
 import random
+import subprocess
 import time
 from pathlib import Path
 
@@ -209,7 +210,7 @@ def measure(systems: dict, sizes, requests: int, repeats: int, warmup: int, conc
 
 
 def run(quick: bool = False, sizes=None, requests: int | None = None, concurrency=None, repeats: int | None = None,
-        systems=SYSTEMS, executor_workers: int = 1, progress=None) -> dict:
+        systems=SYSTEMS, executor_workers: int = 1, native: bool = True, progress=None) -> dict:
     say = progress or (lambda msg: None)
     cfg = dict(QUICK if quick else FULL)
     sizes = check_sizes(sizes if sizes is not None else SIZES)
@@ -250,10 +251,26 @@ def run(quick: bool = False, sizes=None, requests: int | None = None, concurrenc
                 result["unavailable"]["serverless"] = f"not available: {type(exc).__name__}: {exc}"
                 say(f"serverless skipped: {exc}")
         result["systems"] = measure(live, sizes, requests, repeats, cfg["warmup"], concurrency, cfg["batch_repeats"], say)
+        if native and "executor" in live:
+            result["native_client"] = _native(live["executor"], sizes, quick, say)
     for name, why in result["unavailable"].items():
         result["systems"][name] = {"available": False, "reason": why}
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     return result
+
+
+def _native(executor, sizes, quick: bool, say) -> dict:
+    """The executor and the bare-TCP floor timed by the Rust client (``stream_native``); a failure
+    there is recorded, not fatal: the side-by-side rows above are the run's main result."""
+    from nearfaas.bench import stream_native
+    from nearfaas.fastpath.executor import load_binary_path
+
+    host, port = executor.addr
+    try:
+        return stream_native.measure(load_binary_path(), f"{host}:{port}", executor.stream_id, sizes, quick, say)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        say(f"native client rows skipped: {exc}")
+        return {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
 
 
 def headline(result: dict) -> dict:
@@ -265,8 +282,13 @@ def headline(result: dict) -> dict:
 
     per = systems.get("executor", {}).get("per_request_us") or {}
     ratio = per["64"] / per["1"] if per.get("64") and per.get("1") else None
+    native = result.get("native_client", {}).get("targets", {})
     return {"stream_p50_us": p50("executor"), "baremetal_p50_us": p50("baremetal"), "serverless_p50_us": p50("serverless"),
-            "per_request_ratio_n64": ratio}
+            "per_request_ratio_n64": ratio,
+            "native_client_p50_us": native.get("executor", {}).get("per_connection", {}).get("p50_us", {}),
+            "native_client_kept_alive_p50_us": native.get("executor", {}).get("kept_alive", {}).get("p50_us", {}),
+            "tcp_floor_p50_us": native.get("tcp_floor", {}).get("per_connection", {}).get("p50_us", {}),
+            "tcp_floor_kept_alive_p50_us": native.get("tcp_floor", {}).get("kept_alive", {}).get("p50_us", {})}
 
 
 def table(result: dict) -> str:
@@ -292,6 +314,13 @@ def table(result: dict) -> str:
     for n in names:
         if n not in live:
             lines.append(f"{n}: {result['systems'][n]['reason']}")
+    native = result.get("native_client")
+    if native and native.get("available", True):
+        from nearfaas.bench.stream_native import table as native_table
+
+        lines.append(native_table(native))
+    elif native:
+        lines.append(f"native client: {native['reason']}")
     cold = result["systems"].get("serverless", {}).get("cold_start")
     if cold:
         lines.append(f"serverless cold start: first answer {cold['first_answer_after_deploy_ms']:.0f} ms after the deploy (excluded)")
@@ -317,6 +346,12 @@ def plot(result: dict, path: Path) -> Path | None:
         left.plot(sizes, [s["p50_us"][str(z)] for z in sizes], marker="o", label=name)
         ns = [c for c in result["concurrency"] if s["per_request_us"].get(str(c)) is not None]
         right.plot(ns, [s["per_request_us"][str(c)] for c in ns], marker="o", label=name)
+    native = result.get("native_client", {}).get("targets", {})
+    for target, style in (("executor", "--"), ("tcp_floor", ":")):
+        row = native.get(target, {}).get("per_connection", {}).get("p50_us", {})
+        sizes = [z for z in result["sizes"] if row.get(str(z)) is not None]
+        if sizes:
+            left.plot(sizes, [row[str(z)] for z in sizes], style, marker=".", label=f"{target} (Rust client)")
     left.set(xscale="log", yscale="log", xlabel="request size (bytes)", ylabel="p50 latency (us)", title="Top-K latency vs size")
     right.set(xscale="log", yscale="log", xlabel="concurrent requests N", ylabel="batch latency / N (us)", title="per-request time vs N")
     left.set_xticks(result["sizes"], [str(z) for z in result["sizes"]])

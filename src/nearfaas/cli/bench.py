@@ -69,11 +69,14 @@ def bench_fastpath(quick, as_json):
 @bench.command("stream")
 @click.option("--quick", is_flag=True, help="100 requests per size, one repeat, N up to 16")
 @click.option("--json", "as_json", is_flag=True,
-              help="print stream_p50_us, baremetal_p50_us, serverless_p50_us (per size) and per_request_ratio_n64")
+              help="print stream_p50_us, baremetal_p50_us, serverless_p50_us (per size), per_request_ratio_n64, "
+                   "and the Rust client's executor and bare-TCP floor p50s, per connection and kept alive")
 def bench_stream(quick, as_json):
     """Streaming Top-K (K=16, u32) side by side, a connection per request: the executor's stream
     target, a bare-metal stdlib HTTP server behind an interceptor, and a warm function through the
-    gateway (benchmarks/stream_topk.py has the full run; every number is measured here)."""
+    gateway; then the executor and this machine's bare-TCP floor timed by the Rust client, per
+    connection and on a kept-alive connection (benchmarks/stream_topk.py has the full run; every
+    number is measured here)."""
     from nearfaas.bench.stream import headline, run, table
 
     with err.status("starting the Top-K systems...") as status:
