@@ -146,7 +146,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
             started.append(_spawn(node["name"], _node_command(layout, node), state_dir, env, f"{node['url']}/_nearfaas/health"))
         if layout["fastpath"]:
             fp = layout["fastpath"]
-            on_step(f"starting the fast path on udp {host}:{fp['udp']} ({fp['workers']} worker(s), {fp['sched']})")
+            on_step(f"starting the fast path on {host} ({fp['workers']} worker(s), {fp['sched']})")
             Path(fp["ready_file"]).unlink(missing_ok=True)
             started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"])))
         # The nodes answer before the gateway starts: its first health poll must find them up, or
@@ -156,6 +156,9 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         for name, proc, url, log in started:
             _wait_ready(url, proc, name, log)
             on_step(f"{name} is ready")
+        if layout["fastpath"]:
+            _record_fastpath_ports(layout["fastpath"])
+            _write_layout(state_dir, layout)
         on_step(f"starting gateway on {gateway_url}")
         # The gateway faces every client: after a flood of connections, pymalloc's arenas stay
         # pinned by a few survivors (+16 MiB for good after 20,000 idle sockets), while glibc's
@@ -216,12 +219,23 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
     # A fresh per-cluster secret for the control port (mode 0600 from creation): only the gateway,
     # which reads it from here, can install or swap lambdas (docs/fastpath.md, "Security").
     key_file = new_key_file(state_dir / "fastpath.key")
-    return {"binary": str(binary), "udp": _free_port(host), "tcp": _free_port(host), "control": _free_port(host),
-            "stream": _free_port(host),
+    # Port 0: the executor binds its listeners itself and the launcher records what it got
+    # (_record_fastpath_ports). Picking a free port here and passing it on would race with every
+    # other process taking ports meanwhile (a benchmark's clients open thousands a second).
+    return {"binary": str(binary), "udp": 0, "tcp": 0, "control": 0, "stream": 0,
             "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
             "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
             "max_frame": 2 << 20, "max_connections": 256}
+
+
+def _record_fastpath_ports(fp: dict) -> None:
+    """The ports the executor bound (its ready file), into its layout entry, for the gateway."""
+    try:
+        ready = json.loads(Path(fp["ready_file"]).read_text())
+        fp.update({key: int(ready[key]) for key in ("udp", "tcp", "control", "stream") if ready.get(key) is not None})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ClusterError(f"the fast path's ready file {fp['ready_file']} is unreadable: {exc}") from None
 
 
 def _fastpath_command(layout: dict) -> list[str]:
@@ -231,7 +245,7 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
             "--max-connections", str(fp.get("max_connections", 256))] + (["--pin"] if fp.get("pin") else []) + \
-        (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") else [])
+        (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:
