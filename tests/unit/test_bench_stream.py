@@ -77,7 +77,8 @@ def test_result_shape_and_headline_from_a_small_run():
     assert bm["p50_us"]["64"] <= bm["p99_us"]["64"]
     head = stream.headline(result)
     assert set(head) == {"stream_p50_us", "baremetal_p50_us", "serverless_p50_us", "per_request_ratio_n64", "native_client_p50_us",
-                         "native_client_kept_alive_p50_us", "tcp_floor_p50_us", "tcp_floor_kept_alive_p50_us"}
+                         "native_client_kept_alive_p50_us", "tcp_floor_p50_us", "tcp_floor_kept_alive_p50_us",
+                         "native_client_per_request_ratio_n64"}
     assert head["native_client_p50_us"] == {} and "native_client" not in result  # no executor in this run
     assert head["baremetal_p50_us"] == bm["p50_us"] and head["per_request_ratio_n64"] is None
     assert "baremetal" in stream.table(result)
@@ -92,7 +93,7 @@ def test_native_client_rows_put_the_executor_beside_the_floor():
     with Executor(workers=1, extra_args=["--stream", "127.0.0.1:0"]) as ex:
         ex.control.request(op="deploy", id=3, kind="stream", stream={"chain": [{"fn": "topk", "k": 16, "dtype": "u32"}]})
         addr = ex.info["stream_addr"]
-        native = stream_native.measure(load_binary_path(), addr, 3, [64], quick=True)
+        native = stream_native.measure(load_binary_path(), addr, 3, [64], quick=True, concurrency=[1, 8])
         with pytest.raises(RuntimeError, match="no request answered OK"):  # an id with no function: UNKNOWN only
             stream_native.load_run(load_binary_path(), addr, 4, 64, "kept_alive", 0.1, 0.0)
         stats = ex.stats()["global"]
@@ -102,6 +103,8 @@ def test_native_client_rows_put_the_executor_beside_the_floor():
             row = native["targets"][target][mode]
             assert 0 < row["p50_us"]["64"] <= row["p99_us"]["64"] and row["req_per_s"]["64"] > 0, (target, mode)
     assert stats["stream_reused"] > 0  # the kept-alive mode really reused its connection
+    per = native["executor_per_request_us"]
+    assert set(per) == {"1", "8"} and all(v > 0 for v in per.values()) and native["per_request_ratio_n64"] is None
     head = stream.headline({"systems": {}, "native_client": native})
     assert head["tcp_floor_kept_alive_p50_us"] == native["targets"]["tcp_floor"]["kept_alive"]["p50_us"]
     assert "tcp_floor kept_alive" in stream_native.table(native)

@@ -21,6 +21,7 @@
 //! compared with (src/load/floor.rs).
 
 mod args;
+pub mod batch;
 pub mod floor;
 mod gen;
 mod stats;

@@ -8,6 +8,8 @@
 //!   nearfaas-fastpath-load --stream --addr 127.0.0.1:9300 --id 5 --payload-bytes 4096 \
 //!       [--text] [--item 4|8] [--keep-alive] [--duration S] [--warmup S] [--timeout-ms T] [--json]
 //!
+//! `--batch N [--batches R]` issues N requests at once instead (src/load/batch.rs).
+//!
 //! The payload is random u32 elements (little-endian), or with `--text` decimal numbers
 //! separated by spaces (for a chain starting with `parse`), of exactly `--payload-bytes` bytes.
 
@@ -19,24 +21,28 @@ use std::time::{Duration, Instant};
 use super::stats::{jnum, pct};
 use crate::wire::{encode_stream_head, status_name, OK, STREAM_KEEP_ALIVE, STREAM_REPLY_HEAD};
 
-struct Args {
-    addr: SocketAddr,
-    id: u32,
+pub struct Args {
+    pub addr: SocketAddr,
+    pub id: u32,
     bytes: usize,
     text: bool,
-    item: usize,
+    pub item: usize,
     keep_alive: bool,
+    /// Requests issued at once (`--batch`; 0: one at a time, timed per request).
+    pub batch: usize,
+    /// Timed batches (`--batches`).
+    pub batches: usize,
     duration: f64,
     warmup: f64,
-    timeout: Duration,
-    json: bool,
+    pub timeout: Duration,
+    pub json: bool,
 }
 
 fn usage(msg: &str) -> ! {
     eprintln!("nearfaas-fastpath-load --stream: {msg}");
     eprintln!(
         "usage: nearfaas-fastpath-load --stream --addr HOST:PORT [--id N] [--payload-bytes N] [--text] \
-         [--item 4|8] [--keep-alive] [--duration S] [--warmup S] [--timeout-ms T] [--json]"
+         [--item 4|8] [--keep-alive] [--batch N [--batches R]] [--duration S] [--warmup S] [--timeout-ms T] [--json]"
     );
     exit(2)
 }
@@ -49,6 +55,8 @@ fn parse(argv: &[String]) -> Args {
         text: false,
         item: 4,
         keep_alive: false,
+        batch: 0,
+        batches: 10,
         duration: 3.0,
         warmup: 0.5,
         timeout: Duration::from_secs(2),
@@ -88,6 +96,8 @@ fn parse(argv: &[String]) -> Args {
             "--id" => a.id = num(v) as u32,
             "--payload-bytes" => a.bytes = num(v) as usize,
             "--item" => a.item = num(v) as usize,
+            "--batch" => a.batch = num(v) as usize,
+            "--batches" => a.batches = (num(v) as usize).max(1),
             "--duration" => a.duration = num(v),
             "--warmup" => a.warmup = num(v),
             "--timeout-ms" => a.timeout = Duration::from_millis((num(v) as u64).max(1)),
@@ -97,6 +107,9 @@ fn parse(argv: &[String]) -> Args {
     }
     if !have_addr {
         usage("--addr is required");
+    }
+    if a.batch > 0 && a.keep_alive {
+        usage("--batch opens a connection per request; it does not go with --keep-alive");
     }
     if a.item != 4 && a.item != 8 {
         usage("--item: 4 (topk) or 8 (frequent)");
@@ -186,6 +199,9 @@ fn one(
 pub fn main(argv: &[String]) {
     let a = parse(argv);
     let req = request(&a);
+    if a.batch > 0 {
+        return super::batch::main(&a, &req);
+    }
     let mut buf = Vec::new();
     let mut kept = None;
     let start = Instant::now();

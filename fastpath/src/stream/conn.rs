@@ -85,6 +85,8 @@ pub(super) struct Conn {
     keep: bool,
     /// Requests answered on this connection so far.
     served: u64,
+    /// The current request's payload was read to its declared end (its reply is not early).
+    read_whole: bool,
     /// Bytes read behind the current request's payload: the start of the next request.
     pending: Vec<u8>,
     /// When the idle timer fires (moved on by every byte read or written; fixed in `Drain`).
@@ -113,6 +115,7 @@ impl Conn {
             eof: false,
             keep: false,
             served: 0,
+            read_whole: false,
             pending: Vec::new(),
             deadline,
             writing: false,
@@ -206,11 +209,13 @@ pub(super) fn drive(
             }
         }
         c.served += 1;
-        if c.eof {
-            return Next::Close;
-        }
-        if c.keep {
+        if c.keep && !c.eof {
             return c.next_request(streams, scratch, now, idle);
+        }
+        if c.eof || c.read_whole {
+            // Nothing of the request is left unread, so closing sends a FIN behind the reply
+            // (an unread byte would make it a reset): no need to wait for the client's FIN.
+            return Next::Close;
         }
         // The client may still be sending: FIN after the reply, then drop its input until it
         // closes (or the idle time passes), so closing does not reset the reply away.
@@ -323,6 +328,7 @@ fn finish(c: &mut Conn, scratch: &mut Vec<u32>) {
     };
     count_elements(f, pipe);
     c.phase = reply(out);
+    c.read_whole = true;
 }
 
 /// Count a refused request under its status.
@@ -378,6 +384,7 @@ impl Conn {
         idle: Duration,
     ) -> Next {
         self.keep = false; // until the next header asks again
+        self.read_whole = false;
         self.phase = header();
         self.deadline = now + idle;
         let early = std::mem::take(&mut self.pending);

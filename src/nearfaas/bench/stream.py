@@ -252,14 +252,14 @@ def run(quick: bool = False, sizes=None, requests: int | None = None, concurrenc
                 say(f"serverless skipped: {exc}")
         result["systems"] = measure(live, sizes, requests, repeats, cfg["warmup"], concurrency, cfg["batch_repeats"], say)
         if native and "executor" in live:
-            result["native_client"] = _native(live["executor"], sizes, quick, say)
+            result["native_client"] = _native(live["executor"], sizes, concurrency, quick, say)
     for name, why in result["unavailable"].items():
         result["systems"][name] = {"available": False, "reason": why}
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     return result
 
 
-def _native(executor, sizes, quick: bool, say) -> dict:
+def _native(executor, sizes, concurrency, quick: bool, say) -> dict:
     """The executor and the bare-TCP floor timed by the Rust client (``stream_native``); a failure
     there is recorded, not fatal: the side-by-side rows above are the run's main result."""
     from nearfaas.bench import stream_native
@@ -267,7 +267,8 @@ def _native(executor, sizes, quick: bool, say) -> dict:
 
     host, port = executor.addr
     try:
-        return stream_native.measure(load_binary_path(), f"{host}:{port}", executor.stream_id, sizes, quick, say)
+        return stream_native.measure(load_binary_path(), f"{host}:{port}", executor.stream_id, sizes, quick, say,
+                                     concurrency=concurrency, batch_bytes=BATCH_BYTES)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
         say(f"native client rows skipped: {exc}")
         return {"available": False, "reason": f"{type(exc).__name__}: {exc}"}
@@ -288,7 +289,8 @@ def headline(result: dict) -> dict:
             "native_client_p50_us": native.get("executor", {}).get("per_connection", {}).get("p50_us", {}),
             "native_client_kept_alive_p50_us": native.get("executor", {}).get("kept_alive", {}).get("p50_us", {}),
             "tcp_floor_p50_us": native.get("tcp_floor", {}).get("per_connection", {}).get("p50_us", {}),
-            "tcp_floor_kept_alive_p50_us": native.get("tcp_floor", {}).get("kept_alive", {}).get("p50_us", {})}
+            "tcp_floor_kept_alive_p50_us": native.get("tcp_floor", {}).get("kept_alive", {}).get("p50_us", {}),
+            "native_client_per_request_ratio_n64": result.get("native_client", {}).get("per_request_ratio_n64")}
 
 
 def table(result: dict) -> str:
@@ -352,6 +354,10 @@ def plot(result: dict, path: Path) -> Path | None:
         sizes = [z for z in result["sizes"] if row.get(str(z)) is not None]
         if sizes:
             left.plot(sizes, [row[str(z)] for z in sizes], style, marker=".", label=f"{target} (Rust client)")
+    per = result.get("native_client", {}).get("executor_per_request_us") or {}
+    ns = [c for c in result["concurrency"] if per.get(str(c)) is not None]
+    if ns:
+        right.plot(ns, [per[str(c)] for c in ns], "--", marker=".", label="executor (Rust client)")
     left.set(xscale="log", yscale="log", xlabel="request size (bytes)", ylabel="p50 latency (us)", title="Top-K latency vs size")
     right.set(xscale="log", yscale="log", xlabel="concurrent requests N", ylabel="batch latency / N (us)", title="per-request time vs N")
     left.set_xticks(result["sizes"], [str(z) for z in result["sizes"]])

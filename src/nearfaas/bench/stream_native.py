@@ -15,6 +15,11 @@ Two modes per size:
   kept_alive      one connection kept open (STREAM_KEEP_ALIVE), timed from the request's first
                   byte to the reply's last
 
+And per concurrency N (``--batch N``): N requests of 1 KiB issued at once on N connections by one
+epoll-driven client, (last answer - first connect) / N, as the paper divides the batch latency;
+the median over ``batches`` batches. The floor server answers one connection at a time, so it has
+no concurrency row.
+
 Every number is measured (label "measured"); per size and mode the p50/p99 are medians over the
 repeats, each repeat a timed window of ``duration`` seconds after ``warmup``.
 """
@@ -29,8 +34,8 @@ from nearfaas.stats import median, present
 
 MODES = {"per_connection": [], "kept_alive": ["--keep-alive"]}
 TARGETS = ("executor", "tcp_floor")
-FULL = {"duration": 1.5, "warmup": 0.3, "repeats": 3}
-QUICK = {"duration": 0.4, "warmup": 0.1, "repeats": 1}
+FULL = {"duration": 1.5, "warmup": 0.3, "repeats": 3, "batches": 30}
+QUICK = {"duration": 0.4, "warmup": 0.1, "repeats": 1, "batches": 5}
 
 
 @contextlib.contextmanager
@@ -62,8 +67,23 @@ def load_run(load_binary, addr: str, stream_id: int, size: int, mode: str, durat
     return report
 
 
-def measure(load_binary, executor_addr: str, stream_id: int, sizes, quick: bool = False, progress=None) -> dict:
-    """Per target, mode and size: p50/p99 (µs) and requests per second, medians over the repeats."""
+def batch_run(load_binary, addr: str, stream_id: int, size: int, n: int, batches: int) -> dict:
+    """``batches`` timed batches of ``n`` requests at once; the load generator's JSON report."""
+    cmd = [str(load_binary), "--stream", "--addr", addr, "--id", str(stream_id), "--payload-bytes", str(size),
+           "--batch", str(n), "--batches", str(batches), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[:300]}")
+    report = json.loads(proc.stdout)
+    if report["per_request_us"] is None:
+        raise RuntimeError(f"{' '.join(cmd)}: no batch completed: {proc.stderr.strip()[:300]}")
+    return report
+
+
+def measure(load_binary, executor_addr: str, stream_id: int, sizes, quick: bool = False, progress=None,
+            concurrency=(), batch_bytes: int = 1024) -> dict:
+    """Per target, mode and size: p50/p99 (µs) and requests per second, medians over the repeats;
+    per N in ``concurrency``: the executor's per-request time."""
     say = progress or (lambda msg: None)
     cfg = QUICK if quick else FULL
     runs: dict = {t: {m: {s: [] for s in sizes} for m in MODES} for t in TARGETS}
@@ -83,6 +103,14 @@ def measure(load_binary, executor_addr: str, stream_id: int, sizes, quick: bool 
                         "one connection at a time; no function", "targets": {}}
     for target in TARGETS:
         out["targets"][target] = {mode: _summary(runs[target][mode]) for mode in MODES}
+    per: dict = {}
+    for n in concurrency:
+        r = batch_run(load_binary, executor_addr, stream_id, batch_bytes, n, cfg["batches"])
+        per[str(n)] = r["per_request_us"]
+        say(f"native client, executor N={n:<3} per-request {r['per_request_us']:7.1f} us")
+    out["executor_per_request_us"] = per
+    out["batch_bytes"], out["batches"] = batch_bytes, cfg["batches"]
+    out["per_request_ratio_n64"] = per["64"] / per["1"] if per.get("64") and per.get("1") else None
     return out
 
 
@@ -101,6 +129,10 @@ def table(native: dict) -> str:
     for s in sizes:
         cells = "".join(f"{_cell(t[target][mode], s):>30}" for mode in MODES for target in TARGETS)
         lines.append(f"  {s:>6}  {cells}")
+    per = native.get("executor_per_request_us") or {}
+    if per:
+        lines.append(f"native client, executor per-request time (us) = batch latency / N, {native['batch_bytes']}-byte requests: "
+                     + ", ".join(f"N={n} {v:.1f}" for n, v in per.items()))
     return "\n".join(lines)
 
 
