@@ -17,7 +17,20 @@ impl Drop for Memcached {
     }
 }
 
+/// A memcached on a free port. Picking the port and handing it over races with whatever takes
+/// ports meanwhile (and a connect poll can even self-connect on an ephemeral port), so a
+/// memcached that exits is started again on another port, and it counts as up only when it
+/// answers `version` as memcached does.
 fn memcached() -> Memcached {
+    for _ in 0..5 {
+        if let Some(mc) = try_memcached() {
+            return mc;
+        }
+    }
+    panic!("memcached did not start on any of 5 ports (apt-get install memcached)");
+}
+
+fn try_memcached() -> Option<Memcached> {
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -41,15 +54,28 @@ fn memcached() -> Memcached {
         .stdout(Stdio::null())
         .spawn()
         .expect("memcached (apt-get install memcached)");
+    let mut mc = Memcached(child, port);
     let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "memcached did not start"
-        );
+    while t.elapsed() < Duration::from_secs(5) {
+        if mc.0.try_wait().ok().flatten().is_some() {
+            return None; // it could not listen there: another port
+        }
+        if answers_version(port) {
+            return Some(mc);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Memcached(child, port)
+    None
+}
+
+fn answers_version(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut buf = [0u8; 64];
+    s.write_all(b"version\r\n").is_ok()
+        && matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"VERSION "))
 }
 
 #[test]
