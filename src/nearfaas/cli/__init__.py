@@ -8,7 +8,7 @@
 
 One module per command group: cluster (up, down, status, credentials, accelerator), functions
 (deploy, remove, list, invoke, logs), objects (put, get, ls), secret, bench, demo, and the ones
-loaded only when used: apps, models, hw, twin. common holds what they share; the tables and
+loaded only when used: apps, models, hw, twin, dataservices. common holds what they share; the tables and
 bodies the demo shows and sends too live in nearfaas.present, below the CLI.
 """
 
@@ -24,7 +24,7 @@ class _LazyGroup(click.Group):
     need not import ONNX for `nearfaas hw`."""
 
     lazy = {"apps": "nearfaas.cli.apps:apps", "models": "nearfaas.cli.models:models", "hw": "nearfaas.cli.hw:hw",
-            "twin": "nearfaas.cli.twin:twin"}
+            "twin": "nearfaas.cli.twin:twin", "dataservices": "nearfaas.cli.dataservices:dataservices"}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))

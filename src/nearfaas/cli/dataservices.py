@@ -1,0 +1,51 @@
+"""`nearfaas dataservices …`: Arrow data services next to the data (issue 17; docs/dataservices.md)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from nearfaas.cli.common import console, err
+
+
+@click.group()
+def dataservices():
+    """Queries on tabular objects, their statistics, and the offload decision's estimates."""
+
+
+@dataservices.command("cardinality")
+@click.option("--scale", type=click.FloatRange(min=1e-4, max=4.0), default=1.0, show_default=True,
+              help="fraction of the thesis's table sizes to generate (1.0: 0.7M–5M rows per query)")
+@click.option("--repeats", type=click.IntRange(1, 50), default=5, show_default=True, help="timed repeats per query (medians)")
+@click.option("--json", "as_json", is_flag=True, help="print the rows as JSON")
+def cardinality_cmd(scale, repeats, as_json):
+    """The thesis's Table 5.4 re-run here: each query's output rows estimated from KLL and Theta
+    sketches alone vs the rows it really returns (Arrow compute over uniform particle tables of
+    Table 5.3's schema), and the estimator's CPU time as a share of the query's.
+
+    Estimates are modelled; actual rows and CPU times are measured on this machine."""
+    from nearfaas.dataservices import table54
+
+    with err.status("generating particle tables…") as status:
+        rows = table54.run(scale=scale, repeats=repeats, progress=lambda m: status.update(m))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title="Cardinality estimation (thesis Table 5.4's queries): estimate modelled, actual and CPU measured")
+    for col in ("ID", "Total input rows", "Estimated rows", "Actual rows", "Diff (%)", "Cost (%)", "Thesis diff (%)"):
+        t.add_column(col, justify="right" if col != "ID" else "left")
+    for r in rows:
+        t.add_row(r["id"], f"{r['input_rows']:,}", f"{r['estimated_rows']:,.1f}", f"{r['actual_rows']:,}",
+                  f"{r['diff_pct']:.2f}", f"{r['cost_pct']:.2f}", f"{r['thesis_diff_pct']:.2f}")
+    console.print(t)
+    for r in rows:
+        console.print(f"{r['id']}: {r['sql']}", markup=False, highlight=False)
+        if r["defaults"]:
+            console.print(f"   conditions without a rule (default selectivity): {r['defaults']}", markup=False)
+    console.print("Cost = estimator CPU time / query CPU time (Arrow compute, this process), medians; the sketches are "
+                  "built when the object arrives and are not counted.", markup=False)
+
+
+COMMANDS = (dataservices,)
