@@ -142,3 +142,17 @@ def test_cli_prints_table_5_4_as_json():
     by = {r["id"]: r for r in rows}
     assert by["Q6"]["diff_pct"] == 0 and by["Q7"]["diff_pct"] == pytest.approx(0, abs=1e-6)
     assert all(r["cost_pct"] > 0 and r["label"].startswith("measured") for r in rows)
+
+
+def test_limit_aggregate_names_and_group_keys():
+    t = pa.table({"a": list(range(10)), "g": [i % 3 for i in range(10)]})
+    run = lambda q: sql.execute(sql.parse(q), {"t": t})  # noqa: E731
+    assert run("select * from t where a > 2 limit 3").column("a").to_pylist() == [3, 4, 5]
+    assert run("select count(*) from t limit 0").num_rows == 0
+    assert run("select count(*) as n, max(a) from t").to_pylist() == [{"n": 10, "_2": 9}]
+    assert sorted(run("select g, count(a) as n from t group by g").to_pylist(), key=lambda r: r["g"]) == [
+        {"g": 0, "n": 4}, {"g": 1, "n": 3}, {"g": 2, "n": 3}]
+    with pytest.raises(sql.QueryError, match="LIMIT takes a non-negative integer"):
+        run("select * from t limit -1")
+    with pytest.raises(sql.QueryError, match="neither an aggregate nor a GROUP BY key"):
+        run("select a, count(*) from t group by g")

@@ -2,14 +2,15 @@
 
 The subset the thesis's queries use: SELECT of columns, expressions and aliases (``*`` too);
 FROM a table, a subquery, or a UNION [ALL] of selects; WHERE, whose conditions may name the
-SELECT's aliases (as DuckDB allows); aggregates count/min/max/sum/avg, with or without GROUP BY.
+SELECT's aliases (as DuckDB allows); aggregates count/min/max/sum/avg, with or without GROUP BY;
+LIMIT (S3 Select's common `SELECT * FROM S3Object LIMIT 5`).
 Arithmetic + - * /, power, sqrt, abs, round, bitwise and; comparisons; and/or/not.
 
 Semantics are Arrow's, as on the thesis's device: sqrt of a negative number is NaN, and NaN
 compares false with everything (DuckDB, by contrast, orders NaN above every number).
 
 Known caveats:
-* Joins, window functions, ORDER BY/LIMIT and DISTINCT aggregates are refused with an error that
+* Joins, window functions, ORDER BY and DISTINCT aggregates are refused with an error that
   names them (``QueryError``), not half-supported.
 """
 
@@ -43,13 +44,27 @@ def parse(sql: str) -> exp.Expression:
     for node in tree.walk():
         if isinstance(node, exp.Join):
             raise QueryError("joins are not supported: query one table or a prefix of objects with the same schema")
-        if isinstance(node, (exp.Window, exp.Order, exp.Limit)):
+        if isinstance(node, (exp.Window, exp.Order)):
             raise QueryError(f"{type(node).__name__.upper()} is not supported here")
     return tree
 
 
 def execute(tree: exp.Expression, tables: dict) -> pa.Table:
     """Run a parsed query over ``tables`` ({name: pyarrow Table})."""
+    limit = tree.args.get("limit")
+    if limit is not None:
+        n = limit.expression if isinstance(limit, exp.Limit) else limit
+        try:
+            count = int(n.this) if isinstance(n, exp.Literal) and n.is_int else None
+        except ValueError:
+            count = None
+        if count is None or count < 0:
+            raise QueryError(f"LIMIT takes a non-negative integer, got {n.sql()!r}")
+        return _execute(tree, tables).slice(0, count)
+    return _execute(tree, tables)
+
+
+def _execute(tree: exp.Expression, tables: dict) -> pa.Table:
     if isinstance(tree, exp.Union):
         parts = [execute(tree.this, tables), execute(tree.expression, tables)]
         out = pa.concat_tables(parts, promote_options="default")
@@ -93,41 +108,49 @@ def _select(select: exp.Select, tables: dict) -> pa.Table:
         return _aggregate(select, table, names, group.expressions if group is not None else [])
     if any(isinstance(e, exp.Star) for e in select.expressions):
         return table
-    cols = {e.alias_or_name: evaluate(e.this if isinstance(e, exp.Alias) else e, table, names) for e in select.expressions}
+    cols = {_name(e, i): evaluate(e.this if isinstance(e, exp.Alias) else e, table, names)
+            for i, e in enumerate(select.expressions)}
     return pa.table({k: _as_array(v, table.num_rows) for k, v in cols.items()})
 
 
 def _aggregate(select: exp.Select, table: pa.Table, names: dict, keys: list) -> pa.Table:
-    work, key_names, specs, out_names = {}, [], [], []
+    """Aggregates (per group when ``keys``), as columns in the SELECT list's order and names."""
+    work, key_of, specs, outputs = {}, {}, [], []
     for i, k in enumerate(keys):
-        name = f"__key{i}"
-        work[name] = _as_array(evaluate(k, table, names), table.num_rows)
-        key_names.append(name)
+        work[f"__key{i}"] = _as_array(evaluate(k, table, names), table.num_rows)
+        key_of[k.sql()] = f"__key{i}"
+        if isinstance(k, exp.Column) and k.name in names:
+            key_of[names[k.name].sql()] = f"__key{i}"
     for i, e in enumerate(select.expressions):
         inner = e.this if isinstance(e, exp.Alias) else e
         agg = next((f for t, f in AGGREGATES.items() if isinstance(inner, t)), None)
         if agg is None:
-            continue  # a group key in the select list: the keys come with the groups
-        arg = inner.this
-        col = f"__arg{i}"
+            key = key_of.get(inner.sql()) or key_of.get(e.alias_or_name)
+            if key is None:
+                raise QueryError(f"{e.sql()!r} is neither an aggregate nor a GROUP BY key")
+            outputs.append((_name(e, i), key))
+            continue
+        arg, col = inner.this, f"__arg{i}"
         if isinstance(arg, exp.Star) or arg is None:
-            work[col] = pa.array([1] * table.num_rows, pa.int8()) if table.num_rows else pa.array([], pa.int8())
+            work[col] = pa.nulls(table.num_rows, pa.int8()).fill_null(1)
             specs.append((col, "count", pc.CountOptions(mode="all")))
         else:
             work[col] = _as_array(evaluate(arg, table, names), table.num_rows)
             specs.append((col, agg))
-        out_names.append(e.alias_or_name)
-    frame = pa.table(work) if work else pa.table({"__n": pa.array([0] * table.num_rows)})
-    if key_names:
-        result = frame.group_by(key_names).aggregate(specs)
+        outputs.append((_name(e, i), f"{col}_{specs[-1][1]}"))
+    frame = pa.table(work) if work else pa.table({"__n": pa.nulls(table.num_rows, pa.int8())})
+    if keys:
+        result = frame.group_by([f"__key{i}" for i in range(len(keys))]).aggregate(specs)
     else:
-        row = {}
-        for spec in specs:
-            col, agg = spec[0], spec[1]
-            fn = {"count": pc.count, "min": pc.min, "max": pc.max, "sum": pc.sum, "mean": pc.mean}[agg]
-            row[f"{col}_{agg}"] = [fn(frame[col], *spec[2:]).as_py()]
-        result = pa.table(row) if row else pa.table({"__rows": [1]})
-    return result
+        fns = {"count": pc.count, "min": pc.min, "max": pc.max, "sum": pc.sum, "mean": pc.mean}
+        result = pa.table({f"{s[0]}_{s[1]}": [fns[s[1]](frame[s[0]], options=s[2] if len(s) > 2 else None).as_py()]
+                           for s in specs})
+    return pa.table({name: result.column(src) for name, src in outputs})
+
+
+def _name(e: exp.Expression, i: int) -> str:
+    """An output column's name: its alias or column name, else _<position> as S3 Select names them."""
+    return e.alias_or_name or f"_{i + 1}"
 
 
 def _as_array(value, rows: int):
