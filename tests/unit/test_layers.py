@@ -18,8 +18,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nearfaas"
 # Bottom first. A package may import any package of a lower layer, never one of its own layer
 # (other than itself) or above.
 LAYERS: list[set[str]] = [
-    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models", "dataservices"},  # wire formats, leaves
-    {"auth", "placement", "hw"},  # credentials, the placement rule, hardware models
+    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models"},  # wire formats, leaves
+    {"auth", "placement", "hw", "dataservices"},  # credentials, the placement rule, hardware models, Arrow data services
     {"spec", "replication"},  # deployment specs, replica convergence
     {"node"},  # a storage/compute node: object store, worker pools
     {"runtime"},  # what runs inside a worker

@@ -55,7 +55,7 @@ from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
 from nearfaas.replication.version import HybridClock
 from nearfaas.s3.versions import DELETED_HEADER
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, StorageBackend, UploadInfo, UploadListResult
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 
 log = logging.getLogger("nearfaas.gateway.s3")
@@ -440,6 +440,27 @@ class ClusterBackend:
 
     async def head_object(self, bucket, key) -> ObjectInfo:
         return await self._newest(bucket, key, lambda c: c.head_object(bucket, key))
+
+    async def select_object(self, bucket, key, request_xml: bytes) -> SelectResult:
+        """S3 Select, offloaded: sent to the first healthy replica, which runs it on its own copy
+        and streams the answer back (only the result crosses the link). When a replica may be
+        behind (a pending hint) or the first cannot answer, the newest copy is fetched and the
+        query runs here instead (push-back); ``X-Nearfaas-Placement`` says which happened."""
+        from nearfaas.dataservices.select import parse_request, select_object_stream
+
+        parse_request(request_xml)  # a bad request is refused before any node is asked
+        if not self.hints.newest(bucket, key):
+            order = self._read_order(await self.replica_names(bucket, key))
+            first = next((n for n in order if not _down(self.nodes.nodes[n])), None)
+            if first is not None:
+                try:
+                    result = await self.client_for(first).select_object(bucket, key, request_xml)
+                    return SelectResult({**result.headers, "X-Nearfaas-Placement": f"offload:{first}"}, result.body)
+                except S3Error as exc:
+                    deleted = exc.headers.get(DELETED_HEADER) == "true"
+                    if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
+                        raise
+        return await select_object_stream(await self.get_object(bucket, key), request_xml, key, "push-back:gateway")
 
     async def _every_healthy_node(self, op, kind) -> list:
         """``op(client)`` on every healthy storage node: the answers of type ``kind``. A node's

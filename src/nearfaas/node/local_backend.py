@@ -15,7 +15,7 @@ from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
 from nearfaas.s3.validation import resolve_range
 
 T = TypeVar("T")
@@ -152,6 +152,13 @@ class LocalBackend:
             body=_FileChunks(self, obj, start, end, self._read_chunk),
             local_file=(str(obj.path), obj.data_offset),
         )
+
+    async def select_object(self, bucket: str, key: str, request_xml: bytes) -> SelectResult:
+        """S3 Select on this node's own copy: the query runs next to the data."""
+        from nearfaas.dataservices.select import parse_request, select_object_stream
+
+        parse_request(request_xml)  # a bad request is refused before the object is opened
+        return await select_object_stream(await self.get_object(bucket, key), request_xml, key, "near-data")
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return self.store.head_object(bucket, key)

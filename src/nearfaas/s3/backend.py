@@ -83,6 +83,19 @@ class ObjectStream:
         return max(0, self.end - self.start + 1)
 
 
+@dataclass(frozen=True)
+class SelectResult:
+    """A SelectObjectContent answer: response headers and the event-stream bytes (s3.eventstream).
+
+    Backends that can run queries (a storage node on its own objects; the gateway, by sending the
+    query to a node that holds the object or by fetching the object) have ``select_object(bucket,
+    key, request_xml) -> SelectResult``; it raises S3Error for a request or query that cannot run,
+    before any byte of the stream, so the client gets a plain 4xx."""
+
+    headers: dict
+    body: AsyncIterator[bytes]
+
+
 class StorageBackend(Protocol):
     async def list_buckets(self) -> list[BucketInfo]: ...
 

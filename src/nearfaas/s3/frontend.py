@@ -71,7 +71,7 @@ UNSUPPORTED_SUBRESOURCES = frozenset({
     "accelerate", "acl", "analytics", "attributes", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
     "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
-    "restore", "retention", "select", "tagging", "torrent", "versioning", "versionId", "versions", "website",
+    "restore", "retention", "tagging", "torrent", "versioning", "versionId", "versions", "website",
 })
 _RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type", "response-content-language": "Content-Language",
@@ -252,12 +252,30 @@ class S3Frontend:
                 await self.backend.delete_object(bucket, key)
             return self._empty(request, 204)
         if method == "POST":
+            if "select" in q:
+                return await self._select(request, bucket, key, q)
             if "uploads" in q:
                 return await self._create_multipart(request, bucket, key)
             if "uploadId" in q:
                 return await self._complete_multipart(request, bucket, key, q["uploadId"])
-            raise S3Error("MethodNotAllowed", "POST on an object needs ?uploads or ?uploadId=.")
+            raise S3Error("MethodNotAllowed", "POST on an object needs ?select&select-type=2, ?uploads or ?uploadId=.")
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on an object.")
+
+    async def _select(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
+        """SelectObjectContent (POST /bucket/key?select&select-type=2): the backend runs the query
+        (next to the data where it can) and answers an event stream, relayed here as it comes."""
+        if q.get("select-type") != "2":
+            raise S3Error("InvalidArgument", "SelectObjectContent needs the query string ?select&select-type=2.")
+        select = getattr(self.backend, "select_object", None)
+        if select is None:
+            raise S3Error("NotImplemented", "This endpoint does not run SelectObjectContent.")
+        body = await self._body(request, require_length=False).read_all(MAX_XML_BODY)
+        result = await select(bucket, key, body)
+        try:
+            response = web.StreamResponse(status=200, headers={**result.headers, **self._common(request)})
+            return await _relay(request, response, result.body, f"SelectObjectContent {bucket}/{key}")
+        finally:
+            await _aclose(result.body)
 
     async def _delete_objects(self, request, bucket: str) -> web.StreamResponse:
         """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted.
@@ -386,23 +404,9 @@ class S3Frontend:
                 headers["Content-Range"] = f"bytes {stream.start}-{stream.end}/{stream.info.size}"
             response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
             response.content_length = stream.length
-            await response.prepare(request)
-            try:
-                async for chunk in body_iter:
-                    await response.write(chunk)
-                await response.write_eof()
-            except ConnectionError:
-                log.debug("client went away during GET %s/%s", bucket, key)
-            except Exception:
-                # Headers are out: the only honest signal left is a cut connection.
-                log.exception("GET %s/%s failed mid-stream", bucket, key)
-                if request.transport is not None:
-                    request.transport.close()
-            return response
+            return await _relay(request, response, body_iter, f"GET {bucket}/{key}")
         finally:
-            aclose = getattr(body_iter, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await _aclose(body_iter)
 
     async def _head_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         info = await self.backend.head_object(bucket, key)
@@ -500,6 +504,29 @@ def _outside_scope(principal: Principal, bucket: str) -> S3Error:
     allowed = sorted(principal.buckets or ())
     scope = f"may only use buckets {', '.join(allowed)}" if allowed else "may not use any bucket"
     return S3Error("AccessDenied", f"Access Denied: {principal.name} {scope}, not {bucket}.", resource=f"/{bucket}")
+
+
+async def _relay(request: web.Request, response: web.StreamResponse, body, what: str) -> web.StreamResponse:
+    """Send the headers, then ``body``'s chunks as they come."""
+    await response.prepare(request)
+    try:
+        async for chunk in body:
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        log.debug("client went away during %s", what)
+    except Exception:
+        # Headers are out: the only honest signal left is a cut connection.
+        log.exception("%s failed mid-stream", what)
+        if request.transport is not None:
+            request.transport.close()
+    return response
+
+
+async def _aclose(body) -> None:
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _request_id(request: web.Request) -> str:

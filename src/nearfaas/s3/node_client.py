@@ -28,7 +28,7 @@ from botocore.credentials import Credentials
 
 from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER
 from nearfaas.s3 import xml as s3xml
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, UploadListResult
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER, DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.validation import format_range
@@ -262,6 +262,14 @@ class NodeClient:
             info = dataclasses.replace(info, size=int(size))
         return ObjectStream(info=info, start=start, end=start + length - 1,
                             body=self._stream_body(response))
+
+    async def select_object(self, bucket: str, key: str, request_xml: bytes) -> SelectResult:
+        """SelectObjectContent on this node, next to its copy of the object: the node's event
+        stream, relayed as it arrives."""
+        response = await self._request("POST", bucket, key, params=[("select", ""), ("select-type", "2")],
+                                       headers={"Content-Type": "application/xml"}, data=bytes(request_xml), stream=True)
+        headers = {h: v for h, v in response.headers.items() if h.lower().startswith("x-nearfaas-")}
+        return SelectResult(headers=headers, body=self._stream_body(response))
 
     def _stream_body(self, response: aiohttp.ClientResponse) -> _ResponseBody:
         return _ResponseBody(self.node, response, self._read_chunk)
