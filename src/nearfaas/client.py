@@ -39,3 +39,17 @@ def gateway_session(state_dir: Path | None = None, layout: dict | None = None):
         layout = read_layout(Path(state_dir))
     session.headers.update(admin_headers(layout or {}))
     return session
+
+
+def query(gateway_url: str, sql: str, source: str, state_dir: Path | None = None, timeout: float = 300.0):
+    """Run ``sql`` over the tabular objects under ``source`` (s3://bucket/prefix) through the
+    gateway's POST /system/query; returns a pyarrow.Table. A refused query raises ValueError
+    with the gateway's message (which names the field or the object at fault)."""
+    import pyarrow as pa
+
+    session = gateway_session(state_dir)
+    resp = session.post(f"{gateway_url.rstrip('/')}/system/query", json={"sql": sql, "source": source, "format": "arrow"},
+                        timeout=timeout)
+    if resp.status_code != 200:
+        raise ValueError(f"query refused ({resp.status_code}): {resp.text.strip()}")
+    return pa.ipc.open_stream(resp.content).read_all()

@@ -121,3 +121,55 @@ def test_a_client_that_drops_the_stream_leaves_the_node_serving(cluster, bucket,
     resp["Payload"].close()  # gone mid-stream
     _, records, _, ended = _select(s3, bucket, "big.parquet", "SELECT count(*) AS n FROM S3Object", INPUT["parquet"])
     assert ended and json.loads(records) == {"n": 120000}
+
+
+# ---- POST /system/query and `nearfaas query`: SQL over a prefix ------------------------------
+
+def test_query_over_a_prefix_unites_its_objects(cluster, bucket, table):
+    from nearfaas.client import query
+
+    s3 = cluster.s3()
+    parts = [table.slice(0, 1000), table.slice(1000, 1000), table.slice(2000)]
+    for i, part in enumerate(parts):
+        s3.put_object(Bucket=bucket, Key=f"runs/part-{i}.parquet", Body=_bytes(part, "parquet"))
+    s3.put_object(Bucket=bucket, Key="elsewhere.parquet", Body=_bytes(table, "parquet"))  # outside the prefix
+    sql = "SELECT particle_id, count(*) AS n, max(vx) AS top FROM p WHERE x < 0.5 GROUP BY particle_id"
+    got = query(cluster.url, sql, f"s3://{bucket}/runs/", state_dir=cluster.state_dir)
+    con = duckdb.connect()
+    con.register("p", table)
+    want = sorted(con.sql(sql).fetchall())
+    assert sorted((r["particle_id"], r["n"], r["top"]) for r in got.to_pylist()) == want
+
+
+def test_query_refusals_name_the_cause(cluster, bucket, table):
+    s3 = cluster.s3()
+    s3.put_object(Bucket=bucket, Key="q/a.parquet", Body=_bytes(table, "parquet"))
+    s3.put_object(Bucket=bucket, Key="bad/blob.bin", Body=bytes(range(256)) * 8)
+    url = f"{cluster.url}/system/query"
+    cases = [
+        ({"sql": "SELECT * FROM p WHERE", "source": f"s3://{bucket}/q/"}, 400, "line 1"),
+        ({"sql": "SELECT * FROM p a JOIN p b ON a.id = b.id", "source": f"s3://{bucket}/q/"}, 400, "joins"),
+        ({"sql": "SELECT nope FROM p", "source": f"s3://{bucket}/q/"}, 400, "no column 'nope'"),
+        ({"sql": "SELECT * FROM p", "source": f"s3://{bucket}/none/"}, 404, "no objects"),
+        ({"sql": "SELECT * FROM p", "source": f"s3://{bucket}/bad/"}, 400, "bad/blob.bin"),
+        ({"sql": "SELECT * FROM p", "source": "bucket/q"}, 400, "source:"),
+        ({"sql": "SELECT * FROM p", "source": f"s3://{bucket}/q/", "format": "xlsx"}, 400, "format:"),
+    ]
+    for body, status, words in cases:
+        resp = cluster.http.post(url, json=body, timeout=60)
+        assert resp.status_code == status and words in resp.text, (body, resp.status_code, resp.text)
+    import requests
+
+    assert requests.post(url, json=cases[0][0], timeout=30).status_code == 401  # no credentials
+
+
+def test_nearfaas_query_prints_csv(cluster, bucket, table):
+    from click.testing import CliRunner
+
+    from nearfaas.cli import main
+
+    cluster.s3().put_object(Bucket=bucket, Key="cli/a.parquet", Body=_bytes(table, "parquet"))
+    result = CliRunner().invoke(main, ["query", "SELECT id FROM p WHERE id < 3", f"s3://{bucket}/cli/",
+                                       "--state", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split()[-3:] == ["0", "1", "2"]

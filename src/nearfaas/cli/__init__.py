@@ -7,7 +7,7 @@
     nearfaas down                    stop everything, leave no process behind
 
 One module per command group: cluster (up, down, status, credentials, accelerator), functions
-(deploy, remove, list, invoke, logs), objects (put, get, ls), secret, bench, demo, and the ones
+(deploy, remove, list, invoke, logs), objects (put, get, ls), query, secret, bench, demo, and the ones
 loaded only when used: apps, models, hw, twin, dataservices. common holds what they share; the tables and
 bodies the demo shows and sends too live in nearfaas.present, below the CLI.
 """
@@ -56,9 +56,9 @@ def main() -> None:
 
 
 def _add_eager_commands() -> None:
-    from nearfaas.cli import bench, cluster, demo, functions, objects, secret
+    from nearfaas.cli import bench, cluster, demo, functions, objects, query, secret
 
-    for module in (cluster, functions, objects, secret, bench, demo):
+    for module in (cluster, functions, objects, query, secret, bench, demo):
         for command in module.COMMANDS:
             main.add_command(command)
 

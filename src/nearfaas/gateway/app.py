@@ -18,6 +18,7 @@ from nearfaas.auth.admin import AdminGuard
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.chains import ChainRunner
+from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
 from nearfaas.replication.hints import HintLog, replay_forever
@@ -134,6 +135,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     app = web.Application(middlewares=[guard.middleware, stamp_calls], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
+    QueryAPI(backend).routes(app.router)
     WebhookSink().routes(app)
     s3.mount(app)
 
