@@ -173,3 +173,37 @@ def test_nearfaas_query_prints_csv(cluster, bucket, table):
                                        "--state", str(cluster.state_dir)])
     assert result.exit_code == 0, result.output
     assert result.stdout.split()[-3:] == ["0", "1", "2"]
+
+
+def test_storage_nodes_sketch_tabular_objects_and_stats_merges_a_prefix(cluster, bucket, table):
+    import time
+
+    from click.testing import CliRunner
+
+    from nearfaas.cli import main
+
+    s3 = cluster.s3()
+    s3.put_object(Bucket=bucket, Key="st/a.parquet", Body=_bytes(table.slice(0, 2000), "parquet"))
+    s3.put_object(Bucket=bucket, Key="st/b.csv", Body=_bytes(table.slice(2000), "csv").replace(b'"', b""))
+    s3.put_object(Bucket=bucket, Key="st/notes.txt", Body=b"not a table \x00\x01")
+    url = f"{cluster.url}/system/stats?source=s3://{bucket}/st/"
+    deadline = time.monotonic() + 30
+    while True:  # the nodes sketch after the write is acknowledged
+        doc = cluster.http.get(url, timeout=30).json()
+        if doc["objects_with_stats"] == 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert doc["objects"] == 3 and doc["objects_with_stats"] == 2 and doc["missing"] == ["st/notes.txt"]
+    assert doc["rows"] == 3000 and doc["label"].startswith("modelled")
+    x = doc["columns"]["x"]
+    assert 0 <= x["min"] < 0.01 and 0.99 < x["max"] < 1 and abs(x["quantiles"]["p50"] - 0.5) < 0.05
+    assert abs(doc["columns"]["id"]["distinct"] - 3000) < 3000 * 0.03
+    # An overwrite replaces the object's statistics (stale ones are never served).
+    s3.put_object(Bucket=bucket, Key="st/a.parquet", Body=_bytes(table.slice(0, 10), "parquet"))
+    deadline = time.monotonic() + 30
+    while cluster.http.get(url, timeout=30).json()["rows"] != 1010:
+        assert time.monotonic() < deadline, "the overwrite's statistics did not arrive"
+        time.sleep(0.2)
+    result = CliRunner().invoke(main, ["stats", f"s3://{bucket}/st/", "--state", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+    assert "1,010 rows" in result.output and "particle_id" in result.output

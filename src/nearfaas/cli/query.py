@@ -1,4 +1,5 @@
-"""`nearfaas query`: SQL over the tabular objects under an S3 prefix (docs/dataservices.md)."""
+"""`nearfaas query` and `nearfaas stats`: SQL over the tabular objects under an S3 prefix, and
+their column statistics (docs/dataservices.md)."""
 
 from __future__ import annotations
 
@@ -49,4 +50,45 @@ def query(sql, source, fmt, output, state, gateway):
         sys.stdout.buffer.write(resp.content)
 
 
-COMMANDS = (query,)
+@click.command()
+@click.argument("source")
+@click.option("--json", "as_json", is_flag=True, help="print the statistics as JSON")
+@common_state
+@common_gateway
+def stats(source, as_json, state, gateway):
+    """Column statistics of the tabular objects under SOURCE (s3://bucket/prefix), merged: rows,
+    distinct values, min/max and quantiles per column. The storage nodes sketch each object when
+    it is written (KLL and Theta sketches), so the numbers are estimates (modelled) and cost no scan.
+
+    \b
+      nearfaas stats s3://runs/2026-11/
+    """
+    import json
+
+    from rich.table import Table
+
+    if not source.startswith("s3://"):
+        fail(f"{source!r} is not an s3://bucket/prefix URI")
+    url = gateway_url(state, gateway)
+    resp = http(state, "GET", f"{url}/system/stats?source={source}")
+    if resp.status_code != 200:
+        fail(f"stats refused ({resp.status_code}): {resp.text.strip()}")
+    doc = resp.json()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    console.print(f"{doc['source']}: {doc['objects']} objects, {doc['objects_with_stats']} with statistics, "
+                  f"{doc['rows']:,} rows ({doc['label']})", markup=False)
+    if doc["missing"]:
+        err.print(f"no statistics yet for: {', '.join(doc['missing'])} (not tabular, or still being sketched)", markup=False)
+    t = Table()
+    for col in ("column", "distinct", "min", "p25", "p50", "p75", "max"):
+        t.add_column(col, justify="left" if col == "column" else "right")
+    for name, c in doc["columns"].items():
+        q = c.get("quantiles", {})
+        cells = [c.get("min"), q.get("p25"), q.get("p50"), q.get("p75"), c.get("max")]
+        t.add_row(name, f"{c['distinct']:,.0f}", *("" if v is None else f"{v:.6g}" for v in cells))
+    console.print(t)
+
+
+COMMANDS = (query, stats)

@@ -135,7 +135,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     app = web.Application(middlewares=[guard.middleware, stamp_calls], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
-    QueryAPI(backend).routes(app.router)
+    QueryAPI(backend, nodes).routes(app.router)
     WebhookSink().routes(app)
     s3.mount(app)
 

@@ -36,6 +36,7 @@ class NodeAgent:
         self.started = time.time()
         self.store = None
         self.s3 = None
+        self.stats = None
         store_root = None
         if kind == "storage":
             from nearfaas.node.objectstore import ObjectStore
@@ -49,8 +50,11 @@ class NodeAgent:
             self.store.create_bucket(INTERMEDIATE_BUCKET)
             # The node's S3 port answers the gateway (signed with the cluster secret) and this
             # node's own workers writing a chain intermediate (their function keys), no one else.
-            self.s3 = S3Frontend(LocalBackend(self.store), auth=_node_s3_auth(_cluster_secret(state_dir)),
-                                 version_writer=_is_gateway)
+            from nearfaas.node.tabular_stats import StatsKeeper
+
+            self.stats = StatsKeeper(self.store, store_root)
+            self.s3 = S3Frontend(LocalBackend(self.store, on_written=self.stats.soon),
+                                 auth=_node_s3_auth(_cluster_secret(state_dir)), version_writer=_is_gateway)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
         self.registry = CollectorRegistry()
@@ -67,6 +71,7 @@ class NodeAgent:
             from nearfaas.node.replica_api import add_replica_routes
 
             add_replica_routes(app, self.store, INTERNAL)
+            app.router.add_get(f"{INTERNAL}/stats", self.tabular_stats)
             self.s3.mount(app)
 
     def describe(self) -> dict:
@@ -109,6 +114,14 @@ class NodeAgent:
         except ValueError:
             return web.json_response({"error": "since must be unix seconds and tail an integer"}, status=400)
         return web.json_response(self.pools.read_logs(request.match_info["name"], since, tail))
+
+    async def tabular_stats(self, request: web.Request) -> web.Response:
+        """Column statistics of this node's tabular objects under ?bucket=&prefix= (node/tabular_stats.py)."""
+        bucket = request.query.get("bucket", "")
+        if not bucket:
+            return web.json_response({"error": "bucket: required"}, status=400)
+        docs = await asyncio.to_thread(self.stats.read, bucket, request.query.get("prefix", ""))
+        return web.json_response({"node": self.name, "objects": docs, "keeper": self.stats.describe()})
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")

@@ -60,8 +60,11 @@ class _FileChunks:
 
 class LocalBackend:
     def __init__(self, store: ObjectStore, *, executor: Executor | None = None,
-                 read_chunk: int = READ_CHUNK, write_batch: int = WRITE_BATCH):
+                 read_chunk: int = READ_CHUNK, write_batch: int = WRITE_BATCH,
+                 on_written: Callable[[str, str], None] | None = None):
         self.store = store
+        # Told (bucket, key) after every committed write: the node sketches tabular objects.
+        self.on_written = on_written
         self._executor = executor  # None: the event loop's default executor
         self._read_chunk = read_chunk
         self._write_batch = write_batch
@@ -99,8 +102,15 @@ class LocalBackend:
         await self._stream_into(writer, body)
         writer.version = version() if callable(version) else version
         if copy_of is not None:
-            return await self._run(writer.commit, content_md5, etag=copy_of[0], last_modified=copy_of[1])
-        return await self._run(writer.commit, content_md5)
+            info = await self._run(writer.commit, content_md5, etag=copy_of[0], last_modified=copy_of[1])
+        else:
+            info = await self._run(writer.commit, content_md5)
+        return self._written(info)
+
+    def _written(self, info: ObjectInfo) -> ObjectInfo:
+        if self.on_written is not None:
+            self.on_written(info.bucket, info.key)
+        return info
 
     async def _stream_into(self, writer, body: AsyncIterator[bytes]) -> None:
         """Write the body through the executor, one batch on the disk while the next arrives.
@@ -185,7 +195,8 @@ class LocalBackend:
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
                                         parts: list[tuple[int, str]], version: str = "") -> ObjectInfo:
-        return await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts, version=version)
+        return self._written(await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts,
+                                             version=version))
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)

@@ -1,4 +1,5 @@
-"""POST /system/query: SQL over the tabular objects under an S3 prefix, answered as a table.
+"""POST /system/query: SQL over the tabular objects under an S3 prefix, answered as a table;
+GET /system/stats?source=s3://bucket/prefix: their column statistics, merged.
 
     POST /system/query  {"sql": "SELECT id, x FROM particles WHERE x > 0.9",
                          "source": "s3://bucket/runs/2026-11/", "format": "arrow"}
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from urllib.parse import quote
 
 import pyarrow as pa
 from aiohttp import web
 
 from nearfaas.dataservices import objects, sql
 from nearfaas.gateway.api.common import error, json_body
+from nearfaas.gateway.nodes import NodeError
 from nearfaas.s3.errors import S3Error
 
 MAX_OBJECTS = 1000
@@ -43,11 +46,53 @@ class QueryError(Exception):
 
 
 class QueryAPI:
-    def __init__(self, backend):
-        self.backend = backend
+    def __init__(self, backend, nodes=None):
+        self.backend, self.nodes = backend, nodes
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_post("/system/query", self.query)
+        r.add_get("/system/stats", self.stats)
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """The storage nodes' sketches of the objects under ``source`` (node/tabular_stats.py),
+        the current version of each, merged into one table's statistics."""
+        try:
+            _, bucket, prefix, _ = _arguments({"sql": "-", "source": request.query.get("source")})
+            current = {info.key: info.etag for info in await self._listing(bucket, prefix)}
+        except QueryError as exc:
+            return error(exc.status, str(exc))
+        found: dict[str, dict] = {}
+        for node in self.nodes.storage_nodes(healthy_only=True):
+            try:
+                body = await self.nodes.call(node.name, "GET", f"/_nearfaas/stats?bucket={quote(bucket)}&prefix={quote(prefix)}")
+            except NodeError:
+                continue  # its replicas' statistics come from the other nodes, or count as missing
+            for doc in body.get("objects", []):
+                if current.get(doc["key"]) == doc.get("etag"):
+                    found[doc["key"]] = doc
+        try:
+            summary = await asyncio.to_thread(_summary, [found[k] for k in sorted(found)])
+        except ValueError as exc:
+            return error(400, f"source: {exc}")
+        missing = sorted(set(current) - set(found))
+        return web.json_response({"source": f"s3://{bucket}/{prefix}", "objects": len(current), "objects_with_stats": len(found),
+                                  "missing": missing[:20], **summary,
+                                  "label": "modelled: sketch estimates (KLL quantiles, Theta distinct counts)"})
+
+    async def _listing(self, bucket: str, prefix: str) -> list:
+        out, after = [], ""
+        try:
+            while True:
+                page = await self.backend.list_objects(bucket, prefix=prefix, max_keys=1000, start_after=after)
+                out += page.contents
+                if len(out) > MAX_OBJECTS:
+                    raise QueryError(413, f"source: s3://{bucket}/{prefix} holds more than {MAX_OBJECTS} objects; "
+                                          "name a narrower prefix")
+                if not page.is_truncated or not page.contents:
+                    return out
+                after = page.next_marker or page.contents[-1].key
+        except S3Error as exc:
+            raise QueryError(exc.status if exc.status < 500 else 503, f"source: {exc.code}: {exc.message}") from None
 
     async def query(self, request: web.Request) -> web.Response:
         started = time.monotonic()
@@ -66,23 +111,14 @@ class QueryAPI:
         return web.Response(body=payload, headers=headers, content_type=CONTENT_TYPES[fmt])
 
     async def _tables(self, bucket: str, prefix: str) -> list[tuple[str, pa.Table]]:
-        keys, after, total = [], "", 0
+        listing = await self._listing(bucket, prefix)
+        if sum(info.size for info in listing) > MAX_BYTES:
+            raise QueryError(413, f"source: s3://{bucket}/{prefix} holds more than {MAX_BYTES} bytes; query a narrower prefix")
+        if not listing:
+            raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
         try:
-            while True:
-                page = await self.backend.list_objects(bucket, prefix=prefix, max_keys=1000, start_after=after)
-                for info in page.contents:
-                    keys.append(info.key)
-                    total += info.size
-                if len(keys) > MAX_OBJECTS or total > MAX_BYTES:
-                    raise QueryError(413, f"source: s3://{bucket}/{prefix} holds more than {MAX_OBJECTS} objects or "
-                                          f"{MAX_BYTES} bytes; query a narrower prefix")
-                if not page.is_truncated or not page.contents:
-                    break
-                after = page.next_marker or page.contents[-1].key
-            if not keys:
-                raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
             tables = []
-            for key in keys:
+            for key in (info.key for info in listing):
                 stream = await self.backend.get_object(bucket, key)
                 chunks = [c async for c in stream.body]
                 try:
@@ -92,6 +128,30 @@ class QueryAPI:
         except S3Error as exc:
             raise QueryError(exc.status if exc.status < 500 else 503, f"source: {exc.code}: {exc.message}") from None
         return tables
+
+
+def _summary(docs: list[dict]) -> dict:
+    from nearfaas.dataservices.sketches import TableStats
+
+    if not docs:
+        return {"rows": 0, "columns": {}}
+    merged = None
+    for doc in docs:
+        stats = TableStats.from_json(doc["stats"])
+        if merged is not None and set(stats.columns) != set(merged.columns):
+            raise ValueError(f"{doc['key']} has columns {sorted(stats.columns)}, unlike the objects before it "
+                             f"({sorted(merged.columns)}); statistics are per schema: name a narrower prefix")
+        merged = stats if merged is None else merged.merge(stats)
+    columns = {}
+    for name, col in merged.columns.items():
+        entry = {"numeric": col.numeric, "distinct": round(col.distinct(), 1)}
+        if col.numeric and col.kll is not None and not col.kll.is_empty():
+            lo, hi = col.bounds()
+            ranks = (0.01, 0.25, 0.5, 0.75, 0.99)
+            entry |= {"min": lo, "max": hi, "quantiles": dict(zip([f"p{int(q * 100):02d}" for q in ranks],
+                                                                  col.kll.get_quantiles(list(ranks)), strict=True))}
+        columns[name] = entry
+    return {"rows": merged.rows, "columns": columns}
 
 
 def _arguments(body: dict) -> tuple[str, str, str, str]:
