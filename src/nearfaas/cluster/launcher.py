@@ -124,7 +124,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
     for node in spec.nodes:
         port = node.port or _free_port(host)
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
-                      "workers_max": node.workers_max, "prewarm": node.prewarm})
+                      "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus})
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
@@ -253,7 +253,8 @@ def _node_command(layout: dict, node: dict) -> list[str]:
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
             "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32)),
             "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1)),
-            "--isolation", "on" if layout.get("isolation", True) else "off"]
+            "--isolation", "on" if layout.get("isolation", True) else "off"] + \
+        (["--cpus", str(node["cpus"])] if node.get("cpus") else [])
 
 
 def restart_node(state_dir: Path, name: str) -> int:

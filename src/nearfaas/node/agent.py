@@ -31,8 +31,10 @@ INTERNAL = "/_nearfaas"
 
 class NodeAgent:
     def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
-                 link: str = "local", prewarm: int = 1, url: str | None = None, isolation: bool = True):
+                 link: str = "local", prewarm: int = 1, url: str | None = None, isolation: bool = True,
+                 cpus: float | None = None):
         self.name, self.kind, self.cls = name, kind, cls
+
         self.started = time.time()
         self.store = None
         self.s3 = None
@@ -57,6 +59,11 @@ class NodeAgent:
                                  auth=_node_s3_auth(_cluster_secret(state_dir)), version_writer=_is_gateway)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
+        from nearfaas.node.capacity import CpuCap
+
+        # After the pools know where the node's groups hang, before any worker starts: the agent
+        # moves into the node's capped group, and every worker group is made under it.
+        self.capacity = CpuCap(state_dir, name, cpus)
         self.registry = CollectorRegistry()
         self.registry.register(_NodeCollector(self))
 
@@ -78,7 +85,8 @@ class NodeAgent:
         store = self.store.counters.snapshot() if self.store is not None else None
         return {"name": self.name, "kind": self.kind, "class": self.cls, "pid": os.getpid(), "uptime_s": time.time() - self.started,
                 "workers": [w.describe() for w in self.pools.workers.values()], "store": store,
-                "cold_starts": self.pools.stats.cold_starts,
+                "cold_starts": self.pools.stats.cold_starts, "capacity": self.capacity.describe(),
+                "tabular_stats": self.stats.describe() if self.stats is not None else None,
                 "prewarm": self.pools.prewarm.describe() | {"prewarmed_starts": self.pools.stats.prewarmed_starts}}
 
     async def health(self, request: web.Request) -> web.Response:
@@ -196,7 +204,8 @@ class _NodeCollector:
 
 async def serve(args) -> None:
     agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
-                      prewarm=args.prewarm, url=node_url(args.host, args.port), isolation=args.isolation == "on")
+                      prewarm=args.prewarm, url=node_url(args.host, args.port), isolation=args.isolation == "on",
+                      cpus=args.cpus)
     from nearfaas.auth.internal import server_middleware
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
@@ -218,6 +227,7 @@ async def serve(args) -> None:
     await stop.wait()
     if sweeper is not None:
         sweeper.cancel()
+    agent.capacity.release()
     await agent.pools.shutdown()
     server.close()
     await runner.cleanup()
@@ -259,6 +269,8 @@ def main(argv=None) -> None:
                         help="pre-warmed generic workers kept idle to cut cold starts (0 turns it off)")
     parser.add_argument("--isolation", choices=["on", "off"], default="on",
                         help="run workers unprivileged in their own mount view (node/jail.py); off is unsafe")
+    parser.add_argument("--cpus", type=float, default=None,
+                        help="CPU capacity of the whole node in cores (node/capacity.py); default: the machine's")
     parser.add_argument("--multipart-expiry", type=_seconds, default=24 * 3600.0, metavar="SECONDS",
                         help="abort multipart uploads not completed or aborted this long after they began "
                              "(storage nodes; default 86400)")

@@ -283,11 +283,14 @@ class Cgroups:
         tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
         self.group = f"nearfaas-{tag}-{node}"  # one node owns it; two clusters never share one
         self.v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
+        # Where this process was when the node started: the node's groups hang there even after
+        # the agent moves itself into its own capped group (node/capacity.py).
+        self._own = {} if self.v2 else _own_cgroups()
 
     def _bases(self) -> list[str]:
         if self.v2:
             return [os.path.join(self.root, self.group)]
-        own = _own_cgroups()
+        own = self._own
         return [os.path.join(self.root, c, own.get(c, "/").lstrip("/"), self.group) for c in V1_CONTROLLERS]
 
     def create(self, instance: str, limits: dict) -> list[str]:

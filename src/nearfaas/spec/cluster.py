@@ -36,7 +36,7 @@ TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement",
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
-NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm"}
+NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace"}
 AUTH_KEYS = {"access_key", "secret_key", "region"}
 
@@ -61,10 +61,14 @@ class NodeSpec:
     port: int = 0                    # 0 = pick a free port
     workers_max: int = 32            # function worker processes this node may run at once (~30 MB each)
     prewarm: int = 1                 # idle pre-warmed generic workers kept to cut cold starts; 0 = off
+    # CPU capacity of the whole node (its agent, its queries, its workers), in cores; None = the
+    # machine's. A storage node weaker than the compute node, as the thesis's SmartNIC is
+    # (node/capacity.py enforces it with a cgroup CPU quota).
+    cpus: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
-                "workers_max": self.workers_max, "prewarm": self.prewarm}
+                "workers_max": self.workers_max, "prewarm": self.prewarm, "cpus": self.cpus}
 
 
 @dataclass
@@ -277,9 +281,29 @@ def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
     if prewarm > workers:  # idle generic workers beyond what the node may ever run would only hold memory
         c.error(join_path(path, "prewarm"), f"must not exceed workers_max ({workers}), got {prewarm}",
                 f"lower prewarm to at most {workers} or raise workers_max")
+    cpus = _cpus(m, path, c)
     if len(c.problems) != before:
         return None
-    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm)
+    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm, cpus=cpus)
+
+
+def _cpus(m: dict[str, Any], path: str, c: Collector) -> float | None:
+    value = m.get("cpus")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        c.error(join_path(path, "cpus"), f"bad value {short_repr(value)}", "write e.g. cpus: 0.5 (half a core)")
+        return None
+    try:
+        cpus = float(value)
+    except ValueError:
+        c.error(join_path(path, "cpus"), f"bad value {short_repr(value)}: not a number", "write e.g. cpus: 0.5 (half a core)")
+        return None
+    if not 0.05 <= cpus <= 1024:
+        c.error(join_path(path, "cpus"), f"must be between 0.05 and 1024 cores, got {cpus:g}",
+                "write e.g. cpus: 0.5, or leave it out for the machine's cores")
+        return None
+    return cpus
 
 
 def _nodes(value: Any, c: Collector) -> list[tuple[int, NodeSpec]]:

@@ -69,7 +69,9 @@ class SystemAPI:
         accel = node.cls == "dscs"
         return {"name": node.name, "kind": node.kind, "class": node.cls, "healthy": node.healthy, "url": node.url,
                 "accelerator": {"available": self.invoker.accel_available.get(node.name, True),
-                                "busy": self.invoker.accel_inflight.get(node.name, 0) > 0} if accel else None}
+                                "busy": self.invoker.accel_inflight.get(node.name, 0) > 0} if accel else None,
+                # CPU capacity and how it is enforced, from the node's last health answer (node/capacity.py).
+                "capacity": node.status.get("capacity")}
 
     async def list_nodes(self, request):
         return web.json_response([self._node_status(n) for n in self.nodes.nodes.values()])

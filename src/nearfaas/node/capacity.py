@@ -1,0 +1,106 @@
+"""A node's CPU capacity (``cpus`` in the cluster file): the whole node, not one worker.
+
+The thesis offloads queries to a SmartNIC about 4× slower than its host; to reproduce that
+shape on one machine, a storage node can be given fewer cores than the compute node. The cap
+covers everything the node runs: its agent (where S3 Select and the statistics keeper run
+their Arrow work) and all its function workers.
+
+How, in order (the first that works is used, and reported in /_nearfaas/health as
+``capacity``):
+1. **cgroup v2** — ``cpu.max = <cpus × 100000> 100000`` on the node's group
+   ``/sys/fs/cgroup/nearfaas-<hash>-<node>``; the agent moves into its child ``agent``
+   (v2 keeps processes out of groups that have children with controllers).
+2. **cgroup v1** — ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` on the node's group under the
+   ``cpu`` hierarchy; CFS bandwidth is hierarchical there too, so the workers' own groups
+   (node/jail.py creates them under the same node group) share the node's quota.
+3. **threads only** — no writable cgroup: Arrow's thread pool is capped at ⌈cpus⌉, which bounds
+   parallelism but not a fraction of a core; the health answer says ``enforced: false`` and why.
+
+Measured on this machine (2-core Firecracker VM, cgroup v1, root): see docs/dataservices.md,
+"Node classes".
+
+Worked example: ``cpus: 0.5`` → ``/sys/fs/cgroup/cpu/<own>/nearfaas-1a2b3c4d-storage-0/
+cpu.cfs_quota_us = 50000`` and the agent's pid in ``…/agent/cgroup.procs``.
+
+Known caveats:
+* Arrow's thread pool is process-wide: capping it to ⌈cpus⌉ also applies with a cgroup (more
+  threads than cores would only queue on the quota).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from nearfaas.node.jail import CGROUP_ROOT, Cgroups, _own_cgroups, _write
+
+PERIOD_US = 100_000
+
+
+class CpuCap:
+    def __init__(self, state_dir, node: str, cpus: float | None, root: str = CGROUP_ROOT):
+        self.cpus, self.enforced, self.method, self.why = cpus, False, "none", ""
+        self.group = ""
+        self._agent_dir = ""
+        self._home = ""
+        if cpus is None:
+            return
+        _cap_arrow_threads(cpus)
+        cgroups = Cgroups(state_dir, node, root)
+        try:
+            if cgroups.v2:
+                base = cgroups._bases()[0]
+                os.makedirs(base, exist_ok=True)
+                _write(os.path.join(root, "cgroup.subtree_control"), "+cpu")
+                _write(os.path.join(base, "cgroup.subtree_control"), "+cpu")
+                _write(os.path.join(base, "cpu.max"), f"{int(cpus * PERIOD_US)} {PERIOD_US}")
+                self._home = os.path.join(root, _own_cgroups().get("", "/").lstrip("/"))
+                self.method = "cgroup v2 cpu.max"
+            else:
+                base = next(b for b in cgroups._bases() if f"{os.sep}cpu{os.sep}" in b)
+                os.makedirs(base, exist_ok=True)
+                _write(os.path.join(base, "cpu.cfs_period_us"), str(PERIOD_US))
+                _write(os.path.join(base, "cpu.cfs_quota_us"), str(int(cpus * PERIOD_US)))
+                self._home = os.path.join(root, "cpu", _own_cgroups().get("cpu", "/").lstrip("/"))
+                self.method = "cgroup v1 cpu.cfs_quota_us"
+            self._agent_dir = os.path.join(base, "agent")
+            os.makedirs(self._agent_dir, exist_ok=True)
+            _write(os.path.join(self._agent_dir, "cgroup.procs"), str(os.getpid()))
+            self.group, self.enforced = base, True
+        except (OSError, StopIteration) as exc:
+            self.method = f"threads only (Arrow pool capped at {math.ceil(cpus)})"
+            self.why = f"no writable CPU cgroup here: {exc}"
+
+    def throttled(self) -> dict:
+        """The group's CPU accounting (v1/v2 ``cpu.stat``): how often and how long it was held back."""
+        if not self.group:
+            return {}
+        try:
+            with open(os.path.join(self.group, "cpu.stat")) as f:
+                return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
+        except OSError:
+            return {}
+
+    def describe(self) -> dict:
+        return {"cpus": self.cpus, "enforced": self.enforced, "method": self.method, "why": self.why,
+                "group": self.group, "cpu_stat": self.throttled()}
+
+    def release(self) -> None:
+        """Move the agent back where it came from and remove its group (at shutdown), so the
+        node's group can be removed once its workers are gone."""
+        if not self._agent_dir:
+            return
+        try:
+            _write(os.path.join(self._home, "cgroup.procs"), str(os.getpid()))
+            os.rmdir(self._agent_dir)
+        except OSError:
+            pass
+        self._agent_dir = ""
+
+
+def _cap_arrow_threads(cpus: float) -> None:
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return
+    pa.set_cpu_count(max(1, math.ceil(cpus)))
