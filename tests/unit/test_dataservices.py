@@ -156,3 +156,15 @@ def test_limit_aggregate_names_and_group_keys():
         run("select * from t limit -1")
     with pytest.raises(sql.QueryError, match="neither an aggregate nor a GROUP BY key"):
         run("select a, count(*) from t group by g")
+
+
+def test_cli_trains_saves_and_evaluates_the_cost_models(tmp_path):
+    from nearfaas.cli import main
+
+    out = tmp_path / "models"
+    result = CliRunner().invoke(main, ["dataservices", "train", "--samples", "20", "--max-rows", "3000", "--queries", "2",
+                                       "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output[result.output.index("{"):])
+    assert len(doc["table56"]) == 2 and {"serialized_size_mape_pct", "query_time_mean_abs_diff_pct"} <= set(doc)
+    assert (out / "models.pkl").exists() and (out / "facts.json").exists()

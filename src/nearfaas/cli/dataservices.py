@@ -48,4 +48,35 @@ def cardinality_cmd(scale, repeats, as_json):
                   "built when the object arrives and are not counted.", markup=False)
 
 
+@dataservices.command("train")
+@click.option("--samples", type=click.IntRange(20, 100_000), default=300, show_default=True,
+              help="training queries (template instances on random particle tables), result tables and transfers")
+@click.option("--max-rows", type=click.IntRange(1000, 10**8), default=10**6, show_default=True,
+              help="largest training table (rows are log-uniform from 1,000)")
+@click.option("--queries", type=click.IntRange(1, 10_000), default=16, show_default=True,
+              help="held-out template queries for the Table 5.6 evaluation")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="where to keep the models (default ~/.cache/nearfaas/dataservices-models)")
+@click.option("--json", "as_json", is_flag=True, help="print the evaluation as JSON")
+def train_cmd(samples, max_rows, queries, seed, out, as_json):
+    """Fit the decision engine's cost models on this machine (the thesis's Ch. 5.4): random forests
+    for query execution time (from the operations vector), result size, serialization time and
+    transfer time, then evaluate them on held-out tables and queries in Table 5.6's shape.
+
+    Training times are measured here; predictions are modelled. The models are saved with this
+    machine's facts and refit when those change."""
+    from nearfaas.dataservices import costmodels
+
+    with err.status("training…") as status:
+        models = costmodels.train(samples=samples, seed=seed, max_rows=max_rows, progress=lambda m: status.update(str(m)))
+        path = costmodels.save(models, out)
+        result = costmodels.evaluate(models, n_queries=queries, seed=seed + 1, progress=lambda m: status.update(str(m)))
+    if as_json:
+        click.echo(json.dumps(result, indent=2, default=str))
+        return
+    console.print(costmodels.report(result), markup=False, highlight=False)
+    console.print(f"models saved to {path}", markup=False)
+
+
 COMMANDS = (dataservices,)
