@@ -75,6 +75,12 @@ def operations(sql_or_tree, stats: dict) -> dict[str, float]:
     return ops
 
 
+def output_shape(sql_or_tree, stats: dict) -> tuple[float, list[str]]:
+    """(estimated output rows, output column names) of a query, from the sketches."""
+    tree = parse(sql_or_tree) if isinstance(sql_or_tree, str) else sql_or_tree
+    return _query(tree, stats, dict.fromkeys(FEATURES, 0.0))
+
+
 def vector(ops: dict) -> list[float]:
     """``ops`` as a list in ``FEATURES`` order."""
     return [float(ops.get(k, 0.0)) for k in FEATURES]

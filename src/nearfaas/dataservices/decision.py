@@ -1,0 +1,142 @@
+"""Offload or push back: the thesis's decision engine (Ch. 5.4), one object for the live gateway
+and the benchmark.
+
+``OffloadPolicy.decide(view) -> Prediction``: given what a query will do (its operations vector,
+estimated from the object's sketches: ``operations``), the object's size, the storage node's CPU
+capacity and queue, and the link between the node and the host, it predicts the end-to-end time
+of both placements with the cost models (``costmodels``) and picks the smaller. Like the
+placement policies (placement/policy.py) it reads only its argument: no clock, no I/O.
+
+The ladder:
+1. **No cost models** (never trained here): offload — near the data is the platform's default,
+   and a query's result is never larger than its input. Reason ``no-models``.
+2. **Predict both**:
+   offload   = queue + exec(ops) / node speed + serialize(result) + transfer(result bytes, link)
+   push-back = transfer(object bytes, link) + exec(ops) / host speed
+   where exec is the query-time forest (one Arrow thread at a full core, as it was trained), a
+   node of ``cpus`` < 1 core is 1/cpus slower (its quota; the engine runs one thread), and the
+   queue is the node's queries ahead of this one × this query's offloaded exec time. A forest
+   cannot extrapolate: beyond the largest table (or transfer) it was trained on, it is asked at
+   that size and its answer scaled linearly (Arrow's kernels are linear in elements).
+3. **Pick the smaller**; a tie offloads. Partial push-back (filter on the node, the rest on the
+   host) is not among the choices yet.
+
+Worked example (this machine's models, `nearfaas dataservices train` defaults; a storage node of
+0.5 core; dc-25g): Q 5.3 on 6,177,731 rows (estimated 55k kept) — offload 20.2 ms (17.5 exec
+at half a core + 0.2 to serialize + 2.5 to move 3.7 MB) against push-back 272.5 ms (263.7 to move
+the 445 MB table + 8.8 exec) → offload. Q 5.4 (18% kept, 58 MB of result) offloads at 121 ms
+against 302 ms; with 4 queries already queued on the node its offload side is 427 ms and it is
+pushed back: the "push-back storm" guard.
+
+Known caveats:
+* Result rows are estimates (``cardinality``); a wrong estimate moves the serialize and transfer
+  terms, not the exec term (which already counts the filter over every row).
+* Bytes per output row assume 8-byte columns (the particle schema's); strings are not modelled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nearfaas.dataservices.operations import operations, output_shape
+
+BYTES_PER_COLUMN = 8
+
+
+@dataclass(frozen=True)
+class QueryView:
+    ops: dict  # operations vector (operations.operations)
+    output_rows: float
+    output_columns: int
+    object_bytes: int  # what a push-back moves
+    link: str = "local"  # link profile name between the node and the host
+    node_cpus: float | None = None  # the storage node's capacity (None: a full core or more)
+    host_cpus: float | None = None
+    node_queue: int = 0  # queries already running or waiting on the node
+
+
+@dataclass(frozen=True)
+class Prediction:
+    choice: str  # "offload" | "push-back"
+    reason: str
+    offload_s: float | None = None
+    pushback_s: float | None = None
+    parts: dict = field(default_factory=dict)
+
+    def header(self) -> str:
+        """The X-Nearfaas-Predicted value: modelled, with both sides in milliseconds."""
+        if self.offload_s is None:
+            return f"modelled; choice={self.choice}; reason={self.reason}"
+        return (f"modelled; choice={self.choice}; offload_ms={self.offload_s * 1e3:.2f}; "
+                f"push_back_ms={self.pushback_s * 1e3:.2f}; reason={self.reason}")
+
+
+def _slowdown(cpus: float | None) -> float:
+    return 1.0 if cpus is None or cpus >= 1 else 1.0 / cpus
+
+
+class OffloadPolicy:
+    def __init__(self, models=None):
+        self.models = models
+
+    def _exec_s(self, ops: dict) -> float:
+        top = float(self.models.config.get("max_rows") or 0)
+        rows = float(ops.get("table_rows", 0))
+        if top and rows > top:
+            f = top / rows
+            return self.models.predict_query_time({k: v * f for k, v in ops.items()}) / f
+        return self.models.predict_query_time(ops)
+
+    def _table_s(self, fn, rows: float, cols: int, row_bytes: float) -> float:
+        if rows <= 0:
+            return 0.0
+        top = float(self.models.config.get("max_rows") or 0)
+        if top and rows > top:
+            return fn(top, cols, row_bytes) * rows / top
+        return fn(rows, cols, row_bytes)
+
+    def _transfer_s(self, nbytes: float, link: str) -> float:
+        from nearfaas.link.profiles import get_profile
+
+        top = float(self.models.config.get("max_bytes") or 0)
+        measured = self.models.predict_transfer_time(min(nbytes, top) if top else nbytes)
+        if top and nbytes > top:
+            measured *= nbytes / top
+        prof = get_profile(link)
+        rate = prof.bandwidth_bytes_per_s
+        return measured + prof.expected_first_byte_s() + (nbytes / rate if rate != float("inf") else 0.0)
+
+    def predict(self, q: QueryView) -> dict:
+        m = self.models
+        exec_s = self._exec_s(q.ops)
+        row_bytes = BYTES_PER_COLUMN * max(1, q.output_columns)
+        result_bytes = self._table_s(m.predict_size, q.output_rows, q.output_columns, row_bytes)
+        node_exec = exec_s * _slowdown(q.node_cpus)
+        parts = {
+            "offload_queue_s": q.node_queue * node_exec,
+            "offload_exec_s": node_exec,
+            "offload_serialize_s": self._table_s(m.predict_serialization_time, q.output_rows, q.output_columns, row_bytes),
+            "offload_transfer_s": self._transfer_s(result_bytes, q.link),
+            "pushback_transfer_s": self._transfer_s(q.object_bytes, q.link),
+            "pushback_exec_s": exec_s * _slowdown(q.host_cpus),
+            "result_bytes": result_bytes,
+        }
+        parts["offload_s"] = sum(parts[k] for k in ("offload_queue_s", "offload_exec_s", "offload_serialize_s",
+                                                     "offload_transfer_s"))
+        parts["pushback_s"] = parts["pushback_transfer_s"] + parts["pushback_exec_s"]
+        return parts
+
+    def decide(self, q: QueryView) -> Prediction:
+        if self.models is None:
+            return Prediction("offload", "no-models")
+        p = self.predict(q)
+        choice = "offload" if p["offload_s"] <= p["pushback_s"] else "push-back"
+        reason = "queue" if choice == "push-back" and p["offload_s"] - p["offload_queue_s"] <= p["pushback_s"] else "cost"
+        return Prediction(choice, reason, p["offload_s"], p["pushback_s"], p)
+
+
+def query_view(tree, stats: dict, object_bytes: int, **kwargs) -> QueryView:
+    """The QueryView of a parsed query over tables with ``stats`` ({name: TableStats})."""
+    ops = operations(tree, stats)
+    rows, cols = output_shape(tree, stats)
+    return QueryView(ops=ops, output_rows=rows, output_columns=len(cols), object_bytes=object_bytes, **kwargs)
