@@ -10,6 +10,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -25,6 +26,12 @@ from nearfaas.spec.bundle import pack
 from nearfaas.spec.cluster import load_cluster
 
 FUNCTIONS = Path(__file__).parent / "functions"
+
+# The clusters' gateways decide where an S3 Select runs with this machine's cost models when
+# there are any (gateway/select_planner.py); the tests' clusters run without, so what they see
+# does not depend on whether someone ran `nearfaas dataservices train` here. The engine's own
+# test gives its cluster models of its own.
+os.environ["NEARFAAS_DATASERVICES_MODELS"] = str(Path(tempfile.gettempdir()) / "nearfaas-tests-no-models")
 
 
 def _build_test_wheel(folder: Path) -> None:

@@ -56,3 +56,41 @@ def test_bad_cpus_are_refused_naming_the_field():
     with pytest.raises(Exception) as info:
         parse_cluster({"nodes": [{"name": "s", "kind": "storage", "class": "standard", "cpus": 0}]})
     assert "nodes[0].cpus" in str(info.value) and "between 0.05 and 1024" in str(info.value)
+
+
+def test_the_decision_engine_picks_and_reports_where_a_select_runs(tmp_path, monkeypatch):
+    """With cost models, the gateway predicts both placements (X-Nearfaas-Predicted, modelled),
+    runs the one it picked (X-Nearfaas-Placement, measured) and counts the decision in /metrics;
+    a storage node at 0.05 core makes running there 20x slower in the prediction."""
+    from nearfaas.dataservices import costmodels
+
+    models_dir = tmp_path / "models"
+    costmodels.save(costmodels.train(samples=20, max_rows=3000, seed=3), models_dir)
+    monkeypatch.setenv("NEARFAAS_DATASERVICES_MODELS", str(models_dir))
+    spec = load_cluster(None)
+    for node in spec.nodes:
+        if node.kind == "storage":
+            node.cpus = 0.05
+    with running_cluster(tmp_path / "state", nodes=spec.nodes) as c:
+        s3 = c.s3()
+        s3.create_bucket(Bucket="eng")
+        sink = io.BytesIO()
+        pq.write_table(particles(50_000, seed=6), sink)
+        s3.put_object(Bucket="eng", Key="p.parquet", Body=sink.getvalue())
+        deadline = time.monotonic() + 30
+        while c.http.get(f"{c.url}/system/stats?source=s3://eng/p.parquet", timeout=10).json()["objects_with_stats"] != 1:
+            assert time.monotonic() < deadline, "the node did not sketch the object"
+            time.sleep(0.2)
+        resp = s3.select_object_content(
+            Bucket="eng", Key="p.parquet", ExpressionType="SQL",
+            Expression="SELECT * FROM S3Object WHERE power(vx, 2) + power(vy, 2) < 2500 AND z < 0.9",
+            InputSerialization={"Parquet": {}}, OutputSerialization={"JSON": {}})
+        assert any("End" in e for e in resp["Payload"])
+        headers = resp["ResponseMetadata"]["HTTPHeaders"]
+        fields = dict(f.split("=", 1) for f in headers["x-nearfaas-predicted"].split("; ")[1:])
+        assert headers["x-nearfaas-predicted"].startswith("modelled;") and fields["reason"] in ("cost", "queue")
+        offload, push_back = float(fields["offload_ms"]), float(fields["push_back_ms"])
+        assert fields["choice"] == ("offload" if offload <= push_back else "push-back")
+        assert headers["x-nearfaas-placement"].startswith("offload:" if fields["choice"] == "offload" else "push-back:")
+        metrics = c.http.get(f"{c.url}/metrics", timeout=10).text
+        assert f'nearfaas_dataservices_decisions_total{{choice="{fields["choice"]}",reason="{fields["reason"]}"}} 1.0' in metrics

@@ -25,6 +25,7 @@ from nearfaas.replication.hints import HintLog, replay_forever
 from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
+from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
@@ -114,6 +115,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
     backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"))
+    backend.planner = SelectPlanner(nodes, layout.get("link_profile", "local"), load_models(), metrics.registry)
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
                                tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)),
                                local_buckets=frozenset({INTERMEDIATE_BUCKET}))

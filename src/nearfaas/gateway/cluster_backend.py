@@ -113,6 +113,10 @@ class _Tee:
             q.get_nowait()
 
 
+def _predicted(pred) -> dict:
+    return {"X-Nearfaas-Predicted": pred.header()} if pred is not None else {}
+
+
 def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, S3Error) and exc.code == "ServiceUnavailable"
 
@@ -242,6 +246,7 @@ class ClusterBackend:
         self.hints = hints if hints is not None else HintLog(None)
         self.repairer = Repairer(self)
         self.stale_reads_refused = 0  # reads answered 503 because only replicas behind a hint were reachable
+        self.planner = None  # where S3 Selects run (gateway/select_planner.py); None: always offload
 
     def client_for(self, name: str) -> _HealthBound:
         gate = self._gates.get(name) or self._gates.setdefault(name, _Gate(name))
@@ -442,25 +447,32 @@ class ClusterBackend:
         return await self._newest(bucket, key, lambda c: c.head_object(bucket, key))
 
     async def select_object(self, bucket, key, request_xml: bytes) -> SelectResult:
-        """S3 Select, offloaded: sent to the first healthy replica, which runs it on its own copy
-        and streams the answer back (only the result crosses the link). When a replica may be
-        behind (a pending hint) or the first cannot answer, the newest copy is fetched and the
-        query runs here instead (push-back); ``X-Nearfaas-Placement`` says which happened."""
+        """S3 Select, near the data when it pays: the decision engine (``self.planner``,
+        gateway/select_planner.py) compares running it on the first healthy replica (only the
+        result crosses the link) with fetching the object and running it here (push-back). A
+        replica that may be behind (a pending hint), or one that cannot answer, means push-back
+        too. ``X-Nearfaas-Placement`` says what ran; ``X-Nearfaas-Predicted`` what was predicted."""
         from nearfaas.dataservices.select import parse_request, select_object_stream
 
-        parse_request(request_xml)  # a bad request is refused before any node is asked
+        req = parse_request(request_xml)  # a bad request is refused before any node is asked
+        pred = None
         if not self.hints.newest(bucket, key):
             order = self._read_order(await self.replica_names(bucket, key))
             first = next((n for n in order if not _down(self.nodes.nodes[n])), None)
             if first is not None:
-                try:
-                    result = await self.client_for(first).select_object(bucket, key, request_xml)
-                    return SelectResult({**result.headers, "X-Nearfaas-Placement": f"offload:{first}"}, result.body)
-                except S3Error as exc:
-                    deleted = exc.headers.get(DELETED_HEADER) == "true"
-                    if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
-                        raise
-        return await select_object_stream(await self.get_object(bucket, key), request_xml, key, "push-back:gateway")
+                pred = await self.planner.plan(bucket, key, first, req) if self.planner is not None else None
+                if pred is None or pred.choice == "offload":
+                    try:
+                        result = await self.client_for(first).select_object(bucket, key, request_xml)
+                        body = self.planner.track(first, result.body) if self.planner is not None else result.body
+                        return SelectResult({**result.headers, **_predicted(pred), "X-Nearfaas-Placement": f"offload:{first}"},
+                                            body)
+                    except S3Error as exc:
+                        deleted = exc.headers.get(DELETED_HEADER) == "true"
+                        if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
+                            raise
+        result = await select_object_stream(await self.get_object(bucket, key), request_xml, key, "push-back:gateway")
+        return SelectResult({**result.headers, **_predicted(pred)}, result.body)
 
     async def _every_healthy_node(self, op, kind) -> list:
         """``op(client)`` on every healthy storage node: the answers of type ``kind``. A node's

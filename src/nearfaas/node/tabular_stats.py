@@ -102,7 +102,8 @@ class StatsKeeper:
         except objects.ObjectFormatError:
             self.skipped += 1
             return
-        doc = {"bucket": bucket, "key": key, "etag": info.etag, "version": info.version, "stats": stats.to_json()}
+        doc = {"bucket": bucket, "key": key, "etag": info.etag, "version": info.version, "size": info.size,
+               "stats": stats.to_json()}
         path = self.path(bucket, key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
