@@ -207,3 +207,18 @@ def test_storage_nodes_sketch_tabular_objects_and_stats_merges_a_prefix(cluster,
     result = CliRunner().invoke(main, ["stats", f"s3://{bucket}/st/", "--state", str(cluster.state_dir)])
     assert result.exit_code == 0, result.output
     assert "1,010 rows" in result.output and "particle_id" in result.output
+
+
+def test_a_filter_over_a_prefix_runs_on_the_nodes_holding_each_object(cluster, bucket, table):
+    s3 = cluster.s3()
+    for i in range(3):
+        s3.put_object(Bucket=bucket, Key=f"near/{i}.parquet", Body=_bytes(table.slice(i * 1000, 1000), "parquet"))
+    sql = "SELECT id, vz FROM p WHERE vz > 90"
+    resp = cluster.http.post(f"{cluster.url}/system/query", json={"sql": sql, "source": f"s3://{bucket}/near/",
+                                                                   "format": "jsonl"}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["X-Nearfaas-Placement"] == "offload:3" and resp.headers["X-Nearfaas-Objects"] == "3"
+    got = sorted((r["id"], r["vz"]) for r in map(json.loads, resp.text.splitlines()))
+    con = duckdb.connect()
+    con.register("p", table)
+    assert got == sorted(con.sql(sql).fetchall()) and got

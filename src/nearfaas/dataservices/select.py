@@ -86,11 +86,7 @@ def _query_code(message: str) -> str:
 
 
 def _run_in_slot(data: bytes, req, key: str):
-    global _waiting
-    with _SLOTS:
-        with _lock:
-            _waiting -= 1
-        return run(data, req, key)
+    return _in_slot(run, data, req, key)
 
 
 async def select_object_stream(stream: ObjectStream, request_xml: bytes, key: str, placement: str) -> SelectResult:
@@ -105,9 +101,7 @@ async def select_object_stream(stream: ObjectStream, request_xml: bytes, key: st
         async for chunk in stream.body:
             chunks.append(chunk)
     finally:
-        close = getattr(stream.body, "aclose", None)
-        if close is not None:
-            await close()
+        await _aclose(stream.body)
     with _lock:
         if _waiting >= MAX_WAITING:
             raise S3Error("SlowDown", f"{MAX_WAITING} queries are already waiting on this node; retry shortly.",
@@ -121,3 +115,48 @@ async def select_object_stream(stream: ObjectStream, request_xml: bytes, key: st
 
     headers = {"X-Nearfaas-Placement": placement, "X-Nearfaas-Rows": f"{counts['rows_in']}/{counts['rows_out']}"}
     return SelectResult(headers=headers, body=body())
+
+
+async def query_local_object(backend, bucket: str, key: str, text: str) -> tuple[int, bytes | str]:
+    """One part of a prefix query, on this node's copy: (200, Arrow IPC stream) or (4xx, why).
+    Shares the node's query slot with S3 Select (one at a time, a bounded wait)."""
+    global _waiting
+    try:
+        stream = await backend.get_object(bucket, key)
+    except S3Error as exc:
+        return exc.status, f"{exc.code}: {exc.message}"
+    try:
+        if stream.info.size > MAX_OBJECT_BYTES:
+            return 413, f"s3://{bucket}/{key} is over {MAX_OBJECT_BYTES} bytes"
+        data = b"".join([c async for c in stream.body])
+    finally:
+        await _aclose(stream.body)
+    with _lock:
+        if _waiting >= MAX_WAITING:
+            return 503, f"{MAX_WAITING} queries are already waiting on this node"
+        _waiting += 1
+    try:
+        return 200, await asyncio.to_thread(_in_slot, _query_bytes, data, key, text)
+    except (objects.ObjectFormatError, sql.QueryError) as exc:
+        return 400, f"s3://{bucket}/{key}: {exc}"
+
+
+def _query_bytes(data: bytes, key: str, text: str) -> bytes:
+    table = objects.read_table(data, key=key)
+    tree = sql.parse(text)
+    name = next(iter(tree.find_all(sql.exp.Table))).name
+    return objects.write_table(sql.execute(tree, {name: table}), "arrow-stream")
+
+
+def _in_slot(fn, *args):
+    global _waiting
+    with _SLOTS:
+        with _lock:
+            _waiting -= 1
+        return fn(*args)
+
+
+async def _aclose(body) -> None:
+    close = getattr(body, "aclose", None)
+    if close is not None:
+        await close()

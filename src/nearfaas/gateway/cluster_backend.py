@@ -446,6 +446,14 @@ class ClusterBackend:
     async def head_object(self, bucket, key) -> ObjectInfo:
         return await self._newest(bucket, key, lambda c: c.head_object(bucket, key))
 
+    async def query_node(self, bucket: str, key: str) -> str | None:
+        """The storage node a query on the object would run on: the first healthy replica, or
+        None while a replica may be behind (a pending hint: the newest copy is fetched instead)."""
+        if self.hints.newest(bucket, key):
+            return None
+        order = self._read_order(await self.replica_names(bucket, key))
+        return next((n for n in order if not _down(self.nodes.nodes[n])), None)
+
     async def select_object(self, bucket, key, request_xml: bytes) -> SelectResult:
         """S3 Select, near the data when it pays: the decision engine (``self.planner``,
         gateway/select_planner.py) compares running it on the first healthy replica (only the
@@ -456,21 +464,19 @@ class ClusterBackend:
 
         req = parse_request(request_xml)  # a bad request is refused before any node is asked
         pred = None
-        if not self.hints.newest(bucket, key):
-            order = self._read_order(await self.replica_names(bucket, key))
-            first = next((n for n in order if not _down(self.nodes.nodes[n])), None)
-            if first is not None:
-                pred = await self.planner.plan(bucket, key, first, req) if self.planner is not None else None
-                if pred is None or pred.choice == "offload":
-                    try:
-                        result = await self.client_for(first).select_object(bucket, key, request_xml)
-                        body = self.planner.track(first, result.body) if self.planner is not None else result.body
-                        return SelectResult({**result.headers, **_predicted(pred), "X-Nearfaas-Placement": f"offload:{first}"},
-                                            body)
-                    except S3Error as exc:
-                        deleted = exc.headers.get(DELETED_HEADER) == "true"
-                        if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
-                            raise
+        first = await self.query_node(bucket, key)
+        if first is not None:
+            pred = await self.planner.plan(bucket, key, first, req) if self.planner is not None else None
+            if pred is None or pred.choice == "offload":
+                try:
+                    result = await self.client_for(first).select_object(bucket, key, request_xml)
+                    body = self.planner.track(first, result.body) if self.planner is not None else result.body
+                    return SelectResult({**result.headers, **_predicted(pred), "X-Nearfaas-Placement": f"offload:{first}"},
+                                        body)
+                except S3Error as exc:
+                    deleted = exc.headers.get(DELETED_HEADER) == "true"
+                    if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
+                        raise
         result = await select_object_stream(await self.get_object(bucket, key), request_xml, key, "push-back:gateway")
         return SelectResult({**result.headers, **_predicted(pred)}, result.body)
 

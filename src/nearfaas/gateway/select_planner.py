@@ -62,12 +62,21 @@ class SelectPlanner:
                                      "(modelled predictions)", ["choice", "reason"], registry=registry)
 
     async def plan(self, bucket: str, key: str, node: str, request) -> Prediction:
-        pred = await self._plan(bucket, key, node, request)
+        """Where an S3 Select (``request``: its parsed XML) on the object runs."""
+        return await self._count(await self._plan(bucket, key, node, lambda cols: (
+            sql.parse(to_engine_sql(request.expression, cols)), "S3Object")))
+
+    async def plan_query(self, bucket: str, key: str, node: str, tree) -> Prediction:
+        """Where one object's part of a /system/query (``tree``: the parsed SQL) runs."""
+        name = next(iter(tree.find_all(sql.exp.Table))).name
+        return await self._count(await self._plan(bucket, key, node, lambda cols: (tree, name)))
+
+    async def _count(self, pred: Prediction) -> Prediction:
         if self.decisions is not None:
             self.decisions.labels(pred.choice, pred.reason).inc()
         return pred
 
-    async def _plan(self, bucket: str, key: str, node: str, request) -> Prediction:
+    async def _plan(self, bucket: str, key: str, node: str, make_tree) -> Prediction:
         if self.policy.models is None:
             return Prediction("offload", "no-models")
         found = await self._statistics(bucket, key, node)
@@ -75,8 +84,8 @@ class SelectPlanner:
             return Prediction("offload", "no-statistics")
         stats, size = found
         try:
-            tree = sql.parse(to_engine_sql(request.expression, list(stats.columns)))
-            view = query_view(tree, {"S3Object": stats}, size, link=self.link, node_cpus=self._cpus(node),
+            tree, name = make_tree(list(stats.columns))
+            view = query_view(tree, {name: stats}, size, link=self.link, node_cpus=self._cpus(node),
                               node_queue=self.inflight[node])
         except (sql.QueryError, SelectRequestError, KeyError, ValueError):
             return Prediction("offload", "unestimated")

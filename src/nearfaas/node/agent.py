@@ -79,6 +79,7 @@ class NodeAgent:
 
             add_replica_routes(app, self.store, INTERNAL)
             app.router.add_get(f"{INTERNAL}/stats", self.tabular_stats)
+            app.router.add_post(f"{INTERNAL}/query", self.query)
             self.s3.mount(app)
 
     def describe(self) -> dict:
@@ -130,6 +131,21 @@ class NodeAgent:
             return web.json_response({"error": "bucket: required"}, status=400)
         docs = await asyncio.to_thread(self.stats.read, bucket, request.query.get("prefix", ""))
         return web.json_response({"node": self.name, "objects": docs, "keeper": self.stats.describe()})
+
+    async def query(self, request: web.Request) -> web.Response:
+        """Run a query on this node's copy of one object (the gateway's offload of a /system/query
+        part): {"bucket", "key", "sql"} -> the result as an Arrow IPC stream."""
+        from nearfaas.dataservices.select import query_local_object
+
+        try:
+            body = await request.json()
+            bucket, key, text = body["bucket"], body["key"], body["sql"]
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "body: {bucket, key, sql} as JSON"}, status=400)
+        status, payload = await query_local_object(self.s3.backend, bucket, key, text)
+        if status != 200:
+            return web.json_response({"error": payload}, status=status)
+        return web.Response(body=payload, content_type="application/vnd.apache.arrow.stream")
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), content_type="text/plain", charset="utf-8")

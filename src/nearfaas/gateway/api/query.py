@@ -4,7 +4,7 @@ GET /system/stats?source=s3://bucket/prefix: their column statistics, merged.
     POST /system/query  {"sql": "SELECT id, x FROM particles WHERE x > 0.9",
                          "source": "s3://bucket/runs/2026-11/", "format": "arrow"}
     -> 200, the result as an Arrow IPC stream (or "parquet", "csv", "jsonl"),
-       X-Nearfaas-Placement: push-back:gateway, X-Nearfaas-Objects: 12, X-Nearfaas-Rows: 120000/431
+       X-Nearfaas-Placement: offload:11, push-back:1, X-Nearfaas-Objects: 12, X-Nearfaas-Rows: ?/431
 
 A prefix's objects are one table (the thesis's multi-source queries): their schemas must agree,
 and the query names that table by any one name (``FROM particles``, ``FROM S3Object``). Every
@@ -13,9 +13,10 @@ unknown column, an object that is not tabular or whose schema differs, a source 
 ``s3://bucket/prefix``, a prefix with no objects, or one over the limits below.
 
 Known caveats:
-* Today the gateway fetches the objects and runs the query itself ("push-back"). The
-  per-object choice between that and running next to the data (as S3 Select already does, one
-  object at a time) is the decision engine's, which is not built yet; the header says which ran.
+* A query whose answer distributes over objects (filters and projections) runs per object where
+  the decision engine says (gateway/select_planner.py): on the node holding it, or here; the
+  header counts each. Aggregates, GROUP BY and LIMIT need every row in one place: the objects
+  are fetched and the query runs here (push-back); partial aggregation on the nodes is not built.
 * Objects are read whole: at most ``MAX_OBJECTS`` objects and ``MAX_BYTES`` bytes per query.
 """
 
@@ -26,6 +27,7 @@ import time
 from urllib.parse import quote
 
 import pyarrow as pa
+import aiohttp
 from aiohttp import web
 
 from nearfaas.dataservices import objects, sql
@@ -100,15 +102,64 @@ class QueryAPI:
         try:
             text, bucket, prefix, fmt = _arguments(body)
             tree = _parse(text)
-            tables = await self._tables(bucket, prefix)
-            result, table = await asyncio.to_thread(_run, tree, tables)
+            if _distributive(tree) and getattr(self.backend, "planner", None) is not None:
+                result, placed, n = await self._per_object(bucket, prefix, tree)
+                rows_in = "?"
+            else:
+                tables = await self._tables(bucket, prefix)
+                result, table = await asyncio.to_thread(_run, tree, tables)
+                placed, n, rows_in = {"push-back": len(tables)}, len(tables), table.num_rows
         except QueryError as exc:
             return error(exc.status, str(exc))
         payload = objects.write_table(result, "arrow-stream" if fmt == "arrow" else fmt)
-        headers = {"X-Nearfaas-Placement": "push-back:gateway", "X-Nearfaas-Objects": str(len(tables)),
-                   "X-Nearfaas-Rows": f"{table.num_rows}/{result.num_rows}",
+        headers = {"X-Nearfaas-Placement": ", ".join(f"{k}:{v}" for k, v in sorted(placed.items())),
+                   "X-Nearfaas-Objects": str(n), "X-Nearfaas-Rows": f"{rows_in}/{result.num_rows}",
                    "X-Nearfaas-Elapsed-Ms": f"{(time.monotonic() - started) * 1000:.1f}; measured"}
         return web.Response(body=payload, headers=headers, content_type=CONTENT_TYPES[fmt])
+
+    async def _per_object(self, bucket: str, prefix: str, tree):
+        """A query that distributes over objects (filters and projections: the union of the
+        per-object answers is the answer) runs per object where the decision engine says: on the
+        storage node holding it (offload) or here after fetching it (push-back)."""
+        listing = await self._listing(bucket, prefix)
+        if not listing:
+            raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
+        gate = asyncio.Semaphore(4)
+        placed: dict[str, int] = {}
+
+        async def one(key: str) -> pa.Table:
+            async with gate:
+                node = await self.backend.query_node(bucket, key)
+                pred = await self.backend.planner.plan_query(bucket, key, node, tree) if node else None
+                if node is not None and (pred is None or pred.choice == "offload"):
+                    part = await self._offload(node, bucket, key, tree)
+                    if part is not None:
+                        placed["offload"] = placed.get("offload", 0) + 1
+                        return part
+                placed["push-back"] = placed.get("push-back", 0) + 1
+                tables = await self._fetch(bucket, [key])
+                return (await asyncio.to_thread(_run, tree, tables))[0]
+
+        parts = await asyncio.gather(*(one(info.key) for info in listing))
+        try:
+            return pa.concat_tables(parts, promote_options="permissive"), placed, len(parts)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise QueryError(400, f"source: the objects' answers have different column types: {exc}") from None
+
+    async def _offload(self, node: str, bucket: str, key: str, tree) -> pa.Table | None:
+        """The query on ``node``'s copy of the object; None when the node cannot answer (the
+        caller pushes back instead); a 4xx for a query or an object the node refuses."""
+        url = f"{self.nodes.nodes[node].url}/_nearfaas/query"
+        try:
+            async with self.nodes.session.post(url, json={"bucket": bucket, "key": key, "sql": tree.sql()}) as resp:
+                body = await resp.read()
+                if resp.status == 200:
+                    return pa.ipc.open_stream(body).read_all()
+                if 400 <= resp.status < 500 and resp.status != 404:
+                    raise QueryError(400, f"source: s3://{bucket}/{key} on {node}: {body.decode(errors='replace')[:300]}")
+        except (OSError, TimeoutError, aiohttp.ClientError):
+            pass
+        return None
 
     async def _tables(self, bucket: str, prefix: str) -> list[tuple[str, pa.Table]]:
         listing = await self._listing(bucket, prefix)
@@ -116,9 +167,12 @@ class QueryAPI:
             raise QueryError(413, f"source: s3://{bucket}/{prefix} holds more than {MAX_BYTES} bytes; query a narrower prefix")
         if not listing:
             raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
+        return await self._fetch(bucket, [info.key for info in listing])
+
+    async def _fetch(self, bucket: str, keys: list[str]) -> list[tuple[str, pa.Table]]:
         try:
             tables = []
-            for key in (info.key for info in listing):
+            for key in keys:
                 stream = await self.backend.get_object(bucket, key)
                 chunks = [c async for c in stream.body]
                 try:
@@ -164,6 +218,14 @@ def _arguments(body: dict) -> tuple[str, str, str, str]:
         raise QueryError(400, f"format: one of {', '.join(CONTENT_TYPES)}, got {fmt!r}")
     bucket, _, prefix = source[5:].partition("/")
     return text, bucket, prefix, fmt
+
+
+def _distributive(tree) -> bool:
+    """Whether the query's answer over a union of objects is the union of its answers per object:
+    one SELECT of rows (filters, projections), no aggregate, GROUP BY, LIMIT or UNION."""
+    return (isinstance(tree, sql.exp.Select) and tree.args.get("group") is None and tree.args.get("limit") is None
+            and not any(e.find(*sql.AGGREGATES) for e in tree.expressions)
+            and isinstance((tree.args.get("from_") or tree.args.get("from")).this, sql.exp.Table))
 
 
 def _parse(text: str):
