@@ -55,6 +55,8 @@ bench: setup
 	$(PY) benchmarks/cold_start.py
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/fastpath.py
+	$(PY) benchmarks/stream_topk.py
+	$(PY) benchmarks/dataservices.py
 
 # Every benchmark at its smallest (a few minutes in all), writing to a scratch folder instead of
 # benchmarks/results/: checks that they still run without replacing the committed numbers.
@@ -69,6 +71,8 @@ bench-smoke: setup
 	$(PY) benchmarks/idle_connections.py --quick; \
 	$(PY) benchmarks/twin.py --quick --no-report; \
 	$(PY) benchmarks/apps.py --quick --apps credit_risk --out $$out/apps.json; \
+	$(PY) benchmarks/stream_topk.py --quick; \
+	$(PY) benchmarks/dataservices.py --quick --queries 20 --max-rows 100000 --samples 60; \
 	echo "results in $$out"
 
 lint: setup

@@ -13,20 +13,24 @@ The ladder:
 2. **Predict both**:
    offload   = queue + exec(ops) / node speed + serialize(result) + transfer(result bytes, link)
    push-back = transfer(object bytes, link) + exec(ops) / host speed
-   where exec is the query-time forest (one Arrow thread at a full core, as it was trained), a
-   node of ``cpus`` < 1 core is 1/cpus slower (its quota; the engine runs one thread), and the
-   queue is the node's queries ahead of this one × this query's offloaded exec time. A forest
+   where exec is the query-time forest (one Arrow thread at a full core, as it was trained); on a
+   node of ``cpus`` < 1 core the query and its serialization run under a CFS quota, so work that
+   fits in one period's quota (cpus × 100 ms) runs at full speed and longer work slows towards
+   1/cpus (``quota_time``); the queue is the node's queries ahead of this one × this query's
+   time there. A forest
    cannot extrapolate: beyond the largest table (or transfer) it was trained on, it is asked at
    that size and its answer scaled linearly (Arrow's kernels are linear in elements).
 3. **Pick the smaller**; a tie offloads. Partial push-back (filter on the node, the rest on the
    host) is not among the choices yet.
 
 Worked example (this machine's models, `nearfaas dataservices train` defaults; a storage node of
-0.5 core; dc-25g): Q 5.3 on 6,177,731 rows (estimated 55k kept) — offload 20.2 ms (17.5 exec
-at half a core + 0.2 to serialize + 2.5 to move 3.7 MB) against push-back 272.5 ms (263.7 to move
-the 445 MB table + 8.8 exec) → offload. Q 5.4 (18% kept, 58 MB of result) offloads at 121 ms
-against 302 ms; with 4 queries already queued on the node its offload side is 427 ms and it is
-pushed back: the "push-back storm" guard.
+0.5 core; dc-25g): Q 5.3 on 6,177,731 rows (55k kept, estimated) — offload 11.4 ms (8.8 exec,
+which fits in one period's 50 ms quota and so runs at full speed, + 0.2 to serialize + 2.5 to
+move 3.7 MB) against push-back 272.5 ms (263.7 to move the 445 MB table + 8.8 exec) → offload,
+and still offload with 16 queries queued on the node (154.8 ms). Q 5.4 (18% kept, 75 MB of
+result): offload 145.6 ms (101.2 for the query and its serialization under the quota + 44.4 to
+move the result) against 302.0 ms → offload; with 2 queries queued ahead on the node its offload
+side is 348.0 ms and it is pushed back: the "push-back storm" guard.
 
 Known caveats:
 * Result rows are estimates (``cardinality``); a wrong estimate moves the serialize and transfer
@@ -36,6 +40,7 @@ Known caveats:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from nearfaas.dataservices.operations import operations, output_shape
@@ -71,8 +76,20 @@ class Prediction:
                 f"push_back_ms={self.pushback_s * 1e3:.2f}; reason={self.reason}")
 
 
-def _slowdown(cpus: float | None) -> float:
-    return 1.0 if cpus is None or cpus >= 1 else 1.0 / cpus
+#: The CFS bandwidth period a node's CPU quota is written with (node/capacity.py uses it).
+CFS_PERIOD_S = 0.1
+
+
+def quota_time(cpu_s: float, cpus: float | None) -> float:
+    """Wall time of ``cpu_s`` seconds of one thread's work under a CFS quota of ``cpus`` cores:
+    it runs at full speed for cpus × period in each period, then waits for the next one. Work
+    that fits in one period's quota is not slowed at all (measured here: a 0.5-core node ran
+    small queries at the host's speed, large ones at about half)."""
+    if cpus is None or cpus >= 1 or cpu_s <= 0:
+        return max(cpu_s, 0.0)
+    quota = cpus * CFS_PERIOD_S
+    full = math.ceil(cpu_s / quota) - 1  # quota slices used up before the last one
+    return full * CFS_PERIOD_S + (cpu_s - full * quota)
 
 
 class OffloadPolicy:
@@ -88,9 +105,15 @@ class OffloadPolicy:
         return self.models.predict_query_time(ops)
 
     def _table_s(self, fn, rows: float, cols: int, row_bytes: float) -> float:
+        """A size or serialization model, linear beyond the largest table it was trained on (in
+        rows, and in bytes: a wide result reaches the training's largest bytes before its rows)."""
         if rows <= 0:
             return 0.0
-        top = float(self.models.config.get("max_rows") or 0)
+        cfg = self.models.config
+        limits = [float(cfg["max_rows"])] if cfg.get("max_rows") else []
+        if cfg.get("max_bytes") and row_bytes > 0:
+            limits.append(float(cfg["max_bytes"]) / row_bytes)
+        top = min(limits) if limits else 0.0
         if top and rows > top:
             return fn(top, cols, row_bytes) * rows / top
         return fn(rows, cols, row_bytes)
@@ -111,14 +134,17 @@ class OffloadPolicy:
         exec_s = self._exec_s(q.ops)
         row_bytes = BYTES_PER_COLUMN * max(1, q.output_columns)
         result_bytes = self._table_s(m.predict_size, q.output_rows, q.output_columns, row_bytes)
-        node_exec = exec_s * _slowdown(q.node_cpus)
+        serialize_s = self._table_s(m.predict_serialization_time, q.output_rows, q.output_columns, row_bytes)
+        # The node runs the query and serializes its result within its CPU quota.
+        node_s = quota_time(exec_s + serialize_s, q.node_cpus)
+        share = exec_s / (exec_s + serialize_s) if exec_s + serialize_s > 0 else 1.0
         parts = {
-            "offload_queue_s": q.node_queue * node_exec,
-            "offload_exec_s": node_exec,
-            "offload_serialize_s": self._table_s(m.predict_serialization_time, q.output_rows, q.output_columns, row_bytes),
+            "offload_queue_s": q.node_queue * node_s,
+            "offload_exec_s": node_s * share,
+            "offload_serialize_s": node_s * (1 - share),
             "offload_transfer_s": self._transfer_s(result_bytes, q.link),
             "pushback_transfer_s": self._transfer_s(q.object_bytes, q.link),
-            "pushback_exec_s": exec_s * _slowdown(q.host_cpus),
+            "pushback_exec_s": quota_time(exec_s, q.host_cpus),
             "result_bytes": result_bytes,
         }
         parts["offload_s"] = sum(parts[k] for k in ("offload_queue_s", "offload_exec_s", "offload_serialize_s",

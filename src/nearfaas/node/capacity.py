@@ -32,9 +32,10 @@ from __future__ import annotations
 import math
 import os
 
+from nearfaas.dataservices.decision import CFS_PERIOD_S
 from nearfaas.node.jail import CGROUP_ROOT, Cgroups, _own_cgroups, _write
 
-PERIOD_US = 100_000
+PERIOD_US = int(CFS_PERIOD_S * 1_000_000)  # the decision engine models the quota with this period
 
 
 class CpuCap:
