@@ -7,7 +7,7 @@ use nearfaas_fastpath::wire::{decode_stream_reply_head, encode_stream_head};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Random text of numbers with random separators; (the text, the numbers).
 pub fn text_numbers(rng: &mut Rng, n: usize) -> (Vec<u8>, Vec<u32>) {
@@ -97,6 +97,18 @@ pub fn call(fp: &Fp, id: u32, payload: &[u8], len: Option<u64>, close: bool) -> 
         let _ = s.shutdown(Shutdown::Write);
     }
     read_reply(&mut s, 4)
+}
+
+/// Wait (at most 5 s) until the listener holds no connection: the ones a test dropped are gone.
+pub fn wait_for_no_connections(fp: &Fp) {
+    let t = Instant::now();
+    while fp.stats()["global"]["stream_conns"] != 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "connections not released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 pub fn u32s(b: &[u8]) -> Vec<u32> {
