@@ -29,7 +29,7 @@ def _ints(text: str) -> list[int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="100 requests per size, one repeat, N up to 16")
+    parser.add_argument("--quick", action="store_true", help="100 requests per size, one repeat, N in 1, 4, 16, 64")
     parser.add_argument("--requests", type=int, help="requests per size and repeat (default 1000; 100 with --quick)")
     parser.add_argument("--sizes", type=_ints, help=f"request sizes in bytes (default {','.join(map(str, stream.SIZES))})")
     parser.add_argument("--concurrency", type=_ints, help=f"N values (default {','.join(map(str, stream.CONCURRENCY))})")

@@ -67,7 +67,7 @@ def bench_fastpath(quick, as_json):
 
 
 @bench.command("stream")
-@click.option("--quick", is_flag=True, help="100 requests per size, one repeat, N up to 16")
+@click.option("--quick", is_flag=True, help="100 requests per size, one repeat, N in 1, 4, 16, 64")
 @click.option("--json", "as_json", is_flag=True,
               help="print stream_p50_us, baremetal_p50_us, serverless_p50_us (per size), per_request_ratio_n64, "
                    "and the Rust client's executor and bare-TCP floor p50s, per connection and kept alive")
