@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -46,9 +45,11 @@ from urllib.parse import parse_qsl, quote, unquote
 from aiohttp import web
 
 from nearfaas.s3 import xml as s3xml
-from nearfaas.s3.backend import BucketInfo, ObjectInfo, StorageBackend
+from nearfaas.s3.backend import ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket_headers, check_preconditions, copy_of,
+                                         exact_headers, is_true, object_headers, user_metadata)
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
 from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
@@ -62,9 +63,6 @@ MAX_LIST_KEYS = 1000
 DELETE_CONCURRENCY = 8  # DeleteObjects: keys deleted at once (each may fan out to every node)
 DSCS_REPLICA_HEADER = "x-nearfaas-dscs-replica"
 UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
-# A repair copy (gateway only) keeps the source replica's ETag and Last-Modified.
-COPY_ETAG_HEADER = "x-nearfaas-copy-etag"
-COPY_LAST_MODIFIED_HEADER = "x-nearfaas-copy-last-modified"
 
 # Sub-resources nearfaas does not implement: 501 rather than a silently wrong answer.
 UNSUPPORTED_SUBRESOURCES = frozenset({
@@ -209,14 +207,14 @@ class S3Frontend:
         if method == "PUT":
             body = self._body(request, require_length=False)
             s3xml.parse_create_bucket(await body.read_all(MAX_XML_BODY))  # validated, then ignored
-            options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+            options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
             info = await self.backend.create_bucket(bucket, options)
             # Creating a bucket you already own answers 200, as S3 does in us-east-1.
-            headers = {"Location": f"/{bucket}", **_bucket_headers(info)}
+            headers = {"Location": f"/{bucket}", **bucket_headers(info)}
             return self._empty(request, 200, headers)
         if method == "HEAD":
             info = await self.backend.head_bucket(bucket)
-            return self._empty(request, 200, {"x-amz-bucket-region": "us-east-1", **_bucket_headers(info)})
+            return self._empty(request, 200, {"x-amz-bucket-region": "us-east-1", **bucket_headers(info)})
         if method == "DELETE":
             await self.backend.delete_bucket(bucket)
             return self._empty(request, 204)
@@ -362,16 +360,16 @@ class S3Frontend:
     async def _put_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = self._body(request)
-        options = {"dscs_replica": True} if _is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+        options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
         trailer = self._version_trailer(request)
         extra = {"version": trailer.version} if trailer is not None else {}
         if self._may_version(request, COPY_ETAG_HEADER):
-            extra["copy_of"] = _copy_of(request)
+            extra["copy_of"] = copy_of(request)
         info = await self.backend.put_object(
             bucket, key, trailer.strip(body.chunks()) if trailer is not None else body.chunks(), content_md5=content_md5,
-            content_type=request.headers.get("Content-Type"), metadata=_user_metadata(request), options=options, **extra)
+            content_type=request.headers.get("Content-Type"), metadata=user_metadata(request), options=options, **extra)
         self._notify_created(request, bucket, key, info)
-        return self._empty(request, 200, {"ETag": f'"{info.etag}"', **_exact_headers(info)})
+        return self._empty(request, 200, {"ETag": f'"{info.etag}"', **exact_headers(info)})
 
     async def _upload_part(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
         upload_id, raw_number = q.get("uploadId"), q.get("partNumber", "")
@@ -390,8 +388,8 @@ class S3Frontend:
         stream = await self.backend.get_object(bucket, key, byte_range)
         body_iter = stream.body
         try:
-            not_modified = _check_preconditions(request, stream.info)
-            headers = _object_headers(stream.info)
+            not_modified = check_preconditions(request, stream.info)
+            headers = object_headers(stream.info)
             for param, header in _RESPONSE_OVERRIDES.items():
                 if param in q:
                     validate_header_value(param, q[param])
@@ -410,8 +408,8 @@ class S3Frontend:
 
     async def _head_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         info = await self.backend.head_object(bucket, key)
-        headers = _object_headers(info)
-        if _check_preconditions(request, info):
+        headers = object_headers(info)
+        if check_preconditions(request, info):
             return self._empty(request, 304, {"ETag": headers["ETag"]})
         byte_range = parse_range_header(request.headers.get("Range"))
         status, length = 200, info.size
@@ -429,7 +427,7 @@ class S3Frontend:
 
     async def _create_multipart(self, request, bucket: str, key: str) -> web.StreamResponse:
         upload_id = await self.backend.create_multipart_upload(
-            bucket, key, content_type=request.headers.get("Content-Type"), metadata=_user_metadata(request),
+            bucket, key, content_type=request.headers.get("Content-Type"), metadata=user_metadata(request),
             upload_id=request.headers.get(UPLOAD_ID_HEADER) or None)
         return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id))
 
@@ -442,7 +440,7 @@ class S3Frontend:
         self._notify_created(request, bucket, key, info)
         xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
         metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
-        return self._xml(request, xml_body, {**_exact_headers(info), **metadata_headers})
+        return self._xml(request, xml_body, {**exact_headers(info), **metadata_headers})
 
     def _notify_created(self, request, bucket: str, key: str, info: ObjectInfo) -> None:
         """The object is durable whatever a listener does: its failure is logged, never the PUT's."""
@@ -468,13 +466,13 @@ class S3Frontend:
             raise S3Error("InvalidArgument", f"{VERSION_HEADER} must be 16 hex digits, '.', and an origin; got {version!r}.")
         return version
 
-    def _version_trailer(self, request: web.Request) -> _VersionTrailer | None:
+    def _version_trailer(self, request: web.Request) -> VersionTrailer | None:
         if not self._may_version(request, VERSION_TRAILER_HEADER):
             return None
         raw = request.headers[VERSION_TRAILER_HEADER]
         if not raw.isdigit() or not 18 <= int(raw) <= 81:
             raise S3Error("InvalidArgument", f"{VERSION_TRAILER_HEADER} must be the version's length (18-81), not {raw!r}.")
-        return _VersionTrailer(int(raw))
+        return VersionTrailer(int(raw))
 
     def _body(self, request: web.Request, *, require_length: bool = True) -> RequestBody:
         """The request's body, checked against what its signature covers as it streams."""
@@ -534,85 +532,3 @@ def _request_id(request: web.Request) -> str:
     if request_id is None:
         request_id = request[_REQUEST_ID] = uuid.uuid4().hex[:16].upper()
     return request_id
-
-
-def _is_true(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1", "yes")
-
-
-def _user_metadata(request: web.Request) -> dict[str, str]:
-    return {name[11:].lower(): value for name, value in request.headers.items()
-            if name.lower().startswith("x-amz-meta-")}
-
-
-def _exact_headers(info: ObjectInfo) -> dict[str, str]:
-    headers = {"x-nearfaas-last-modified": repr(info.last_modified), "x-nearfaas-object-size": str(info.size),
-               "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
-    if info.version:
-        headers[VERSION_HEADER] = info.version
-    return headers
-
-
-def _copy_of(request: web.Request) -> tuple[str, float]:
-    etag, raw = request.headers[COPY_ETAG_HEADER], request.headers.get(COPY_LAST_MODIFIED_HEADER, "")
-    try:
-        last_modified = float(raw)
-    except ValueError:
-        raise S3Error("InvalidArgument", f"{COPY_LAST_MODIFIED_HEADER} must be unix seconds, not {raw!r}.") from None
-    if not etag or len(etag) > 64 or not all(c in "0123456789abcdef-" for c in etag):
-        raise S3Error("InvalidArgument", f"{COPY_ETAG_HEADER} must be an ETag (hex, optionally -<parts>), not {etag!r}.")
-    return etag, last_modified
-
-
-class _VersionTrailer:
-    """Splits the version off the end of a body: ``strip`` yields the object's bytes (holding
-    back the last ``length`` bytes as they stream), after which ``version()`` is the version."""
-
-    def __init__(self, length: int):
-        self.length = length
-        self._version: str | None = None
-
-    async def strip(self, chunks):
-        tail = b""
-        async for chunk in chunks:
-            tail += chunk
-            if len(tail) > self.length:
-                yield tail[: -self.length]
-                tail = tail[-self.length:]
-        text = tail.decode("ascii", "replace")
-        if len(tail) != self.length or not is_version(text):
-            raise S3Error("InvalidArgument", f"The body does not end with a {self.length}-byte version "
-                          f"({VERSION_TRAILER_HEADER}); got {text[-40:]!r}.")
-        self._version = text
-
-    def version(self) -> str:
-        if self._version is None:
-            raise RuntimeError("the version is known only once the body has been read to its end")
-        return self._version
-
-
-def _bucket_headers(info: BucketInfo) -> dict[str, str]:
-    return {"x-nearfaas-bucket-created": repr(info.created),
-            "x-nearfaas-bucket-options": json.dumps(info.options, separators=(",", ":"))}
-
-
-def _object_headers(info: ObjectInfo) -> dict[str, str]:
-    headers = {"ETag": f'"{info.etag}"', "Accept-Ranges": "bytes", **_exact_headers(info),
-               "Content-Type": info.content_type}
-    for name, value in info.metadata.items():
-        headers[f"x-amz-meta-{name}"] = value
-    return headers
-
-
-def _etag_matches(header: str, etag: str) -> bool:
-    candidates = [c.strip() for c in header.split(",")]
-    return "*" in candidates or any(c.removeprefix("W/").strip('"') == etag for c in candidates)
-
-
-def _check_preconditions(request: web.Request, info: ObjectInfo) -> bool:
-    """Raise PreconditionFailed for a failed If-Match; True when If-None-Match says 304."""
-    if_match = request.headers.get("If-Match")
-    if if_match is not None and not _etag_matches(if_match, info.etag):
-        raise S3Error("PreconditionFailed", f"If-Match {if_match} does not match the ETag \"{info.etag}\".")
-    if_none_match = request.headers.get("If-None-Match")
-    return if_none_match is not None and _etag_matches(if_none_match, info.etag)

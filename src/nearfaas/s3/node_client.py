@@ -30,7 +30,8 @@ from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.frontend import COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER, DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
+from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
+from nearfaas.s3.object_headers import COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER
 from nearfaas.s3.validation import format_range
 
 READ_CHUNK = 256 * 1024

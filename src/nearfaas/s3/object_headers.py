@@ -1,0 +1,100 @@
+"""The HTTP headers the S3 front end reads and writes about objects and buckets: user metadata,
+exact timestamps and sizes for the gateway, conditional requests (If-Match / If-None-Match), a
+replica repair's copy headers, and the write version carried at the end of a body."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+from nearfaas.s3 import xml as s3xml
+from nearfaas.s3.backend import BucketInfo, ObjectInfo
+from nearfaas.s3.errors import S3Error
+from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
+
+# A repair copy (gateway only) keeps the source replica's ETag and Last-Modified.
+COPY_ETAG_HEADER = "x-nearfaas-copy-etag"
+COPY_LAST_MODIFIED_HEADER = "x-nearfaas-copy-last-modified"
+
+
+def is_true(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1", "yes")
+
+
+def user_metadata(request: web.Request) -> dict[str, str]:
+    return {name[11:].lower(): value for name, value in request.headers.items()
+            if name.lower().startswith("x-amz-meta-")}
+
+
+def exact_headers(info: ObjectInfo) -> dict[str, str]:
+    headers = {"x-nearfaas-last-modified": repr(info.last_modified), "x-nearfaas-object-size": str(info.size),
+               "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
+    if info.version:
+        headers[VERSION_HEADER] = info.version
+    return headers
+
+
+def copy_of(request: web.Request) -> tuple[str, float]:
+    etag, raw = request.headers[COPY_ETAG_HEADER], request.headers.get(COPY_LAST_MODIFIED_HEADER, "")
+    try:
+        last_modified = float(raw)
+    except ValueError:
+        raise S3Error("InvalidArgument", f"{COPY_LAST_MODIFIED_HEADER} must be unix seconds, not {raw!r}.") from None
+    if not etag or len(etag) > 64 or not all(c in "0123456789abcdef-" for c in etag):
+        raise S3Error("InvalidArgument", f"{COPY_ETAG_HEADER} must be an ETag (hex, optionally -<parts>), not {etag!r}.")
+    return etag, last_modified
+
+
+class VersionTrailer:
+    """Splits the version off the end of a body: ``strip`` yields the object's bytes (holding
+    back the last ``length`` bytes as they stream), after which ``version()`` is the version."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self._version: str | None = None
+
+    async def strip(self, chunks):
+        tail = b""
+        async for chunk in chunks:
+            tail += chunk
+            if len(tail) > self.length:
+                yield tail[: -self.length]
+                tail = tail[-self.length:]
+        text = tail.decode("ascii", "replace")
+        if len(tail) != self.length or not is_version(text):
+            raise S3Error("InvalidArgument", f"The body does not end with a {self.length}-byte version "
+                          f"({VERSION_TRAILER_HEADER}); got {text[-40:]!r}.")
+        self._version = text
+
+    def version(self) -> str:
+        if self._version is None:
+            raise RuntimeError("the version is known only once the body has been read to its end")
+        return self._version
+
+
+def bucket_headers(info: BucketInfo) -> dict[str, str]:
+    return {"x-nearfaas-bucket-created": repr(info.created),
+            "x-nearfaas-bucket-options": json.dumps(info.options, separators=(",", ":"))}
+
+
+def object_headers(info: ObjectInfo) -> dict[str, str]:
+    headers = {"ETag": f'"{info.etag}"', "Accept-Ranges": "bytes", **exact_headers(info),
+               "Content-Type": info.content_type}
+    for name, value in info.metadata.items():
+        headers[f"x-amz-meta-{name}"] = value
+    return headers
+
+
+def etag_matches(header: str, etag: str) -> bool:
+    candidates = [c.strip() for c in header.split(",")]
+    return "*" in candidates or any(c.removeprefix("W/").strip('"') == etag for c in candidates)
+
+
+def check_preconditions(request: web.Request, info: ObjectInfo) -> bool:
+    """Raise PreconditionFailed for a failed If-Match; True when If-None-Match says 304."""
+    if_match = request.headers.get("If-Match")
+    if if_match is not None and not etag_matches(if_match, info.etag):
+        raise S3Error("PreconditionFailed", f"If-Match {if_match} does not match the ETag \"{info.etag}\".")
+    if_none_match = request.headers.get("If-None-Match")
+    return if_none_match is not None and etag_matches(if_none_match, info.etag)
