@@ -113,8 +113,14 @@ class FastpathSpec:
     pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
 
 
+#: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
+#: as the thesis's SmartNIC is weaker than its host (issue 17, "Node classes").
+DEFAULT_STORAGE_CPUS = 0.5
+
+
 def default_nodes() -> list[NodeSpec]:
-    return [NodeSpec("storage-0", "storage", "dscs"), NodeSpec("storage-1", "storage", "standard"),
+    return [NodeSpec("storage-0", "storage", "dscs", cpus=DEFAULT_STORAGE_CPUS),
+            NodeSpec("storage-1", "storage", "standard", cpus=DEFAULT_STORAGE_CPUS),
             NodeSpec("compute-0", "compute", "cpu")]
 
 
