@@ -243,14 +243,18 @@ def _sampled(node, stats: TableStats, names: dict) -> float | None:
     cols = {c.name for c in _columns(node, names)}
     if not cols or any(not stats.column(c).numeric for c in cols):
         return None
-    rng = np.random.default_rng(0x5eed)
-    sample = {}
-    for c in sorted(cols):
-        u = (rng.permutation(SAMPLES) + rng.random(SAMPLES)) / SAMPLES  # one point per stratum
-        icdf = stats.column(c).inverse_cdf()
-        sample[c] = np.interp(u * (len(icdf) - 1), np.arange(len(icdf)), icdf)
+    key = tuple(sorted(cols))
+    table = stats.samples.get(key)
+    if table is None:
+        rng = np.random.default_rng(0x5eed)
+        sample = {}
+        for c in key:
+            u = (rng.permutation(SAMPLES) + rng.random(SAMPLES)) / SAMPLES  # one point per stratum
+            icdf = stats.column(c).inverse_cdf()
+            sample[c] = np.interp(u * (len(icdf) - 1), np.arange(len(icdf)), icdf)
+        table = stats.samples[key] = pa.table(sample)
     try:
-        mask = evaluate(node, pa.table(sample), names)
+        mask = evaluate(node, table, names)
     except QueryError:
         return None
     import pyarrow.compute as pc

@@ -66,6 +66,9 @@ class ColumnStats:
 class TableStats:
     rows: int
     columns: dict[str, ColumnStats]
+    # Stratified samples of the columns' marginals, per set of columns (cardinality._sampled):
+    # derived from the sketches alone, so built once per TableStats and reused by every query.
+    samples: dict = field(default_factory=dict, repr=False, compare=False)
 
     def column(self, name: str) -> ColumnStats:
         try:
