@@ -222,3 +222,17 @@ def test_a_filter_over_a_prefix_runs_on_the_nodes_holding_each_object(cluster, b
     con = duckdb.connect()
     con.register("p", table)
     assert got == sorted(con.sql(sql).fetchall()) and got
+
+
+def test_the_nodes_query_and_stats_endpoints_refuse_unsigned_callers(cluster, bucket, table):
+    """Only the gateway (signing with the cluster secret) may run a query on a node's copy or
+    read its sketches: a caller on the node's port without that signature gets 401."""
+    import requests
+
+    cluster.s3().put_object(Bucket=bucket, Key="sec/a.parquet", Body=_bytes(table.slice(0, 100), "parquet"))
+    node = next(n for n in cluster.layout["nodes"] if n["kind"] == "storage")
+    query = requests.post(f"{node['url']}/_nearfaas/query", json={"bucket": bucket, "key": "sec/a.parquet",
+                                                                 "sql": "SELECT * FROM p"}, timeout=10)
+    stats = requests.get(f"{node['url']}/_nearfaas/stats?bucket={bucket}&prefix=sec/", timeout=10)
+    assert query.status_code == 401 and stats.status_code == 401
+    assert b"PAR1" not in query.content and b"kll" not in stats.content
