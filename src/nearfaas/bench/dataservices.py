@@ -274,8 +274,7 @@ def _loopback_s(sink, payload, nbytes: int, repeats: int) -> float:
 
 def link_s(nbytes: float, profile: str) -> float:
     """Modelled: the profile's expected first byte plus bytes / bandwidth."""
-    p = get_profile(profile)
-    return p.expected_first_byte_s() + (nbytes / p.bandwidth_bytes_per_s if math.isfinite(p.bandwidth_bytes_per_s) else 0.0)
+    return get_profile(profile).expected_transfer_s(nbytes)
 
 
 def build_pool(sizes, folder: str, seed: int, node: StorageNode, sink, say) -> tuple[list[dict], memoryview]:

@@ -238,10 +238,7 @@ class CostModels:
 def transfer_time(nbytes: float, profile_name: str, models: CostModels) -> float:
     """Measured on loopback here; a link profile (src/nearfaas/link/profiles.py, e.g. dc-25g,
     s3-like) adds its modelled first-byte and bandwidth on top (``local`` adds nothing)."""
-    prof = get_profile(profile_name)
-    rate = prof.bandwidth_bytes_per_s
-    link = prof.expected_first_byte_s() + (nbytes / rate if math.isfinite(rate) else 0.0)
-    return models.predict_transfer_time(nbytes) + link
+    return models.predict_transfer_time(nbytes) + get_profile(profile_name).expected_transfer_s(nbytes)
 
 
 # ---- measurements ------------------------------------------------------------------------------

@@ -125,9 +125,7 @@ class OffloadPolicy:
         measured = self.models.predict_transfer_time(min(nbytes, top) if top else nbytes)
         if top and nbytes > top:
             measured *= nbytes / top
-        prof = get_profile(link)
-        rate = prof.bandwidth_bytes_per_s
-        return measured + prof.expected_first_byte_s() + (nbytes / rate if rate != float("inf") else 0.0)
+        return measured + get_profile(link).expected_transfer_s(nbytes)
 
     def predict(self, q: QueryView) -> dict:
         m = self.models
