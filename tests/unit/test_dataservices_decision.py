@@ -30,8 +30,8 @@ class _Models:
 
     config = {"max_rows": 10**9, "max_bytes": 10**12}
 
-    def predict_query_time(self, ops):
-        return 2e-9 * sum(v for k, v in ops.items() if k not in ("table_rows", "output_rows"))
+    def predict_query_time(self, ops):  # power costs ~25x a multiply per element (operations.py)
+        return 2e-9 * sum(v * (25 if k == "power" else 1) for k, v in ops.items() if k not in ("table_rows", "output_rows"))
 
     def predict_size(self, rows, cols, row_bytes):
         return rows * row_bytes + 512
@@ -60,8 +60,10 @@ def test_the_choice_is_the_smaller_predicted_side(view_for):
         for link in ("local", "dc-25g", "s3-like"):
             for cpus in (None, 0.5, 0.05):
                 p = policy.decide(view_for(q, link=link, node_cpus=cpus))
-                assert p.choice == ("offload" if p.offload_s <= p.pushback_s else "push-back")
+                sides = {"offload": p.offload_s, "partial": p.partial_s, "push-back": p.pushback_s}
+                assert sides[p.choice] == min(v for v in sides.values() if v is not None)
                 assert p.header().startswith("modelled; choice=")
+                assert (p.partial_s is None) == (q.startswith("select *"))  # select * has no cut
 
 
 def test_a_slow_link_offloads_a_selective_query_and_a_queue_pushes_it_back(view_for):
@@ -75,5 +77,28 @@ def test_a_slow_link_offloads_a_selective_query_and_a_queue_pushes_it_back(view_
 
 def test_without_models_it_offloads_and_says_why(view_for):
     p = OffloadPolicy(None).decide(view_for("select * from particles"))
-    assert (p.choice, p.reason, p.offload_s) == ("offload", "no-models", None)
+    assert (p.choice, p.reason, p.offload_s, p.partial_s) == ("offload", "no-models", None, None)
     assert "reason=no-models" in p.header()
+
+
+def test_partial_push_back_wins_when_the_filter_is_cheap_and_the_rest_is_not(view_for):
+    """A busy node and a slow link: filtering there and computing the powers here beats both
+    doing it all behind the node's queue and moving the whole table; an idle node offloads."""
+    policy = OffloadPolicy(_Models())
+    q = "select particle_id, power(vx, 2) + power(vy, 2) + power(vz, 2) from particles where x >= 0.9"
+    assert policy.decide(view_for(q, link="s3-like", node_queue=0)).choice == "offload"
+    p = policy.decide(view_for(q, link="s3-like", node_queue=4))
+    assert p.choice == "partial" and p.partial_s < min(p.offload_s, p.pushback_s) and p.reason == "queue"
+    assert "partial_ms=" in p.header()
+    assert p.parts["intermediate_bytes"] < p.parts["result_bytes"] * 2  # 4 of 9 columns of 10% of rows
+
+
+def test_an_aggregate_over_many_objects_never_offloads_whole(view_for):
+    import dataclasses
+
+    policy = OffloadPolicy(_Models())
+    view = dataclasses.replace(view_for("select count(*) from particles where x < 0.01", link="s3-like"),
+                               offload_whole=False)
+    p = policy.decide(view)
+    assert p.offload_s is None and p.choice == "partial"  # the filter on the node, the count here
+    assert OffloadPolicy(None).decide(view).choice == "partial"

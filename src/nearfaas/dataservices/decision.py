@@ -20,8 +20,14 @@ The ladder:
    time there. A forest
    cannot extrapolate: beyond the largest table (or transfer) it was trained on, it is asked at
    that size and its answer scaled linearly (Arrow's kernels are linear in elements).
-3. **Pick the smaller**; a tie offloads. Partial push-back (filter on the node, the rest on the
-   host) is not among the choices yet.
+   partial   = queue + (exec(node ops) + serialize(intermediate)) at node speed
+               + transfer(intermediate bytes, link) + exec(host ops) / host speed
+   where the node part is the WHERE and the columns the rest reads, the host part the rest
+   (``partial.split``); the host part's operations are its operations over the whole table
+   scaled to the intermediate's estimated rows. A query with no cut (``SELECT *``, a UNION) has
+   no partial side, and one that cannot run whole per object (an aggregate over a prefix of
+   objects: ``offload_whole=False``) has no offload side.
+3. **Pick the smallest**; ties go to offload, then partial (less data moves).
 
 Worked example (this machine's models, `nearfaas dataservices train` defaults; a storage node of
 0.5 core; dc-25g): Q 5.3 on 6,177,731 rows (55k kept, estimated) — offload 11.4 ms (8.8 exec,
@@ -36,6 +42,8 @@ Known caveats:
 * Result rows are estimates (``cardinality``); a wrong estimate moves the serialize and transfer
   terms, not the exec term (which already counts the filter over every row).
 * Bytes per output row assume 8-byte columns (the particle schema's); strings are not modelled.
+* The host part's operations are scaled from the whole table's, so a GROUP BY's groups are the
+  whole table's estimate, not the filtered rows'.
 """
 
 from __future__ import annotations
@@ -43,9 +51,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from sqlglot import exp
+
 from nearfaas.dataservices.operations import operations, output_shape
+from nearfaas.dataservices.partial import split
 
 BYTES_PER_COLUMN = 8
+
+
+@dataclass(frozen=True)
+class PartialView:
+    """The two halves of a partial push-back, as the models see them."""
+    node_ops: dict  # the node part's operations vector
+    rows: float  # the intermediate's estimated rows
+    columns: int  # and columns
+    host_ops: dict  # the host part's operations over the intermediate
 
 
 @dataclass(frozen=True)
@@ -58,22 +78,26 @@ class QueryView:
     node_cpus: float | None = None  # the storage node's capacity (None: a full core or more)
     host_cpus: float | None = None
     node_queue: int = 0  # queries already running or waiting on the node
+    partial: PartialView | None = None  # None: no cut (partial push-back is not a choice)
+    offload_whole: bool = True  # False: the whole query cannot run on one node (aggregate over many objects)
 
 
 @dataclass(frozen=True)
 class Prediction:
-    choice: str  # "offload" | "push-back"
+    choice: str  # "offload" | "partial" | "push-back"
     reason: str
     offload_s: float | None = None
     pushback_s: float | None = None
     parts: dict = field(default_factory=dict)
+    partial_s: float | None = None  # None: partial push-back was not a choice
 
     def header(self) -> str:
-        """The X-Nearfaas-Predicted value: modelled, with both sides in milliseconds."""
-        if self.offload_s is None:
+        """The X-Nearfaas-Predicted value: modelled, with each side in milliseconds."""
+        if self.pushback_s is None:
             return f"modelled; choice={self.choice}; reason={self.reason}"
-        return (f"modelled; choice={self.choice}; offload_ms={self.offload_s * 1e3:.2f}; "
-                f"push_back_ms={self.pushback_s * 1e3:.2f}; reason={self.reason}")
+        sides = [("offload_ms", self.offload_s), ("partial_ms", self.partial_s), ("push_back_ms", self.pushback_s)]
+        shown = "; ".join(f"{k}={v * 1e3:.2f}" for k, v in sides if v is not None)
+        return f"modelled; choice={self.choice}; {shown}; reason={self.reason}"
 
 
 #: The CFS bandwidth period a node's CPU quota is written with (node/capacity.py uses it).
@@ -127,40 +151,82 @@ class OffloadPolicy:
             measured *= nbytes / top
         return measured + get_profile(link).expected_transfer_s(nbytes)
 
-    def predict(self, q: QueryView) -> dict:
+    def _node_s(self, ops: dict, rows: float, cols: int, cpus: float | None) -> tuple[float, float, float, float]:
+        """(exec at a full core, then exec, serialize and result bytes on a node of ``cpus``): the
+        query and the serialization of its result share the node's CPU quota."""
         m = self.models
-        exec_s = self._exec_s(q.ops)
-        row_bytes = BYTES_PER_COLUMN * max(1, q.output_columns)
-        result_bytes = self._table_s(m.predict_size, q.output_rows, q.output_columns, row_bytes)
-        serialize_s = self._table_s(m.predict_serialization_time, q.output_rows, q.output_columns, row_bytes)
-        # The node runs the query and serializes its result within its CPU quota.
-        node_s = quota_time(exec_s + serialize_s, q.node_cpus)
+        exec_s = self._exec_s(ops)
+        row_bytes = BYTES_PER_COLUMN * max(1, cols)
+        nbytes = self._table_s(m.predict_size, rows, cols, row_bytes)
+        serialize_s = self._table_s(m.predict_serialization_time, rows, cols, row_bytes)
+        node_s = quota_time(exec_s + serialize_s, cpus)
         share = exec_s / (exec_s + serialize_s) if exec_s + serialize_s > 0 else 1.0
+        return exec_s, node_s * share, node_s * (1 - share), nbytes
+
+    def predict(self, q: QueryView) -> dict:
+        full_s, exec_s, serialize_s, result_bytes = self._node_s(q.ops, q.output_rows, q.output_columns, q.node_cpus)
         parts = {
-            "offload_queue_s": q.node_queue * node_s,
-            "offload_exec_s": node_s * share,
-            "offload_serialize_s": node_s * (1 - share),
+            "offload_queue_s": q.node_queue * (exec_s + serialize_s),
+            "offload_exec_s": exec_s,
+            "offload_serialize_s": serialize_s,
             "offload_transfer_s": self._transfer_s(result_bytes, q.link),
             "pushback_transfer_s": self._transfer_s(q.object_bytes, q.link),
-            "pushback_exec_s": quota_time(exec_s, q.host_cpus),
+            "pushback_exec_s": quota_time(full_s, q.host_cpus),
             "result_bytes": result_bytes,
         }
         parts["offload_s"] = sum(parts[k] for k in ("offload_queue_s", "offload_exec_s", "offload_serialize_s",
                                                      "offload_transfer_s"))
         parts["pushback_s"] = parts["pushback_transfer_s"] + parts["pushback_exec_s"]
+        if q.partial is not None:
+            p = q.partial
+            _, node_exec, node_ser, inter_bytes = self._node_s(p.node_ops, p.rows, p.columns, q.node_cpus)
+            parts |= {"partial_queue_s": q.node_queue * (node_exec + node_ser), "partial_node_exec_s": node_exec,
+                      "partial_serialize_s": node_ser, "partial_transfer_s": self._transfer_s(inter_bytes, q.link),
+                      "partial_host_exec_s": quota_time(self._exec_s(p.host_ops), q.host_cpus),
+                      "intermediate_bytes": inter_bytes}
+            parts["partial_s"] = sum(parts[k] for k in ("partial_queue_s", "partial_node_exec_s", "partial_serialize_s",
+                                                         "partial_transfer_s", "partial_host_exec_s"))
         return parts
 
     def decide(self, q: QueryView) -> Prediction:
         if self.models is None:
-            return Prediction("offload", "no-models")
+            return Prediction("offload" if q.offload_whole else "partial", "no-models")
         p = self.predict(q)
-        choice = "offload" if p["offload_s"] <= p["pushback_s"] else "push-back"
-        reason = "queue" if choice == "push-back" and p["offload_s"] - p["offload_queue_s"] <= p["pushback_s"] else "cost"
-        return Prediction(choice, reason, p["offload_s"], p["pushback_s"], p)
+        sides = {"offload": p["offload_s"] if q.offload_whole else None, "partial": p.get("partial_s"),
+                 "push-back": p["pushback_s"]}
+        choice = _smallest(sides)
+        unqueued = _smallest({**sides, "offload": sides["offload"] and sides["offload"] - p["offload_queue_s"],
+                              "partial": sides["partial"] and sides["partial"] - p["partial_queue_s"]})
+        reason = "queue" if choice != unqueued else "cost"
+        return Prediction(choice, reason, sides["offload"], p["pushback_s"], p, sides["partial"])
 
 
-def query_view(tree, stats: dict, object_bytes: int, **kwargs) -> QueryView:
-    """The QueryView of a parsed query over tables with ``stats`` ({name: TableStats})."""
+def _smallest(sides: dict) -> str:
+    """The side with the least time; ties go to the earlier key (offload, partial, push-back)."""
+    return min((v, i, k) for i, (k, v) in enumerate(sides.items()) if v is not None)[2]
+
+
+def query_view(tree, stats: dict, object_bytes: int, partial: bool = True, **kwargs) -> QueryView:
+    """The QueryView of a parsed query over tables with ``stats`` ({name: TableStats});
+    ``partial=False`` leaves partial push-back out of the choices."""
     ops = operations(tree, stats)
     rows, cols = output_shape(tree, stats)
-    return QueryView(ops=ops, output_rows=rows, output_columns=len(cols), object_bytes=object_bytes, **kwargs)
+    cut = partial_view(tree, stats) if partial else None
+    return QueryView(ops=ops, output_rows=rows, output_columns=len(cols), object_bytes=object_bytes, partial=cut, **kwargs)
+
+
+def partial_view(tree, stats: dict) -> PartialView | None:
+    """The models' view of ``partial.split(tree)`` over one table with ``stats``; None: no cut."""
+    name = next(iter(tree.find_all(exp.Table))).name
+    if name not in stats:
+        return None
+    cut = split(tree, list(stats[name].columns))
+    if cut is None:
+        return None
+    node_ops = operations(cut.node, stats)
+    rows = node_ops["output_rows"]
+    host_ops = operations(cut.host, stats)
+    f = rows / host_ops["table_rows"] if host_ops["table_rows"] else 0.0
+    scaled = {k: v * f for k, v in host_ops.items()}
+    scaled["table_rows"], scaled["output_rows"] = rows, min(host_ops["output_rows"], rows)
+    return PartialView(node_ops=node_ops, rows=rows, columns=len(cut.columns), host_ops=scaled)

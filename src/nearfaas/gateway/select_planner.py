@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 from nearfaas.dataservices import sql
 from nearfaas.dataservices.decision import OffloadPolicy, Prediction, query_view
+from nearfaas.dataservices.partial import split
 from nearfaas.dataservices.select_request import SelectRequestError, to_engine_sql
 from nearfaas.dataservices.sketches import TableStats
 from nearfaas.gateway.nodes import NodeError
@@ -66,27 +67,40 @@ class SelectPlanner:
         return await self._count(await self._plan(bucket, key, node, lambda cols: (
             sql.parse(to_engine_sql(request.expression, cols)), "S3Object")))
 
-    async def plan_query(self, bucket: str, key: str, node: str, tree) -> Prediction:
-        """Where one object's part of a /system/query (``tree``: the parsed SQL) runs."""
+    async def plan_query(self, bucket: str, key: str, node: str, tree, whole: bool = True):
+        """(where one object's part of a /system/query runs, the query's cut for partial
+        push-back or None): ``tree`` is the parsed SQL; ``whole=False`` when the query cannot run
+        whole per object (an aggregate over a prefix), so offload is not a choice."""
         name = next(iter(tree.find_all(sql.exp.Table))).name
-        return await self._count(await self._plan(bucket, key, node, lambda cols: (tree, name)))
+        cut: list = [None]
+
+        def make(cols):
+            cut[0] = split(tree, cols)
+            return tree, name
+
+        pred = await self._plan(bucket, key, node, make, partial=True, offload_whole=whole)
+        if pred.choice == "offload" and not whole:  # a ladder answer (no models, no statistics)
+            pred = Prediction("partial", pred.reason)
+        return await self._count(pred), cut[0]
 
     async def _count(self, pred: Prediction) -> Prediction:
         if self.decisions is not None:
             self.decisions.labels(pred.choice, pred.reason).inc()
         return pred
 
-    async def _plan(self, bucket: str, key: str, node: str, make_tree) -> Prediction:
-        if self.policy.models is None:
+    async def _plan(self, bucket: str, key: str, node: str, make_tree, **view_args) -> Prediction:
+        if self.policy.models is None and not view_args.get("partial"):
             return Prediction("offload", "no-models")
-        found = await self._statistics(bucket, key, node)
+        found = await self._statistics(bucket, key, node)  # a partial cut needs the columns, models or not
         if found is None:
             return Prediction("offload", "no-statistics")
         stats, size = found
         try:
             tree, name = make_tree(list(stats.columns))
+            if self.policy.models is None:
+                return Prediction("offload", "no-models")
             view = query_view(tree, {name: stats}, size, link=self.link, node_cpus=self._cpus(node),
-                              node_queue=self.inflight[node])
+                              node_queue=self.inflight[node], **{"partial": False, **view_args})
         except (sql.QueryError, SelectRequestError, KeyError, ValueError):
             return Prediction("offload", "unestimated")
         return self.policy.decide(view)

@@ -12,12 +12,21 @@ failure is a 4xx naming the cause: SQL that does not parse (line and column), a 
 unknown column, an object that is not tabular or whose schema differs, a source that is not
 ``s3://bucket/prefix``, a prefix with no objects, or one over the limits below.
 
+Each object's part runs where the decision engine says (gateway/select_planner.py), and the
+``X-Nearfaas-Placement`` header counts each choice:
+* **offload**: the whole query on the storage node holding the object — only for a query whose
+  answer over a union of objects is the union of its answers per object (filters, projections);
+* **partial**: the query's cut (dataservices/partial.py): the WHERE and the needed columns on the
+  node, the rest here over the intermediates. This is how an aggregate, GROUP BY or LIMIT over a
+  prefix runs near the data: every object's filtered rows come here and the rest runs once;
+* **push-back**: the object fetched whole and its part run here.
+A node that cannot answer (gone, overloaded, a 404) falls back to push-back for that object.
+
 Known caveats:
-* A query whose answer distributes over objects (filters and projections) runs per object where
-  the decision engine says (gateway/select_planner.py): on the node holding it, or here; the
-  header counts each. Aggregates, GROUP BY and LIMIT need every row in one place: the objects
-  are fetched and the query runs here (push-back); partial aggregation on the nodes is not built.
-* Objects are read whole: at most ``MAX_OBJECTS`` objects and ``MAX_BYTES`` bytes per query.
+* Aggregates are not split into partial aggregates on the nodes (a sum of per-object sums): for
+  a GROUP BY the intermediates are the filtered rows, not the groups.
+* Without a planner (no storage nodes) the objects are fetched and the query runs here, read
+  whole: at most ``MAX_OBJECTS`` objects and ``MAX_BYTES`` bytes per query.
 """
 
 from __future__ import annotations
@@ -102,8 +111,11 @@ class QueryAPI:
         try:
             text, bucket, prefix, fmt = _arguments(body)
             tree = _parse(text)
-            if _distributive(tree) and getattr(self.backend, "planner", None) is not None:
-                result, placed, n = await self._per_object(bucket, prefix, tree)
+            placed_result = None
+            if getattr(self.backend, "planner", None) is not None:
+                placed_result = await self._per_object(bucket, prefix, tree)
+            if placed_result is not None:
+                result, placed, n = placed_result
                 rows_in = "?"
             else:
                 tables = await self._tables(bucket, prefix)
@@ -118,38 +130,54 @@ class QueryAPI:
         return web.Response(body=payload, headers=headers, content_type=CONTENT_TYPES[fmt])
 
     async def _per_object(self, bucket: str, prefix: str, tree):
-        """A query that distributes over objects (filters and projections: the union of the
-        per-object answers is the answer) runs per object where the decision engine says: on the
-        storage node holding it (offload) or here after fetching it (push-back)."""
+        """(result, placements, objects), each object's part placed by the decision engine; None
+        when the query cannot be placed per object (an aggregate, and no object's columns known
+        to cut it by): the caller runs it all here."""
         listing = await self._listing(bucket, prefix)
         if not listing:
             raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
-        gate = asyncio.Semaphore(4)
-        placed: dict[str, int] = {}
+        whole, planner = _distributive(tree), self.backend.planner
+        nodes = [await self.backend.query_node(bucket, info.key) for info in listing]
+        plans = await asyncio.gather(*(planner.plan_query(bucket, info.key, node, tree, whole) if node else _no_plan()
+                                       for info, node in zip(listing, nodes, strict=True)))
+        cut = next((c for _, c in plans if c is not None), None)
+        if not whole and cut is None:
+            return None
+        gate, placed = asyncio.Semaphore(4), {}
 
-        async def one(key: str) -> pa.Table:
+        async def one(key: str, node: str | None, choice: str) -> pa.Table:
             async with gate:
-                node = await self.backend.query_node(bucket, key)
-                pred = await self.backend.planner.plan_query(bucket, key, node, tree) if node else None
-                if node is not None and (pred is None or pred.choice == "offload"):
-                    part = await self._offload(node, bucket, key, tree)
-                    if part is not None:
-                        placed["offload"] = placed.get("offload", 0) + 1
-                        return part
-                placed["push-back"] = placed.get("push-back", 0) + 1
-                tables = await self._fetch(bucket, [key])
-                return (await asyncio.to_thread(_run, tree, tables))[0]
+                if choice == "partial" and cut is None:
+                    choice = "offload"  # distributive, and nothing known to cut by: the whole query there
+                part = None
+                if node is not None and choice != "push-back":
+                    part = await self._offload(node, bucket, key, tree if choice == "offload" else cut.node)
+                if part is None:
+                    choice = "push-back"
+                    table = (await self._fetch(bucket, [key]))[0][1]
+                    part = await asyncio.to_thread(_execute, tree if whole else cut.node, table)
+                elif choice == "partial" and whole:
+                    part = await asyncio.to_thread(_execute, cut.host, part)
+                placed[choice] = placed.get(choice, 0) + 1
+                return part
 
-        parts = await asyncio.gather(*(one(info.key) for info in listing))
+        parts = await asyncio.gather(*(one(info.key, node, pred.choice)
+                                       for info, node, (pred, _) in zip(listing, nodes, plans, strict=True)))
         try:
-            return pa.concat_tables(parts, promote_options="permissive"), placed, len(parts)
+            result = pa.concat_tables(parts, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise QueryError(400, f"source: the objects' answers have different column types: {exc}") from None
+        if not whole:  # every object's filtered rows are here: the rest of the query runs once
+            result = await asyncio.to_thread(_execute, cut.host, result)
+        return result, placed, len(parts)
 
     async def _offload(self, node: str, bucket: str, key: str, tree) -> pa.Table | None:
         """The query on ``node``'s copy of the object; None when the node cannot answer (the
-        caller pushes back instead); a 4xx for a query or an object the node refuses."""
+        caller pushes back instead); a 4xx for a query or an object the node refuses. Counted in
+        the planner's queue for the node while it runs (the push-back storm guard sees it)."""
         url = f"{self.nodes.nodes[node].url}/_nearfaas/query"
+        inflight = self.backend.planner.inflight
+        inflight[node] += 1
         try:
             async with self.nodes.session.post(url, json={"bucket": bucket, "key": key, "sql": tree.sql()}) as resp:
                 body = await resp.read()
@@ -159,6 +187,8 @@ class QueryAPI:
                     raise QueryError(400, f"source: s3://{bucket}/{key} on {node}: {body.decode(errors='replace')[:300]}")
         except (OSError, TimeoutError, aiohttp.ClientError):
             pass
+        finally:
+            inflight[node] -= 1
         return None
 
     async def _tables(self, bucket: str, prefix: str) -> list[tuple[str, pa.Table]]:
@@ -228,6 +258,22 @@ def _distributive(tree) -> bool:
             and isinstance((tree.args.get("from_") or tree.args.get("from")).this, sql.exp.Table))
 
 
+async def _no_plan():
+    """No node holds the object: fetch it (push-back), nothing known to cut the query by."""
+    from nearfaas.dataservices.decision import Prediction
+
+    return Prediction("push-back", "no-node"), None
+
+
+def _execute(tree, table: pa.Table) -> pa.Table:
+    """``tree`` over one table (named as the query names it); a 4xx for what the engine refuses."""
+    name = next(iter(tree.find_all(sql.exp.Table))).name
+    try:
+        return sql.execute(tree, {name: table})
+    except sql.QueryError as exc:
+        raise QueryError(400, f"sql: {exc}") from None
+
+
 def _parse(text: str):
     try:
         tree = sql.parse(text)
@@ -249,8 +295,4 @@ def _run(tree, tables: list[tuple[str, pa.Table]]):
         table = pa.concat_tables([t for _, t in tables], promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise QueryError(400, f"source: the objects' column types do not agree: {exc}") from None
-    name = next(iter(tree.find_all(sql.exp.Table))).name
-    try:
-        return sql.execute(tree, {name: table}), table
-    except sql.QueryError as exc:
-        raise QueryError(400, f"sql: {exc}") from None
+    return _execute(tree, table), table
