@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas, whatever the venv installed
-from nearfaas.bench import dataservices
+from nearfaas.bench import dataservices, dataservices_report
 from nearfaas.bench.results import machine_facts, write_result
 
 
@@ -44,10 +44,10 @@ def main(argv=None) -> int:
                               seed=args.seed, samples=args.samples, period_us=args.cfs_period_us,
                               progress=lambda msg: print(f"  {msg}", flush=True))
     result["machine"] = machine
-    print(dataservices.table(result))
-    print(json.dumps(dataservices.headline(result), indent=1))
+    print(dataservices_report.table(result))
+    print(json.dumps(dataservices_report.headline(result), indent=1))
     path = write_result("dataservices", result)
-    png = dataservices.plot(result, path.with_suffix(".png"))
+    png = dataservices_report.plot(result, path.with_suffix(".png"))
     print(f"wrote {path}" + (f" and {png}" if png else " (no plot: matplotlib is not installed)")
           + f"  ({result['elapsed_s']} s)")
     return 0

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from nearfaas.bench import dataservices as ds
+from nearfaas.bench import dataservices_report as report
 from nearfaas.dataservices import costmodels as cm
 
 
@@ -30,8 +31,13 @@ def test_every_query_is_measured_both_ways_and_decided(result):
         for prof in ds.PROFILES:
             p = r["profiles"][prof]
             assert p["offload_s"] > 0 and p["pushback_s"] > 0
-            assert p["engine"] in ("offload", "push-back") and p["oracle"] in ("offload", "push-back")
+            assert p["engine"] in ds.SIDES and p["oracle"] in ds.SIDES
             assert p["predicted_offload_s"] > 0 and p["predicted_pushback_s"] > 0
+            has_cut = not r["sql"].startswith("select *")  # select * has no partial side
+            assert ("partial" in r) == has_cut and (p["partial_s"] is not None) == has_cut
+            assert (p["predicted_partial_s"] is not None) == has_cut
+            if has_cut:
+                assert all(v > 0 for k, v in r["partial"].items() if k not in ("node_sql", "intermediate_rows"))
     assert result["results_agree"] == 12  # the node and the host computed the same result
     json.dumps(result)  # the result file is plain JSON
 
@@ -45,7 +51,7 @@ def test_oracle_is_never_beaten_and_shares_add_up(result):
         assert 0 <= s["correct"] <= 12 and s["correct_pct"] == pytest.approx(100 * s["correct"] / 12)
         assert sum(s["oracle_wins"].values()) == sum(s["engine_picks"].values()) == 12
         assert set(s["targets_met"]) == set(ds.TARGETS)
-    head = ds.headline(result)
+    head = report.headline(result)
     assert set(ds.PROFILES) <= set(head) and set(head["storm_flip_k"]) == set(ds.CASES)
 
 
@@ -62,8 +68,10 @@ def test_table59_storm_and_printout(result):
         assert ks == list(ds.STORM_K)
         offs = [r["predicted_offload_s"] for r in c["storm"]["rows"]]
         assert offs == sorted(offs)  # a longer queue never makes offloading look cheaper
-    text = ds.table(result)
-    for needle in ("Table 5.9", "always-push-back", "oracle", "push-back storm", "measured loopback + modelled link"):
+        assert all(r["partial_s"] is None for r in c["storm"]["rows"])  # the cases are select *: no cut
+    text = report.table(result)
+    for needle in ("Table 5.9", "always-push-back", "oracle", "push-back storm", "measured loopback + modelled link",
+                   "partial"):
         assert needle in text
 
 

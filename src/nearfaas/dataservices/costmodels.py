@@ -285,14 +285,16 @@ def table_samples(n: int, rng, max_rows: int, repeats: int, say):
 
 def transfer_samples(n: int, rng, max_bytes: int, repeats: int, say):
     """``n`` (bytes, seconds) over loopback TCP, sizes log-uniform in [1 KiB, max_bytes]."""
-    payload = memoryview(bytes(max_bytes))
-    out = []
-    with LoopbackSink() as sink:
-        for _ in range(n):
-            nbytes = _log_uniform(rng, 1024, max_bytes)
-            out.append((nbytes, timeit(lambda nbytes=nbytes: sink.send(payload[:nbytes]), repeats)))
+    out = transfer_times([_log_uniform(rng, 1024, max_bytes) for _ in range(n)], repeats)
     say(f"transfers: {n}/{n}")
     return out
+
+
+def transfer_times(sizes: list[int], repeats: int) -> list[tuple[int, float]]:
+    """(bytes, seconds) over loopback TCP for each of ``sizes``."""
+    payload = memoryview(bytes(max(sizes, default=0)))
+    with LoopbackSink() as sink:
+        return [(n, timeit(lambda n=n: sink.send(payload[:n]), repeats)) for n in sizes]
 
 
 # ---- training, persistence, evaluation ---------------------------------------------------------
@@ -365,12 +367,15 @@ def evaluate(models: CostModels, n_queries: int = 16, seed: int = 1, n_tables: i
         r["abs_diff_pct"] = _ape(r["predicted_s"], r["actual_s"])
     ts = table_samples(n_tables, rng, cfg.get("max_rows", 10**6), repeats, say)
     xs = transfer_samples(n_transfers, rng, cfg.get("max_bytes", 72 * 10**6), repeats, say)
+    again = transfer_times([x[0] for x in xs], repeats)  # the same transfers measured a second time
     result = {
         "table56": rows,
         "query_time_mean_abs_diff_pct": float(np.mean([r["abs_diff_pct"] for r in rows])),
         "serialized_size_mape_pct": float(np.mean([_ape(models.predict_size(*t[:3]), t[3]) for t in ts])),
         "serialization_time_mape_pct": float(np.mean([_ape(models.predict_serialization_time(*t[:3]), t[4]) for t in ts])),
         "transfer_time_mape_pct": float(np.mean([_ape(models.predict_transfer_time(x[0]), x[1]) for x in xs])),
+        # how far two measurements of the same transfer differ here: the floor under any model's MAPE
+        "transfer_repeatability_pct": float(np.mean([_ape(b[1], a[1]) for a, b in zip(xs, again, strict=True)])),
         "held_out": {"queries": n_queries, "tables": n_tables, "transfers": n_transfers, "seed": seed},
         "facts": models.facts, "config": models.config,
         "label": "measured (actual times, sizes); predicted by random forests trained on this machine",
@@ -393,6 +398,9 @@ def report(result: dict) -> str:
     for k, target in TARGETS.items():
         met = "met" if result["targets_met"][k] else "NOT met"
         lines.append(f"{k}: {result[k]:.2f} (target {'<' if k.startswith('query') else '<='} {target}: {met})")
+    if "transfer_repeatability_pct" in result:
+        lines.append(f"transfer_repeatability_pct: {result['transfer_repeatability_pct']:.2f} (measured: the same held-out "
+                     "transfers timed twice differ by this much on average; no model can be steadier than its data)")
     return "\n".join(lines)
 
 
