@@ -41,14 +41,19 @@ def gateway_session(state_dir: Path | None = None, layout: dict | None = None):
     return session
 
 
-def query(gateway_url: str, sql: str, source: str, state_dir: Path | None = None, timeout: float = 300.0):
-    """Run ``sql`` over the tabular objects under ``source`` (s3://bucket/prefix) through the
-    gateway's POST /system/query; returns a pyarrow.Table. A refused query raises ValueError
-    with the gateway's message (which names the field or the object at fault)."""
+def query(gateway_url: str, sql: str | None, source: str, state_dir: Path | None = None, timeout: float = 300.0,
+          substrait: bytes | None = None):
+    """Run ``sql`` (or ``substrait``, a serialized Substrait Plan) over the tabular objects under
+    ``source`` (s3://bucket/prefix) through the gateway's POST /system/query; returns a
+    pyarrow.Table. A refused query raises ValueError with the gateway's message (which names the
+    field or the object at fault)."""
+    import base64
+
     import pyarrow as pa
 
     session = gateway_session(state_dir)
-    resp = session.post(f"{gateway_url.rstrip('/')}/system/query", json={"sql": sql, "source": source, "format": "arrow"},
+    body = {"sql": sql} if substrait is None else {"substrait": base64.b64encode(substrait).decode()}
+    resp = session.post(f"{gateway_url.rstrip('/')}/system/query", json={**body, "source": source, "format": "arrow"},
                         timeout=timeout)
     if resp.status_code != 200:
         raise ValueError(f"query refused ({resp.status_code}): {resp.text.strip()}")

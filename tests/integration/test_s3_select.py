@@ -257,6 +257,38 @@ def test_an_aggregate_over_a_prefix_filters_on_the_nodes_and_finishes_here(clust
         assert resp.headers["X-Nearfaas-Placement"] == "partial:3", (sql, resp.headers["X-Nearfaas-Placement"])
 
 
+def test_a_substrait_plan_runs_like_its_sql(cluster, bucket, table):
+    """A plan DataFusion made from SQL, sent instead of the SQL (the Python client and the CLI),
+    gives DuckDB's rows and says what it ran; a plan that is not one is a 400 naming the field."""
+    import base64
+
+    from click.testing import CliRunner
+
+    from nearfaas.cli import main
+    from nearfaas.client import query
+    from nearfaas.dataservices.substrait import sql_to_plan
+
+    s3 = cluster.s3()
+    for i in range(2):
+        s3.put_object(Bucket=bucket, Key=f"sub/{i}.parquet", Body=_bytes(table.slice(i * 1500, 1500), "parquet"))
+    text = "select particle_id, count(*) as n, max(vx) as top from particles where x < 0.5 group by particle_id"
+    plan = sql_to_plan(text, table.schema)
+    got = query(cluster.url, None, f"s3://{bucket}/sub/", state_dir=cluster.state_dir, substrait=plan)
+    con = duckdb.connect()
+    con.register("particles", table)
+    assert sorted(tuple(r.values()) for r in got.to_pylist()) == sorted(con.sql(text).fetchall())
+    path = cluster.state_dir / "plan.bin"
+    path.write_bytes(sql_to_plan("select id from particles where id < 3", table.schema))
+    result = CliRunner().invoke(main, ["query", "--substrait", str(path), f"s3://{bucket}/sub/", "--state", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split()[-3:] == ["0", "1", "2"] and "the plan ran as: SELECT" in result.stderr
+    url = f"{cluster.url}/system/query"
+    for bad, words in [("%%%", "not valid base64"), (base64.b64encode(b"\xff\xfe junk").decode(), "not a Substrait Plan"),
+                       (7, "base64-encoded")]:
+        resp = cluster.http.post(url, json={"substrait": bad, "source": f"s3://{bucket}/sub/"}, timeout=30)
+        assert resp.status_code == 400 and "substrait:" in resp.text and words in resp.text, resp.text
+
+
 def test_the_nodes_query_and_stats_endpoints_refuse_unsigned_callers(cluster, bucket, table):
     """Only the gateway (signing with the cluster secret) may run a query on a node's copy or
     read its sketches: a caller on the node's port without that signature gets 401."""

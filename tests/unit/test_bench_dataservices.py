@@ -51,6 +51,9 @@ def test_oracle_is_never_beaten_and_shares_add_up(result):
         assert 0 <= s["correct"] <= 12 and s["correct_pct"] == pytest.approx(100 * s["correct"] / 12)
         assert sum(s["oracle_wins"].values()) == sum(s["engine_picks"].values()) == 12
         assert set(s["targets_met"]) == set(ds.TARGETS)
+        two = s["two_sides"]  # offload vs push-back alone: never better than the oracle over three sides
+        assert set(two["oracle_wins"]) == {"offload", "push-back"} and two["totals_s"]["oracle"] >= t["oracle"] - 1e-12
+        assert s["within_5pct_of_fastest"] >= s["correct"]
     head = report.headline(result)
     assert set(ds.PROFILES) <= set(head) and set(head["storm_flip_k"]) == set(ds.CASES)
 

@@ -13,35 +13,53 @@ FORMATS = ("csv", "jsonl", "arrow", "parquet")
 
 
 @click.command()
-@click.argument("sql")
-@click.argument("source")
+@click.argument("sql", metavar="[SQL]")
+@click.argument("source", required=False)
+@click.option("--substrait", "plan", type=click.File("rb"), default=None,
+              help="run this Substrait plan (a serialized protobuf Plan file) instead of SQL; give SOURCE only")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv", show_default=True,
               help="the result's format (arrow: an Arrow IPC stream)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="write the result to this file (default: standard output; binary formats need -o)")
 @common_state
 @common_gateway
-def query(sql, source, fmt, output, state, gateway):
+def query(sql, source, plan, fmt, output, state, gateway):
     """Run SQL over the Parquet, Arrow, CSV or JSON-lines objects under SOURCE (s3://bucket/prefix),
-    read as one table; name it by any one name in FROM.
+    read as one table; name it by any one name in FROM. Each object's part runs where the
+    decision engine says: on its storage node (offload), filtered there and finished here
+    (partial), or fetched (push-back); stderr says how many of each.
 
     \b
       nearfaas query "SELECT particle_id, x FROM p WHERE x > 0.99" s3://runs/2026-11/
       nearfaas query "SELECT count(*) FROM p" s3://runs/ --format jsonl
       nearfaas query "SELECT * FROM p WHERE vz < -99" s3://runs/ --format parquet -o fast.parquet
+      nearfaas query --substrait plan.bin s3://runs/
     """
+    body = {"sql": sql}
+    if plan is not None:
+        if source is not None:
+            fail("with --substrait give only SOURCE (the plan is the query)")
+        import base64
+
+        source, body = sql, {"substrait": base64.b64encode(plan.read()).decode()}
+    elif source is None:
+        fail("give SQL and SOURCE, e.g. nearfaas query \"SELECT * FROM p\" s3://bucket/prefix/")
     if not source.startswith("s3://"):
         fail(f"{source!r} is not an s3://bucket/prefix URI")
     if fmt in ("arrow", "parquet") and output is None and sys.stdout.isatty():
         fail(f"--format {fmt} is binary: give -o FILE")
     url = gateway_url(state, gateway)
     with err.status(f"querying {source}…"):
-        resp = http(state, "POST", f"{url}/system/query", {"sql": sql, "source": source, "format": fmt}, timeout=600)
+        resp = http(state, "POST", f"{url}/system/query", {**body, "source": source, "format": fmt}, timeout=600)
     if resp.status_code != 200:
         fail(f"query refused ({resp.status_code}): {resp.text.strip()}")
     rows = resp.headers.get("X-Nearfaas-Rows", "?")
     err.print(f"{rows} rows in/out over {resp.headers.get('X-Nearfaas-Objects', '?')} objects, "
               f"ran at {resp.headers.get('X-Nearfaas-Placement', '?')}, {resp.headers.get('X-Nearfaas-Elapsed-Ms', '?')} ms")
+    if "X-Nearfaas-Sql" in resp.headers:
+        from urllib.parse import unquote
+
+        err.print(f"the plan ran as: {unquote(resp.headers['X-Nearfaas-Sql'])}", markup=False, highlight=False)
     if output:
         with open(output, "wb") as f:
             f.write(resp.content)

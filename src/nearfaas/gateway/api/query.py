@@ -3,6 +3,8 @@ GET /system/stats?source=s3://bucket/prefix: their column statistics, merged.
 
     POST /system/query  {"sql": "SELECT id, x FROM particles WHERE x > 0.9",
                          "source": "s3://bucket/runs/2026-11/", "format": "arrow"}
+    (or {"substrait": "<a Substrait Plan, serialized, base64>", "source": …}: DataFusion turns it
+    into SQL, dataservices/substrait.py, answered with X-Nearfaas-Sql saying what ran)
     -> 200, the result as an Arrow IPC stream (or "parquet", "csv", "jsonl"),
        X-Nearfaas-Placement: offload:11, push-back:1, X-Nearfaas-Objects: 12, X-Nearfaas-Rows: ?/431
 
@@ -109,6 +111,8 @@ class QueryAPI:
         started = time.monotonic()
         body = await json_body(request)
         try:
+            if "substrait" in body:
+                body = {**body, "sql": await asyncio.to_thread(_substrait_sql, body.get("substrait"))}
             text, bucket, prefix, fmt = _arguments(body)
             tree = _parse(text)
             placed_result = None
@@ -127,6 +131,8 @@ class QueryAPI:
         headers = {"X-Nearfaas-Placement": ", ".join(f"{k}:{v}" for k, v in sorted(placed.items())),
                    "X-Nearfaas-Objects": str(n), "X-Nearfaas-Rows": f"{rows_in}/{result.num_rows}",
                    "X-Nearfaas-Elapsed-Ms": f"{(time.monotonic() - started) * 1000:.1f}; measured"}
+        if "substrait" in body:  # what the plan became, so the caller can see what ran
+            headers["X-Nearfaas-Sql"] = quote(tree.sql(), safe=" ()*,.<>=!+-/'\"_")[:2000]
         return web.Response(body=payload, headers=headers, content_type=CONTENT_TYPES[fmt])
 
     async def _per_object(self, bucket: str, prefix: str, tree):
@@ -236,6 +242,25 @@ def _summary(docs: list[dict]) -> dict:
                                                                   col.kll.get_quantiles(list(ranks)), strict=True))}
         columns[name] = entry
     return {"rows": merged.rows, "columns": columns}
+
+
+def _substrait_sql(value) -> str:
+    """The SQL a base64 Substrait plan computes (dataservices/substrait.py); a 400 naming the fault."""
+    import base64
+    import binascii
+
+    from nearfaas.dataservices.substrait import SubstraitError, plan_to_sql
+
+    if not isinstance(value, str) or not value:
+        raise QueryError(400, "substrait: a Substrait Plan, serialized (protobuf) and base64-encoded, as a string")
+    try:
+        plan = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise QueryError(400, "substrait: not valid base64; encode the serialized plan with base64") from None
+    try:
+        return plan_to_sql(plan)
+    except SubstraitError as exc:
+        raise QueryError(400, str(exc)) from None
 
 
 def _arguments(body: dict) -> tuple[str, str, str, str]:
