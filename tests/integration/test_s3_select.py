@@ -255,6 +255,7 @@ def test_an_aggregate_over_a_prefix_filters_on_the_nodes_and_finishes_here(clust
         flat = [v for row in sorted(rows) for v in row]
         assert len(rows) == len(want) and flat == pytest.approx([v for row in sorted(want) for v in row]), sql
         assert resp.headers["X-Nearfaas-Placement"] == "partial:3", (sql, resp.headers["X-Nearfaas-Placement"])
+        assert resp.headers["X-Nearfaas-Predicted"] == "modelled; choices=partial:3; reasons=no-models:3"
 
 
 def test_a_substrait_plan_runs_like_its_sql(cluster, bucket, table):

@@ -118,8 +118,9 @@ class QueryAPI:
             placed_result = None
             if getattr(self.backend, "planner", None) is not None:
                 placed_result = await self._per_object(bucket, prefix, tree)
+            predicted = None
             if placed_result is not None:
-                result, placed, n = placed_result
+                result, placed, n, predicted = placed_result
                 rows_in = "?"
             else:
                 tables = await self._tables(bucket, prefix)
@@ -131,6 +132,8 @@ class QueryAPI:
         headers = {"X-Nearfaas-Placement": ", ".join(f"{k}:{v}" for k, v in sorted(placed.items())),
                    "X-Nearfaas-Objects": str(n), "X-Nearfaas-Rows": f"{rows_in}/{result.num_rows}",
                    "X-Nearfaas-Elapsed-Ms": f"{(time.monotonic() - started) * 1000:.1f}; measured"}
+        if predicted:
+            headers["X-Nearfaas-Predicted"] = predicted
         if "substrait" in body:  # what the plan became, so the caller can see what ran
             headers["X-Nearfaas-Sql"] = quote(tree.sql(), safe=" ()*,.<>=!+-/'\"_")[:2000]
         return web.Response(body=payload, headers=headers, content_type=CONTENT_TYPES[fmt])
@@ -175,7 +178,7 @@ class QueryAPI:
             raise QueryError(400, f"source: the objects' answers have different column types: {exc}") from None
         if not whole:  # every object's filtered rows are here: the rest of the query runs once
             result = await asyncio.to_thread(_execute, cut.host, result)
-        return result, placed, len(parts)
+        return result, placed, len(parts), _predicted([pred for pred, _ in plans])
 
     async def _offload(self, node: str, bucket: str, key: str, tree) -> pa.Table | None:
         """The query on ``node``'s copy of the object; None when the node cannot answer (the
@@ -281,6 +284,21 @@ def _distributive(tree) -> bool:
     return (isinstance(tree, sql.exp.Select) and tree.args.get("group") is None and tree.args.get("limit") is None
             and not any(e.find(*sql.AGGREGATES) for e in tree.expressions)
             and isinstance((tree.args.get("from_") or tree.args.get("from")).this, sql.exp.Table))
+
+
+def _predicted(preds: list) -> str:
+    """X-Nearfaas-Predicted for a query over many objects: the engine's choices and reasons
+    counted, and the predicted time of the chosen sides summed where it predicted one."""
+    def counts(values):
+        tally: dict[str, int] = {}
+        for v in values:
+            tally[v] = tally.get(v, 0) + 1
+        return ",".join(f"{k}:{v}" for k, v in sorted(tally.items()))
+
+    chosen = [{"offload": p.offload_s, "partial": p.partial_s, "push-back": p.pushback_s}.get(p.choice) for p in preds]
+    known = [c for c in chosen if c is not None]
+    total = f"; predicted_ms={sum(known) * 1e3:.2f} ({len(known)}/{len(preds)} objects)" if known else ""
+    return f"modelled; choices={counts(p.choice for p in preds)}; reasons={counts(p.reason for p in preds)}{total}"
 
 
 async def _no_plan():
