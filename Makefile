@@ -14,9 +14,9 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may not have on its PATH.
 CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo 2>/dev/null)
 
-.PHONY: setup debs fastpath demo test test-fast bench bench-smoke lint clean
+.PHONY: setup debs fastpath memshim demo test test-fast bench bench-smoke lint clean
 
-setup: $(VENV)/.installed debs fastpath
+setup: $(VENV)/.installed debs fastpath memshim
 
 debs:
 	@if [ "$$(id -u)" = 0 ] && ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
@@ -32,6 +32,11 @@ fastpath: debs
 	  echo "building the fast path ($(CARGO), CARGO_TARGET_DIR=$(CARGO_TARGET_DIR))"; \
 	  PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) build --release -q --manifest-path fastpath/Cargo.toml && $(MAKE) -s -C fastpath/lambdas; \
 	else echo "warning: cargo not found: the fast path is not built (install Rust >= 1.95)"; fi
+
+# The memory shim (docs/memory.md): an LD_PRELOAD allocation logger in C, a second to build.
+memshim:
+	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim; \
+	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
 
 # Re-run pip only when the dependency pins change.
 $(VENV)/.installed: pyproject.toml
@@ -80,4 +85,4 @@ lint: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py  # imports point only down
 
 clean:
-	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info
+	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info native/memshim/build

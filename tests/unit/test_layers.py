@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nearfaas"
 # (other than itself) or above.
 LAYERS: list[set[str]] = [
     {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models"},  # wire formats, leaves
-    {"auth", "placement", "hw", "dataservices"},  # credentials, the placement rule, hardware models, Arrow data services
+    {"auth", "placement", "hw", "dataservices", "memory"},  # credentials, the placement rule, hardware models, Arrow data services, memory tiers
     {"spec", "replication"},  # deployment specs, replica convergence
     {"node"},  # a storage/compute node: object store, worker pools
     {"runtime"},  # what runs inside a worker

@@ -1,0 +1,112 @@
+"""The allocation shim's side in Python: where the built library is, how to run a process under
+it, and its log read back as events (native/memshim/memshim.c writes them).
+
+    events = run_logged(["python3", "-c", "import numpy; numpy.ones(10**6)"], log_dir)
+    [e for e in events if e.op in ("malloc", "mmap")]   # size, addr, stack (hash)
+
+An event's ``stack`` is a hash of the caller frames as (module, offset into it): the same call
+site gives the same hash on every run, with ASLR on and whatever the sizes, which is what
+Porter's hints are keyed by (``stack`` + size class → tier).
+
+Known caveats:
+* Only a process started with the library preloaded is seen, and only what goes through the
+  C library's allocation calls (a raw syscall is not).
+* The library is built by ``make setup`` (``make -C native/memshim``); without a C compiler it is
+  absent and ``library_path`` raises ``ShimUnavailable`` naming the command that builds it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+NATIVE = Path(__file__).resolve().parents[3] / "native" / "memshim"
+LIBRARY = "libnearfaas_memshim.so"
+OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk")
+RELEASES = ("free", "munmap")
+DEFAULT_THRESHOLD = 131072  # glibc's mmap threshold: blocks that own whole pages
+
+
+class ShimUnavailable(RuntimeError):
+    """The shim library is not built here."""
+
+
+class LogError(ValueError):
+    """A malformed line in a shim log; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Event:
+    t_ns: int
+    op: str
+    size: int
+    addr: int
+    stack: str  # 16 hex digits, stable across runs
+
+    @property
+    def releases(self) -> bool:
+        return self.op in RELEASES
+
+
+def library_path() -> Path:
+    lib = Path(os.environ.get("NEARFAAS_MEMSHIM_LIBRARY") or NATIVE / "build" / LIBRARY)
+    if not lib.is_file():
+        raise ShimUnavailable(f"the memory shim is not built ({lib} is missing): run `make setup` "
+                              f"or `make -C {NATIVE}` (needs a C compiler)")
+    return lib
+
+
+def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None) -> dict:
+    """``base`` (default: this process's environment) plus what preloads the shim and names its log."""
+    env = dict(os.environ if base is None else base)
+    preload = " ".join(p for p in (str(library_path()), env.get("LD_PRELOAD", "")) if p)
+    return env | {"LD_PRELOAD": preload, "NEARFAAS_MEMSHIM_LOG": str(log_path),
+                  "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold))}
+
+
+def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHOLD, timeout: float = 60,
+               **kwargs) -> tuple[subprocess.CompletedProcess, list[Event]]:
+    """Run ``argv`` under the shim, a fresh log at ``log_path``; (the finished process, its events)."""
+    log_path = Path(log_path)
+    log_path.unlink(missing_ok=True)
+    proc = subprocess.run(argv, env=shim_env(log_path, threshold, kwargs.pop("env", None)), capture_output=True,
+                          text=True, timeout=timeout, check=False, **kwargs)
+    return proc, read_log(log_path) if log_path.exists() else []
+
+
+def read_log(path: Path) -> list[Event]:
+    """The events of a shim log, in the order written."""
+    events = []
+    with open(path, encoding="ascii", errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            events.append(parse_line(line, f"{path}:{n}"))
+    return events
+
+
+def parse_line(line: str, where: str = "line") -> Event:
+    parts = line.split()
+    if len(parts) != 5:
+        raise LogError(f"{where}: expected '<t_ns> <op> <size> <addr> <stack>', got {line.strip()[:80]!r}")
+    t, op, size, addr, stack = parts
+    if op not in OPS:
+        raise LogError(f"{where}: unknown op {op!r}; the shim writes {', '.join(OPS)}")
+    try:
+        event = Event(int(t), op, int(size), int(addr, 16), stack)
+    except ValueError:
+        raise LogError(f"{where}: a number does not parse in {line.strip()[:80]!r}") from None
+    if len(stack) != 16 or any(ch not in "0123456789abcdef" for ch in stack):
+        raise LogError(f"{where}: the stack hash must be 16 hex digits, got {stack!r}")
+    return event
+
+
+def live_objects(events: list[Event]) -> dict[int, Event]:
+    """The blocks still allocated at the end of the log, by address (a release drops its block)."""
+    live: dict[int, Event] = {}
+    for e in events:
+        if e.releases:
+            live.pop(e.addr, None)
+        else:
+            live[e.addr] = e
+    return live
