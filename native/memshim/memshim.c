@@ -19,7 +19,20 @@
  * 131072, glibc's mmap threshold: the blocks that own whole pages); mmap/munmap/brk/sbrk called
  * by the program always are.
  *
+ * Write sampling (Porter's access profiler, without a PMU): with $NEARFAAS_MEMSHIM_SAMPLE_MS > 0
+ * every logged block is registered with a userfaultfd in asynchronous write-protect mode, and
+ * a thread of the shim asks the kernel every period which of its pages were written since the
+ * last ask (PAGEMAP_SCAN on /proc/self/pagemap, which re-protects them in the same call). Each
+ * run of written pages becomes a line
+ *     <t_ns> touch <bytes> <addr> <stack of the block it lies in>
+ * so the heat map comes already joined with the allocation that owns it. No signal handler and
+ * no mprotect: the kernel resolves the write faults itself (a minor fault per page per period),
+ * and a system call writing into a sampled page works as before. Needs Linux >= 6.7; where the
+ * kernel refuses, the shim says so once on stderr and logs allocations only.
+ *
  * Known caveats:
+ * - Reads are not seen: this kernel offers no young-bit or idle-page interface (docs/memory.md),
+ *   so "hot" here means written. A block only ever read looks cold.
  * - glibc's malloc calls its internal mmap/brk, which no preload can see: those blocks are
  *   logged as the malloc that caused them, which is what the tuner wants.
  * - backtrace() allocates on its first call (it loads libgcc_s): a thread-local guard makes any
@@ -30,6 +43,10 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -43,6 +60,29 @@
 #include <unistd.h>
 
 #define MAX_FRAMES 24
+#define MAX_BLOCKS 4096
+#define PAGE 4096UL
+
+/* The kernel ABI of PAGEMAP_SCAN and asynchronous userfaultfd write-protect (Linux 6.7), which
+ * this system's headers predate. */
+struct pm_scan_arg {
+    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+struct page_region {
+    uint64_t start, end, categories;
+};
+#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
+#define PM_SCAN_WP_MATCHING (1UL << 0)
+#define PM_SCAN_CHECK_WPASYNC (1UL << 1)
+#define PAGE_IS_WRITTEN (1UL << 1)
+#define FEATURE_WP_UNPOPULATED (1ULL << 13)
+#define FEATURE_WP_ASYNC (1ULL << 15)
+
+struct block {
+    uint64_t start, end;  /* whole pages inside the block */
+    uint64_t stack;
+};
 
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
@@ -50,6 +90,11 @@ extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 
 static int log_fd = -1;
+static int uffd = -1, pagemap_fd = -1;
+static long sample_ms;
+static struct block blocks[MAX_BLOCKS];
+static int nblocks;
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t threshold = 131072;
 static __thread int busy;  /* inside the shim on this thread: pass everything through */
 
@@ -107,10 +152,22 @@ static void put_u64(char **p, uint64_t v, int hex, int width) {
 
 /* Formats without printf (which may allocate) and writes one line in one write(2): lines from
  * several threads never interleave (O_APPEND, under PIPE_BUF bytes). */
+static void emit_line(const char *op, size_t size, const void *addr, uint64_t stack);
+static void track(uint64_t addr, size_t size, uint64_t stack);
+
 static void emit(const char *op, size_t size, const void *addr) {
     if (log_fd < 0)
         return;
     busy = 1;
+    uint64_t h = stack_hash();
+    emit_line(op, size, addr, h);
+    if (uffd >= 0 && strcmp(op, "free") != 0 && strcmp(op, "munmap") != 0 && strcmp(op, "brk") != 0
+        && strcmp(op, "sbrk") != 0)
+        track((uint64_t)(uintptr_t)addr, size, h);
+    busy = 0;
+}
+
+static void emit_line(const char *op, size_t size, const void *addr, uint64_t stack) {
     int saved = errno;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -127,12 +184,100 @@ static void emit(const char *op, size_t size, const void *addr) {
     *p++ = 'x';
     put_u64(&p, (uint64_t)(uintptr_t)addr, 1, 0);
     *p++ = ' ';
-    put_u64(&p, stack_hash(), 1, 16);
+    put_u64(&p, stack, 1, 16);
     *p++ = '\n';
     ssize_t unused = write(log_fd, line, (size_t)(p - line));
     (void)unused;
     errno = saved;
-    busy = 0;
+}
+
+/* Register a new block's whole pages for write sampling (async write-protect). */
+static void track(uint64_t addr, size_t size, uint64_t stack) {
+    uint64_t start = (addr + PAGE - 1) & ~(PAGE - 1), end = (addr + size) & ~(PAGE - 1);
+    if (end <= start)
+        return;
+    struct uffdio_register reg = {.range = {start, end - start}, .mode = UFFDIO_REGISTER_MODE_WP};
+    if (ioctl(uffd, UFFDIO_REGISTER, &reg))
+        return;  /* not anonymous memory, or already registered: not sampled */
+    struct uffdio_writeprotect wp = {.range = {start, end - start}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+    if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp))
+        return;
+    pthread_mutex_lock(&blocks_lock);
+    if (nblocks < MAX_BLOCKS)
+        blocks[nblocks++] = (struct block){start, end, stack};
+    pthread_mutex_unlock(&blocks_lock);
+}
+
+/* Forget the block that holds addr (before it is freed, so no scan reads a reused range). */
+static void untrack(uint64_t addr) {
+    if (uffd < 0)
+        return;
+    pthread_mutex_lock(&blocks_lock);
+    for (int i = 0; i < nblocks; i++) {
+        if (addr <= blocks[i].start + PAGE && blocks[i].start < addr + PAGE) {
+            blocks[i] = blocks[--nblocks];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&blocks_lock);
+}
+
+/* One sampling period: every block's pages written since the last scan, re-protected. */
+static void scan(void) {
+    struct page_region vec[256];
+    pthread_mutex_lock(&blocks_lock);
+    for (int i = 0; i < nblocks; i++) {
+        uint64_t from = blocks[i].start;
+        while (from < blocks[i].end) {
+            struct pm_scan_arg arg = {.size = sizeof arg, .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
+                                      .start = from, .end = blocks[i].end, .vec = (uint64_t)(uintptr_t)vec,
+                                      .vec_len = 256, .category_mask = PAGE_IS_WRITTEN, .return_mask = PAGE_IS_WRITTEN};
+            long n = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);
+            if (n < 0)
+                break;
+            for (long k = 0; k < n; k++)
+                emit_line("touch", (size_t)(vec[k].end - vec[k].start), (void *)(uintptr_t)vec[k].start, blocks[i].stack);
+            if (arg.walk_end <= from || n < 256)
+                break;
+            from = arg.walk_end;
+        }
+    }
+    pthread_mutex_unlock(&blocks_lock);
+}
+
+static void *sampler(void *unused) {
+    (void)unused;
+    busy = 1;  /* this thread's own allocations are never logged */
+    struct timespec period = {sample_ms / 1000, (sample_ms % 1000) * 1000000L};
+    for (;;) {
+        nanosleep(&period, NULL);
+        scan();
+    }
+    return NULL;
+}
+
+static void start_sampling(void) {
+    uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    struct uffdio_api api = {.api = UFFD_API, .features = FEATURE_WP_ASYNC | FEATURE_WP_UNPOPULATED};
+    pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    pthread_t thread;
+    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) || pagemap_fd < 0 || pthread_create(&thread, NULL, sampler, NULL)) {
+        fprintf(stderr, "nearfaas memshim: write sampling is unavailable here (%s: needs userfaultfd with "
+                "asynchronous write-protect and PAGEMAP_SCAN, Linux >= 6.7); logging allocations only\n",
+                strerror(errno));
+        if (uffd >= 0)
+            close(uffd);
+        uffd = -1;
+        return;
+    }
+    pthread_detach(thread);
+}
+
+__attribute__((destructor)) static void memshim_fini(void) {
+    if (uffd >= 0) {
+        busy = 1;
+        scan();  /* the last period's writes */
+    }
 }
 
 __attribute__((constructor)) static void memshim_init(void) {
@@ -155,6 +300,10 @@ __attribute__((constructor)) static void memshim_init(void) {
     } else {
         fprintf(stderr, "nearfaas memshim: NEARFAAS_MEMSHIM_LOG is not set; not logging\n");
     }
+    const char *ms = getenv("NEARFAAS_MEMSHIM_SAMPLE_MS");
+    sample_ms = ms && *ms ? strtol(ms, NULL, 10) : 0;
+    if (log_fd >= 0 && sample_ms > 0)
+        start_sampling();
     busy = 0;
 }
 
@@ -174,6 +323,8 @@ void *calloc(size_t n, size_t size) {
 
 void *realloc(void *old, size_t size) {
     size_t old_size = old ? malloc_usable_size(old) : 0;
+    if (old && old_size >= threshold && !busy)
+        untrack((uint64_t)(uintptr_t)old);
     void *p = __libc_realloc(old, size);
     if (busy || !p)
         return p;
@@ -187,8 +338,10 @@ void *realloc(void *old, size_t size) {
 void free(void *p) {
     if (p && !busy) {
         size_t n = malloc_usable_size(p);
-        if (n >= threshold)
+        if (n >= threshold) {
+            untrack((uint64_t)(uintptr_t)p);
             emit("free", n, p);
+        }
     }
     __libc_free(p);
 }
@@ -205,6 +358,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 int munmap(void *addr, size_t len) {
     if (!next_munmap)
         next_munmap = dlsym(RTLD_NEXT, "munmap");
+    if (!busy)
+        untrack((uint64_t)(uintptr_t)addr);
     int r = next_munmap(addr, len);
     if (!busy && r == 0)
         emit("munmap", len, addr);

@@ -60,6 +60,30 @@ def test_a_python_workers_large_buffer_is_logged(built, tmp_path):
     assert mine and mine[-1].size >= 16_000_000  # the array's 16 MB block, from the call that made it
 
 
+def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
+    """heat_probe writes only block A, then only block B, then nothing: every sampled run of
+    written pages lies in the block being written at that time, under that block's stack."""
+    proc, events = shim.run_logged([str(built / "heat_probe")], tmp_path / "heat.log", sample_ms=10)
+    assert proc.returncode == 0, proc.stderr
+    if "write sampling is unavailable" in proc.stderr:
+        pytest.skip(proc.stderr.strip())
+    out = [line.split() for line in proc.stdout.splitlines()]
+    a, b, size = int(out[0][1], 16), int(out[0][2], 16), int(out[0][3])
+    phase = {name: int(t) for _, name, t in out[1:]}
+    stacks = {e.addr: e.stack for e in events if e.op == "malloc"}
+    period = 100_000_000  # a scan lands up to a period after the writes, later on a busy machine
+    touches = [e for e in events if e.op == "touch"]
+    for block, start, end in ((a, phase["a"], phase["b"]), (b, phase["b"], phase["idle"])):
+        mine = [e for e in touches if start < e.t_ns <= end + period and block <= e.addr < block + size]
+        assert len(mine) >= 5, (hex(block), len(mine))  # ~30 periods of writing: most are seen
+        assert all(e.stack == stacks[block] and e.addr + e.size <= block + size for e in mine)
+        other = b if block == a else a
+        assert not [e for e in touches if start + period < e.t_ns <= end and other <= e.addr < other + size]
+    assert not [e for e in touches if phase["idle"] + period < e.t_ns <= phase["end"]]  # nothing written: nothing seen
+    trace = shim.to_trace(events, 10)
+    assert set(trace.owner.values()) == {stacks[a], stacks[b]} and len(trace.owner) == 2 * (size // 4096 - 1)
+
+
 def test_without_a_log_path_the_program_still_runs(built):
     env = shim.shim_env(built / "unused.log")
     del env["NEARFAAS_MEMSHIM_LOG"]

@@ -4,6 +4,10 @@ it, and its log read back as events (native/memshim/memshim.c writes them).
     events = run_logged(["python3", "-c", "import numpy; numpy.ones(10**6)"], log_dir)
     [e for e in events if e.op in ("malloc", "mmap")]   # size, addr, stack (hash)
 
+With ``sample_ms`` the shim also samples writes (userfaultfd write-protect + PAGEMAP_SCAN, see
+memshim.c): ``touch`` events, each a run of pages written in one period, carrying the stack of
+the block they lie in — the heat map already joined with its allocations (``to_trace``).
+
 An event's ``stack`` is a hash of the caller frames as (module, offset into it): the same call
 site gives the same hash on every run, with ASLR on and whatever the sizes, which is what
 Porter's hints are keyed by (``stack`` + size class → tier).
@@ -24,9 +28,11 @@ from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parents[3] / "native" / "memshim"
 LIBRARY = "libnearfaas_memshim.so"
-OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk")
+OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch")
+ALLOCATES = ("malloc", "calloc", "realloc", "mmap", "brk", "sbrk")
 RELEASES = ("free", "munmap")
 DEFAULT_THRESHOLD = 131072  # glibc's mmap threshold: blocks that own whole pages
+PAGE = 4096
 
 
 class ShimUnavailable(RuntimeError):
@@ -58,21 +64,22 @@ def library_path() -> Path:
     return lib
 
 
-def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None) -> dict:
-    """``base`` (default: this process's environment) plus what preloads the shim and names its log."""
+def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0) -> dict:
+    """``base`` (default: this process's environment) plus what preloads the shim, names its log
+    and, with ``sample_ms`` > 0, turns on write sampling every that many milliseconds."""
     env = dict(os.environ if base is None else base)
     preload = " ".join(p for p in (str(library_path()), env.get("LD_PRELOAD", "")) if p)
     return env | {"LD_PRELOAD": preload, "NEARFAAS_MEMSHIM_LOG": str(log_path),
-                  "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold))}
+                  "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold)), "NEARFAAS_MEMSHIM_SAMPLE_MS": str(int(sample_ms))}
 
 
 def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHOLD, timeout: float = 60,
-               **kwargs) -> tuple[subprocess.CompletedProcess, list[Event]]:
+               sample_ms: int = 0, **kwargs) -> tuple[subprocess.CompletedProcess, list[Event]]:
     """Run ``argv`` under the shim, a fresh log at ``log_path``; (the finished process, its events)."""
     log_path = Path(log_path)
     log_path.unlink(missing_ok=True)
-    proc = subprocess.run(argv, env=shim_env(log_path, threshold, kwargs.pop("env", None)), capture_output=True,
-                          text=True, timeout=timeout, check=False, **kwargs)
+    proc = subprocess.run(argv, env=shim_env(log_path, threshold, kwargs.pop("env", None), sample_ms),
+                          capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
     return proc, read_log(log_path) if log_path.exists() else []
 
 
@@ -107,6 +114,26 @@ def live_objects(events: list[Event]) -> dict[int, Event]:
     for e in events:
         if e.releases:
             live.pop(e.addr, None)
-        else:
+        elif e.op in ALLOCATES:
             live[e.addr] = e
     return live
+
+
+def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundness: float = 0.5):
+    """A ``tiersim.Trace`` from a sampled log: one epoch per ``period_ms`` from the first event,
+    each page written in it counted once (a write sample says written or not, not how often),
+    every page owned by the stack of the block it lies in."""
+    from nearfaas.memory.tiersim import Trace
+
+    touches = [e for e in events if e.op == "touch"]
+    if not events or not touches:
+        return Trace(epochs=[], owner={}, base_s=base_s, boundness=boundness)
+    t0, step = events[0].t_ns, max(1, int(period_ms * 1e6))
+    epochs: list[dict[int, int]] = [{} for _ in range((touches[-1].t_ns - t0) // step + 1)]
+    owner: dict[int, str] = {}
+    for e in touches:
+        first = e.addr // PAGE
+        for page in range(first, first + max(1, e.size // PAGE)):
+            epochs[(e.t_ns - t0) // step][page] = 1
+            owner[page] = e.stack
+    return Trace(epochs=epochs, owner=owner, base_s=base_s, boundness=boundness)
