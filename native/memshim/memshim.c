@@ -256,21 +256,48 @@ static void *sampler(void *unused) {
     return NULL;
 }
 
-static void start_sampling(void) {
+static void sampling_off(const char *why) {
+    fprintf(stderr, "nearfaas memshim: write sampling is unavailable here (%s: %s; needs userfaultfd with "
+            "asynchronous write-protect and PAGEMAP_SCAN, Linux >= 6.7); logging allocations only\n",
+            why, strerror(errno));
+    if (uffd >= 0)
+        close(uffd);
+    uffd = -1;
+}
+
+/* The userfaultfd and the pagemap fd, made in the constructor (while the process may still
+ * create them: a jailed worker drops the privilege later); the thread comes later or now. */
+static void prepare_sampling(void) {
     uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
     struct uffdio_api api = {.api = UFFD_API, .features = FEATURE_WP_ASYNC | FEATURE_WP_UNPOPULATED};
     pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) || pagemap_fd < 0)
+        sampling_off("userfaultfd");
+}
+
+static int sampler_started;
+
+/* Starts the sampling thread. Exported: a process that must stay single-threaded for a while
+ * (a worker entering its mount namespace: unshare refuses a threaded process) sets
+ * NEARFAAS_MEMSHIM_DEFER=1 and calls this once it may have threads. 0: sampling; -1: not. */
+int nearfaas_memshim_start(void) {
+    if (uffd < 0)
+        return -1;
+    if (sampler_started)
+        return 0;
+    int was = busy;
+    busy = 1;
     pthread_t thread;
-    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) || pagemap_fd < 0 || pthread_create(&thread, NULL, sampler, NULL)) {
-        fprintf(stderr, "nearfaas memshim: write sampling is unavailable here (%s: needs userfaultfd with "
-                "asynchronous write-protect and PAGEMAP_SCAN, Linux >= 6.7); logging allocations only\n",
-                strerror(errno));
-        if (uffd >= 0)
-            close(uffd);
-        uffd = -1;
-        return;
+    int err = pthread_create(&thread, NULL, sampler, NULL);
+    busy = was;
+    if (err) {
+        errno = err;
+        sampling_off("pthread_create");
+        return -1;
     }
     pthread_detach(thread);
+    sampler_started = 1;
+    return 0;
 }
 
 __attribute__((destructor)) static void memshim_fini(void) {
@@ -302,8 +329,12 @@ __attribute__((constructor)) static void memshim_init(void) {
     }
     const char *ms = getenv("NEARFAAS_MEMSHIM_SAMPLE_MS");
     sample_ms = ms && *ms ? strtol(ms, NULL, 10) : 0;
-    if (log_fd >= 0 && sample_ms > 0)
-        start_sampling();
+    if (log_fd >= 0 && sample_ms > 0) {
+        prepare_sampling();
+        const char *defer = getenv("NEARFAAS_MEMSHIM_DEFER");
+        if (!(defer && *defer == '1'))
+            nearfaas_memshim_start();
+    }
     busy = 0;
 }
 

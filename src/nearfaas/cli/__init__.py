@@ -24,7 +24,8 @@ class _LazyGroup(click.Group):
     need not import ONNX for `nearfaas hw`."""
 
     lazy = {"apps": "nearfaas.cli.apps:apps", "models": "nearfaas.cli.models:models", "hw": "nearfaas.cli.hw:hw",
-            "twin": "nearfaas.cli.twin:twin", "dataservices": "nearfaas.cli.dataservices:dataservices"}
+            "twin": "nearfaas.cli.twin:twin", "dataservices": "nearfaas.cli.dataservices:dataservices",
+            "memory": "nearfaas.cli.memory:memory"}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))

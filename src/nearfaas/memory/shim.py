@@ -83,11 +83,16 @@ def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHO
     return proc, read_log(log_path) if log_path.exists() else []
 
 
-def read_log(path: Path) -> list[Event]:
-    """The events of a shim log, in the order written."""
+def read_log(path: Path, max_bytes: int | None = None) -> list[Event]:
+    """The events of a shim log, in the order written (the first ``max_bytes``, whole lines;
+    a last line cut short by a writer still running is left out)."""
     events = []
+    read = 0
     with open(path, encoding="ascii", errors="replace") as f:
         for n, line in enumerate(f, 1):
+            read += len(line)
+            if (max_bytes is not None and read > max_bytes) or not line.endswith("\n"):
+                break
             events.append(parse_line(line, f"{path}:{n}"))
     return events
 

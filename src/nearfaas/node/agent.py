@@ -73,6 +73,7 @@ class NodeAgent:
         app.router.add_delete(f"{INTERNAL}/functions/{{name}}", self.stop_function)
         app.router.add_delete(f"{INTERNAL}/workers/{{id}}", self.stop_worker)
         app.router.add_get(f"{INTERNAL}/logs/{{name}}", self.logs)
+        app.router.add_get(f"{INTERNAL}/memory/{{name}}", self.memory_profiles)
         app.router.add_get("/metrics", self.metrics)
         if self.s3 is not None:
             from nearfaas.node.replica_api import add_replica_routes
@@ -123,6 +124,23 @@ class NodeAgent:
         except ValueError:
             return web.json_response({"error": "since must be unix seconds and tail an integer"}, status=400)
         return web.json_response(self.pools.read_logs(request.match_info["name"], since, tail))
+
+    async def memory_profiles(self, request: web.Request) -> web.Response:
+        """The memory profiles (memory/profile.py) of this node's profiled workers of a function,
+        one per instance log (x-nearfaas.memory.profile); ?period_ms= is the function's sample_ms."""
+        from nearfaas.memory.profile import read_profiles
+
+        name = request.match_info["name"]
+        try:
+            period = float(request.query.get("period_ms", 10))
+            if not period > 0:
+                raise ValueError
+        except ValueError:
+            return web.json_response({"error": "period_ms: the sampling period in milliseconds, > 0"}, status=400)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", name) or ".." in name:
+            return web.json_response({"error": f"{name!r} is not a function name"}, status=400)
+        found = await asyncio.to_thread(read_profiles, self.pools.memory_log_dir(name), period)
+        return web.json_response({"node": self.name, "function": name, "instances": found})
 
     async def tabular_stats(self, request: web.Request) -> web.Response:
         """Column statistics of this node's tabular objects under ?bucket=&prefix= (node/tabular_stats.py)."""

@@ -140,6 +140,7 @@ class WorkerPools:
             # The credentials go into the environment only; the spec file keeps no keys.
             _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
             env = self._function_env(spec, extra_path)
+            profiled = self._memory_profile(spec, instance, env)
             # Workers listen on loopback, where other functions run too: a call must carry this
             # instance's token, which only the gateway learns (from this node's signed answer).
             token = env["NEARFAAS_CALL_TOKEN"] = secrets.token_hex(16)
@@ -148,7 +149,10 @@ class WorkerPools:
             # The worker's arguments, named as worker.main's parser names them.
             args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
                     "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
-            generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
+            if profiled:  # the shim is preloaded when a process starts: a pre-warmed one started without it
+                generic, spawn_reason = None, "memory profiling preloads the allocation shim into a fresh process"
+            else:
+                generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
             if generic is not None and uid is not None:
                 try:  # it is in its own groups already: they get the function's limits
                     self.cgroups.set_limits(generic.cgroups, limits)
@@ -239,6 +243,29 @@ class WorkerPools:
         if held.secrets is not None:
             shutil.rmtree(held.secrets, ignore_errors=True)
         await _remove_cgroups(held.cgroups)
+
+    def memory_log_dir(self, name: str) -> Path:
+        """Where the allocation logs of ``name``'s profiled workers go (one file per instance)."""
+        return self.node_dir / "memory" / name
+
+    def _memory_profile(self, spec: dict, instance: str, env: dict) -> bool:
+        """With ``x-nearfaas.memory.profile``: preload the allocation shim (memory/shim.py) into
+        the worker, its log in this node's state (opened by the shim before the worker enters
+        its jail, which hides that folder), write sampling started once the worker is jailed
+        (a threaded process cannot enter a mount namespace). Refuses when the shim is not built."""
+        from nearfaas.memory import shim
+
+        memory = (spec.get("x") or {}).get("memory") or {}
+        if not memory.get("profile"):
+            return False
+        try:
+            log_dir = self.memory_log_dir(spec["name"])
+            log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            env.update(shim.shim_env(log_dir / f"{instance}.log", base={}, sample_ms=int(memory.get("sample_ms", 10))),
+                       NEARFAAS_MEMSHIM_DEFER="1")
+        except shim.ShimUnavailable as exc:
+            raise PoolError(f"cannot profile {spec['name']!r} on {self.node}: {exc}", status=503) from None
+        return True
 
     def _function_env(self, spec: dict, extra_path: str | None) -> dict:
         """The environment a worker of this function runs with, whichever way it is started."""

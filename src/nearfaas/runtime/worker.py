@@ -296,6 +296,7 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
             spec = json.load(f)
         if args.jail:
             jail.enter(args.jail)
+        _start_memory_sampling()
         asyncio.run(_main(args, spec))
     except KeyboardInterrupt:
         pass
@@ -308,6 +309,18 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
             pass
         print("\n".join(message), file=sys.__stderr__)
         sys.exit(1)
+
+
+def _start_memory_sampling() -> None:
+    """A profiled worker (x-nearfaas.memory) has the allocation shim preloaded, its sampling
+    thread held back until now: the jail is entered, threads are allowed (memory/shim.py)."""
+    if os.environ.get("NEARFAAS_MEMSHIM_DEFER") != "1":
+        return
+    import ctypes
+
+    start = getattr(ctypes.CDLL(None), "nearfaas_memshim_start", None)
+    if start is None or start() != 0:
+        print("memory profiling: the shim is not loaded or cannot sample writes; allocations only", file=sys.__stderr__)
 
 
 if __name__ == "__main__":

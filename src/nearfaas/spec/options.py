@@ -15,7 +15,8 @@ from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, par
 
 X_KEY = "x-nearfaas"
 X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
-          "target", "fastpath", "stream", "buckets", "auth"}
+          "target", "fastpath", "stream", "buckets", "auth", "memory"}
+MEMORY_KEYS = {"profile", "sample_ms"}
 TARGETS = ("worker", "fastpath", "stream")
 # A stream function (target: stream): one stage of the executor's per-connection pipeline.
 STREAM_FUNCTIONS = ("parse", "filter", "topk", "frequent", "wasm")
@@ -53,6 +54,9 @@ class NearfaasOptions:
     # intermediate bucket are added for it (auth/function_keys.py); nothing else is reachable.
     buckets: list[str] = field(default_factory=list)
     auth: bool = False                      # calls to /function/<name> need the cluster's credentials
+    # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 10} preloads the allocation
+    # shim into this function's workers and samples their writes every sample_ms (0: allocations only).
+    memory: dict[str, Any] | None = None
 
     def allowed_buckets(self) -> frozenset[str] | None:
         """What the function's key may touch; None means every bucket (``buckets: ["*"]``)."""
@@ -67,7 +71,7 @@ class NearfaasOptions:
                 "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers),
                 "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None,
                 "stream": dict(self.stream) if self.stream else None,
-                "buckets": list(self.buckets), "auth": self.auth}
+                "buckets": list(self.buckets), "auth": self.auth, "memory": dict(self.memory) if self.memory else None}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -189,12 +193,38 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 setattr(opts, flag, parse_bool(m[flag]))
             except ValueError as exc:
                 c.error(join_path(path, flag), str(exc), "write true or false")
+    if "memory" in m:
+        opts.memory = _parse_memory(m["memory"], join_path(path, "memory"), c)
     if m.get("target") is not None or m.get("fastpath") is not None or m.get("stream") is not None:
         _parse_fastpath(m, path, opts, c)
         _parse_stream(m, path, opts, c)
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
+
+
+def _parse_memory(value: Any, path: str, c: Collector) -> dict[str, Any] | None:
+    """``memory: {profile: true, sample_ms: 10}``: profile the function's allocations (and, with
+    sample_ms > 0, its writes every that many milliseconds)."""
+    m = read_mapping(value, path, c)
+    if m is None:
+        return None
+    check_unknown_keys(m, MEMORY_KEYS, path, c, error=True)
+    out: dict[str, Any] = {"profile": False, "sample_ms": 10}
+    if "profile" in m:
+        try:
+            out["profile"] = parse_bool(m["profile"])
+        except ValueError as exc:
+            c.error(join_path(path, "profile"), str(exc), "write profile: true or false")
+    if "sample_ms" in m:
+        try:
+            out["sample_ms"] = parse_int(m["sample_ms"])
+            if not 0 <= out["sample_ms"] <= 10_000:
+                raise ValueError("must be 0 (allocations only) to 10000")
+        except ValueError as exc:
+            c.error(join_path(path, "sample_ms"), f"bad value {short_repr(m['sample_ms'])}: {exc}",
+                    "write e.g. sample_ms: 10 (milliseconds between write samples)")
+    return out
 
 
 def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> None:

@@ -1,5 +1,5 @@
-"""/healthz, /metrics, /system/info, /system/openapi.json, /system/nodes, /system/logs: the
-gateway and its nodes as the operator sees them."""
+"""/healthz, /metrics, /system/info, /system/openapi.json, /system/nodes, /system/logs,
+/system/memory/{name}: the gateway and its nodes as the operator sees them."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class SystemAPI:
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/logs", self.logs)
         r.add_get("/system/nodes", self.list_nodes)
+        r.add_get("/system/memory/{name}", self.memory)
         r.add_post("/system/nodes/{name}/accelerator", self.set_accelerator)
 
     async def healthz(self, request):
@@ -64,6 +65,42 @@ class SystemAPI:
         lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
                              "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
         return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
+
+    async def memory(self, request):
+        """A profiled function's memory profiles from every node (x-nearfaas.memory.profile, read
+        by memory/profile.py on each node), and Porter's hints learned from all of them."""
+        from nearfaas.gateway.nodes import NodeError
+        from nearfaas.memory.profile import hints
+
+        name = request.match_info["name"]
+        state = self.invoker.functions.get(name)
+        if state is None:
+            return error(404, f"function {name!r} not found")
+        memory = state.options.memory or {}
+        if not memory.get("profile"):
+            return error(409, f"function {name!r} is not profiled: add x-nearfaas: {{memory: {{profile: true}}}} to its "
+                              "stack file and deploy it again")
+        try:
+            share = float(request.query.get("dram_share", 0.5))
+            if not 0 <= share <= 1:
+                raise ValueError
+        except ValueError:
+            return error(400, "dram_share: the share of the footprint DRAM may hold, between 0 and 1")
+        period = memory.get("sample_ms") or 10
+        runs = []
+        for node in self.nodes.nodes.values():
+            if not node.healthy:
+                continue
+            try:
+                body = await self.nodes.call(node.name, "GET", f"/_nearfaas/memory/{name}?period_ms={period}", timeout=30)
+            except NodeError:
+                continue
+            runs += [dict(r, node=node.name) for r in body.get("instances", [])]
+        profiles = [r["profile"] for r in runs if "profile" in r]
+        return web.json_response({"function": name, "sample_ms": period, "runs": runs, "dram_share": share,
+                                  "hints": hints(profiles, share),
+                                  "label": "measured: allocations and sampled writes (memory shim); hints: modelled "
+                                           "(Porter's tuner: hottest stacks on DRAM up to dram_share of the footprint)"})
 
     def _node_status(self, node) -> dict:
         accel = node.cls == "dscs"

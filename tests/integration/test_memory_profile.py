@@ -1,0 +1,56 @@
+"""Memory profiling on a live cluster (issue 18): a function deployed with
+x-nearfaas.memory.profile runs with the allocation shim preloaded inside its jail; after a few
+calls its profile names its allocations by call stack with sampled writes, the hints put the
+hot buffer on DRAM; an unprofiled function is a 409, an unsigned caller a 401."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from conftest import FUNCTIONS
+from nearfaas.memory import shim
+
+pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file(),
+                                reason="the memory shim is not built here (make setup builds it with a C compiler)")
+
+
+def test_a_profiled_function_reports_its_allocations_and_hints(cluster, scratch):
+    resp = scratch("memhog", FUNCTIONS / "memhog", **{"x-nearfaas": {"memory": {"profile": True, "sample_ms": 5}}})
+    assert resp.status_code < 300, resp.text
+    for _ in range(5):
+        call = cluster.http.post(f"{cluster.url}/function/memhog", data=b"", timeout=60)
+        assert call.status_code == 200 and call.text == "41", call.text  # 40 writes of the hot buffer + 1 cold
+    deadline = time.monotonic() + 30
+    while True:  # the sampler writes its periods as they pass
+        doc = cluster.http.get(f"{cluster.url}/system/memory/memhog", timeout=30).json()
+        runs = [r for r in doc["runs"] if "profile" in r]
+        touched = [s for r in runs for s in r["profile"]["stacks"] if s["written_page_periods"]]
+        if runs and touched or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert runs and touched, doc
+    stacks = runs[0]["profile"]["stacks"]
+    big = [s for s in stacks if s["bytes"] >= 32 << 20]
+    assert big, stacks  # the 32 MiB array at import, by the call that made it
+    assert max(s["heat"] for s in stacks) > big[0]["heat"]  # written once vs on every call
+    assert doc["hints"] and {h["tier"] for h in doc["hints"]} <= {"dram", "slow"}
+    assert doc["hints"][0]["tier"] == "dram" and doc["hints"][0]["heat"] > 0  # the hottest stack gets DRAM
+    assert doc["label"].startswith("measured")
+    result = CliRunner().invoke(__import__("nearfaas.cli", fromlist=["main"]).main,
+                                ["memory", "hints", "memhog", "--json", "--state", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+    assert '"tier"' in result.stdout
+
+
+def test_refusals(cluster, scratch):
+    assert scratch("plain-echo", FUNCTIONS / "echo").status_code < 300
+    resp = cluster.http.get(f"{cluster.url}/system/memory/plain-echo", timeout=30)
+    assert resp.status_code == 409 and "profile: true" in resp.text
+    assert cluster.http.get(f"{cluster.url}/system/memory/nope", timeout=30).status_code == 404
+    assert requests.get(f"{cluster.url}/system/memory/plain-echo", timeout=30).status_code == 401
+    node = next(n for n in cluster.layout["nodes"] if n["kind"] == "compute")
+    assert requests.get(f"{node['url']}/_nearfaas/memory/plain-echo", timeout=10).status_code == 401
