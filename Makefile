@@ -33,9 +33,9 @@ fastpath: debs
 	  PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) build --release -q --manifest-path fastpath/Cargo.toml && $(MAKE) -s -C fastpath/lambdas; \
 	else echo "warning: cargo not found: the fast path is not built (install Rust >= 1.95)"; fi
 
-# The memory shim (docs/memory.md): an LD_PRELOAD allocation logger in C, a second to build.
+# The memory shim and the tier simulator's calibration benchmark (docs/memory.md): C, seconds to build.
 memshim:
-	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim; \
+	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench; \
 	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
 
 # Re-run pip only when the dependency pins change.
@@ -62,6 +62,7 @@ bench: setup
 	$(PY) benchmarks/fastpath.py
 	$(PY) benchmarks/stream_topk.py
 	$(PY) benchmarks/dataservices.py
+	$(PY) benchmarks/porter.py
 
 # Every benchmark at its smallest (a few minutes in all), writing to a scratch folder instead of
 # benchmarks/results/: checks that they still run without replacing the committed numbers.
@@ -78,6 +79,7 @@ bench-smoke: setup
 	$(PY) benchmarks/apps.py --quick --apps credit_risk --out $$out/apps.json; \
 	$(PY) benchmarks/stream_topk.py --quick; \
 	$(PY) benchmarks/dataservices.py --quick --queries 20 --max-rows 100000 --samples 60; \
+	$(PY) benchmarks/porter.py --quick --repeats 1 --no-cachegrind; \
 	echo "results in $$out"
 
 lint: setup
@@ -85,4 +87,4 @@ lint: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py  # imports point only down
 
 clean:
-	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info native/memshim/build
+	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info native/memshim/build native/membench/build

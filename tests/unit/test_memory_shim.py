@@ -80,8 +80,13 @@ def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
         other = b if block == a else a
         assert not [e for e in touches if start + period < e.t_ns <= end and other <= e.addr < other + size]
     assert not [e for e in touches if phase["idle"] + period < e.t_ns <= phase["end"]]  # nothing written: nothing seen
-    trace = shim.to_trace(events, 10)
-    assert set(trace.owner.values()) == {stacks[a], stacks[b]} and len(trace.owner) == 2 * (size // 4096 - 1)
+    trace = shim.to_trace(events, 10, start_ns=phase["a"], end_ns=phase["end"])
+    spans = {blk: set(range(blk // 4096, (blk + size + 4095) // 4096)) for blk in (a, b)}
+    assert set(trace.owner) == spans[a] | spans[b]  # the whole footprint, written or not
+    assert {trace.owner[p] for p in spans[a]} == {stacks[a]} and {trace.owner[p] for p in spans[b]} == {stacks[b]}
+    written = [set(epoch) for epoch in trace.epochs]
+    half = len(written) // 3  # the first third of the window is phase a
+    assert written[1] and written[1] <= spans[a] and written[half + 2] <= spans[b]
 
 
 def test_without_a_log_path_the_program_still_runs(built):

@@ -124,21 +124,42 @@ def live_objects(events: list[Event]) -> dict[int, Event]:
     return live
 
 
-def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundness: float = 0.5):
-    """A ``tiersim.Trace`` from a sampled log: one epoch per ``period_ms`` from the first event,
-    each page written in it counted once (a write sample says written or not, not how often),
-    every page owned by the stack of the block it lies in."""
+def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundness: float = 0.5,
+             start_ns: int | None = None, end_ns: int | None = None):
+    """A ``tiersim.Trace`` from a sampled log: one epoch per ``period_ms`` of the window
+    [start_ns, end_ns] (default: the whole log), each page written in it counted once (a write
+    sample says written or not, not how often). The footprint is every page of every block
+    allocated before the window ends and not released before it starts, owned by the stack
+    that allocated it, written or not."""
     from nearfaas.memory.tiersim import Trace
 
-    touches = [e for e in events if e.op == "touch"]
-    if not events or not touches:
+    if not events:
         return Trace(epochs=[], owner={}, base_s=base_s, boundness=boundness)
-    t0, step = events[0].t_ns, max(1, int(period_ms * 1e6))
-    epochs: list[dict[int, int]] = [{} for _ in range((touches[-1].t_ns - t0) // step + 1)]
+    start = events[0].t_ns if start_ns is None else start_ns
+    end = events[-1].t_ns if end_ns is None else end_ns
+    step = max(1, int(period_ms * 1e6))
+    epochs: list[dict[int, int]] = [{} for _ in range(max(0, end - start) // step + 1)]
     owner: dict[int, str] = {}
-    for e in touches:
-        first = e.addr // PAGE
-        for page in range(first, first + max(1, e.size // PAGE)):
-            epochs[(e.t_ns - t0) // step][page] = 1
-            owner[page] = e.stack
+    live: dict[int, Event] = {}
+    for e in events:
+        if e.t_ns > end:
+            break
+        if e.releases:
+            block = live.pop(e.addr, None)
+            if block is not None and e.t_ns < start:
+                for page in _pages(block):
+                    owner.pop(page, None)
+        elif e.op in ALLOCATES:
+            live[e.addr] = e
+            for page in _pages(e):
+                owner[page] = e.stack
+        elif e.op == "touch" and e.t_ns >= start:
+            for page in _pages(e):
+                epochs[(e.t_ns - start) // step][page] = 1
+                owner.setdefault(page, e.stack)
     return Trace(epochs=epochs, owner=owner, base_s=base_s, boundness=boundness)
+
+
+def _pages(e: Event) -> range:
+    first = e.addr // PAGE
+    return range(first, (e.addr + max(1, e.size) + PAGE - 1) // PAGE)

@@ -1,0 +1,174 @@
+"""Memory-tier workloads (issue 18): functions in the style of GAPBS, FunctionBench and SeBS,
+written here on packages the platform already has (NumPy, SciPy, Pillow, zlib), each a kernel
+that runs a few seconds at scale 1 and is timed on its own (imports and input generation apart).
+
+    python -m nearfaas.memory.workloads pagerank --scale 1     -> {"name", "seconds", ...} on stdout
+
+Run as a separate process so the allocation shim can be preloaded into it (memory/shim.py).
+``--setup-only`` builds the input and skips the kernel: the benchmark subtracts that run's cache
+misses from the full run's to get the kernel's.
+
+| name | kernel | what is hot |
+|---|---|---|
+| pagerank | 60 power iterations on an R-MAT (Kronecker) graph, CSR | the rank vectors (written every iteration) |
+| bfs | breadth-first order from ten roots on a graph twice as large | the visited/queue arrays |
+| linpack | LU solve of a dense n x n system | the matrix being factored |
+| compression | zlib level 6 over a compressible buffer | the output buffer, the compressor's window |
+| thumbnail | Pillow: decode a PNG, resize to 256 px, encode JPEG | the decoded image |
+| html | render a 50,000-row table with string templates | the growing output string |
+
+Known caveats:
+* The graph is generated, not downloaded (no dataset downloads here): R-MAT with the Graph500
+  parameters (a, b, c) = (0.57, 0.19, 0.19), so degree skew is like the paper's Kronecker graphs.
+* Sizes are chosen for a 2-core, 24 GB machine: each footprint is tens to hundreds of MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+NAMES = ("pagerank", "bfs", "linpack", "compression", "thumbnail", "html")
+
+
+def rmat_graph(scale: int, edge_factor: int = 16, seed: int = 1):
+    """A CSR adjacency matrix (scipy.sparse) of 2**scale vertices, R-MAT edges (Graph500)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    n, m = 1 << scale, edge_factor << scale
+    src = np.zeros(m, dtype=np.int64)
+    dst = np.zeros(m, dtype=np.int64)
+    a, b, c = 0.57, 0.19, 0.19
+    for bit in range(scale):
+        r = rng.random(m)
+        right = (r > a) & (r <= a + b) | (r > a + b + c)  # quadrants b and d: the destination's bit
+        down = r > a + b  # quadrants c and d: the source's bit
+        src |= down.astype(np.int64) << bit
+        dst |= right.astype(np.int64) << bit
+    perm = rng.permutation(n)  # scramble vertex ids, as Graph500 does
+    return sp.csr_matrix((np.ones(m, dtype=np.float64), (perm[src], perm[dst])), shape=(n, n))
+
+
+def _pagerank(scale):
+    import numpy as np
+
+    g = rmat_graph(16 + int(scale))
+    out_deg = np.maximum(np.asarray(g.sum(axis=1)).ravel(), 1.0)
+    gt = g.T.tocsr()
+
+    def kernel():
+        n = g.shape[0]
+        x = np.full(n, 1.0 / n)
+        for _ in range(60):
+            x = 0.85 * (gt @ (x / out_deg)) + 0.15 / n
+        return float(x.sum())
+
+    return kernel, g.data.nbytes + g.indices.nbytes + g.indptr.nbytes
+
+
+def _bfs(scale):
+    from scipy.sparse.csgraph import breadth_first_order
+
+    g = rmat_graph(17 + int(scale))
+
+    def kernel():  # ten searches from ten roots: one alone is over in a few sampling periods
+        return sum(int(breadth_first_order(g, root, directed=True, return_predecessors=False).size)
+                   for root in range(0, 10 * 997, 997))
+
+    return kernel, g.data.nbytes + g.indices.nbytes + g.indptr.nbytes
+
+
+def _linpack(scale):
+    import numpy as np
+
+    n = int(1500 * scale ** 0.5)
+    rng = np.random.default_rng(2)
+    a, b = rng.random((n, n)), rng.random(n)
+    return (lambda: float(np.linalg.solve(a, b)[0])), a.nbytes
+
+
+def _compression(scale):
+    import zlib
+
+    import numpy as np
+
+    words = np.random.default_rng(3).integers(0, 4000, size=int(6_000_000 * scale)).astype(np.uint16)
+    data = words.tobytes()  # a small vocabulary: compresses about 2x, like text
+    return (lambda: len(zlib.compress(data, 6))), len(data)
+
+
+def _thumbnail(scale):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    side = int(3000 * scale ** 0.5)
+    yy, xx = np.mgrid[0:side, 0:side]
+    pixels = np.stack([(xx * 255 // side), (yy * 255 // side), ((xx ^ yy) & 255)], axis=-1).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG")
+    png = buf.getvalue()
+
+    def kernel():  # four requests
+        sizes = []
+        for _ in range(4):
+            img = Image.open(io.BytesIO(png)).convert("RGB")
+            img.thumbnail((256, 256))
+            out = io.BytesIO()
+            img.save(out, format="JPEG", quality=85)
+            sizes.append(len(out.getvalue()))
+        return sum(sizes)
+
+    return kernel, side * side * 3
+
+
+def _html(scale):
+    from string import Template
+
+    rows = [{"id": i, "name": f"user-{i}", "score": (i * 7919) % 1000} for i in range(int(50_000 * scale))]
+    row = Template("<tr><td>$id</td><td>$name</td><td>$score</td></tr>")
+
+    def kernel():  # four requests
+        pages = []
+        for _ in range(4):
+            body = "".join(row.substitute(r) for r in rows)
+            pages.append(f"<html><body><table>{body}</table></body></html>")
+        return sum(map(len, pages))
+
+    return kernel, len(rows) * 64
+
+
+KERNELS = {"pagerank": _pagerank, "bfs": _bfs, "linpack": _linpack, "compression": _compression,
+           "thumbnail": _thumbnail, "html": _html}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run one memory-tier workload's kernel and print its time as JSON.")
+    p.add_argument("name", choices=NAMES)
+    p.add_argument("--scale", type=float, default=1.0, help="input size multiplier (default 1)")
+    p.add_argument("--setup-only", action="store_true", help="build the input, skip the kernel")
+    a = p.parse_args(argv)
+    if not 0.01 <= a.scale <= 8:
+        p.error("--scale must be between 0.01 and 8")
+    t0 = time.perf_counter()
+    kernel, input_bytes = KERNELS[a.name](a.scale)
+    setup_s = time.perf_counter() - t0
+    seconds, answer, start_ns = 0.0, None, time.monotonic_ns()  # CLOCK_MONOTONIC, as the shim's log
+    if not a.setup_only:
+        t0 = time.perf_counter()
+        answer = kernel()
+        seconds = time.perf_counter() - t0
+    json.dump({"name": a.name, "scale": a.scale, "seconds": seconds, "setup_s": setup_s, "input_bytes": input_bytes,
+               "answer": answer, "setup_only": a.setup_only, "kernel_start_ns": start_ns,
+               "kernel_end_ns": time.monotonic_ns()}, sys.stdout)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

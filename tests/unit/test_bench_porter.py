@@ -1,0 +1,48 @@
+"""The Porter benchmark's library (bench/porter.py) on one tiny workload: every variant is timed,
+the trace is cut to the kernel, every policy is priced at every delta within the cap, the
+calibration check can fail, and cachegrind's summary is parsed. The real run is
+``python benchmarks/porter.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nearfaas.bench import porter
+from nearfaas.memory import shim, tiersim
+
+pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file(),
+                                reason="the memory shim is not built here (make setup builds it with a C compiler)")
+
+
+def test_one_workload_measured_traced_and_priced(tmp_path):
+    rec = porter.measure("html", 0.2, repeats=1, sample_ms=2, folder=tmp_path)
+    assert set(rec["times_s"]) == {"plain", "shim", "sampled"} and all(len(v) == 1 for v in rec["times_s"].values())
+    assert rec["median_s"]["plain"] > 0 and rec["_window"][0] < rec["_window"][1]
+    rec["fast_ns"] = 100.0
+    tiers = porter.simulate(rec, 2, 0.5, bound=0.6)
+    assert tiers["footprint_pages"] > 0 and tiers["epochs"] >= 1
+    for delta in porter.DELTAS_NS:
+        cells = tiers["by_delta"][str(delta)]
+        assert set(cells) == set(tiersim.POLICIES)
+        assert cells["all-dram"]["slowdown"] == pytest.approx(0.0)
+        assert all(0 <= c["slow_tier_bytes_share"] <= 1 for c in cells.values())
+        assert cells["oracle"]["slowdown"] <= cells["all-cxl"]["slowdown"] + 1e-12
+    rec = {k: v for k, v in rec.items() if not k.startswith("_")}
+    json.dumps(rec | {"tiers": tiers})  # plain JSON
+
+
+def test_summary_targets_and_the_cachegrind_parser():
+    res = [{"shim_overhead_pct": 2.0, "sampler_overhead_pct": 12.0}]
+    cal = {"checks": [{"within_target": True}, {"within_target": False}]}
+    s = porter.summary(res, cal)
+    assert s["targets_met"] == {"shim_overhead_pct": True, "sampler_overhead_pct": False, "calibration": False}
+    text = "==1== LLd misses:        362,982  (     78,873 rd   +    284,109 wr)\n"
+    assert porter._ll_data_misses(text) == 362982
+    with pytest.raises(ValueError, match="LLd"):
+        porter._ll_data_misses("nothing here")
+
+
+def test_one_numa_node_is_reported_as_skipped():
+    assert porter.numa_nodes() >= 1
