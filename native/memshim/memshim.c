@@ -76,6 +76,8 @@ struct page_region {
 #define PM_SCAN_WP_MATCHING (1UL << 0)
 #define PM_SCAN_CHECK_WPASYNC (1UL << 1)
 #define PAGE_IS_WRITTEN (1UL << 1)
+#define PAGE_IS_PRESENT (1UL << 3)
+#define PAGE_IS_PFNZERO (1UL << 5)
 #define FEATURE_WP_UNPOPULATED (1ULL << 13)
 #define FEATURE_WP_ASYNC (1ULL << 15)
 
@@ -112,26 +114,54 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+/* A frame's digest (its module's basename and its offset into the module), cached by return
+ * address: dladdr costs microseconds, and the same call sites allocate again and again. A
+ * direct-mapped cache; a collision only costs a fresh dladdr. */
+#define FRAME_CACHE 4096
+static struct {
+    void *addr;
+    uint64_t digest;
+} frame_cache[FRAME_CACHE];
+static pthread_mutex_t frame_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *self_base;
+
+static uint64_t frame_digest(void *addr) {
+    size_t slot = ((uintptr_t)addr >> 4) % FRAME_CACHE;
+    pthread_mutex_lock(&frame_lock);
+    if (frame_cache[slot].addr == addr) {
+        uint64_t d = frame_cache[slot].digest;
+        pthread_mutex_unlock(&frame_lock);
+        return d;
+    }
+    pthread_mutex_unlock(&frame_lock);
+    Dl_info info;
+    uint64_t d;
+    if (!dladdr(addr, &info) || !info.dli_fname) {
+        d = fnv(1469598103934665603ULL, "?", 1);
+    } else if (info.dli_fbase == self_base) {
+        d = 0;  /* our own frames: skipped */
+    } else {
+        const char *base = strrchr(info.dli_fname, '/');
+        base = base ? base + 1 : info.dli_fname;
+        /* the main program may be named "" by dladdr: all that matters is that it is stable */
+        uint64_t off = (uint64_t)((char *)addr - (char *)info.dli_fbase);
+        d = fnv(fnv(1469598103934665603ULL, base, strlen(base)), &off, sizeof off);
+    }
+    pthread_mutex_lock(&frame_lock);
+    frame_cache[slot].addr = addr;
+    frame_cache[slot].digest = d;
+    pthread_mutex_unlock(&frame_lock);
+    return d;
+}
+
 static uint64_t stack_hash(void) {
     void *frames[MAX_FRAMES];
     int n = backtrace(frames, MAX_FRAMES);
     uint64_t h = 1469598103934665603ULL;
-    Dl_info self;
-    dladdr((void *)stack_hash, &self);
     for (int i = 0; i < n; i++) {
-        Dl_info info;
-        if (!dladdr(frames[i], &info) || !info.dli_fname) {
-            h = fnv(h, "?", 1);
-            continue;
-        }
-        if (info.dli_fbase == self.dli_fbase)
-            continue;  /* our own frames */
-        const char *base = strrchr(info.dli_fname, '/');
-        base = base ? base + 1 : info.dli_fname;
-        /* the main program may be named "" by dladdr: all that matters is that it is stable */
-        h = fnv(h, base, strlen(base));
-        uint64_t off = (uint64_t)((char *)frames[i] - (char *)info.dli_fbase);
-        h = fnv(h, &off, sizeof off);
+        uint64_t d = frame_digest(frames[i]);
+        if (d)
+            h = fnv(h, &d, sizeof d);
     }
     return h;
 }
@@ -191,7 +221,12 @@ static void emit_line(const char *op, size_t size, const void *addr, uint64_t st
     errno = saved;
 }
 
-/* Register a new block's whole pages for write sampling (async write-protect). */
+/* Register a new block's whole pages for write sampling. They are not write-protected yet: a
+ * page the program touches becomes present without protection, the next scan reports it as
+ * written (present and unprotected) and protects it in the same call; a page never touched is
+ * not present and never reported. So a block's first writes cost no faults, a temporary freed
+ * within one period costs none at all, and each later period costs one minor fault per page
+ * written in it. */
 static void track(uint64_t addr, size_t size, uint64_t stack) {
     uint64_t start = (addr + PAGE - 1) & ~(PAGE - 1), end = (addr + size) & ~(PAGE - 1);
     if (end <= start)
@@ -199,9 +234,6 @@ static void track(uint64_t addr, size_t size, uint64_t stack) {
     struct uffdio_register reg = {.range = {start, end - start}, .mode = UFFDIO_REGISTER_MODE_WP};
     if (ioctl(uffd, UFFDIO_REGISTER, &reg))
         return;  /* not anonymous memory, or already registered: not sampled */
-    struct uffdio_writeprotect wp = {.range = {start, end - start}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-    if (ioctl(uffd, UFFDIO_WRITEPROTECT, &wp))
-        return;
     pthread_mutex_lock(&blocks_lock);
     if (nblocks < MAX_BLOCKS)
         blocks[nblocks++] = (struct block){start, end, stack};
@@ -231,7 +263,11 @@ static void scan(void) {
         while (from < blocks[i].end) {
             struct pm_scan_arg arg = {.size = sizeof arg, .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
                                       .start = from, .end = blocks[i].end, .vec = (uint64_t)(uintptr_t)vec,
-                                      .vec_len = 256, .category_mask = PAGE_IS_WRITTEN, .return_mask = PAGE_IS_WRITTEN};
+                                      .vec_len = 256,
+                                      /* written, present, and not the shared zero page (a read of a fresh page) */
+                                      .category_inverted = PAGE_IS_PFNZERO,
+                                      .category_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_PFNZERO,
+                                      .return_mask = PAGE_IS_WRITTEN};
             long n = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);
             if (n < 0)
                 break;
@@ -318,6 +354,9 @@ __attribute__((constructor)) static void memshim_init(void) {
         threshold = (size_t)strtoull(t, NULL, 10);
     void *prime[2];
     backtrace(prime, 2);  /* loads libgcc_s now, not inside the first logged allocation */
+    Dl_info self;
+    if (dladdr((void *)stack_hash, &self))
+        self_base = self.dli_fbase;
     const char *path = getenv("NEARFAAS_MEMSHIM_LOG");
     if (path && *path) {
         log_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -46,3 +46,12 @@ def test_summary_targets_and_the_cachegrind_parser():
 
 def test_one_numa_node_is_reported_as_skipped():
     assert porter.numa_nodes() >= 1
+
+
+def test_the_latency_curve_interpolates_in_log_size_and_clamps():
+    curve = {"64": 170.0, "256": 200.0, "1024": 330.0}
+    assert porter.fast_ns(curve, 256 << 20) == pytest.approx(200.0)
+    assert porter.fast_ns(curve, 512 << 20) == pytest.approx(265.0)  # halfway in log2 between 256 and 1024
+    assert porter.fast_ns(curve, 1 << 20) == 170.0 and porter.fast_ns(curve, 1 << 40) == 330.0
+    xs = [porter.fast_ns(curve, 2 ** k) for k in range(20, 34)]
+    assert xs == sorted(xs)  # a monotone curve stays monotone

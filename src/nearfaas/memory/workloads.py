@@ -20,7 +20,9 @@ misses from the full run's to get the kernel's.
 Known caveats:
 * The graph is generated, not downloaded (no dataset downloads here): R-MAT with the Graph500
   parameters (a, b, c) = (0.57, 0.19, 0.19), so degree skew is like the paper's Kronecker graphs.
-* Sizes are chosen for a 2-core, 24 GB machine: each footprint is tens to hundreds of MiB.
+* Sizes are chosen for a 2-core, 24 GB machine: the graphs (2^17 and 2^18 vertices, 16 edges
+  each) and the linpack matrix outgrow the 32 MiB last-level cache; each footprint is tens to
+  hundreds of MiB.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def rmat_graph(scale: int, edge_factor: int = 16, seed: int = 1):
 def _pagerank(scale):
     import numpy as np
 
-    g = rmat_graph(16 + int(scale))
+    g = rmat_graph(17 + int(scale))
     out_deg = np.maximum(np.asarray(g.sum(axis=1)).ravel(), 1.0)
     gt = g.T.tocsr()
 
@@ -73,7 +75,7 @@ def _pagerank(scale):
 def _bfs(scale):
     from scipy.sparse.csgraph import breadth_first_order
 
-    g = rmat_graph(17 + int(scale))
+    g = rmat_graph(18 + int(scale))
 
     def kernel():  # ten searches from ten roots: one alone is over in a few sampling periods
         return sum(int(breadth_first_order(g, root, directed=True, return_predecessors=False).size)
@@ -85,7 +87,7 @@ def _bfs(scale):
 def _linpack(scale):
     import numpy as np
 
-    n = int(1500 * scale ** 0.5)
+    n = int(2500 * scale ** 0.5)
     rng = np.random.default_rng(2)
     a, b = rng.random((n, n)), rng.random(n)
     return (lambda: float(np.linalg.solve(a, b)[0])), a.nbytes
