@@ -44,6 +44,17 @@ def test_a_profiled_function_reports_its_allocations_and_hints(cluster, scratch)
                                 ["memory", "hints", "memhog", "--json", "--state", str(cluster.state_dir)])
     assert result.exit_code == 0, result.output
     assert '"tier"' in result.stdout
+    result = CliRunner().invoke(__import__("nearfaas.cli", fromlist=["main"]).main,
+                                ["twin", "tiers", "memhog", "--json", "--state", str(cluster.state_dir)])
+    assert result.exit_code == 0, result.output
+    policies = __import__("json").loads(result.stdout)
+    from nearfaas.memory.tiersim import POLICIES
+
+    assert set(policies) == set(POLICIES)
+    assert policies["all-dram"]["slowdown"] == pytest.approx(0.0) and policies["all-cxl"]["slow_tier_bytes_share"] == 1.0
+    assert policies["oracle"]["slowdown"] <= policies["all-cxl"]["slowdown"]
+    bad = cluster.http.get(f"{cluster.url}/system/memory/memhog/tiers?dram_share=7", timeout=30)
+    assert bad.status_code == 400 and "dram_share" in bad.text
 
 
 def test_refusals(cluster, scratch):

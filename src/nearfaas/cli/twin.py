@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nearfaas.cli.common import WIDTH, console, err
+from nearfaas.cli.common import WIDTH, common_gateway, common_state, console, err
 from nearfaas.present import print_speedups
 
 
@@ -236,3 +236,40 @@ def stream_cmd(sizes, concurrency, concurrency_size, results_path, no_ranges, as
         console.print(t)
     err.print(escape("modelled = the stream twin (src/nearfaas/twin/stream.py, docs/stream-twin.md): nominal, and min-max "
                      "over every corner of the swept constants; measured = benchmarks/results/stream_topk.json (this machine)"))
+
+
+@twin.command("tiers")
+@click.argument("function")
+@click.option("--delta-ns", type=click.FloatRange(0, 10_000), default=70.0, show_default=True,
+              help="the slow tier's extra latency over DRAM (the paper sweeps 70, 150, 250 ns)")
+@click.option("--dram-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="DRAM cap as a share of the function's footprint")
+@click.option("--boundness", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="share of the function's time stalled on memory (benchmarks/porter.py measures it per workload)")
+@click.option("--fast-ns", type=click.FloatRange(1, 10_000), default=200.0, show_default=True,
+              help="DRAM latency of an LLC-missing access (benchmarks/porter.py calibrates it: ~200 ns here)")
+@click.option("--json", "as_json", is_flag=True, help="print per policy {slowdown, slow_tier_bytes_share} as JSON")
+@common_state
+@common_gateway
+def tiers_cmd(function, delta_ns, dram_share, boundness, fast_ns, as_json, state, gateway):
+    """Project a deployed, profiled FUNCTION onto a slower memory tier (CXL): every tier policy
+    (all-DRAM, all-CXL, first-touch, interleave, TPP-like, Porter hints with and without migration,
+    oracle) replayed over its recorded runs' sampled writes (modelled; reads are not sampled here,
+    so slowdowns are lower bounds). Profile it first: x-nearfaas: {memory: {profile: true}}."""
+    from nearfaas.cli.common import fail, gateway_url, http
+
+    query = f"delta_ns={delta_ns}&dram_share={dram_share}&boundness={boundness}&fast_ns={fast_ns}"
+    resp = http(state, "GET", f"{gateway_url(state, gateway)}/system/memory/{function}/tiers?{query}")
+    if resp.status_code != 200:
+        fail(f"tiers of {function!r} refused ({resp.status_code}): {resp.text.strip()}")
+    doc = resp.json()
+    if as_json:
+        click.echo(json.dumps(doc["policies"], indent=2))
+        return
+    t = Table(title=f"{function}: {doc['runs']} profiled runs, delta {delta_ns:g} ns, DRAM <= {dram_share:.0%} (modelled)")
+    for col in ("policy", "slowdown vs all-DRAM", "bytes on the slow tier"):
+        t.add_column(col)
+    for p, v in doc["policies"].items():
+        t.add_row(p, "-" if v["slowdown"] is None else f"{v['slowdown'] * 100:.2f}%",
+                  "-" if v["slow_tier_bytes_share"] is None else f"{v['slow_tier_bytes_share'] * 100:.0f}%")
+    console.print(t)

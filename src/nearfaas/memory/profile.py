@@ -112,3 +112,45 @@ def read_profiles(folder: Path, period_ms: float) -> list[dict]:
             entry["error"] = str(exc)
         out.append(entry)
     return out
+
+
+def simulate_runs(folder: Path, period_ms: float, delta_ns: float, dram_share: float, boundness: float,
+                  fast_ns: float = 200.0) -> list[dict]:
+    """Every tier policy over each ``<instance>.log`` in ``folder`` (memory/tiersim.py): the
+    run's sampled writes as the trace, its logged span as the all-DRAM time, Porter's hint
+    learned from the *other* runs when there are any (from this run alone otherwise, and said)."""
+    from nearfaas.memory import tiersim
+    from nearfaas.memory.shim import to_trace
+
+    traces = {}
+    for log in sorted(Path(folder).glob("*.log")) if Path(folder).is_dir() else []:
+        try:
+            events = read_log(log, MAX_LOG_BYTES)
+        except (LogError, OSError):
+            continue
+        if events:
+            span = max(1e-9, (events[-1].t_ns - events[0].t_ns) / 1e9)
+            traces[log.stem] = to_trace(events, period_ms, base_s=span, boundness=boundness)
+    out = []
+    for name, trace in traces.items():
+        others = [t for n, t in traces.items() if n != name]
+        learned = tiersim.hint(_union(others)) if others else tiersim.hint(trace)
+        cfg = tiersim.TierConfig(dram_pages=int(dram_share * len(trace.pages())), delta_ns=delta_ns, fast_ns=fast_ns)
+        results = {p: tiersim.simulate(trace, p, cfg, learned if p.startswith("porter") else None) for p in tiersim.POLICIES}
+        out.append({"instance": name, "footprint_pages": len(trace.pages()), "epochs": len(trace.epochs),
+                    "hint_from": "other runs" if others else "this run (only one profiled)",
+                    "policies": {p: {"slowdown": r.slowdown, "slow_tier_bytes_share": r.slow_tier_page_share}
+                                 for p, r in results.items()}})
+    return out
+
+
+def _union(traces: list):
+    """One trace holding every run's owners and epochs (for a hint learned from several runs)."""
+    from nearfaas.memory.tiersim import Trace
+
+    owner, epochs = {}, []
+    for i, t in enumerate(traces):
+        shift = i << 40  # runs' pages never collide: each run's addresses are its own
+        owner |= {p + shift: o for p, o in t.owner.items()}
+        epochs += [{p + shift: n for p, n in e.items()} for e in t.epochs]
+    return Trace(epochs=epochs, owner=owner)

@@ -74,6 +74,7 @@ class NodeAgent:
         app.router.add_delete(f"{INTERNAL}/workers/{{id}}", self.stop_worker)
         app.router.add_get(f"{INTERNAL}/logs/{{name}}", self.logs)
         app.router.add_get(f"{INTERNAL}/memory/{{name}}", self.memory_profiles)
+        app.router.add_get(f"{INTERNAL}/memory/{{name}}/tiers", self.memory_tiers)
         app.router.add_get("/metrics", self.metrics)
         if self.s3 is not None:
             from nearfaas.node.replica_api import add_replica_routes
@@ -141,6 +142,26 @@ class NodeAgent:
             return web.json_response({"error": f"{name!r} is not a function name"}, status=400)
         found = await asyncio.to_thread(read_profiles, self.pools.memory_log_dir(name), period)
         return web.json_response({"node": self.name, "function": name, "instances": found})
+
+    async def memory_tiers(self, request: web.Request) -> web.Response:
+        """Every tier policy over each profiled run of a function on this node (memory/tiersim.py),
+        priced at ?delta_ns=&dram_share=&boundness=&fast_ns=&period_ms=."""
+        from nearfaas.memory.profile import simulate_runs
+
+        name = request.match_info["name"]
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", name) or ".." in name:
+            return web.json_response({"error": f"{name!r} is not a function name"}, status=400)
+        args = {}
+        for key, lo, hi in (("period_ms", 0.1, 1e4), ("delta_ns", 0, 1e4), ("dram_share", 0, 1), ("boundness", 0, 1),
+                            ("fast_ns", 1, 1e4)):
+            try:
+                args[key] = float(request.query[key])
+                if not lo <= args[key] <= hi:
+                    raise ValueError
+            except (KeyError, ValueError):
+                return web.json_response({"error": f"{key}: required, a number from {lo:g} to {hi:g}"}, status=400)
+        runs = await asyncio.to_thread(simulate_runs, self.pools.memory_log_dir(name), **args)
+        return web.json_response({"node": self.name, "function": name, "runs": runs})
 
     async def tabular_stats(self, request: web.Request) -> web.Response:
         """Column statistics of this node's tabular objects under ?bucket=&prefix= (node/tabular_stats.py)."""
