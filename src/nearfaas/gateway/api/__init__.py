@@ -19,6 +19,7 @@ from nearfaas.gateway.api.common import new_call_id, on_prepare, stamp_calls
 from nearfaas.gateway.api.functions import FunctionsAPI, UidAllocator
 from nearfaas.gateway.api.invoke import InvokeAPI
 from nearfaas.gateway.api.secrets import SecretsAPI
+from nearfaas.gateway.api.memory import MemoryAPI
 from nearfaas.gateway.api.system import SystemAPI
 from nearfaas.gateway.async_queue import AsyncQueue
 from nearfaas.gateway.fastpath import FastPath
@@ -36,12 +37,13 @@ class OpenFaaSAPI:
         self.functions = FunctionsAPI(self.invoker, self.fastpath, state_dir, handler_roots)
         self.secrets = SecretsAPI(state_dir)
         self.system = SystemAPI(self.invoker, nodes, metrics)
+        self.memory = MemoryAPI(self.invoker, nodes)
         # The hooks the app hands to the S3 front end and the admin guard.
         self.object_created = self.invocations.object_created
         self.requires_auth = self.invocations.requires_auth
 
     def routes(self, app: web.Application) -> None:
-        for part in (self.system, self.functions, self.secrets, self.invocations):
+        for part in (self.system, self.memory, self.functions, self.secrets, self.invocations):
             part.routes(app.router)
 
     async def restore(self) -> None:

@@ -1,5 +1,5 @@
-"""/healthz, /metrics, /system/info, /system/openapi.json, /system/nodes, /system/logs,
-/system/memory/{name}: the gateway and its nodes as the operator sees them."""
+"""/healthz, /metrics, /system/info, /system/openapi.json, /system/nodes, /system/logs: the
+gateway and its nodes as the operator sees them."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ class SystemAPI:
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/logs", self.logs)
         r.add_get("/system/nodes", self.list_nodes)
-        r.add_get("/system/memory/{name}", self.memory)
-        r.add_get("/system/memory/{name}/tiers", self.memory_tiers)
         r.add_post("/system/nodes/{name}/accelerator", self.set_accelerator)
 
     async def healthz(self, request):
@@ -66,81 +64,6 @@ class SystemAPI:
         lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
                              "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
         return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
-
-    async def memory(self, request):
-        """A profiled function's memory profiles from every node (x-nearfaas.memory.profile, read
-        by memory/profile.py on each node), and Porter's hints learned from all of them."""
-        from nearfaas.gateway.nodes import NodeError
-        from nearfaas.memory.profile import hints
-
-        name = request.match_info["name"]
-        state = self.invoker.functions.get(name)
-        if state is None:
-            return error(404, f"function {name!r} not found")
-        memory = state.options.memory or {}
-        if not memory.get("profile"):
-            return error(409, f"function {name!r} is not profiled: add x-nearfaas: {{memory: {{profile: true}}}} to its "
-                              "stack file and deploy it again")
-        try:
-            share = float(request.query.get("dram_share", 0.5))
-            if not 0 <= share <= 1:
-                raise ValueError
-        except ValueError:
-            return error(400, "dram_share: the share of the footprint DRAM may hold, between 0 and 1")
-        period = memory.get("sample_ms") or 10
-        runs = []
-        for node in self.nodes.nodes.values():
-            if not node.healthy:
-                continue
-            try:
-                body = await self.nodes.call(node.name, "GET", f"/_nearfaas/memory/{name}?period_ms={period}", timeout=30)
-            except NodeError:
-                continue
-            runs += [dict(r, node=node.name) for r in body.get("instances", [])]
-        profiles = [r["profile"] for r in runs if "profile" in r]
-        return web.json_response({"function": name, "sample_ms": period, "runs": runs, "dram_share": share,
-                                  "hints": hints(profiles, share),
-                                  "label": "measured: allocations and sampled writes (memory shim); hints: modelled "
-                                           "(Porter's tuner: hottest stacks on DRAM up to dram_share of the footprint)"})
-
-    async def memory_tiers(self, request):
-        """Every tier policy (memory/tiersim.py) over a profiled function's recorded runs, on the
-        nodes that hold them; per policy the mean slowdown and slow-tier share over the runs."""
-        from nearfaas.gateway.nodes import NodeError
-        from nearfaas.memory.tiersim import POLICIES
-
-        name = request.match_info["name"]
-        state = self.invoker.functions.get(name)
-        if state is None:
-            return error(404, f"function {name!r} not found")
-        memory = state.options.memory or {}
-        if not memory.get("profile"):
-            return error(409, f"function {name!r} is not profiled: add x-nearfaas: {{memory: {{profile: true}}}} to its "
-                              "stack file and deploy it again")
-        defaults = {"delta_ns": 70.0, "dram_share": 0.5, "boundness": 0.5, "fast_ns": 200.0}
-        try:
-            args = {k: float(request.query.get(k, v)) for k, v in defaults.items()}
-        except ValueError:
-            return error(400, "delta_ns, dram_share, boundness and fast_ns must be numbers")
-        query = "&".join(f"{k}={v}" for k, v in args.items()) + f"&period_ms={memory.get('sample_ms') or 10}"
-        runs = []
-        for node in self.nodes.nodes.values():
-            if not node.healthy:
-                continue
-            try:
-                body = await self.nodes.call(node.name, "GET", f"/_nearfaas/memory/{name}/tiers?{query}", timeout=60)
-            except NodeError as exc:
-                if getattr(exc, "status", 0) == 400:
-                    return error(400, str(exc))
-                continue
-            runs += [dict(r, node=node.name) for r in body.get("runs", [])]
-        mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-        policies = {p: {"slowdown": mean([r["policies"][p]["slowdown"] for r in runs]),
-                        "slow_tier_bytes_share": mean([r["policies"][p]["slow_tier_bytes_share"] for r in runs])}
-                    for p in POLICIES}
-        return web.json_response({"function": name, "runs": len(runs), "policies": policies, "per_run": runs, **args,
-                                  "label": "modelled: the tier simulator over the function's sampled writes (reads unseen: "
-                                           "slowdowns are lower bounds); boundness and fast_ns are inputs, not measured here"})
 
     def _node_status(self, node) -> dict:
         accel = node.cls == "dscs"
