@@ -193,7 +193,7 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 setattr(opts, flag, parse_bool(m[flag]))
             except ValueError as exc:
                 c.error(join_path(path, flag), str(exc), "write true or false")
-    if "memory" in m:
+    if m.get("memory") is not None:
         opts.memory = _parse_memory(m["memory"], join_path(path, "memory"), c)
     if m.get("target") is not None or m.get("fastpath") is not None or m.get("stream") is not None:
         _parse_fastpath(m, path, opts, c)
