@@ -17,7 +17,9 @@
  *          return address does. Frames inside this library are skipped.
  * malloc/calloc/realloc/free are logged at or above $NEARFAAS_MEMSHIM_THRESHOLD bytes (default
  * 131072, glibc's mmap threshold: the blocks that own whole pages); mmap/munmap/brk/sbrk called
- * by the program always are.
+ * by the program always are. The log stops at $NEARFAAS_MEMSHIM_MAX_BYTES (default 64 MiB; a
+ * long-lived worker sampling every few milliseconds must not fill the node's disk), with one
+ * last line "0 full 0 0x0 0000000000000000" saying so.
  *
  * Write sampling (Porter's access profiler, without a PMU): with $NEARFAAS_MEMSHIM_SAMPLE_MS > 0
  * every logged block is registered with a userfaultfd in asynchronous write-protect mode, and
@@ -92,6 +94,9 @@ extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 
 static int log_fd = -1;
+static unsigned long long max_log_bytes = 64ULL << 20;
+static unsigned long long log_bytes;  /* written so far (approximate under threads: a cap, not an account) */
+static int log_full;
 static int uffd = -1, pagemap_fd = -1;
 static long sample_ms;
 static struct block blocks[MAX_BLOCKS];
@@ -216,7 +221,17 @@ static void emit_line(const char *op, size_t size, const void *addr, uint64_t st
     *p++ = ' ';
     put_u64(&p, stack, 1, 16);
     *p++ = '\n';
-    ssize_t unused = write(log_fd, line, (size_t)(p - line));
+    size_t n_line = (size_t)(p - line);
+    if (log_full || __atomic_add_fetch(&log_bytes, n_line, __ATOMIC_RELAXED) > max_log_bytes) {
+        if (!__atomic_exchange_n(&log_full, 1, __ATOMIC_RELAXED)) {
+            static const char full[] = "0 full 0 0x0 0000000000000000\n";
+            ssize_t unused = write(log_fd, full, sizeof full - 1);
+            (void)unused;
+        }
+        errno = saved;
+        return;
+    }
+    ssize_t unused = write(log_fd, line, n_line);
     (void)unused;
     errno = saved;
 }
@@ -352,6 +367,9 @@ __attribute__((constructor)) static void memshim_init(void) {
     const char *t = getenv("NEARFAAS_MEMSHIM_THRESHOLD");
     if (t && *t)
         threshold = (size_t)strtoull(t, NULL, 10);
+    const char *cap = getenv("NEARFAAS_MEMSHIM_MAX_BYTES");
+    if (cap && *cap)
+        max_log_bytes = strtoull(cap, NULL, 10);
     void *prime[2];
     backtrace(prime, 2);  /* loads libgcc_s now, not inside the first logged allocation */
     Dl_info self;

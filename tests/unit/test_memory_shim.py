@@ -102,3 +102,16 @@ def test_without_a_log_path_the_program_still_runs(built):
 def test_bad_log_lines_are_named(line, words):
     with pytest.raises(shim.LogError, match=words):
         shim.parse_line(line, "t.log:3")
+
+
+def test_the_log_stops_at_its_cap_and_says_so(built, tmp_path):
+    """A long-lived sampled worker must not fill the node's disk: the shim stops at its cap."""
+    log = tmp_path / "capped.log"
+    env = shim.shim_env(log, sample_ms=2, max_bytes=300)
+    proc = subprocess.run([str(built / "heat_probe")], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert log.stat().st_size <= 300 + 100 + len(shim.FULL)  # the cap, one line in flight, the marker
+    assert shim.log_full(log) and log.read_text().endswith(shim.FULL)
+    assert all(e.op != "full" for e in shim.read_log(log))
+    _, events = shim.run_logged([str(built / "alloc_probe"), "1"], tmp_path / "uncapped.log")
+    assert not shim.log_full(tmp_path / "uncapped.log") and len(events) == 6

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from pathlib import Path
 
-from nearfaas.memory.shim import ALLOCATES, PAGE, Event, LogError, read_log
+from nearfaas.memory.shim import ALLOCATES, DEFAULT_MAX_BYTES, PAGE, Event, LogError, log_full, read_log
 
-MAX_LOG_BYTES = 256 << 20  # a log past this is summarized from its first 256 MiB, and says so
+MAX_LOG_BYTES = DEFAULT_MAX_BYTES  # what the shim writes at most; a larger file is read that far
 
 
 @dataclass
@@ -107,7 +107,7 @@ def read_profiles(folder: Path, period_ms: float) -> list[dict]:
         try:
             events = read_log(log, MAX_LOG_BYTES)
             entry["profile"] = summarize(events, period_ms)
-            entry["truncated"] = entry["bytes"] > MAX_LOG_BYTES
+            entry["truncated"] = entry["bytes"] > MAX_LOG_BYTES or log_full(log)
         except (LogError, OSError) as exc:
             entry["error"] = str(exc)
         out.append(entry)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parents[3] / "native" / "memshim"
 LIBRARY = "libnearfaas_memshim.so"
-OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch")
+OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch", "full")
+FULL = "0 full 0 0x0 0000000000000000\n"  # the shim's last line once its log reached NEARFAAS_MEMSHIM_MAX_BYTES
 ALLOCATES = ("malloc", "calloc", "realloc", "mmap", "brk", "sbrk")
 RELEASES = ("free", "munmap")
 DEFAULT_THRESHOLD = 131072  # glibc's mmap threshold: blocks that own whole pages
@@ -64,13 +65,19 @@ def library_path() -> Path:
     return lib
 
 
-def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0) -> dict:
+DEFAULT_MAX_BYTES = 64 << 20  # a profiled worker's log stops here (the node's disk is shared)
+
+
+def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0,
+             max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     """``base`` (default: this process's environment) plus what preloads the shim, names its log
-    and, with ``sample_ms`` > 0, turns on write sampling every that many milliseconds."""
+    (capped at ``max_bytes``) and, with ``sample_ms`` > 0, turns on write sampling every that
+    many milliseconds."""
     env = dict(os.environ if base is None else base)
     preload = " ".join(p for p in (str(library_path()), env.get("LD_PRELOAD", "")) if p)
     return env | {"LD_PRELOAD": preload, "NEARFAAS_MEMSHIM_LOG": str(log_path),
-                  "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold)), "NEARFAAS_MEMSHIM_SAMPLE_MS": str(int(sample_ms))}
+                  "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold)), "NEARFAAS_MEMSHIM_SAMPLE_MS": str(int(sample_ms)),
+                  "NEARFAAS_MEMSHIM_MAX_BYTES": str(int(max_bytes))}
 
 
 def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHOLD, timeout: float = 60,
@@ -85,7 +92,8 @@ def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHO
 
 def read_log(path: Path, max_bytes: int | None = None) -> list[Event]:
     """The events of a shim log, in the order written (the first ``max_bytes``, whole lines;
-    a last line cut short by a writer still running is left out)."""
+    a last line cut short by a writer still running is left out, and so is the shim's "full"
+    marker: ``log_full`` tells whether it stopped early)."""
     events = []
     read = 0
     with open(path, encoding="ascii", errors="replace") as f:
@@ -93,8 +101,20 @@ def read_log(path: Path, max_bytes: int | None = None) -> list[Event]:
             read += len(line)
             if (max_bytes is not None and read > max_bytes) or not line.endswith("\n"):
                 break
-            events.append(parse_line(line, f"{path}:{n}"))
+            event = parse_line(line, f"{path}:{n}")
+            if event.op != "full":
+                events.append(event)
     return events
+
+
+def log_full(path: Path) -> bool:
+    """Whether the shim stopped writing ``path`` at its size cap (its last line is the marker)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - len(FULL)))
+            return f.read().decode("ascii", "replace") == FULL
+    except OSError:
+        return False
 
 
 def parse_line(line: str, where: str = "line") -> Event:
