@@ -329,9 +329,9 @@ def _choice(times: dict) -> str:
     return min((v, i, k) for i, (k, v) in enumerate(times.items()) if v is not None)[2]
 
 
-def _host_side(text: str, entry: dict, repeats: int) -> tuple[dict, object, object]:
+def _host_side(tree, entry: dict, repeats: int) -> tuple[dict, object, object]:
     """The push-back side's host exec, the host's result, and the query's cut (None: no cut)."""
-    tree, src = sql.parse(text), {"particles": entry["table"]}
+    src = {"particles": entry["table"]}
     with cm.one_thread():
         exec_s, result = _timed(lambda: sql.execute(tree, src), repeats)
     return {"transfer_loopback_s": entry["object_loopback_s"], "deserialize_s": entry["host_open_s"],
@@ -360,7 +360,8 @@ def measure(text: str, entry: dict, node: StorageNode, sink, payload, policy, cp
     import pyarrow as pa
 
     off = node.ask("query", entry["name"], text, repeats)
-    pushback, result, cut = _host_side(text, entry, repeats)
+    tree = sql.parse(text)
+    pushback, result, cut = _host_side(tree, entry, repeats)
     buf = cm.ipc_stream(result)
     with cm.one_thread():
         deser_s = cm.timeit(lambda: pa.ipc.open_stream(buf).read_all(), 3)
@@ -372,7 +373,6 @@ def measure(text: str, entry: dict, node: StorageNode, sink, payload, policy, cp
            "results_agree": off["rows"] == result.num_rows and off["result_bytes"] == buf.size, "profiles": {}, "_views": {}}
     if cut is not None:
         rec["partial"] = _partial_side(cut, entry, node, sink, payload, repeats)
-    tree = sql.parse(text)
     for prof in PROFILES:
         t0 = time.perf_counter()
         view = query_view(tree, {"particles": entry["stats"]}, entry["bytes"], link=prof, node_cpus=cpus)

@@ -32,6 +32,7 @@ Known caveats:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -159,11 +160,16 @@ def measure(name: str, scale: float, repeats: int, sample_ms: int, folder: Path)
             "_half": (half_log, (half["kernel_start_ns"], half["kernel_end_ns"]))}
 
 
-def simulate(rec: dict, sample_ms: int, dram_share: float, bound: float) -> dict:
-    """Every policy at every Δ over the workload's kernel-window trace, Porter hinted by the half run."""
-    events = shim.read_log(rec["_log"])
-    trace = shim.to_trace(events, sample_ms, base_s=rec["median_s"]["plain"], boundness=bound,
-                          start_ns=rec["_window"][0], end_ns=rec["_window"][1])
+def kernel_trace(rec: dict, sample_ms: int) -> tiersim.Trace:
+    """The sampled run's log cut to the kernel's window, priced at the plain run's time."""
+    return shim.to_trace(shim.read_log(rec["_log"]), sample_ms, base_s=rec["median_s"]["plain"],
+                         start_ns=rec["_window"][0], end_ns=rec["_window"][1])
+
+
+def simulate(rec: dict, sample_ms: int, dram_share: float, bound: float, trace: tiersim.Trace | None = None) -> dict:
+    """Every policy at every Δ over the workload's kernel-window trace (``kernel_trace`` unless
+    given), Porter hinted by the half run."""
+    trace = dataclasses.replace(trace or kernel_trace(rec, sample_ms), boundness=bound)
     half_log, window = rec["_half"]
     learned = tiersim.hint(shim.to_trace(shim.read_log(half_log), sample_ms, start_ns=window[0], end_ns=window[1]))
     footprint = len(trace.pages())
@@ -191,15 +197,14 @@ def run(names=workloads.NAMES, scale: float = 1.0, repeats: int = 5, sample_ms: 
         for name in names:
             say(f"{name}: plain, shim, sampled x {repeats}")
             rec = measure(name, scale, repeats, sample_ms, folder)
-            events = shim.read_log(rec["_log"])
-            pages = len(shim.to_trace(events, sample_ms, start_ns=rec["_window"][0], end_ns=rec["_window"][1]).pages())
-            rec["fast_ns"] = fast_ns(cal["latency_ns_by_mib"], pages * shim.PAGE)  # the latency at this footprint
+            trace = kernel_trace(rec, sample_ms)  # the log is read once: its footprint prices the latency
+            rec["fast_ns"] = fast_ns(cal["latency_ns_by_mib"], len(trace.pages()) * shim.PAGE)
             b = boundness(name, scale, rec["fast_ns"], rec["median_s"]["plain"], folder) if cachegrind else \
                 {"boundness": None, "why": "--no-cachegrind"}
             rec["boundness"] = b
             if b["boundness"] is not None:
                 say(f"{name}: simulating ({b['boundness']:.2f} bound)")
-                rec["tiers"] = simulate(rec, sample_ms, dram_share, b["boundness"])
+                rec["tiers"] = simulate(rec, sample_ms, dram_share, b["boundness"], trace)
             for k in [k for k in rec if k.startswith("_")]:
                 del rec[k]
             results.append(rec)
