@@ -65,3 +65,19 @@ def test_refusals(cluster, scratch):
     assert requests.get(f"{cluster.url}/system/memory/plain-echo", timeout=30).status_code == 401
     node = next(n for n in cluster.layout["nodes"] if n["kind"] == "compute")
     assert requests.get(f"{node['url']}/_nearfaas/memory/plain-echo", timeout=10).status_code == 401
+
+
+def test_another_function_cannot_read_a_profiled_functions_logs(cluster, scratch):
+    """Second tenant: the logs sit in the node's state, which every worker's jail hides; a
+    hostile function handed their exact paths can neither read nor list them."""
+    assert scratch("memhog2", FUNCTIONS / "memhog", **{"x-nearfaas": {"memory": {"profile": True}}}).status_code < 300
+    assert cluster.http.post(f"{cluster.url}/function/memhog2", data=b"", timeout=60).status_code == 200
+    logs = sorted(cluster.state_dir.glob("nodes/*/memory/memhog2/*.log"))
+    assert logs, "the profiled worker wrote no log"
+    assert scratch("snooper", FUNCTIONS / "hostile").status_code < 300
+    resp = cluster.http.post(f"{cluster.url}/function/snooper", json={"paths": [str(p) for p in logs],
+                                                                        "dirs": [str(logs[0].parent)]}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    seen = resp.json()
+    assert all(not v.startswith("read") for v in seen["read"].values()), seen["read"]
+    assert all(isinstance(v, str) and "Error" in v for v in seen["list"].values()), seen["list"]

@@ -115,3 +115,21 @@ def test_the_log_stops_at_its_cap_and_says_so(built, tmp_path):
     assert all(e.op != "full" for e in shim.read_log(log))
     _, events = shim.run_logged([str(built / "alloc_probe"), "1"], tmp_path / "uncapped.log")
     assert not shim.log_full(tmp_path / "uncapped.log") and len(events) == 6
+
+
+def test_a_worker_killed_mid_run_leaves_a_readable_log(built, tmp_path):
+    """SIGKILL while the shim samples: every line written is whole (one write(2) each), and a
+    line cut short by a dying writer is left out rather than failing the read."""
+    import signal
+    import time
+
+    log = tmp_path / "killed.log"
+    proc = subprocess.Popen([str(built / "heat_probe")], env=shim.shim_env(log, sample_ms=2), stdout=subprocess.DEVNULL)
+    time.sleep(0.2)  # inside phase a: writing, sampled
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    events = shim.read_log(log)
+    assert [e.op for e in events[:2]] == ["malloc", "malloc"] and any(e.op == "touch" for e in events)
+    with open(log, "a") as f:
+        f.write("123 touch 40")  # what a writer killed mid-line would leave
+    assert shim.read_log(log) == events

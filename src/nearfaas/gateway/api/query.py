@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -290,10 +291,7 @@ def _predicted(preds: list) -> str:
     """X-Nearfaas-Predicted for a query over many objects: the engine's choices and reasons
     counted, and the predicted time of the chosen sides summed where it predicted one."""
     def counts(values):
-        tally: dict[str, int] = {}
-        for v in values:
-            tally[v] = tally.get(v, 0) + 1
-        return ",".join(f"{k}:{v}" for k, v in sorted(tally.items()))
+        return ",".join(f"{k}:{v}" for k, v in sorted(Counter(values).items()))
 
     chosen = [{"offload": p.offload_s, "partial": p.partial_s, "push-back": p.pushback_s}.get(p.choice) for p in preds]
     known = [c for c in chosen if c is not None]
