@@ -148,12 +148,16 @@ class QueryAPI:
             raise QueryError(404, f"source: no objects under s3://{bucket}/{prefix}")
         whole, planner = _distributive(tree), self.backend.planner
         nodes = [await self.backend.query_node(bucket, info.key) for info in listing]
-        plans = await asyncio.gather(*(planner.plan_query(bucket, info.key, node, tree, whole) if node else _no_plan()
-                                       for info, node in zip(listing, nodes, strict=True)))
+        gate, placed = asyncio.Semaphore(4), {}  # at most 4 objects' calls to the nodes at once
+
+        async def plan(key: str, node: str | None):
+            async with gate:
+                return await planner.plan_query(bucket, key, node, tree, whole) if node else await _no_plan()
+
+        plans = await asyncio.gather(*(plan(info.key, node) for info, node in zip(listing, nodes, strict=True)))
         cut = next((c for _, c in plans if c is not None), None)
         if not whole and cut is None:
             return None
-        gate, placed = asyncio.Semaphore(4), {}
 
         async def one(key: str, node: str | None, choice: str) -> pa.Table:
             async with gate:
