@@ -21,20 +21,11 @@
  * long-lived worker sampling every few milliseconds must not fill the node's disk), with one
  * last line "0 full 0 0x0 0000000000000000" saying so.
  *
- * Write sampling (Porter's access profiler, without a PMU): with $NEARFAAS_MEMSHIM_SAMPLE_MS > 0
- * every logged block is registered with a userfaultfd in asynchronous write-protect mode, and
- * a thread of the shim asks the kernel every period which of its pages were written since the
- * last ask (PAGEMAP_SCAN on /proc/self/pagemap, which re-protects them in the same call). Each
- * run of written pages becomes a line
- *     <t_ns> touch <bytes> <addr> <stack of the block it lies in>
- * so the heat map comes already joined with the allocation that owns it. No signal handler and
- * no mprotect: the kernel resolves the write faults itself (a minor fault per page per period),
- * and a system call writing into a sampled page works as before. Needs Linux >= 6.7; where the
- * kernel refuses, the shim says so once on stderr and logs allocations only.
+ * Sampling (Porter's access profiler, without a PMU) lives in sampler.c: with
+ * $NEARFAAS_MEMSHIM_SAMPLE_MS > 0 every logged block is watched, and "touch" (written) and
+ * "access" (read or written) lines join the log, each carrying the stack of its block.
  *
  * Known caveats:
- * - Reads are not seen: this kernel offers no young-bit or idle-page interface (docs/memory.md),
- *   so "hot" here means written. A block only ever read looks cold.
  * - glibc's malloc calls its internal mmap/brk, which no preload can see: those blocks are
  *   logged as the malloc that caused them, which is what the tuner wants.
  * - backtrace() allocates on its first call (it loads libgcc_s): a thread-local guard makes any
@@ -45,10 +36,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <linux/userfaultfd.h>
 #include <pthread.h>
-#include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -61,32 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "memshim.h"
+
 #define MAX_FRAMES 24
-#define MAX_BLOCKS 4096
-#define PAGE 4096UL
-
-/* The kernel ABI of PAGEMAP_SCAN and asynchronous userfaultfd write-protect (Linux 6.7), which
- * this system's headers predate. */
-struct pm_scan_arg {
-    uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-    uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-struct page_region {
-    uint64_t start, end, categories;
-};
-#define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
-#define PM_SCAN_WP_MATCHING (1UL << 0)
-#define PM_SCAN_CHECK_WPASYNC (1UL << 1)
-#define PAGE_IS_WRITTEN (1UL << 1)
-#define PAGE_IS_PRESENT (1UL << 3)
-#define PAGE_IS_PFNZERO (1UL << 5)
-#define FEATURE_WP_UNPOPULATED (1ULL << 13)
-#define FEATURE_WP_ASYNC (1ULL << 15)
-
-struct block {
-    uint64_t start, end;  /* whole pages inside the block */
-    uint64_t stack;
-};
 
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
@@ -97,16 +62,11 @@ static int log_fd = -1;
 static unsigned long long max_log_bytes = 64ULL << 20;
 static unsigned long long log_bytes;  /* written so far (approximate under threads: a cap, not an account) */
 static int log_full;
-static int uffd = -1, pagemap_fd = -1;
-static long sample_ms;
-static struct block blocks[MAX_BLOCKS];
-static int nblocks;
-static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static size_t threshold = 131072;
-static __thread int busy;  /* inside the shim on this thread: pass everything through */
+__thread int busy;
 
-static void *(*next_mmap)(void *, size_t, int, int, int, off_t);
-static int (*next_munmap)(void *, size_t);
+void *(*next_mmap)(void *, size_t, int, int, int, off_t);
+int (*next_munmap)(void *, size_t);
 static int (*next_brk)(void *);
 static void *(*next_sbrk)(intptr_t);
 
@@ -187,8 +147,6 @@ static void put_u64(char **p, uint64_t v, int hex, int width) {
 
 /* Formats without printf (which may allocate) and writes one line in one write(2): lines from
  * several threads never interleave (O_APPEND, under PIPE_BUF bytes). */
-static void emit_line(const char *op, size_t size, const void *addr, uint64_t stack);
-static void track(uint64_t addr, size_t size, uint64_t stack);
 
 static void emit(const char *op, size_t size, const void *addr) {
     if (log_fd < 0)
@@ -196,13 +154,13 @@ static void emit(const char *op, size_t size, const void *addr) {
     busy = 1;
     uint64_t h = stack_hash();
     emit_line(op, size, addr, h);
-    if (uffd >= 0 && strcmp(op, "free") != 0 && strcmp(op, "munmap") != 0 && strcmp(op, "brk") != 0
+    if (sampler_on() && strcmp(op, "free") != 0 && strcmp(op, "munmap") != 0 && strcmp(op, "brk") != 0
         && strcmp(op, "sbrk") != 0)
         track((uint64_t)(uintptr_t)addr, size, h);
     busy = 0;
 }
 
-static void emit_line(const char *op, size_t size, const void *addr, uint64_t stack) {
+void emit_line(const char *op, size_t size, const void *addr, uint64_t stack) {
     int saved = errno;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -236,126 +194,9 @@ static void emit_line(const char *op, size_t size, const void *addr, uint64_t st
     errno = saved;
 }
 
-/* Register a new block's whole pages for write sampling. They are not write-protected yet: a
- * page the program touches becomes present without protection, the next scan reports it as
- * written (present and unprotected) and protects it in the same call; a page never touched is
- * not present and never reported. So a block's first writes cost no faults, a temporary freed
- * within one period costs none at all, and each later period costs one minor fault per page
- * written in it. */
-static void track(uint64_t addr, size_t size, uint64_t stack) {
-    uint64_t start = (addr + PAGE - 1) & ~(PAGE - 1), end = (addr + size) & ~(PAGE - 1);
-    if (end <= start)
-        return;
-    struct uffdio_register reg = {.range = {start, end - start}, .mode = UFFDIO_REGISTER_MODE_WP};
-    if (ioctl(uffd, UFFDIO_REGISTER, &reg))
-        return;  /* not anonymous memory, or already registered: not sampled */
-    pthread_mutex_lock(&blocks_lock);
-    if (nblocks < MAX_BLOCKS)
-        blocks[nblocks++] = (struct block){start, end, stack};
-    pthread_mutex_unlock(&blocks_lock);
-}
-
-/* Forget the block that holds addr (before it is freed, so no scan reads a reused range). */
-static void untrack(uint64_t addr) {
-    if (uffd < 0)
-        return;
-    pthread_mutex_lock(&blocks_lock);
-    for (int i = 0; i < nblocks; i++) {
-        if (addr <= blocks[i].start + PAGE && blocks[i].start < addr + PAGE) {
-            blocks[i] = blocks[--nblocks];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&blocks_lock);
-}
-
-/* One sampling period: every block's pages written since the last scan, re-protected. */
-static void scan(void) {
-    struct page_region vec[256];
-    pthread_mutex_lock(&blocks_lock);
-    for (int i = 0; i < nblocks; i++) {
-        uint64_t from = blocks[i].start;
-        while (from < blocks[i].end) {
-            struct pm_scan_arg arg = {.size = sizeof arg, .flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC,
-                                      .start = from, .end = blocks[i].end, .vec = (uint64_t)(uintptr_t)vec,
-                                      .vec_len = 256,
-                                      /* written, present, and not the shared zero page (a read of a fresh page) */
-                                      .category_inverted = PAGE_IS_PFNZERO,
-                                      .category_mask = PAGE_IS_WRITTEN | PAGE_IS_PRESENT | PAGE_IS_PFNZERO,
-                                      .return_mask = PAGE_IS_WRITTEN};
-            long n = ioctl(pagemap_fd, PAGEMAP_SCAN, &arg);
-            if (n < 0)
-                break;
-            for (long k = 0; k < n; k++)
-                emit_line("touch", (size_t)(vec[k].end - vec[k].start), (void *)(uintptr_t)vec[k].start, blocks[i].stack);
-            if (arg.walk_end <= from || n < 256)
-                break;
-            from = arg.walk_end;
-        }
-    }
-    pthread_mutex_unlock(&blocks_lock);
-}
-
-static void *sampler(void *unused) {
-    (void)unused;
-    busy = 1;  /* this thread's own allocations are never logged */
-    struct timespec period = {sample_ms / 1000, (sample_ms % 1000) * 1000000L};
-    for (;;) {
-        nanosleep(&period, NULL);
-        scan();
-    }
-    return NULL;
-}
-
-static void sampling_off(const char *why) {
-    fprintf(stderr, "nearfaas memshim: write sampling is unavailable here (%s: %s; needs userfaultfd with "
-            "asynchronous write-protect and PAGEMAP_SCAN, Linux >= 6.7); logging allocations only\n",
-            why, strerror(errno));
-    if (uffd >= 0)
-        close(uffd);
-    uffd = -1;
-}
-
-/* The userfaultfd and the pagemap fd, made in the constructor (while the process may still
- * create them: a jailed worker drops the privilege later); the thread comes later or now. */
-static void prepare_sampling(void) {
-    uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-    struct uffdio_api api = {.api = UFFD_API, .features = FEATURE_WP_ASYNC | FEATURE_WP_UNPOPULATED};
-    pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) || pagemap_fd < 0)
-        sampling_off("userfaultfd");
-}
-
-static int sampler_started;
-
-/* Starts the sampling thread. Exported: a process that must stay single-threaded for a while
- * (a worker entering its mount namespace: unshare refuses a threaded process) sets
- * NEARFAAS_MEMSHIM_DEFER=1 and calls this once it may have threads. 0: sampling; -1: not. */
-int nearfaas_memshim_start(void) {
-    if (uffd < 0)
-        return -1;
-    if (sampler_started)
-        return 0;
-    int was = busy;
-    busy = 1;
-    pthread_t thread;
-    int err = pthread_create(&thread, NULL, sampler, NULL);
-    busy = was;
-    if (err) {
-        errno = err;
-        sampling_off("pthread_create");
-        return -1;
-    }
-    pthread_detach(thread);
-    sampler_started = 1;
-    return 0;
-}
-
 __attribute__((destructor)) static void memshim_fini(void) {
-    if (uffd >= 0) {
-        busy = 1;
-        scan();  /* the last period's writes */
-    }
+    busy = 1;
+    sampler_last_scan();  /* the last period's writes */
 }
 
 __attribute__((constructor)) static void memshim_init(void) {
@@ -385,9 +226,8 @@ __attribute__((constructor)) static void memshim_init(void) {
         fprintf(stderr, "nearfaas memshim: NEARFAAS_MEMSHIM_LOG is not set; not logging\n");
     }
     const char *ms = getenv("NEARFAAS_MEMSHIM_SAMPLE_MS");
-    sample_ms = ms && *ms ? strtol(ms, NULL, 10) : 0;
-    if (log_fd >= 0 && sample_ms > 0) {
-        prepare_sampling();
+    long sample_ms = ms && *ms ? strtol(ms, NULL, 10) : 0;
+    if (log_fd >= 0 && sample_ms > 0 && sampler_prepare(sample_ms) == 0) {
         const char *defer = getenv("NEARFAAS_MEMSHIM_DEFER");
         if (!(defer && *defer == '1'))
             nearfaas_memshim_start();

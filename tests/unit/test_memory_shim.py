@@ -69,7 +69,7 @@ def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
         pytest.skip(proc.stderr.strip())
     out = [line.split() for line in proc.stdout.splitlines()]
     a, b, size = int(out[0][1], 16), int(out[0][2], 16), int(out[0][3])
-    phase = {name: int(t) for _, name, t in out[1:]}
+    phase = {row[1]: int(row[2]) for row in out if row[0] == "phase"}
     stacks = {e.addr: e.stack for e in events if e.op == "malloc"}
     period = 100_000_000  # a scan lands up to a period after the writes, later on a busy machine
     touches = [e for e in events if e.op == "touch"]
@@ -80,7 +80,7 @@ def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
         other = b if block == a else a
         assert not [e for e in touches if start + period < e.t_ns <= end and other <= e.addr < other + size]
     assert not [e for e in touches if phase["idle"] + period < e.t_ns <= phase["end"]]  # nothing written: nothing seen
-    trace = shim.to_trace(events, 10, start_ns=phase["a"], end_ns=phase["end"])
+    trace = shim.to_trace(events, 10, start_ns=phase["a"], end_ns=phase["end"], source="writes")
     spans = {blk: set(range(blk // 4096, (blk + size + 4095) // 4096)) for blk in (a, b)}
     assert set(trace.owner) == spans[a] | spans[b]  # the whole footprint, written or not
     assert {trace.owner[p] for p in spans[a]} == {stacks[a]} and {trace.owner[p] for p in spans[b]} == {stacks[b]}

@@ -11,7 +11,7 @@ from nearfaas.spec.options import NearfaasOptions
 
 def test_defaults_and_round_trip():
     opts = NearfaasOptions.from_dict({"memory": {"profile": True}})
-    assert opts.memory == {"profile": True, "sample_ms": 10}
+    assert opts.memory == {"profile": True, "sample_ms": 50}
     assert NearfaasOptions.from_dict(opts.to_dict()) == opts
     plain = NearfaasOptions.from_dict({})
     assert plain.memory is None and NearfaasOptions.from_dict(plain.to_dict()) == plain

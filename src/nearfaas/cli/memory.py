@@ -17,7 +17,7 @@ def memory():
     \b
     A function profiled with x-nearfaas: {memory: {profile: true}} in its stack file runs with the
     allocation shim preloaded: its large allocations are logged with their call stacks and its
-    writes sampled every sample_ms (default 10 ms).
+    writes and a sample of accesses every sample_ms (default 50 ms).
       nearfaas memory profile thumbnail     # per call stack: allocations, pages, heat
       nearfaas memory hints thumbnail       # Porter's hint: DRAM or slow tier per call stack
     """

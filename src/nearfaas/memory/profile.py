@@ -2,7 +2,7 @@
 folded per call stack, and a hint per stack: which tier its allocations belong on.
 
 ``summarize(events)`` → per stack: allocations, bytes, the pages its blocks span and how many
-of them were written per sampling period (the heat). ``hints(profiles, dram_share)`` ranks stacks
+of them were accessed (or written, without an access sample) per sampling period (the heat). ``hints(profiles, dram_share)`` ranks stacks
 by heat per page (writes per page per period) and puts the hottest on DRAM until they fill
 ``dram_share`` of the footprint; each hint carries the share of profiled runs that agree with it
 (its confidence), and the size classes seen. Hints are keyed by stack alone: a doubled input
@@ -14,13 +14,15 @@ stack B's 300 pages written in 1 period (heat 0.1); dram_share 0.5 of 400 pages 
 pages) on DRAM, B does not fit in the remaining 100 → slow; confidence 1.0 for both.
 
 Known caveats:
-* Heat is writes only (the shim samples writes: the kernel here has no read sampling).
+* Heat is from the access sample (reads and writes of a spatial sample of pages, re-armed a
+  budget at a time) where the log has one, else from writes alone (every page written, reads
+  unseen: a log from a shim with access sampling off).
 * A stack allocating many small blocks and one that allocates one big block weigh by pages.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pathlib import Path
 
@@ -36,15 +38,21 @@ class StackProfile:
     bytes: int = 0
     pages: int = 0
     written_page_periods: int = 0  # sum over periods of this stack's pages written in it
+    sampled_pages: set = field(default_factory=set)  # its pages in the access sample (armed)
+    accessed_page_periods: int = 0  # sampled pages seen read or written, summed over periods
     size_classes: tuple = ()
 
     @property
     def heat(self) -> float:
+        """Accesses per sampled page where the log has an access sample, else writes per page."""
+        if self.sampled_pages:
+            return self.accessed_page_periods / len(self.sampled_pages)
         return self.written_page_periods / self.pages if self.pages else 0.0
 
     def to_dict(self, periods: int) -> dict:
         return {"stack": self.stack, "allocations": self.allocations, "bytes": self.bytes, "pages": self.pages,
-                "written_page_periods": self.written_page_periods,
+                "written_page_periods": self.written_page_periods, "sampled_pages": len(self.sampled_pages),
+                "accessed_page_periods": self.accessed_page_periods,
                 "heat": self.heat / periods if periods else 0.0, "size_classes": list(self.size_classes)}
 
 
@@ -65,11 +73,20 @@ def summarize(events: list[Event], period_ms: float) -> dict:
             s.size_classes = tuple(sorted(set(s.size_classes) | {size_class(e.size)}))
         elif e.op == "touch":
             stacks.setdefault(e.stack, StackProfile(e.stack)).written_page_periods += max(1, e.size // PAGE)
-    touches = [e.t_ns for e in events if e.op == "touch"]
-    periods = int((max(touches) - min(touches)) / (period_ms * 1e6)) + 1 if touches else 0
+        elif e.op == "arm":
+            stacks.setdefault(e.stack, StackProfile(e.stack)).sampled_pages.update(range(e.addr // PAGE, (e.addr + e.size) // PAGE))
+        elif e.op == "access":
+            s = stacks.setdefault(e.stack, StackProfile(e.stack))
+            s.accessed_page_periods += 1
+            s.sampled_pages.add(e.addr // PAGE)
+    seen = [e.t_ns for e in events if e.op in ("touch", "access")]
+    periods = int((max(seen) - min(seen)) / (period_ms * 1e6)) + 1 if seen else 0
+    sampled = any(s.sampled_pages for s in stacks.values())
     return {"stacks": [s.to_dict(periods) for s in sorted(stacks.values(), key=lambda s: -s.heat)],
             "periods": periods, "footprint_pages": sum(s.pages for s in stacks.values()),
-            "label": "measured: allocations logged by the shim; heat = pages written per page per sampling period"}
+            "heat_from": "accesses (reads and writes), a sample of pages" if sampled else "writes, every page",
+            "label": "measured: allocations logged by the shim; heat = pages "
+                     + ("accessed per sampled page" if sampled else "written per page") + " per sampling period"}
 
 
 def hints(profiles: list[dict], dram_share: float = 0.5) -> list[dict]:

@@ -4,9 +4,11 @@ it, and its log read back as events (native/memshim/memshim.c writes them).
     events = run_logged(["python3", "-c", "import numpy; numpy.ones(10**6)"], log_dir)
     [e for e in events if e.op in ("malloc", "mmap")]   # size, addr, stack (hash)
 
-With ``sample_ms`` the shim also samples writes (userfaultfd write-protect + PAGEMAP_SCAN, see
-memshim.c): ``touch`` events, each a run of pages written in one period, carrying the stack of
-the block they lie in — the heat map already joined with its allocations (``to_trace``).
+With ``sample_ms`` the shim also samples the blocks' pages (native/memshim/sampler.c): ``touch``
+events, each a run of pages written in one period, and, in a spatial sample of 64 KiB chunks,
+``arm`` events (a chunk made to fault on its next access) and ``access`` events (a page read or
+written since it was armed); each carries the stack of the block it lies in — the heat map
+already joined with its allocations (``to_trace``).
 
 An event's ``stack`` is a hash of the caller frames as (module, offset into it): the same call
 site gives the same hash on every run, with ASLR on and whatever the sizes, which is what
@@ -28,7 +30,7 @@ from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parents[3] / "native" / "memshim"
 LIBRARY = "libnearfaas_memshim.so"
-OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch", "full")
+OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch", "arm", "access", "full")
 FULL = "0 full 0 0x0 0000000000000000\n"  # the shim's last line once its log reached NEARFAAS_MEMSHIM_MAX_BYTES
 ALLOCATES = ("malloc", "calloc", "realloc", "mmap", "brk", "sbrk")
 RELEASES = ("free", "munmap")
@@ -68,16 +70,21 @@ def library_path() -> Path:
 DEFAULT_MAX_BYTES = 64 << 20  # a profiled worker's log stops here (the node's disk is shared)
 
 
+DEFAULT_ACCESS_PAGES = 256  # pages armed per period: ~10 us a fault here, so <= ~5% at 50 ms (docs/memory.md)
+
+
 def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0,
-             max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
+             max_bytes: int = DEFAULT_MAX_BYTES, access_pages: int = DEFAULT_ACCESS_PAGES) -> dict:
     """``base`` (default: this process's environment) plus what preloads the shim, names its log
-    (capped at ``max_bytes``) and, with ``sample_ms`` > 0, turns on write sampling every that
-    many milliseconds."""
+    (capped at ``max_bytes``) and, with ``sample_ms`` > 0, turns on sampling every that many
+    milliseconds: writes, and accesses to at most ``access_pages`` armed pages a period (0: writes
+    only)."""
     env = dict(os.environ if base is None else base)
     preload = " ".join(p for p in (str(library_path()), env.get("LD_PRELOAD", "")) if p)
     return env | {"LD_PRELOAD": preload, "NEARFAAS_MEMSHIM_LOG": str(log_path),
                   "NEARFAAS_MEMSHIM_THRESHOLD": str(int(threshold)), "NEARFAAS_MEMSHIM_SAMPLE_MS": str(int(sample_ms)),
-                  "NEARFAAS_MEMSHIM_MAX_BYTES": str(int(max_bytes))}
+                  "NEARFAAS_MEMSHIM_MAX_BYTES": str(int(max_bytes)),
+                  "NEARFAAS_MEMSHIM_ACCESS_PAGES": str(int(access_pages))}
 
 
 def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHOLD, timeout: float = 60,
@@ -145,22 +152,31 @@ def live_objects(events: list[Event]) -> dict[int, Event]:
 
 
 def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundness: float = 0.5,
-             start_ns: int | None = None, end_ns: int | None = None):
+             start_ns: int | None = None, end_ns: int | None = None, source: str = "auto"):
     """A ``tiersim.Trace`` from a sampled log: one epoch per ``period_ms`` of the window
-    [start_ns, end_ns] (default: the whole log), each page written in it counted once (a write
-    sample says written or not, not how often). The footprint is every page of every block
-    allocated before the window ends and not released before it starts, owned by the stack
-    that allocated it, written or not."""
+    [start_ns, end_ns] (default: the whole log), each page seen in it counted once (a sample
+    says touched or not, not how often).
+
+    ``source``: ``access`` — the access sample (reads and writes, ``arm``/``access`` lines): the
+    footprint is the sampled pages, a stratified sample of every block, so shares computed over
+    it stand for the whole; ``writes`` — every page written (``touch`` lines), over a footprint
+    of every page of every block live in the window, written or not; ``auto`` (default) — the
+    access sample if the log has one. Pages are owned by the stack that allocated them."""
     from nearfaas.memory.tiersim import Trace
 
     if not events:
         return Trace(epochs=[], owner={}, base_s=base_s, boundness=boundness)
+    if source == "auto":
+        source = "access" if any(e.op == "arm" for e in events) else "writes"
+    if source not in ("access", "writes"):
+        raise ValueError(f"source: access, writes or auto, got {source!r}")
     start = events[0].t_ns if start_ns is None else start_ns
     end = events[-1].t_ns if end_ns is None else end_ns
     step = max(1, int(period_ms * 1e6))
     epochs: list[dict[int, int]] = [{} for _ in range(max(0, end - start) // step + 1)]
     owner: dict[int, str] = {}
     live: dict[int, Event] = {}
+    seen_op = "access" if source == "access" else "touch"
     for e in events:
         if e.t_ns > end:
             break
@@ -171,12 +187,17 @@ def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundne
                     owner.pop(page, None)
         elif e.op in ALLOCATES:
             live[e.addr] = e
-            for page in _pages(e):
-                owner[page] = e.stack
-        elif e.op == "touch" and e.t_ns >= start:
-            for page in _pages(e):
-                epochs[(e.t_ns - start) // step][page] = 1
-                owner.setdefault(page, e.stack)
+            if source == "writes":
+                owner.update(dict.fromkeys(_pages(e), e.stack))
+        elif e.op == "arm":
+            owner.update(dict.fromkeys(_pages(e), e.stack))
+        elif e.op == seen_op:
+            if source == "access":
+                owner.setdefault(e.addr // PAGE, e.stack)  # a first touch in a sampled chunk not armed yet
+            if e.t_ns >= start:
+                for page in _pages(e):
+                    epochs[(e.t_ns - start) // step][page] = 1
+                    owner.setdefault(page, e.stack)
     return Trace(epochs=epochs, owner=owner, base_s=base_s, boundness=boundness)
 
 

@@ -261,7 +261,7 @@ class WorkerPools:
         try:
             log_dir = self.memory_log_dir(spec["name"])
             log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            env.update(shim.shim_env(log_dir / f"{instance}.log", base={}, sample_ms=int(memory.get("sample_ms", 10))),
+            env.update(shim.shim_env(log_dir / f"{instance}.log", base={}, sample_ms=int(memory.get("sample_ms", 50))),
                        NEARFAAS_MEMSHIM_DEFER="1")
         except shim.ShimUnavailable as exc:
             raise PoolError(f"cannot profile {spec['name']!r} on {self.node}: {exc}", status=503) from None

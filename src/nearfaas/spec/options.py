@@ -54,8 +54,8 @@ class NearfaasOptions:
     # intermediate bucket are added for it (auth/function_keys.py); nothing else is reachable.
     buckets: list[str] = field(default_factory=list)
     auth: bool = False                      # calls to /function/<name> need the cluster's credentials
-    # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 10} preloads the allocation
-    # shim into this function's workers and samples their writes every sample_ms (0: allocations only).
+    # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 50} preloads the allocation
+    # shim into this function's workers and samples their writes and accesses every sample_ms (0: allocations only).
     memory: dict[str, Any] | None = None
 
     def allowed_buckets(self) -> frozenset[str] | None:
@@ -204,13 +204,13 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
 
 
 def _parse_memory(value: Any, path: str, c: Collector) -> dict[str, Any] | None:
-    """``memory: {profile: true, sample_ms: 10}``: profile the function's allocations (and, with
-    sample_ms > 0, its writes every that many milliseconds)."""
+    """``memory: {profile: true, sample_ms: 50}``: profile the function's allocations (and, with
+    sample_ms > 0, its writes and accesses every that many milliseconds)."""
     m = read_mapping(value, path, c)
     if m is None:
         return None
     check_unknown_keys(m, MEMORY_KEYS, path, c, error=True)
-    out: dict[str, Any] = {"profile": False, "sample_ms": 10}
+    out: dict[str, Any] = {"profile": False, "sample_ms": 50}
     if "profile" in m:
         try:
             out["profile"] = parse_bool(m["profile"])
@@ -223,7 +223,7 @@ def _parse_memory(value: Any, path: str, c: Collector) -> dict[str, Any] | None:
                 raise ValueError("must be 0 (allocations only) to 10000")
         except ValueError as exc:
             c.error(join_path(path, "sample_ms"), f"bad value {short_repr(m['sample_ms'])}: {exc}",
-                    "write e.g. sample_ms: 10 (milliseconds between write samples)")
+                    "write e.g. sample_ms: 50 (milliseconds between samples)")
     return out
 
 

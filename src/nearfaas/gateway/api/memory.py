@@ -70,7 +70,7 @@ class MemoryAPI:
             share = float(request.query.get("dram_share", 0.5))
             if not 0 <= share <= 1:
                 raise _Refusal(400, "dram_share: the share of the footprint DRAM may hold, between 0 and 1")
-            period = memory.get("sample_ms") or 10
+            period = memory.get("sample_ms") or 50
             runs = await self._gather(f"/_nearfaas/memory/{name}?period_ms={period}", "instances", 30)
         except ValueError:
             return error(400, "dram_share: the share of the footprint DRAM may hold, between 0 and 1")
@@ -91,7 +91,7 @@ class MemoryAPI:
         try:
             memory = self._profiled(name)
             args = {k: float(request.query.get(k, v)) for k, v in TIERS_DEFAULTS.items()}
-            query = "&".join(f"{k}={v}" for k, v in args.items()) + f"&period_ms={memory.get('sample_ms') or 10}"
+            query = "&".join(f"{k}={v}" for k, v in args.items()) + f"&period_ms={memory.get('sample_ms') or 50}"
             runs = await self._gather(f"/_nearfaas/memory/{name}/tiers?{query}", "runs", 60)
         except ValueError:
             return error(400, f"{', '.join(TIERS_DEFAULTS)} must be numbers")
