@@ -1,4 +1,4 @@
-"""Porter (issue 18): the allocation shim's and the write sampler's overhead on six workloads,
+"""Porter (issue 18): the allocation shim's and the access sampler's overhead on six workloads,
 the tier simulator's calibration, each workload's memory-boundness, and every tier policy over
 each workload's own trace. Method and which numbers are measured or modelled:
 src/nearfaas/bench/porter.py.
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="pagerank and html, 3 repeats")
     p.add_argument("--workloads", default=",".join(workloads.NAMES), help="comma-separated, from: " + ", ".join(workloads.NAMES))
     p.add_argument("--repeats", type=int, default=None, help="runs of each variant (default 5; 3 with --quick)")
-    p.add_argument("--sample-ms", type=int, default=5, help="write-sampling period (default 5)")
+    p.add_argument("--sample-ms", type=int, default=50, help="access-sampling period (default 50)")
     p.add_argument("--dram-share", type=float, default=0.5, help="DRAM cap as a share of the footprint (default 0.5)")
     p.add_argument("--no-cachegrind", action="store_true", help="skip the memory-boundness measurement (and the simulation)")
     a = p.parse_args(argv)
@@ -43,8 +43,9 @@ def main(argv=None) -> int:
     print(porter.table(result))
     print(json.dumps(result["summary"], indent=1))
     path = write_result("porter", result)
-    png = porter.plot(result, path.with_suffix(".png"))
-    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    pngs = [png for png in (porter.plot(result, path.with_suffix(".png")),
+                            porter.plot_heat(result, path.with_name(path.stem + "_heat.png"))) if png]
+    print(f"wrote {path}" + "".join(f" and {png}" for png in pngs))
     return 0
 
 

@@ -4,6 +4,11 @@
  * a system call reading or writing a watched page works as before (the kernel waits on the fault
  * like any other).
  *
+ * Two modes, one at a time: accesses (the default) or, with $NEARFAAS_MEMSHIM_ACCESS_PAGES=0,
+ * writes. Writes see every page but cost a fault per written page per period whatever the
+ * footprint (linpack, which rewrites its matrix, ran 17-23% slower at 50 ms); accesses see reads
+ * too and cost at most the budget's faults per period.
+ *
  * Writes, every page: each block is registered in asynchronous write-protect mode, and once a
  * period the thread asks the kernel which of its pages were written since the last ask
  * (PAGEMAP_SCAN, which re-protects them in the same call). A run of written pages becomes
@@ -13,20 +18,20 @@
  * Accesses (reads too), a spatial sample: no interface here reports a read (no young bit, no
  * idle-page tracking, docs/memory.md), so the sampler makes reads fault. Once a block has lived
  * a whole period, one 64 KiB chunk in every $NEARFAAS_MEMSHIM_ACCESS_STRIDE (default 16) of it
- * is also registered for missing pages. To *arm* a chunk the thread moves its pages out to a private stash (UFFDIO_MOVE: the
- * page itself changes address, nothing is copied, and a racing write simply faults) and logs
+ * is registered for missing pages (the rest of the block is not watched at all). To *arm* a
+ * chunk the thread moves its pages out to a private stash (UFFDIO_MOVE: the page itself changes
+ * address, nothing is copied, and a racing write simply faults) and logs
  *     <t_ns> arm 65536 <chunk addr> <stack>
  * The next read or write of an armed page faults; the thread moves the page back and logs
  *     <t_ns> access 4096 <page addr> <stack>
  * A page never touched again stays in the stash, armed, at no cost. Each period arms at most
- * $NEARFAAS_MEMSHIM_ACCESS_PAGES pages (default 1024), round robin over the sampled chunks, so
- * the faults the sampler causes, and so its overhead, are bounded per period whatever the
- * footprint; 0 turns access sampling off.
+ * $NEARFAAS_MEMSHIM_ACCESS_PAGES pages (default 128), round robin over the sampled chunks, so
+ * the faults the sampler causes are bounded per period whatever the footprint.
  *
- * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16); at 1024 pages a
- * period every sampled chunk is re-armed each period, so a page read every period faults once a
- * period (about 1024 faults of a few microseconds per 10 ms period at worst) and a page read once
- * shows one "access" line. A 1 GiB block's 1024 sampled chunks are armed a sixteenth at a time.
+ * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16), 1024 pages; at
+ * 128 pages a period, 8 chunks are armed each period and each chunk again every 8 periods. A
+ * page read all the time faults once after each arming (a fault costs about 10 us here, so at
+ * most ~1.3 ms of a 50 ms period); a page never read again never faults.
  *
  * Known caveats:
  * - Accesses are a sample: one page in `stride` in space, each re-armed every
@@ -102,7 +107,7 @@ struct block {
 
 static int uffd = -1, pagemap_fd = -1;
 static int access_on;
-static long period_ms, access_pages = 1024;
+static long period_ms, access_pages = 128;
 static uint64_t stride_default = 16;
 static struct block blocks[MAX_BLOCKS];
 static int nblocks, sampled_chunks, started;
@@ -167,8 +172,10 @@ static int reg_ok(uint64_t start, uint64_t len, uint64_t mode) {
  * kernel makes and frees within a period would pay for a stash and faults, and teach nothing. */
 void track(uint64_t addr, size_t size, uint64_t stack) {
     uint64_t start = (addr + PAGE - 1) & ~(PAGE - 1), end = (addr + size) & ~(PAGE - 1);
-    if (end <= start || uffd < 0 || !started || !reg_ok(start, end - start, UFFDIO_REGISTER_MODE_WP))
-        return; /* nothing whole, not anonymous memory, or no sampler yet to read its events */
+    if (end <= start || uffd < 0 || !started)
+        return; /* nothing whole, or no sampler yet to read its events */
+    if (!access_on && !reg_ok(start, end - start, UFFDIO_REGISTER_MODE_WP))
+        return; /* not anonymous memory: not sampled */
     pthread_mutex_lock(&blocks_lock);
     if (nblocks < MAX_BLOCKS)
         blocks[nblocks++] = (struct block){start, end, stack, 0, stride_default, now_ms(), 0};
@@ -195,7 +202,7 @@ static void sample_block(struct block *b) {
     }
     b->stash = (uint64_t)(uintptr_t)stash;
     for (uint64_t c = b->start; c + CHUNK <= b->end; c += b->stride * CHUNK)
-        reg_ok(c, CHUNK, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP); /* else: never armed */
+        reg_ok(c, CHUNK, UFFDIO_REGISTER_MODE_MISSING); /* else: never armed */
     sampled_chunks += (int)sampled_in(b);
 }
 
@@ -308,12 +315,6 @@ static void resolve(uint64_t page) {
         struct uffdio_move_arg m = {.dst = page, .src = owner->stash + (page - owner->start), .len = PAGE};
         r = ioctl(uffd, UFFDIO_MOVE_IOCTL, &m);
     }
-    if (r == 0) {
-        /* a page moved home comes back unprotected, which the next write scan would report as
-         * written: protect it (a write that faulted it in unprotects it again, and is seen) */
-        struct uffdio_writeprotect wp = {.range = {page, PAGE}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
-        ioctl(uffd, UFFDIO_WRITEPROTECT, &wp);
-    }
     /* Zeros only for a page that was never stashed (ENOENT): never over a stashed one. Anything
      * else (already home, no longer watched, or EAGAIN: the program is changing its mappings
      * and the kernel's event for it is still unread): wake the thread, which faults again if it
@@ -360,7 +361,7 @@ static void handle_events(void) {
 }
 
 void sampler_last_scan(void) {
-    if (uffd < 0)
+    if (uffd < 0 || access_on)
         return;
     pthread_mutex_lock(&blocks_lock);
     scan_writes();
@@ -377,11 +378,13 @@ static void *sampler(void *unused) {
         if (poll(&p, 1, now < next ? (int)(next - now) : 0) > 0)
             handle_events(); /* every turn, even when behind: a blocked thread waits on these */
         if (now_ms() >= next) {
-            pthread_mutex_lock(&blocks_lock);
-            scan_writes();
-            pthread_mutex_unlock(&blocks_lock);
-            if (access_on)
+            if (access_on) {
                 arm();
+            } else {
+                pthread_mutex_lock(&blocks_lock);
+                scan_writes();
+                pthread_mutex_unlock(&blocks_lock);
+            }
             next += (uint64_t)period_ms;
             if (next < now_ms())
                 next = now_ms() + (uint64_t)period_ms; /* fell behind: skip, do not burst */

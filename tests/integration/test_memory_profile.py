@@ -23,12 +23,12 @@ def test_a_profiled_function_reports_its_allocations_and_hints(cluster, scratch)
     assert resp.status_code < 300, resp.text
     for _ in range(5):
         call = cluster.http.post(f"{cluster.url}/function/memhog", data=b"", timeout=60)
-        assert call.status_code == 200 and call.text == "41", call.text  # 40 writes of the hot buffer + 1 cold
+        assert call.status_code == 200 and call.text == "41", call.text  # 40 passes over the hot buffer + 1 cold
     deadline = time.monotonic() + 30
     while True:  # the sampler writes its periods as they pass
         doc = cluster.http.get(f"{cluster.url}/system/memory/memhog", timeout=30).json()
         runs = [r for r in doc["runs"] if "profile" in r]
-        touched = [s for r in runs for s in r["profile"]["stacks"] if s["written_page_periods"]]
+        touched = [s for r in runs for s in r["profile"]["stacks"] if s["accessed_page_periods"]]
         if runs and touched or time.monotonic() > deadline:
             break
         time.sleep(0.3)
@@ -36,7 +36,7 @@ def test_a_profiled_function_reports_its_allocations_and_hints(cluster, scratch)
     stacks = runs[0]["profile"]["stacks"]
     big = [s for s in stacks if s["bytes"] >= 32 << 20]
     assert big, stacks  # the 32 MiB array at import, by the call that made it
-    assert max(s["heat"] for s in stacks) > big[0]["heat"]  # written once vs on every call
+    assert max(s["heat"] for s in stacks) > big[0]["heat"]  # touched once vs on every call
     assert doc["hints"] and {h["tier"] for h in doc["hints"]} <= {"dram", "slow"}
     assert doc["hints"][0]["tier"] == "dram" and doc["hints"][0]["heat"] > 0  # the hottest stack gets DRAM
     assert doc["label"].startswith("measured")

@@ -22,7 +22,12 @@ def test_one_workload_measured_traced_and_priced(tmp_path):
     assert rec["median_s"]["plain"] > 0 and rec["_window"][0] < rec["_window"][1]
     rec["fast_ns"] = 100.0
     tiers = porter.simulate(rec, 2, 0.5, bound=0.6)
-    assert tiers["footprint_pages"] > 0 and tiers["epochs"] >= 1
+    assert tiers["sampled_pages"] > 0 and tiers["epochs"] >= 1
+    trace, footprint = porter.kernel_trace(rec, 2)
+    assert footprint >= len(trace.owner) > 0  # the sample is part of the footprint
+    heat = porter.heat_map(trace, rows=8)
+    assert len(heat["rows"]) <= 8 and all(len(row) == heat["epochs"] for row in heat["rows"])
+    assert sum(map(sum, heat["rows"])) == sum(len(e) for e in trace.epochs)  # every access binned once
     for delta in porter.DELTAS_NS:
         cells = tiers["by_delta"][str(delta)]
         assert set(cells) == set(tiersim.POLICIES)
@@ -42,6 +47,21 @@ def test_summary_targets_and_the_cachegrind_parser():
     assert porter._ll_data_misses(text) == 362982
     with pytest.raises(ValueError, match="LLd"):
         porter._ll_data_misses("nothing here")
+
+
+def _cells(cxl, porter_s, oracle, share):
+    cell = lambda slow, bytes_: {"slowdown": slow, "slow_tier_bytes_share": bytes_}  # noqa: E731
+    return {"tiers": {"by_delta": {"70": {p: cell(cxl, 1.0) for p in tiersim.POLICIES}
+                                   | {"all-dram": cell(0.0, 0.0), "porter": cell(porter_s, share), "oracle": cell(oracle, 0.5)}}}}
+
+
+def test_policy_targets_follow_the_issue():
+    met = porter.policy_targets([{"name": "bfs"} | _cells(0.20, 0.08, 0.05, 0.5), {"name": "pagerank"} | _cells(0.10, 0.04, 0.0, 0.45)])
+    assert met["graph_workloads"]["bfs"]["cut_pct"] == pytest.approx(60.0) and met["graph_workloads"]["bfs"]["met"]
+    assert met["policy_targets_met"] == {"porter_on_graphs": True, "half_save_40pct_at_5pct": True}
+    far = porter.policy_targets([{"name": "bfs"} | _cells(0.20, 0.12, 0.01, 0.3)])  # cut 40%, 11 points off the oracle
+    assert not far["graph_workloads"]["bfs"]["met"] and not far["policy_targets_met"]["porter_on_graphs"]
+    assert not far["slow_tier_savers"]["bfs"]["met"]  # nothing short of the oracle under 5% slowdown
 
 
 def test_one_numa_node_is_reported_as_skipped():

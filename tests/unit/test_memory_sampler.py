@@ -46,10 +46,12 @@ def _in(events, op, block, size, start, end):
 def test_reads_are_seen_in_the_block_read_and_are_not_writes(built, tmp_path):
     events, (a, b, size), phase = _heat_probe(built, tmp_path)
     stacks = {e.addr: e.stack for e in events if e.op == "malloc"}
-    reads = _in(events, "access", a, size, phase["read"], phase["idle"] + PERIOD_NS)
-    assert len(reads) >= 5 and {e.stack for e in reads} == {stacks[a]}  # ~30 periods of reading A
-    assert not _in(events, "touch", a, size, phase["read"] + PERIOD_NS, phase["idle"])  # read, not written
-    assert not _in(events, "access", b, size, phase["read"] + PERIOD_NS, phase["idle"])  # B left alone
+    for block, start, end in ((a, "a", "b"), (b, "b", "read"), (a, "read", "idle")):  # written, written, read
+        seen = _in(events, "access", block, size, phase[start], phase[end] + PERIOD_NS)
+        assert len(seen) >= 5 and {e.stack for e in seen} == {stacks[block]}, (start, len(seen))  # ~30 periods
+        other = b if block == a else a
+        assert not _in(events, "access", other, size, phase[start] + PERIOD_NS, phase[end]), start  # left alone
+    assert not [e for e in events if e.op == "touch"]  # the access mode: writes are accesses
     assert not [e for e in events if e.op == "access" and phase["idle"] + PERIOD_NS < e.t_ns <= phase["end"]]
     trace = shim.to_trace(events, 10, start_ns=phase["read"], end_ns=phase["idle"])  # auto: the access sample
     armed = {p for e in events if e.op == "arm" for p in range(e.addr // 4096, (e.addr + e.size) // 4096)}
@@ -69,9 +71,10 @@ def test_arming_stays_within_its_budget_per_period(built, tmp_path):
 
 
 def test_budget_zero_samples_writes_only(built, tmp_path):
-    events, _, _ = _heat_probe(built, tmp_path, NEARFAAS_MEMSHIM_ACCESS_PAGES=0)
+    events, (a, _, size), phase = _heat_probe(built, tmp_path, NEARFAAS_MEMSHIM_ACCESS_PAGES=0)
     assert any(e.op == "touch" for e in events)
     assert not [e for e in events if e.op in ("arm", "access")]
+    assert not _in(events, "touch", a, size, phase["read"] + PERIOD_NS, phase["idle"])  # a read is not a write
 
 
 PROGRAM = r"""

@@ -63,7 +63,8 @@ def test_a_python_workers_large_buffer_is_logged(built, tmp_path):
 def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
     """heat_probe writes only block A, then only block B, then nothing: every sampled run of
     written pages lies in the block being written at that time, under that block's stack."""
-    proc, events = shim.run_logged([str(built / "heat_probe")], tmp_path / "heat.log", sample_ms=10)
+    proc, events = shim.run_logged([str(built / "heat_probe")], tmp_path / "heat.log", sample_ms=10,
+                                   access_pages=0)  # the write mode
     assert proc.returncode == 0, proc.stderr
     if "write sampling is unavailable" in proc.stderr:
         pytest.skip(proc.stderr.strip())
@@ -124,7 +125,8 @@ def test_a_worker_killed_mid_run_leaves_a_readable_log(built, tmp_path):
     import time
 
     log = tmp_path / "killed.log"
-    proc = subprocess.Popen([str(built / "heat_probe")], env=shim.shim_env(log, sample_ms=2), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([str(built / "heat_probe")], env=shim.shim_env(log, sample_ms=2, access_pages=0),
+                            stdout=subprocess.DEVNULL)
     time.sleep(0.2)  # inside phase a: writing, sampled
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)

@@ -70,7 +70,7 @@ def library_path() -> Path:
 DEFAULT_MAX_BYTES = 64 << 20  # a profiled worker's log stops here (the node's disk is shared)
 
 
-DEFAULT_ACCESS_PAGES = 256  # pages armed per period: ~10 us a fault here, so <= ~5% at 50 ms (docs/memory.md)
+DEFAULT_ACCESS_PAGES = 128  # pages armed per period: ~10 us a fault here (docs/memory.md)
 
 
 def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0,
@@ -88,11 +88,13 @@ def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | No
 
 
 def run_logged(argv: list[str], log_path: Path, threshold: int = DEFAULT_THRESHOLD, timeout: float = 60,
-               sample_ms: int = 0, **kwargs) -> tuple[subprocess.CompletedProcess, list[Event]]:
+               sample_ms: int = 0, access_pages: int = DEFAULT_ACCESS_PAGES,
+               **kwargs) -> tuple[subprocess.CompletedProcess, list[Event]]:
     """Run ``argv`` under the shim, a fresh log at ``log_path``; (the finished process, its events)."""
     log_path = Path(log_path)
     log_path.unlink(missing_ok=True)
-    proc = subprocess.run(argv, env=shim_env(log_path, threshold, kwargs.pop("env", None), sample_ms),
+    proc = subprocess.run(argv, env=shim_env(log_path, threshold, kwargs.pop("env", None), sample_ms,
+                                             access_pages=access_pages),
                           capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
     return proc, read_log(log_path) if log_path.exists() else []
 
