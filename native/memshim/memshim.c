@@ -21,7 +21,9 @@
  * long-lived worker sampling every few milliseconds must not fill the node's disk), with one
  * last line "0 full 0 0x0 0000000000000000" saying so.
  *
- * Sampling (Porter's access profiler, without a PMU) lives in sampler.c: with
+ * Placement (Porter's engine: each block's tier from the function's hint file, migration from
+ * the access sample) lives in placement.c. Sampling (Porter's access profiler, without a PMU)
+ * lives in sampler.c: with
  * $NEARFAAS_MEMSHIM_SAMPLE_MS > 0 every logged block is watched, and "touch" (written) and
  * "access" (read or written) lines join the log, each carrying the stack of its block.
  *
@@ -154,9 +156,12 @@ static void emit(const char *op, size_t size, const void *addr) {
     busy = 1;
     uint64_t h = stack_hash();
     emit_line(op, size, addr, h);
-    if (sampler_on() && strcmp(op, "free") != 0 && strcmp(op, "munmap") != 0 && strcmp(op, "brk") != 0
-        && strcmp(op, "sbrk") != 0)
+    int block = strcmp(op, "free") != 0 && strcmp(op, "munmap") != 0 && strcmp(op, "brk") != 0
+                && strcmp(op, "sbrk") != 0;
+    if (block && sampler_on())
         track((uint64_t)(uintptr_t)addr, size, h);
+    if (block && placement_on())
+        place((uint64_t)(uintptr_t)addr, size, h);
     busy = 0;
 }
 
@@ -225,6 +230,8 @@ __attribute__((constructor)) static void memshim_init(void) {
     } else {
         fprintf(stderr, "nearfaas memshim: NEARFAAS_MEMSHIM_LOG is not set; not logging\n");
     }
+    if (log_fd >= 0)
+        placement_init();
     const char *ms = getenv("NEARFAAS_MEMSHIM_SAMPLE_MS");
     long sample_ms = ms && *ms ? strtol(ms, NULL, 10) : 0;
     if (log_fd >= 0 && sample_ms > 0 && sampler_prepare(sample_ms) == 0) {
@@ -251,8 +258,10 @@ void *calloc(size_t n, size_t size) {
 
 void *realloc(void *old, size_t size) {
     size_t old_size = old ? malloc_usable_size(old) : 0;
-    if (old && old_size >= threshold && !busy)
+    if (old && old_size >= threshold && !busy) {
         untrack((uint64_t)(uintptr_t)old);
+        unplace((uint64_t)(uintptr_t)old);
+    }
     void *p = __libc_realloc(old, size);
     if (busy || !p)
         return p;
@@ -268,6 +277,7 @@ void free(void *p) {
         size_t n = malloc_usable_size(p);
         if (n >= threshold) {
             untrack((uint64_t)(uintptr_t)p);
+            unplace((uint64_t)(uintptr_t)p);
             emit("free", n, p);
         }
     }
@@ -286,8 +296,10 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 int munmap(void *addr, size_t len) {
     if (!next_munmap)
         next_munmap = dlsym(RTLD_NEXT, "munmap");
-    if (!busy)
+    if (!busy) {
         untrack((uint64_t)(uintptr_t)addr);
+        unplace((uint64_t)(uintptr_t)addr);
+    }
     int r = next_munmap(addr, len);
     if (!busy && r == 0)
         emit("munmap", len, addr);

@@ -27,6 +27,15 @@ int sampler_on(void);
 void track(uint64_t addr, size_t size, uint64_t stack);
 void untrack(uint64_t addr);
 void sampler_last_scan(void);
+/* placement.c: the tier of each allocation, from the hint file, and migration from the
+ * sampler's access counts. */
+void placement_init(void);
+int placement_on(void);
+void place(uint64_t addr, size_t size, uint64_t stack);
+void unplace(uint64_t addr);
+void placement_heat(uint64_t addr, uint64_t pages, int accessed);
+void placement_review(void);
+
 /* Exported: starts the sampling thread (see sampler.c). */
 int nearfaas_memshim_start(void);
 

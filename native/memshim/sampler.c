@@ -274,6 +274,7 @@ static int arm_next(void) {
         }
         move_pages_between(b->stash + (c - b->start), c, CHUNK, 0);
         emit_line("arm", CHUNK, (void *)(uintptr_t)c, b->stack);
+        placement_heat(c, CHUNK / PAGE, 0);
         cursor_chunk++;
         return 1;
     }
@@ -324,8 +325,10 @@ static void resolve(uint64_t page) {
         struct uffdio_range w = {page, PAGE};
         ioctl(uffd, UFFDIO_WAKE, &w);
     }
-    if (owner)
+    if (owner) {
         emit_line("access", PAGE, (void *)(uintptr_t)page, owner->stack);
+        placement_heat(page, 1, 1);
+    }
     pthread_mutex_unlock(&blocks_lock);
 }
 
@@ -380,6 +383,7 @@ static void *sampler(void *unused) {
         if (now_ms() >= next) {
             if (access_on) {
                 arm();
+                placement_review();
             } else {
                 pthread_mutex_lock(&blocks_lock);
                 scan_writes();

@@ -51,12 +51,19 @@ def profile_cmd(function, as_json, state, gateway):
         prof = run["profile"]
         t = Table(title=f"{run['node']}/{run['instance']}: {prof['footprint_pages']:,} pages, {prof['periods']} periods "
                         f"of {doc['sample_ms']} ms (measured)")
-        for col in ("call stack", "allocations", "MiB", "pages", "heat (writes/page/period)", "size classes (log2 B)"):
+        heat = "heat (accesses/sampled page/period)" if prof.get("heat_from", "").startswith("accesses") else \
+            "heat (writes/page/period)"
+        for col in ("call stack", "allocations", "MiB", "pages", heat, "size classes (log2 B)"):
             t.add_column(col)
         for s in prof["stacks"][:20]:
             t.add_row(s["stack"], str(s["allocations"]), f"{s['bytes'] / 2**20:.1f}", f"{s['pages']:,}", f"{s['heat']:.3f}",
                       ", ".join(map(str, s["size_classes"])))
         console.print(t)
+        placed = run.get("placement") or {}
+        if placed.get("placed"):
+            console.print(f"placed (pages move only where a slow NUMA node exists; else recorded): {placed['fast_bytes'] / 2**20:.1f} MiB on DRAM, "
+                          f"{placed['slow_bytes'] / 2**20:.1f} MiB on the slow tier; {placed['promotions']} promotions, "
+                          f"{placed['demotions']} demotions")
 
 
 @memory.command("hints")

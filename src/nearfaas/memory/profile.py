@@ -28,6 +28,7 @@ from pathlib import Path
 
 from nearfaas.memory.shim import ALLOCATES, DEFAULT_MAX_BYTES, PAGE, Event, LogError, log_full, read_log
 
+
 MAX_LOG_BYTES = DEFAULT_MAX_BYTES  # what the shim writes at most; a larger file is read that far
 
 
@@ -89,6 +90,20 @@ def summarize(events: list[Event], period_ms: float) -> dict:
                      + ("accessed per sampled page" if sampled else "written per page") + " per sampling period"}
 
 
+def decisions(events: list[Event]) -> dict:
+    """A run's placement (native/memshim/placement.c's lines): bytes placed on each tier at
+    allocation, and the moves after."""
+    out = {"fast_bytes": 0, "slow_bytes": 0, "promotions": 0, "demotions": 0, "promoted_bytes": 0, "demoted_bytes": 0}
+    for e in events:
+        if e.op in ("fast", "slow"):
+            out[f"{e.op}_bytes"] += e.size
+        elif e.op in ("promote", "demote"):
+            out[f"{e.op}d_bytes"] += e.size
+            out["promotions" if e.op == "promote" else "demotions"] += 1
+    out["placed"] = bool(out["fast_bytes"] or out["slow_bytes"])
+    return out
+
+
 def hints(profiles: list[dict], dram_share: float = 0.5) -> list[dict]:
     """Porter's hint per stack from one or more runs' profiles (``summarize``): tier ``dram`` or
     ``slow`` and the share of runs that agree (confidence), hottest stacks first."""
@@ -116,14 +131,17 @@ def hints(profiles: list[dict], dram_share: float = 0.5) -> list[dict]:
     return sorted(out, key=lambda h: (-h["heat"], h["stack"]))
 
 
-def read_profiles(folder: Path, period_ms: float) -> list[dict]:
-    """Each ``<instance>.log`` in ``folder`` summarized: [{instance, bytes, profile | error}]."""
+def read_profiles(folder: Path, period_ms: float, only: list[Path] | None = None) -> list[dict]:
+    """Each ``<instance>.log`` in ``folder`` (or just ``only``) summarized: [{instance, bytes,
+    profile | error}]."""
     out = []
-    for log in sorted(Path(folder).glob("*.log")) if Path(folder).is_dir() else []:
+    logs = only if only is not None else sorted(Path(folder).glob("*.log")) if Path(folder).is_dir() else []
+    for log in logs:
         entry = {"instance": log.stem, "bytes": log.stat().st_size}
         try:
             events = read_log(log, MAX_LOG_BYTES)
             entry["profile"] = summarize(events, period_ms)
+            entry["placement"] = decisions(events)
             entry["truncated"] = entry["bytes"] > MAX_LOG_BYTES or log_full(log)
         except (LogError, OSError) as exc:
             entry["error"] = str(exc)

@@ -30,7 +30,8 @@ from pathlib import Path
 
 NATIVE = Path(__file__).resolve().parents[3] / "native" / "memshim"
 LIBRARY = "libnearfaas_memshim.so"
-OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch", "arm", "access", "full")
+OPS = ("malloc", "calloc", "realloc", "free", "mmap", "munmap", "brk", "sbrk", "touch", "arm", "access",
+       "fast", "slow", "promote", "demote", "full")
 FULL = "0 full 0 0x0 0000000000000000\n"  # the shim's last line once its log reached NEARFAAS_MEMSHIM_MAX_BYTES
 ALLOCATES = ("malloc", "calloc", "realloc", "mmap", "brk", "sbrk")
 RELEASES = ("free", "munmap")

@@ -58,6 +58,7 @@ class WorkerProcess:
     channel: Channel | None = None   # its object socket, on a storage node
     cgroups: list = field(default_factory=list)
     token: str = ""                  # what a caller must show the worker (the gateway learns it here)
+    profiled: bool = False           # runs under the memory shim (x-nearfaas.memory.profile)
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
@@ -141,6 +142,8 @@ class WorkerPools:
             _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
             env = self._function_env(spec, extra_path)
             profiled = self._memory_profile(spec, instance, env)
+            if profiled:  # Porter's placement from this function's earlier runs here (off the event loop: it reads logs)
+                env.update(await asyncio.to_thread(self._placement, spec))
             # Workers listen on loopback, where other functions run too: a call must carry this
             # instance's token, which only the gateway learns (from this node's signed answer).
             token = env["NEARFAAS_CALL_TOKEN"] = secrets.token_hex(16)
@@ -205,6 +208,7 @@ class WorkerPools:
         elapsed = time.perf_counter() - started
         worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
                                prewarmed, spawn_reason, uid, held.channel, held.cgroups, token)
+        worker.profiled = profiled
         self.workers[instance] = worker
         self.stats.cold_starts += 1
         self.stats.prewarmed_starts += prewarmed
@@ -266,6 +270,21 @@ class WorkerPools:
         except shim.ShimUnavailable as exc:
             raise PoolError(f"cannot profile {spec['name']!r} on {self.node}: {exc}", status=503) from None
         return True
+
+    def _placement(self, spec: dict) -> dict:
+        """The shim's placement inputs for a new profiled worker (memory/placement.py): the hint
+        file from the function's newest runs on this node, and an even share of the node's
+        DRAM budget among its live profiled workers and this one."""
+        from nearfaas.memory import placement
+
+        live = sum(1 for w in self.workers.values() if w.profiled)
+        memory = (spec.get("x") or {}).get("memory") or {}
+        try:
+            budget = placement.node_budget()
+        except ValueError as exc:
+            raise PoolError(f"cannot place {spec['name']!r}'s memory on {self.node}: {exc}", status=503) from None
+        return placement.prepare(self.memory_log_dir(spec["name"]), budget // (live + 1),
+                                 period_ms=float(memory.get("sample_ms") or 50))
 
     def _function_env(self, spec: dict, extra_path: str | None) -> dict:
         """The environment a worker of this function runs with, whichever way it is started."""

@@ -1,0 +1,100 @@
+"""Two filters between a measured trace and the tier simulator (issue 18): the last-level cache,
+which serves a function's hottest lines before any tier sees them, and a tier's bandwidth, which
+colocated functions share (the paper's Figure 7: a function slowed by its neighbours, more on
+CXL than on DRAM).
+
+``llc_filter(trace, llc_bytes, scale)`` — per epoch, the pages touched, hottest first (touched in
+the most epochs of the whole trace), fill the LLC; their accesses hit and leave the trace. A
+sampled trace stands for ``scale`` times as many pages (16 for the shim's one-in-16 sample), so
+the LLC holds ``llc_bytes / (4 KiB × scale)`` sampled pages.
+
+``colocate(functions, tier)`` — each function streams ``demand_gbps`` (its LLC misses × 64 B /
+its time, measured by cachegrind) from the tier it sits on. The tier's load ρ = Σ demand /
+bandwidth stretches every access to it by q(ρ) = 1 + ρ / (2(1 − ρ)) (an M/D/1 queue: a 64-byte
+line is a fixed service time) up to ρ = 0.9, and linearly in ρ past it (a saturated tier is
+shared: twice the demand, twice the wait), continuous at 0.9. A function's time is
+``base × (1 + boundness × (latency × queue / fast − 1))`` with latency = fast on DRAM and
+fast + Δ on the slow tier; its slowdown is against running alone on DRAM.
+
+Worked example: two copies of a function with boundness 0.5 and demand 4 GB/s, DRAM 13.9 GB/s
+(triad here), slow tier at half of it, fast 200 ns, Δ 70 ns. Alone on DRAM: ρ 0.29, q 1.20.
+Together on DRAM: ρ 0.58, q 1.69 → (1 + 0.5 × 0.69) / (1 + 0.5 × 0.20) = 1.22, 22% slower.
+Together on the slow tier: ρ 1.15, past the knee, q 7.03, latency 270 ns → 4.8× the time alone
+on DRAM: the shape of Figure 7 (a neighbour hurts more on CXL) from bandwidth alone.
+
+Known caveats:
+* The queue is a textbook M/M/1 on one shared resource: no per-channel striping, no prefetch,
+  no write/read asymmetry. It ranks neighbours; it does not predict a given CPU's numbers.
+* The slow tier's bandwidth is an input (``slow_bw_ratio`` of DRAM's): no CXL device here, and
+  ``shared/hw-references.md`` gives CXL latency, not bandwidth; the benchmark sweeps it.
+* The LLC filter is per page, and treats the whole LLC as this function's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nearfaas.memory.tiersim import Trace
+
+PAGE = 4096
+KNEE = 0.9
+
+
+def llc_filter(trace: Trace, llc_bytes: int, scale: float = 1.0) -> Trace:
+    """``trace`` with the accesses the LLC serves removed (see the module comment)."""
+    if llc_bytes < 0 or scale <= 0:
+        raise ValueError("llc_bytes >= 0 and scale > 0")
+    capacity = int(llc_bytes // (PAGE * scale))
+    heat: dict[int, int] = {}
+    for epoch in trace.epochs:
+        for page in epoch:
+            heat[page] = heat.get(page, 0) + 1
+    epochs = []
+    for epoch in trace.epochs:
+        resident = set(sorted(epoch, key=lambda p: (-heat[p], p))[:capacity])
+        epochs.append({p: n for p, n in epoch.items() if p not in resident})
+    return Trace(epochs=epochs, owner=trace.owner, base_s=trace.base_s, boundness=trace.boundness)
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    boundness: float  # measured share of its time stalled on memory
+    demand_gbps: float  # measured LLC-missing traffic when alone
+    base_s: float = 1.0  # measured time alone on DRAM
+
+
+@dataclass(frozen=True)
+class Tiers:
+    dram_gbps: float  # measured (STREAM triad)
+    fast_ns: float  # measured (pointer chase)
+    delta_ns: float = 70.0  # slow tier = fast + delta
+    slow_bw_ratio: float = 0.5  # slow tier's bandwidth / DRAM's (an input: see caveats)
+
+
+def queue(rho: float) -> float:
+    """How much a load of ``rho`` stretches an access: 1 when idle, M/D/1 up to the knee,
+    linear past it (continuous, and increasing everywhere)."""
+    if rho < 0:
+        raise ValueError("rho >= 0")
+    at_knee = 1 + KNEE / (2 * (1 - KNEE))
+    return 1 + rho / (2 * (1 - rho)) if rho <= KNEE else at_knee * rho / KNEE
+
+
+def time_on(f: Function, tier: str, others_gbps: float, t: Tiers) -> float:
+    if tier not in ("dram", "slow"):
+        raise ValueError(f"tier: dram or slow, got {tier!r}")
+    bandwidth = t.dram_gbps if tier == "dram" else t.dram_gbps * t.slow_bw_ratio
+    latency = t.fast_ns if tier == "dram" else t.fast_ns + t.delta_ns
+    stretch = latency * queue((f.demand_gbps + others_gbps) / bandwidth) / t.fast_ns
+    return f.base_s * (1 + f.boundness * (stretch - 1))
+
+
+def colocate(target: Function, neighbours: list[Function], tier: str, t: Tiers) -> dict:
+    """``target``'s slowdown with ``neighbours`` on the same tier, against running alone on
+    DRAM; ``alone`` is the same tier without neighbours."""
+    reference = time_on(target, "dram", 0.0, t)
+    alone = time_on(target, tier, 0.0, t)
+    together = time_on(target, tier, sum(n.demand_gbps for n in neighbours), t)
+    return {"tier": tier, "alone_slowdown": alone / reference - 1, "slowdown": together / reference - 1,
+            "colocation_slowdown": together / alone - 1}
