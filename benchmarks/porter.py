@@ -44,7 +44,8 @@ def main(argv=None) -> int:
     print(json.dumps(result["summary"], indent=1))
     path = write_result("porter", result)
     pngs = [png for png in (porter.plot(result, path.with_suffix(".png")),
-                            porter.plot_heat(result, path.with_name(path.stem + "_heat.png"))) if png]
+                            porter.plot_heat(result, path.with_name(path.stem + "_heat.png")),
+                            porter.plot_colocation(result, path.with_name(path.stem + "_colocation.png"))) if png]
     print(f"wrote {path}" + "".join(f" and {png}" for png in pngs))
     return 0
 

@@ -204,8 +204,13 @@ __attribute__((destructor)) static void memshim_fini(void) {
     sampler_last_scan();  /* the last period's writes */
 }
 
+/* fork(): the child must not inherit the frame cache's lock held by a thread it does not have. */
+static void lock_frames(void) { pthread_mutex_lock(&frame_lock); }
+static void unlock_frames(void) { pthread_mutex_unlock(&frame_lock); }
+
 __attribute__((constructor)) static void memshim_init(void) {
     busy = 1;
+    pthread_atfork(lock_frames, unlock_frames, unlock_frames);
     next_mmap = dlsym(RTLD_NEXT, "mmap");
     next_munmap = dlsym(RTLD_NEXT, "munmap");
     next_brk = dlsym(RTLD_NEXT, "brk");

@@ -105,6 +105,10 @@ static void load_hints(const char *path) {
     }
 }
 
+/* fork(): the child must not inherit the lock held by a thread it does not have. */
+static void lock_place(void) { pthread_mutex_lock(&place_lock); }
+static void unlock_place(void) { pthread_mutex_unlock(&place_lock); }
+
 void placement_init(void) {
     const char *path = getenv("NEARFAAS_MEMSHIM_HINTS"), *bytes = getenv("NEARFAAS_MEMSHIM_DRAM_BYTES"),
                *node = getenv("NEARFAAS_MEMSHIM_SLOW_NODE"), *fast = getenv("NEARFAAS_MEMSHIM_FAST_NODE");
@@ -117,6 +121,8 @@ void placement_init(void) {
     if (fast && *fast)
         fast_node = strtol(fast, NULL, 10);
     on = (path && *path) || (bytes && *bytes);
+    if (on)
+        pthread_atfork(lock_place, unlock_place, unlock_place);
 }
 
 static int hinted_slow(uint64_t stack) {

@@ -24,18 +24,20 @@
  *     <t_ns> arm 65536 <chunk addr> <stack>
  * The next read or write of an armed page faults; the thread moves the page back and logs
  *     <t_ns> access 4096 <page addr> <stack>
- * A page never touched again stays in the stash, armed, at no cost. Each period arms at most
- * $NEARFAAS_MEMSHIM_ACCESS_PAGES pages (default 128), round robin over the sampled chunks, so
- * the faults the sampler causes are bounded per period whatever the footprint.
+ * A page never touched again stays in the stash, armed, at no cost. Each period moves at most
+ * an allowance of pages, round robin over the sampled chunks; the allowance adapts so that the
+ * faults stay about $NEARFAAS_MEMSHIM_ACCESS_PAGES (default 128) a period whatever the
+ * footprint (arm() has the rule): cold pages cost a move and no fault, hot ones a fault each.
  *
- * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16), 1024 pages; at
- * 128 pages a period, 8 chunks are armed each period and each chunk again every 8 periods. A
- * page read all the time faults once after each arming (a fault costs about 10 us here, so at
- * most ~1.3 ms of a 50 ms period); a page never read again never faults.
+ * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16), 1024 pages. If
+ * nothing reads it, the allowance doubles 128, 256, 512 and the whole sample is armed in three
+ * periods, for no fault. If all of it is read all the time, about 128 pages fault each period
+ * (a fault costs about 10 us here: ~1.3 ms of a 50 ms period) and each chunk is re-armed every
+ * eighth period.
  *
  * Known caveats:
- * - Accesses are a sample: one page in `stride` in space, each re-armed every
- *   (sampled pages / budget) periods in time. The tuner reads heat per block from it.
+ * - Accesses are a sample: one page in `stride` in space, and in time a page is watched from
+ *   its arming to its next access; memory/shim.py's to_trace estimates the rest from that.
  * - Needs userfaultfd with asynchronous write-protect and PAGEMAP_SCAN (Linux 6.7) for writes
  *   and UFFDIO_MOVE (6.8) for accesses, and a process allowed kernel-mode faults (root or
  *   CAP_SYS_PTRACE while vm.unprivileged_userfaultfd is 0): a user-mode-only userfaultfd would
@@ -257,9 +259,10 @@ static void scan_writes(void) {
 
 static void handle_events(void);
 
-/* Arm one chunk, the next in round robin from where the last one stopped: 1 if it did, 0 if
- * there is nothing to arm. Holds blocks_lock. */
-static int arm_next(void) {
+/* Arm one chunk, the next in round robin from where the last one stopped: 1 if it did (with the
+ * pages it moved in *moved: its pages still armed from before move nothing), 0 if there is
+ * nothing to arm. Holds blocks_lock. */
+static int arm_next(uint64_t *moved) {
     for (int tries = 0; tries <= nblocks && sampled_chunks; tries++) {
         if (cursor_block >= nblocks) {
             cursor_block = 0;
@@ -272,7 +275,7 @@ static int arm_next(void) {
             cursor_chunk = 0;
             continue;
         }
-        move_pages_between(b->stash + (c - b->start), c, CHUNK, 0);
+        *moved = move_pages_between(b->stash + (c - b->start), c, CHUNK, 0);
         emit_line("arm", CHUNK, (void *)(uintptr_t)c, b->stack);
         placement_heat(c, CHUNK / PAGE, 0);
         cursor_chunk++;
@@ -281,9 +284,17 @@ static int arm_next(void) {
     return 0;
 }
 
-/* One period's arming: blocks a period old get their sample, then up to access_pages pages'
- * worth of chunks are armed, each under the lock on its own, with the faults that are waiting
- * served between chunks: a thread blocked on an armed page must not wait for the whole round. */
+/* One period's arming: blocks a period old get their sample; then chunks are armed round robin
+ * until this period's allowance of moved pages is spent or every sampled chunk was visited,
+ * each under the lock on its own, with the faults that are waiting served between chunks (a
+ * thread blocked on an armed page must not wait for the whole round). The allowance halves (to
+ * access_pages at least) after a period with access_pages faults or more, and doubles (to 4
+ * budgets at most) after one that moved all of it with fewer faults: moving cold pages costs no
+ * fault, so a mostly cold footprint is covered quickly, and a hot one is held near access_pages
+ * faults a period. */
+static long allow, faults, moved_last; /* faults: served this period (resolve) */
+#define MAX_ALLOW_BUDGETS 4 /* the allowance grows to 4 budgets at most: the worst burst of faults */
+
 static void arm(void) {
     uint64_t now = now_ms();
     pthread_mutex_lock(&blocks_lock);
@@ -291,13 +302,23 @@ static void arm(void) {
         if (!blocks[i].tried && now - blocks[i].born_ms >= (uint64_t)period_ms)
             sample_block(&blocks[i]);
     int chunks = sampled_chunks;
+    if (!allow)
+        allow = access_pages;
+    else if (faults >= access_pages)
+        allow = allow / 2 > access_pages ? allow / 2 : access_pages;
+    else if (moved_last >= allow && allow < MAX_ALLOW_BUDGETS * access_pages)
+        allow *= 2; /* all of it moved and few faults: the pages were cold, cover more */
+    faults = moved_last = 0;
     pthread_mutex_unlock(&blocks_lock);
-    for (long budget = access_pages; budget > 0 && chunks-- > 0; budget -= (long)(CHUNK / PAGE)) {
+    for (long budget = allow; budget > 0 && chunks-- > 0;) {
+        uint64_t moved = 0;
         pthread_mutex_lock(&blocks_lock);
-        int armed = arm_next();
+        int armed = arm_next(&moved);
         pthread_mutex_unlock(&blocks_lock);
         if (!armed)
             break;
+        budget -= (long)moved;
+        moved_last += (long)moved;
         handle_events();
     }
 }
@@ -325,6 +346,7 @@ static void resolve(uint64_t page) {
         struct uffdio_range w = {page, PAGE};
         ioctl(uffd, UFFDIO_WAKE, &w);
     }
+    faults++;
     if (owner) {
         emit_line("access", PAGE, (void *)(uintptr_t)page, owner->stack);
         placement_heat(page, 1, 1);
@@ -400,7 +422,7 @@ static void *sampler(void *unused) {
 /* fork(): every armed page home before the child copies the address space, since the child
  * inherits no registration and would read armed pages as zeros. The child does not sample. */
 static void fork_prepare(void) {
-    pthread_mutex_lock(&blocks_lock);
+    pthread_mutex_lock(&blocks_lock); /* also: no other thread holds it in the child */
     for (int i = 0; i < nblocks; i++)
         disarm(&blocks[i]);
 }
@@ -463,8 +485,7 @@ int sampler_prepare(long ms) {
         uffd = -1;
         return -1;
     }
-    if (access_on)
-        pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     return 0;
 }
 

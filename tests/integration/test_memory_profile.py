@@ -81,3 +81,24 @@ def test_another_function_cannot_read_a_profiled_functions_logs(cluster, scratch
     seen = resp.json()
     assert all(not v.startswith("read") for v in seen["read"].values()), seen["read"]
     assert all(isinstance(v, str) and "Error" in v for v in seen["list"].values()), seen["list"]
+
+
+def test_the_next_worker_places_by_what_the_last_one_learned(cluster, scratch):
+    """Porter's loop on a live node: the first worker has no hint (everything on DRAM, within
+    its share of the node's budget); once it is gone, the next worker of the function starts
+    with the hint file its runs taught, and the cold 32 MiB array goes to the slow tier."""
+    spec = {"x-nearfaas": {"memory": {"profile": True, "sample_ms": 5}}}
+    assert scratch("memhog3", FUNCTIONS / "memhog", **spec).status_code < 300
+    for _ in range(3):
+        assert cluster.http.post(f"{cluster.url}/function/memhog3", data=b"", timeout=60).status_code == 200
+    first = cluster.http.get(f"{cluster.url}/system/memory/memhog3", timeout=30).json()["runs"]
+    assert len(first) == 1 and first[0]["placement"]["placed"], first
+    assert first[0]["placement"]["slow_bytes"] == 0 and first[0]["placement"]["fast_bytes"] >= 32 << 20  # no hint yet
+    cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "memhog3"}, timeout=30)
+    assert scratch("memhog3", FUNCTIONS / "memhog", **spec).status_code < 300
+    assert cluster.http.post(f"{cluster.url}/function/memhog3", data=b"", timeout=60).status_code == 200
+    hints = list(cluster.state_dir.glob("nodes/*/memory/memhog3/hints.txt"))
+    assert hints and " slow " in hints[0].read_text(), hints
+    runs = cluster.http.get(f"{cluster.url}/system/memory/memhog3", timeout=30).json()["runs"]
+    second = [r for r in runs if r["instance"] != first[0]["instance"]]
+    assert second and second[0]["placement"]["slow_bytes"] >= 32 << 20, runs  # the cold array, by its call stack

@@ -75,3 +75,31 @@ def test_the_latency_curve_interpolates_in_log_size_and_clamps():
     assert porter.fast_ns(curve, 1 << 20) == 170.0 and porter.fast_ns(curve, 1 << 40) == 330.0
     xs = [porter.fast_ns(curve, 2 ** k) for k in range(20, 34)]
     assert xs == sorted(xs)  # a monotone curve stays monotone
+
+
+def test_colocation_rows_follow_the_measured_traffic():
+    def rec(name, bound, misses, secs=1.0):
+        return {"name": name, "boundness": {"boundness": bound, "ll_data_misses": misses}, "median_s": {"plain": secs},
+                "fast_ns": 200.0}
+
+    results = [rec("pagerank", 0.2, 50_000_000), rec("linpack", 0.8, 100_000_000), rec("html", 0.1, 0)]
+    out = porter.colocate_all(results, {"triad_gb_per_s": 13.9})
+    table = out["by_ratio"]["0.5"]
+    assert set(table) == {"pagerank", "linpack"}  # html has no measured misses: no row
+    assert table["pagerank"]["demand_gbps"] == pytest.approx(3.2)  # 50 M lines x 64 B in 1 s
+    assert set(table["pagerank"]["with"]) == {"self", "linpack", "pagerank"}
+    for row in table.values():
+        for cell in row["with"].values():
+            assert cell["slow"] >= cell["dram"] >= 0  # Figure 7's shape: a neighbour hurts more on the slow tier
+    assert table["pagerank"]["with"]["linpack"]["dram"] > table["pagerank"]["with"]["self"]["dram"]  # more traffic, more harm
+    slower = porter.colocate_all(results, {"triad_gb_per_s": 13.9})["by_ratio"]["0.25"]
+    assert slower["pagerank"]["with"]["self"]["slow"] >= table["pagerank"]["with"]["self"]["slow"]
+
+
+def test_every_dscs_app_is_a_memory_workload():
+    from nearfaas.memory import workloads
+
+    assert len(workloads.DSCS_APPS) == 8 and all(f"dscs-{a}" in workloads.NAMES for a in workloads.DSCS_APPS)
+    for app in workloads.DSCS_APPS:
+        kernel, input_bytes = workloads.KERNELS[f"dscs-{app}"](0.0001)  # one request
+        assert kernel() >= 1 and input_bytes > 0, app  # the model answered with at least one output

@@ -16,22 +16,24 @@ epochs = st.lists(st.dictionaries(st.integers(0, 30), st.integers(1, 9), max_siz
 
 
 @settings(max_examples=100, deadline=None)
-@given(epochs=epochs, small=st.integers(0, 20), more=st.integers(0, 20), scale=st.sampled_from([1.0, 16.0]))
-def test_the_llc_filter_only_removes_and_more_cache_removes_more(epochs, small, more, scale):
+@given(epochs=epochs, small=st.integers(0, 20), more=st.integers(0, 20), footprint=st.integers(1, 64))
+def test_the_llc_filter_only_removes_and_more_cache_removes_more(epochs, small, more, footprint):
     trace = Trace(epochs=epochs)
-    a = llc_filter(trace, small * 4096 * int(scale), scale)
-    b = llc_filter(trace, (small + more) * 4096 * int(scale), scale)
+    a = llc_filter(trace, small * 4096, footprint * 4096)
+    b = llc_filter(trace, (small + more) * 4096, footprint * 4096)
     total = lambda t: sum(sum(e.values()) for e in t.epochs)  # noqa: E731
     assert total(b) <= total(a) <= total(trace)
     for before, after in zip(trace.epochs, a.epochs, strict=True):
         assert all(before[p] == n for p, n in after.items())  # kept accesses are untouched
-        assert len(before) - len(after) == min(small, len(before))  # exactly the capacity's worth leaves
     assert llc_filter(trace, 0).epochs == trace.epochs
+    assert total(llc_filter(trace, 10**9)) == 0  # a cache larger than the footprint serves everything
 
 
-def test_the_llc_keeps_the_hottest_pages():
-    trace = Trace(epochs=[{1: 1, 2: 1}, {1: 1, 3: 1}, {1: 1}])
-    assert llc_filter(trace, 4096).epochs == [{2: 1}, {3: 1}, {}]  # page 1, touched every epoch, is cached
+def test_the_llc_keeps_the_hottest_pages_for_its_share_of_the_footprint():
+    trace = Trace(epochs=[{1: 1, 2: 1}, {1: 1, 3: 1}, {1: 1, 4: 1}])
+    assert llc_filter(trace, 4096).epochs == [{2: 1}, {3: 1}, {4: 1}]  # page 1, the hottest, is cached
+    # the same four pages standing for a 16x larger footprint: a quarter-page of LLC share, nothing cached
+    assert llc_filter(trace, 4096, footprint_bytes=16 * 4 * 4096).epochs == trace.epochs
 
 
 def test_the_queue_is_continuous_and_increasing():
@@ -66,3 +68,14 @@ def test_the_worked_example():
     assert colocate(f, [f], "slow", t)["slowdown"] + 1 == pytest.approx(4.77, abs=0.02)
     with pytest.raises(ValueError, match="tier"):
         colocate(f, [], "cxl", t)
+
+
+def test_the_llc_size_is_read_from_sysfs_or_zero(tmp_path):
+    from nearfaas.memory.colocation import llc_bytes
+
+    (tmp_path / "size").write_text("32768K\n")
+    assert llc_bytes(tmp_path / "size") == 32 << 20
+    (tmp_path / "size").write_text("2M")
+    assert llc_bytes(tmp_path / "size") == 2 << 20
+    (tmp_path / "size").write_text("")
+    assert llc_bytes(tmp_path / "size") == 0 and llc_bytes(tmp_path / "missing") == 0

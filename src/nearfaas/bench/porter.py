@@ -48,7 +48,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nearfaas.memory import shim, tiersim, workloads
+from nearfaas.memory import colocation, shim, tiersim, workloads
 
 NATIVE = Path(__file__).resolve().parents[3] / "native"
 DELTAS_NS = (70, 150, 250)
@@ -56,6 +56,8 @@ TARGETS = {"shim_overhead_pct": 5.0, "sampler_overhead_pct": 10.0, "calibration_
            "porter_cut_of_all_cxl_pct": 50.0, "porter_to_oracle_points": 5.0, "slow_bytes_share": 0.40,
            "slow_bytes_max_slowdown": 0.05}
 GRAPH_WORKLOADS = ("bfs", "pagerank")
+NEIGHBOURS = ("self", "linpack", "pagerank")  # Figure 7: the same function, a matrix kernel, a graph kernel
+SLOW_BW_RATIOS = (0.5, 0.25)  # slow tier bandwidth / DRAM's: an input (no CXL here, no sourced figure)
 SIMULATED = "modelled: the tier simulator over the measured access sample (reads and writes, a spatial sample of pages)"
 HEAT_ROWS = 48
 
@@ -198,12 +200,14 @@ def heat_map(trace: tiersim.Trace, rows: int = HEAT_ROWS) -> dict:
 
 def simulate(rec: dict, sample_ms: int, dram_share: float, bound: float, trace: tiersim.Trace | None = None) -> dict:
     """Every policy at every Δ over the workload's kernel-window trace (``kernel_trace`` unless
-    given), Porter hinted by the half run."""
+    given), less what the LLC serves (``colocation.llc_filter``), Porter hinted by the half run."""
     trace = dataclasses.replace(trace or kernel_trace(rec, sample_ms)[0], boundness=bound)
+    footprint_pages = rec.get("footprint_pages") or len(trace.pages())
+    trace = colocation.llc_filter(trace, colocation.llc_bytes(), footprint_pages * shim.PAGE)
     half_log, window = rec["_half"]
     learned = tiersim.hint(shim.to_trace(shim.read_log(half_log), sample_ms, start_ns=window[0], end_ns=window[1]))
     footprint = len(trace.pages())
-    out = {"sampled_pages": footprint, "fast_ns": rec["fast_ns"], "epochs": len(trace.epochs), "accessed_pages": len(set().union(*trace.epochs))
+    out = {"sampled_pages": footprint, "fast_ns": rec["fast_ns"], "llc_bytes": colocation.llc_bytes(), "epochs": len(trace.epochs), "accessed_pages": len(set().union(*trace.epochs))
            if trace.epochs else 0, "hint_owners": len(learned), "by_delta": {}}
     for delta in DELTAS_NS:
         cfg = tiersim.TierConfig(dram_pages=int(dram_share * footprint), delta_ns=delta, fast_ns=rec["fast_ns"])
@@ -259,6 +263,33 @@ def summary(results: list[dict], cal: dict) -> dict:
                           and out["sampler_overhead_pct_max"] <= TARGETS["sampler_overhead_pct"],
                           "calibration": out["calibration_within_10pct"]}
     out.update(policy_targets(results))
+    out["colocation"] = colocate_all(results, cal)
+    return out
+
+
+def colocate_all(results: list[dict], cal: dict, delta_ns: float = 70.0) -> dict:
+    """Figure 7 (modelled): each workload's slowdown beside each neighbour, on DRAM and on the
+    slow tier, from measured boundness and LLC-miss traffic, for each slow-tier bandwidth ratio."""
+    funcs = {}
+    for r in results:
+        b = r.get("boundness") or {}
+        if b.get("boundness") is None or not b.get("ll_data_misses"):
+            continue
+        demand = b["ll_data_misses"] * 64 / r["median_s"]["plain"] / 1e9
+        funcs[r["name"]] = (colocation.Function(r["name"], b["boundness"], demand, r["median_s"]["plain"]), r["fast_ns"])
+    out: dict = {"label": "modelled: M/D/1 shared-bandwidth queue over measured boundness and LLC-miss traffic "
+                          "(cachegrind); slow-tier bandwidth is an input", "delta_ns": delta_ns, "by_ratio": {}}
+    for ratio in SLOW_BW_RATIOS:
+        table = {}
+        for name, (f, fast) in funcs.items():
+            tiers = colocation.Tiers(cal["triad_gb_per_s"], fast, delta_ns, ratio)
+            row = {}
+            for other in NEIGHBOURS:
+                neighbour = f if other == "self" else funcs.get(other, (None,))[0]
+                if neighbour is not None:
+                    row[other] = {tier: colocation.colocate(f, [neighbour], tier, tiers)["slowdown"] for tier in ("dram", "slow")}
+            table[name] = {"demand_gbps": f.demand_gbps, "with": row}
+        out["by_ratio"][str(ratio)] = table
     return out
 
 
@@ -327,6 +358,13 @@ def table(result: dict) -> str:
         met = sum(v["met"] for v in savers.values())
         lines.append(f">= 40% of bytes on the slow tier at <= 5% slowdown: {met} of {len(savers)} workloads "
                      f"(target: half): {'met' if s['policy_targets_met']['half_save_40pct_at_5pct'] else 'NOT met'}")
+    coloc = s.get("colocation", {}).get("by_ratio", {}).get(str(SLOW_BW_RATIOS[0]), {})
+    if coloc:
+        lines += ["", f"colocated (modelled, {s['colocation']['label']}; slow tier +70 ns at {SLOW_BW_RATIOS[0]:g}x "
+                      "DRAM bandwidth): slowdown vs alone on DRAM, DRAM / slow tier"]
+        for name, row in coloc.items():
+            cells = "  ".join(f"+{other}: {c['dram'] * 100:.1f}% / {c['slow'] * 100:.1f}%" for other, c in row["with"].items())
+            lines.append(f"{name:<12}{row['demand_gbps']:>6.2f} GB/s  {cells}")
     lines.append(f"\nreal NUMA: {result['real_numa']['result']}")
     return "\n".join(lines)
 
@@ -357,6 +395,35 @@ def plot(result: dict, path: Path) -> Path | None:
     twin.set_ylim(0, 1)
     fig.legend(loc="upper left", fontsize=8)
     fig.suptitle("Figure 2's shape, on this machine (access-sampled traces)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_colocation(result: dict, path: Path) -> Path | None:
+    """The paper's Figure 7 (modelled): slowdown beside each neighbour, DRAM vs the slow tier."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    table = result["summary"].get("colocation", {}).get("by_ratio", {}).get(str(SLOW_BW_RATIOS[0]), {})
+    bars = [(f"{name}+{other}", cell) for name, row in table.items() for other, cell in row["with"].items()]
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(max(6, 0.5 * len(bars)), 4))
+    xs = range(len(bars))
+    ax.bar([x - 0.2 for x in xs], [c["dram"] * 100 for _, c in bars], 0.4, label="both on DRAM")
+    ax.bar([x + 0.2 for x in xs], [c["slow"] * 100 for _, c in bars], 0.4,
+           label=f"both on the slow tier (+70 ns, {SLOW_BW_RATIOS[0]:g}x DRAM bandwidth)")
+    ax.set_xticks(list(xs), [b for b, _ in bars], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("slowdown vs alone on DRAM (%)")
+    ax.set_yscale("symlog", linthresh=10)
+    ax.legend(fontsize=8)
+    fig.suptitle("Figure 7's shape, modelled (shared-bandwidth queue over measured traffic)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -3,10 +3,9 @@ which serves a function's hottest lines before any tier sees them, and a tier's 
 colocated functions share (the paper's Figure 7: a function slowed by its neighbours, more on
 CXL than on DRAM).
 
-``llc_filter(trace, llc_bytes, scale)`` — per epoch, the pages touched, hottest first (touched in
-the most epochs of the whole trace), fill the LLC; their accesses hit and leave the trace. A
-sampled trace stands for ``scale`` times as many pages (16 for the shim's one-in-16 sample), so
-the LLC holds ``llc_bytes / (4 KiB × scale)`` sampled pages.
+``llc_filter(trace, llc_bytes, footprint_bytes)`` — the hottest pages of the trace (most
+accesses over all of it), as many as the LLC's share of the footprint, stay in the LLC: their
+accesses hit and leave the trace. A sampled trace keeps that share of its sampled pages.
 
 ``colocate(functions, tier)`` — each function streams ``demand_gbps`` (its LLC misses × 64 B /
 its time, measured by cachegrind) from the tier it sits on. The tier's load ρ = Σ demand /
@@ -27,12 +26,15 @@ Known caveats:
   no write/read asymmetry. It ranks neighbours; it does not predict a given CPU's numbers.
 * The slow tier's bandwidth is an input (``slow_bw_ratio`` of DRAM's): no CXL device here, and
   ``shared/hw-references.md`` gives CXL latency, not bandwidth; the benchmark sweeps it.
-* The LLC filter is per page, and treats the whole LLC as this function's.
+* The LLC filter is per page and static, and treats the whole LLC as this function's: a streamed
+  array touched every epoch ranks as hot as a reused vector, which an LRU cache would not keep.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from nearfaas.memory.tiersim import Trace
 
@@ -40,20 +42,31 @@ PAGE = 4096
 KNEE = 0.9
 
 
-def llc_filter(trace: Trace, llc_bytes: int, scale: float = 1.0) -> Trace:
-    """``trace`` with the accesses the LLC serves removed (see the module comment)."""
-    if llc_bytes < 0 or scale <= 0:
-        raise ValueError("llc_bytes >= 0 and scale > 0")
-    capacity = int(llc_bytes // (PAGE * scale))
-    heat: dict[int, int] = {}
+def llc_bytes(path: Path = Path("/sys/devices/system/cpu/cpu0/cache/index3/size")) -> int:
+    """This machine's last-level cache (sysfs: "32768K"), 0 where it does not say."""
+    try:
+        text = path.read_text().strip()
+        return int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]] if text[-1] in "KM" else int(text)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def llc_filter(trace: Trace, llc_bytes: int, footprint_bytes: int | None = None) -> Trace:
+    """``trace`` without the accesses the LLC serves: its hottest pages (most accesses over the
+    whole trace), as many as the LLC's share of the footprint, leave every epoch. A sampled
+    trace's pages stand for ``footprint_bytes`` (default: its own pages, 4 KiB each)."""
+    pages = trace.pages()
+    footprint = footprint_bytes if footprint_bytes is not None else len(pages) * PAGE
+    if llc_bytes < 0 or footprint < 0:
+        raise ValueError("llc_bytes >= 0 and footprint_bytes >= 0")
+    share = min(1.0, llc_bytes / footprint) if footprint else 1.0
+    heat: dict[int, float] = {}
     for epoch in trace.epochs:
-        for page in epoch:
-            heat[page] = heat.get(page, 0) + 1
-    epochs = []
-    for epoch in trace.epochs:
-        resident = set(sorted(epoch, key=lambda p: (-heat[p], p))[:capacity])
-        epochs.append({p: n for p, n in epoch.items() if p not in resident})
-    return Trace(epochs=epochs, owner=trace.owner, base_s=trace.base_s, boundness=trace.boundness)
+        for page, count in epoch.items():
+            heat[page] = heat.get(page, 0) + count
+    resident = set(sorted(heat, key=lambda p: (-heat[p], p))[:int(share * len(pages))])
+    epochs = [{p: c for p, c in epoch.items() if p not in resident} for epoch in trace.epochs]
+    return dataclasses.replace(trace, epochs=epochs)
 
 
 @dataclass(frozen=True)

@@ -157,14 +157,13 @@ def live_objects(events: list[Event]) -> dict[int, Event]:
 def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundness: float = 0.5,
              start_ns: int | None = None, end_ns: int | None = None, source: str = "auto"):
     """A ``tiersim.Trace`` from a sampled log: one epoch per ``period_ms`` of the window
-    [start_ns, end_ns] (default: the whole log), each page seen in it counted once (a sample
-    says touched or not, not how often).
+    [start_ns, end_ns] (default: the whole log); pages owned by the stack that allocated them.
 
-    ``source``: ``access`` — the access sample (reads and writes, ``arm``/``access`` lines): the
-    footprint is the sampled pages, a stratified sample of every block, so shares computed over
-    it stand for the whole; ``writes`` — every page written (``touch`` lines), over a footprint
-    of every page of every block live in the window, written or not; ``auto`` (default) — the
-    access sample if the log has one. Pages are owned by the stack that allocated them."""
+    ``source``: ``access`` — the access sample (``arm``/``access`` lines, ``_access_epochs``):
+    the footprint is the sampled pages, a stratified sample of every block, so shares over it
+    stand for the whole; ``writes`` — every page written (``touch`` lines), counted once per
+    epoch, over a footprint of every page of every block live in the window, written or not;
+    ``auto`` (default) — the access sample if the log has one."""
     from nearfaas.memory.tiersim import Trace
 
     if not events:
@@ -176,10 +175,15 @@ def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundne
     start = events[0].t_ns if start_ns is None else start_ns
     end = events[-1].t_ns if end_ns is None else end_ns
     step = max(1, int(period_ms * 1e6))
-    epochs: list[dict[int, int]] = [{} for _ in range(max(0, end - start) // step + 1)]
+    n = max(0, end - start) // step + 1
+    if source == "access":
+        epochs, owner = _access_epochs(events, start, end, step, n)
+        # first touch: the order blocks were first armed in, which is their allocation order (a
+        # first *observed* access would put the hot pages first and flatter first-touch)
+        return Trace(epochs=epochs, owner=owner, base_s=base_s, boundness=boundness, first_touch=tuple(owner))
+    epochs: list[dict[int, float]] = [{} for _ in range(n)]
     owner: dict[int, str] = {}
     live: dict[int, Event] = {}
-    seen_op = "access" if source == "access" else "touch"
     for e in events:
         if e.t_ns > end:
             break
@@ -190,18 +194,77 @@ def to_trace(events: list[Event], period_ms: float, base_s: float = 1.0, boundne
                     owner.pop(page, None)
         elif e.op in ALLOCATES:
             live[e.addr] = e
-            if source == "writes":
-                owner.update(dict.fromkeys(_pages(e), e.stack))
-        elif e.op == "arm":
             owner.update(dict.fromkeys(_pages(e), e.stack))
-        elif e.op == seen_op:
-            if source == "access":
-                owner.setdefault(e.addr // PAGE, e.stack)  # a first touch in a sampled chunk not armed yet
-            if e.t_ns >= start:
-                for page in _pages(e):
-                    epochs[(e.t_ns - start) // step][page] = 1
-                    owner.setdefault(page, e.stack)
+        elif e.op == "touch" and e.t_ns >= start:
+            for page in _pages(e):
+                epochs[(e.t_ns - start) // step][page] = 1
+                owner.setdefault(page, e.stack)
     return Trace(epochs=epochs, owner=owner, base_s=base_s, boundness=boundness)
+
+
+def _access_epochs(events: list[Event], start: int, end: int, step: int, n: int):
+    """Epochs from the access sample. A page is *watched* from the arming of its chunk to its
+    next access (then it is home until armed again): while watched, each epoch is an
+    observation — accessed (1) in the epoch of the access, not accessed (0) before it. An epoch
+    in which a page was not watched is estimated at the page's observed rate (accessed
+    observations / observations), or its call stack's where the page has none; nothing after
+    its block is released. Pages of blocks released before the window are left out."""
+    observed: dict[int, dict[int, int]] = {}
+    watched: dict[int, int] = {}  # page -> first epoch it is watched in (may be before the window)
+    gone: dict[int, int] = {}  # page -> the epoch its block was released in (nothing estimated after)
+    owner: dict[int, str] = {}
+    live: dict[int, Event] = {}
+    epoch = lambda t: (t - start) // step  # noqa: E731
+
+    def close(page: int, upto: int) -> None:  # watched until epoch `upto` (exclusive), not accessed
+        since = watched.pop(page)
+        marks = observed.setdefault(page, {})
+        for i in range(max(0, since), min(n, upto)):
+            marks.setdefault(i, 0)
+
+    for e in events:
+        if e.t_ns > end:
+            break
+        if e.releases:
+            block = live.pop(e.addr, None)
+            for page in _pages(block) if block is not None else ():
+                if page in watched:
+                    close(page, epoch(e.t_ns) + 1)
+                gone[page] = epoch(e.t_ns)
+                if e.t_ns < start:
+                    owner.pop(page, None)
+                    observed.pop(page, None)
+        elif e.op in ALLOCATES:
+            live[e.addr] = e
+        elif e.op == "arm":
+            for page in _pages(e):
+                owner[page] = e.stack
+                gone.pop(page, None)  # a new block at the same address
+                watched.setdefault(page, epoch(e.t_ns))
+        elif e.op == "access":
+            page = e.addr // PAGE
+            owner.setdefault(page, e.stack)
+            i = epoch(e.t_ns)
+            if page in watched:
+                close(page, i)
+            if 0 <= i < n:
+                observed.setdefault(page, {})[i] = 1
+    for page in list(watched):
+        close(page, n)
+    rate = {p: sum(m.values()) / len(m) for p, m in observed.items() if m}
+    by_block: dict[str, list[float]] = {}
+    for p, r in rate.items():
+        by_block.setdefault(owner.get(p, "?"), []).append(r)
+    block_rate = {k: sum(v) / len(v) for k, v in by_block.items()}
+    epochs: list[dict[int, float]] = [{} for _ in range(n)]
+    for page, who in owner.items():
+        marks = observed.get(page, {})
+        guess = rate.get(page, block_rate.get(who, 0.0))
+        for i in range(min(n, gone.get(page, n - 1) + 1)):
+            value = marks.get(i, guess)
+            if value:
+                epochs[i][page] = value
+    return epochs, owner
 
 
 def _pages(e: Event) -> range:

@@ -3,7 +3,8 @@ policy, and price it. One object, ``simulate(trace, policy, config)``, serves th
 benchmark, as the placement policies do.
 
 A **trace** is a function's accesses per epoch: ``epochs[i]`` maps page → accesses that missed
-the LLC in epoch i (the caller applies the LLC filter), and ``owner`` maps page → the call-stack
+the LLC in epoch i (an estimate may be fractional; memory/colocation.py's LLC filter takes out
+what the cache serves), and ``owner`` maps page → the call-stack
 hash of the allocation that owns it (from the shim's log). A **policy** decides, at the start of
 each epoch, which pages sit on the fast tier (DRAM), never more than ``config.dram_pages``; a page
 that changes tier costs a migration.
@@ -50,14 +51,15 @@ POLICIES = ("all-dram", "all-cxl", "first-touch", "interleave", "tpp", "porter",
 
 @dataclass(frozen=True)
 class Trace:
-    epochs: list[dict[int, int]]  # page -> LLC-missing accesses, per epoch
+    epochs: list[dict[int, float]]  # page -> LLC-missing accesses, per epoch
     owner: dict[int, str] = field(default_factory=dict)  # page -> call-stack hash of its allocation
     base_s: float = 1.0  # measured all-DRAM time
     boundness: float = 0.5  # measured share of base_s stalled on memory
+    first_touch: tuple = ()  # pages in the order the program first touched them, where known
 
     def pages(self) -> list[int]:
-        """Every page, in first-touch order."""
-        seen: dict[int, None] = {}
+        """Every page, in first-touch order (``first_touch``, then the order of the epochs)."""
+        seen: dict[int, None] = dict.fromkeys(self.first_touch)
         for epoch in self.epochs:
             for page in epoch:
                 seen.setdefault(page, None)
@@ -72,7 +74,7 @@ class TierConfig:
     fast_ns: float = 100.0  # measured fast-tier latency
     delta_ns: float = 70.0  # slow tier = fast + delta
     migrate_s: float = 2e-6  # one 4 KiB page moved (copy + remap)
-    promote_at: int = 2  # tpp: accesses in an epoch that earn a promotion
+    promote_at: float = 0.5  # tpp: accesses in an epoch that earn a promotion (a sample counts a page once an epoch)
 
 
 @dataclass
@@ -147,7 +149,7 @@ def _initial(policy: str, order: list[int], cap: int, trace: Trace, ranked: list
     return set()  # all-cxl; the oracle picks per epoch
 
 
-def _promote(fast: set[int], epoch: dict[int, int], cap: int, last_use: dict[int, int], promote_at: int) -> int:
+def _promote(fast: set[int], epoch: dict[int, float], cap: int, last_use: dict[int, int], promote_at: float) -> int:
     """Promote this epoch's hot slow pages, demoting the least recently used fast ones; the
     number of pages moved (each promotion that needs room moves two)."""
     hot = sorted((p for p, n in epoch.items() if n >= promote_at and p not in fast), key=lambda p: -epoch[p])
