@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas
 from nearfaas.bench import porter
 from nearfaas.bench.results import machine_facts, write_result
-from nearfaas.memory import workloads
+from nearfaas.bench import memory_workloads as workloads
 
 
 def main(argv=None) -> int:

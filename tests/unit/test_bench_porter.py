@@ -97,7 +97,7 @@ def test_colocation_rows_follow_the_measured_traffic():
 
 
 def test_every_dscs_app_is_a_memory_workload():
-    from nearfaas.memory import workloads
+    from nearfaas.bench import memory_workloads as workloads
 
     assert len(workloads.DSCS_APPS) == 8 and all(f"dscs-{a}" in workloads.NAMES for a in workloads.DSCS_APPS)
     for app in workloads.DSCS_APPS:

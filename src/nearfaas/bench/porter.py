@@ -10,7 +10,7 @@ Method:
   them in log2(size). Checked on a 512 MiB chase it was not calibrated with: predicted time =
   steps × fast_ns(512 MiB) must be within 10% of its measured time. STREAM triad bandwidth is
   recorded beside it.
-* **Overheads** (measured): each workload's kernel (``memory/workloads.py``, a process of its
+* **Overheads** (measured): each workload's kernel (``bench/memory_workloads.py``, a process of its
   own) timed plain, with the shim preloaded (allocations only), and with the shim sampling
   accesses every ``sample_ms`` (its default budget of armed pages); medians of ``repeats`` runs
   of each, interleaved.
@@ -48,7 +48,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from nearfaas.memory import colocation, shim, tiersim, workloads
+from nearfaas.bench import memory_workloads as workloads
+from nearfaas.memory import colocation, shim, tiersim
 
 NATIVE = Path(__file__).resolve().parents[3] / "native"
 DELTAS_NS = (70, 150, 250)
@@ -116,7 +117,7 @@ def fast_ns(curve: dict, footprint_bytes: float) -> float:
 
 
 def _run(name: str, scale: float, env: dict | None = None, setup_only: bool = False) -> dict:
-    argv = [sys.executable, "-m", "nearfaas.memory.workloads", name, "--scale", str(scale)] + (["--setup-only"] if setup_only else [])
+    argv = [sys.executable, "-m", "nearfaas.bench.memory_workloads", name, "--scale", str(scale)] + (["--setup-only"] if setup_only else [])
     out = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"workload {name} failed (exit {out.returncode}): {out.stderr.strip()[-500:]}")
@@ -132,7 +133,7 @@ def boundness(name: str, scale: float, fast_ns: float, native_s: float, folder: 
     for setup_only in (False, True):
         out = folder / f"cg-{name}-{int(setup_only)}.out"
         argv = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", f"--cachegrind-out-file={out}", sys.executable,
-                "-m", "nearfaas.memory.workloads", name, "--scale", str(scale)] + (["--setup-only"] if setup_only else [])
+                "-m", "nearfaas.bench.memory_workloads", name, "--scale", str(scale)] + (["--setup-only"] if setup_only else [])
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
         if proc.returncode != 0:
             return {"boundness": None, "why": f"cachegrind failed: {proc.stderr.strip()[-300:]}"}

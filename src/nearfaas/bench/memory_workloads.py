@@ -2,7 +2,7 @@
 written here on packages the platform already has (NumPy, SciPy, Pillow, zlib), each a kernel
 that runs a few seconds at scale 1 and is timed on its own (imports and input generation apart).
 
-    python -m nearfaas.memory.workloads pagerank --scale 1     -> {"name", "seconds", ...} on stdout
+    python -m nearfaas.bench.memory_workloads pagerank --scale 1     -> {"name", "seconds", ...} on stdout
 
 Run as a separate process so the allocation shim can be preloaded into it (memory/shim.py).
 ``--setup-only`` builds the input and skips the kernel: the benchmark subtracts that run's cache
