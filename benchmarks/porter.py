@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas
-from nearfaas.bench import porter
+from nearfaas.bench import porter, porter_plots
 from nearfaas.bench.results import machine_facts, write_result
 from nearfaas.bench import memory_workloads as workloads
 
@@ -43,9 +43,9 @@ def main(argv=None) -> int:
     print(porter.table(result))
     print(json.dumps(result["summary"], indent=1))
     path = write_result("porter", result)
-    pngs = [png for png in (porter.plot(result, path.with_suffix(".png")),
-                            porter.plot_heat(result, path.with_name(path.stem + "_heat.png")),
-                            porter.plot_colocation(result, path.with_name(path.stem + "_colocation.png"))) if png]
+    pngs = [png for png in (porter_plots.slowdowns(result, path.with_suffix(".png")),
+                            porter_plots.heat_maps(result, path.with_name(path.stem + "_heat.png")),
+                            porter_plots.colocation(result, path.with_name(path.stem + "_colocation.png"))) if png]
     print(f"wrote {path}" + "".join(f" and {png}" for png in pngs))
     return 0
 

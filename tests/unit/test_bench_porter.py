@@ -103,3 +103,18 @@ def test_every_dscs_app_is_a_memory_workload():
     for app in workloads.DSCS_APPS:
         kernel, input_bytes = workloads.KERNELS[f"dscs-{app}"](0.0001)  # one request
         assert kernel() >= 1 and input_bytes > 0, app  # the model answered with at least one output
+
+
+def test_the_three_figures_are_drawn_from_a_result(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nearfaas.bench import porter_plots
+
+    cells = {p: {"slowdown": 0.1, "slow_tier_bytes_share": 0.5} for p in tiersim.POLICIES}
+    row = {"name": "pagerank", "tiers": {"by_delta": {"70": cells}}, "boundness": {"boundness": 0.3},
+           "heat_map": {"rows": [[0, 1], [2, 0]], "pages_per_row": 4}}
+    result = {"workloads": [row, dict(row, name="bfs")], "sample_ms": 50,
+              "summary": {"colocation": {"by_ratio": {"0.5": {"pagerank": {"with": {"self": {"dram": 0.1, "slow": 0.4}}}}}}}}
+    for draw, name in ((porter_plots.slowdowns, "f2.png"), (porter_plots.heat_maps, "f4.png"), (porter_plots.colocation, "f7.png")):
+        path = draw(result, tmp_path / name)
+        assert path is not None and path.stat().st_size > 1000
+    assert porter_plots.slowdowns({"workloads": []}, tmp_path / "none.png") is None  # nothing to draw: no file

@@ -5,21 +5,12 @@ file from the function's earlier runs; the slow NUMA node is found, or none with
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
+from memshim_fixtures import *  # noqa: F403  (built, pytestmark)
 from nearfaas.memory import placement, profile, shim
-
-pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file() and not shutil.which("cc"),
-                                reason="no C compiler here to build the memory shim (make -C native/memshim)")
-
-
-@pytest.fixture(scope="module")
-def built():
-    subprocess.run(["make", "-s", "-C", str(shim.NATIVE)], check=True)
-    return shim.NATIVE / "build"
 
 
 def _sites(built, tmp_path, env: dict, name="p"):

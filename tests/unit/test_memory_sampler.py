@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from memshim_fixtures import *  # noqa: F403  (built, pytestmark)
 from nearfaas.memory import shim
 
 pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file() and not shutil.which("cc"),

@@ -4,22 +4,13 @@ input; a Python worker's large NumPy buffer is seen; a missing log path never br
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from memshim_fixtures import *  # noqa: F403  (built, pytestmark)
 from nearfaas.memory import shim
-
-pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file() and not shutil.which("cc"),
-                                reason="no C compiler here to build the memory shim (make -C native/memshim)")
-
-
-@pytest.fixture(scope="module")
-def built():
-    subprocess.run(["make", "-s", "-C", str(shim.NATIVE)], check=True)
-    return shim.NATIVE / "build"
 
 
 def _probe(built, tmp_path, scale: int, name: str):

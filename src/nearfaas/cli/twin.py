@@ -254,8 +254,8 @@ def stream_cmd(sizes, concurrency, concurrency_size, results_path, no_ranges, as
 def tiers_cmd(function, delta_ns, dram_share, boundness, fast_ns, as_json, state, gateway):
     """Project a deployed, profiled FUNCTION onto a slower memory tier (CXL): every tier policy
     (all-DRAM, all-CXL, first-touch, interleave, TPP-like, Porter hints with and without migration,
-    oracle) replayed over its recorded runs' sampled writes (modelled; reads are not sampled here,
-    so slowdowns are lower bounds). Profile it first: x-nearfaas: {memory: {profile: true}}."""
+    oracle) replayed over its recorded runs' access samples, less what the LLC serves (modelled).
+    Profile it first: x-nearfaas: {memory: {profile: true}}."""
     from nearfaas.cli.common import fail, gateway_url, http
 
     query = f"delta_ns={delta_ns}&dram_share={dram_share}&boundness={boundness}&fast_ns={fast_ns}"

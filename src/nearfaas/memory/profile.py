@@ -152,8 +152,9 @@ def read_profiles(folder: Path, period_ms: float, only: list[Path] | None = None
 def simulate_runs(folder: Path, period_ms: float, delta_ns: float, dram_share: float, boundness: float,
                   fast_ns: float = 200.0) -> list[dict]:
     """Every tier policy over each ``<instance>.log`` in ``folder`` (memory/tiersim.py): the
-    run's access sample (or sampled writes) less what the LLC serves as the trace, its logged span as the all-DRAM time, Porter's hint
-    learned from the *other* runs when there are any (from this run alone otherwise, and said)."""
+    run's access sample (or sampled writes) less what the LLC serves as the trace, its logged
+    span as the all-DRAM time, Porter's hint learned from the *other* runs when there are any
+    (from this run alone otherwise, and said)."""
     from nearfaas.memory import tiersim
     from nearfaas.memory.colocation import llc_bytes, llc_filter
     from nearfaas.memory.shim import to_trace

@@ -79,7 +79,7 @@ class MemoryAPI:
         profiles = [r["profile"] for r in runs if "profile" in r]
         return web.json_response({"function": name, "sample_ms": period, "runs": runs, "dram_share": share,
                                   "hints": hints(profiles, share),
-                                  "label": "measured: allocations and sampled writes (memory shim); hints: modelled "
+                                  "label": "measured: allocations, the access sample and placements (memory shim); hints: modelled "
                                            "(Porter's tuner: hottest stacks on DRAM up to dram_share of the footprint)"})
 
     async def tiers(self, request: web.Request) -> web.Response:
@@ -104,5 +104,5 @@ class MemoryAPI:
         policies = {p: {k: mean([r["policies"][p][k] for r in runs]) for k in ("slowdown", "slow_tier_bytes_share")}
                     for p in POLICIES}
         return web.json_response({"function": name, "runs": len(runs), "policies": policies, "per_run": runs, **args,
-                                  "label": "modelled: the tier simulator over the function's sampled writes (reads unseen: "
-                                           "slowdowns are lower bounds); boundness and fast_ns are inputs, not measured here"})
+                                  "label": "modelled: the tier simulator over the function's measured access samples, less "
+                                           "what the LLC serves; boundness and fast_ns are inputs, not measured here"})
