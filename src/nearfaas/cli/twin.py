@@ -254,7 +254,7 @@ def stream_cmd(sizes, concurrency, concurrency_size, results_path, no_ranges, as
 def tiers_cmd(function, delta_ns, dram_share, boundness, fast_ns, as_json, state, gateway):
     """Project a deployed, profiled FUNCTION onto a slower memory tier (CXL): every tier policy
     (all-DRAM, all-CXL, first-touch, interleave, TPP-like, Porter hints with and without migration,
-    oracle) replayed over its recorded runs' access samples, less what the LLC serves (modelled).
+    oracle) replayed over its recorded runs' access samples (modelled).
     Profile it first: x-nearfaas: {memory: {profile: true}}."""
     from nearfaas.cli.common import fail, gateway_url, http
 

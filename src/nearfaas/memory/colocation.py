@@ -28,6 +28,9 @@ Known caveats:
   ``shared/hw-references.md`` gives CXL latency, not bandwidth; the benchmark sweeps it.
 * The LLC filter is per page and static, and treats the whole LLC as this function's: a streamed
   array touched every epoch ranks as hot as a reused vector, which an LRU cache would not keep.
+  It is for complete traces: the benchmark and the twin price the shim's sparse access sample
+  without it (boundness already counts only LLC misses; filtering a sample whose every seen
+  page fits in the cache's share emptied it and priced the slow tier at 0%).
 """
 
 from __future__ import annotations

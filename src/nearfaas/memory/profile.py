@@ -152,11 +152,10 @@ def read_profiles(folder: Path, period_ms: float, only: list[Path] | None = None
 def simulate_runs(folder: Path, period_ms: float, delta_ns: float, dram_share: float, boundness: float,
                   fast_ns: float = 200.0) -> list[dict]:
     """Every tier policy over each ``<instance>.log`` in ``folder`` (memory/tiersim.py): the
-    run's access sample (or sampled writes) less what the LLC serves as the trace, its logged
+    run's access sample (or sampled writes) as the trace, its logged
     span as the all-DRAM time, Porter's hint learned from the *other* runs when there are any
     (from this run alone otherwise, and said)."""
     from nearfaas.memory import tiersim
-    from nearfaas.memory.colocation import llc_bytes, llc_filter
     from nearfaas.memory.shim import to_trace
 
     traces = {}
@@ -167,9 +166,7 @@ def simulate_runs(folder: Path, period_ms: float, delta_ns: float, dram_share: f
             continue
         if events:
             span = max(1e-9, (events[-1].t_ns - events[0].t_ns) / 1e9)
-            trace = to_trace(events, period_ms, base_s=span, boundness=boundness)
-            footprint = len(to_trace(events, period_ms, source="writes").owner) * PAGE  # every live block's pages
-            traces[log.stem] = llc_filter(trace, llc_bytes(), footprint)  # what the LLC serves reaches no tier
+            traces[log.stem] = to_trace(events, period_ms, base_s=span, boundness=boundness)
     out = []
     for name, trace in traces.items():
         others = [t for n, t in traces.items() if n != name]

@@ -104,5 +104,5 @@ class MemoryAPI:
         policies = {p: {k: mean([r["policies"][p][k] for r in runs]) for k in ("slowdown", "slow_tier_bytes_share")}
                     for p in POLICIES}
         return web.json_response({"function": name, "runs": len(runs), "policies": policies, "per_run": runs, **args,
-                                  "label": "modelled: the tier simulator over the function's measured access samples, less "
-                                           "what the LLC serves; boundness and fast_ns are inputs, not measured here"})
+                                  "label": "modelled: the tier simulator over the function's measured access samples; "
+                                           "boundness and fast_ns are inputs, not measured here"})
