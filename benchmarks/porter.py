@@ -28,11 +28,16 @@ def main(argv=None) -> int:
     p.add_argument("--sample-ms", type=int, default=50, help="access-sampling period (default 50)")
     p.add_argument("--dram-share", type=float, default=0.5, help="DRAM cap as a share of the footprint (default 0.5)")
     p.add_argument("--no-cachegrind", action="store_true", help="skip the memory-boundness measurement (and the simulation)")
+    p.add_argument("--result-name", default="porter",
+                   help="write benchmarks/results/NAME.json and its figures (default porter; a partial run "
+                        "under another name keeps the full one)")
     a = p.parse_args(argv)
     names = ["pagerank", "html"] if a.quick else [n.strip() for n in a.workloads.split(",") if n.strip()]
     bad = [n for n in names if n not in workloads.NAMES]
     if bad:
         p.error(f"unknown workload {bad[0]!r}; choose from {', '.join(workloads.NAMES)}")
+    if not a.result_name.replace("_", "").replace("-", "").isalnum():
+        p.error("--result-name: letters, digits, - and _ only")
     repeats = a.repeats or (3 if a.quick else 5)
     if repeats < 1 or not 1 <= a.sample_ms <= 1000 or not 0 < a.dram_share < 1:
         p.error("--repeats >= 1, --sample-ms in 1..1000 and --dram-share in (0, 1)")
@@ -42,7 +47,7 @@ def main(argv=None) -> int:
     result["machine"] = machine
     print(porter.table(result))
     print(json.dumps(result["summary"], indent=1))
-    path = write_result("porter", result)
+    path = write_result(a.result_name, result)
     pngs = [png for png in (porter_plots.slowdowns(result, path.with_suffix(".png")),
                             porter_plots.heat_maps(result, path.with_name(path.stem + "_heat.png")),
                             porter_plots.colocation(result, path.with_name(path.stem + "_colocation.png"))) if png]
