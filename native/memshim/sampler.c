@@ -26,14 +26,15 @@
  *     <t_ns> access 4096 <page addr> <stack>
  * A page never touched again stays in the stash, armed, at no cost. Each period moves at most
  * an allowance of pages, round robin over the sampled chunks; the allowance adapts so that the
- * faults stay about $NEARFAAS_MEMSHIM_ACCESS_PAGES (default 128) a period whatever the
+ * faults stay about $NEARFAAS_MEMSHIM_ACCESS_PAGES (default 64) a period whatever the
  * footprint (arm() has the rule): cold pages cost a move and no fault, hot ones a fault each.
  *
  * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16), 1024 pages. If
- * nothing reads it, the allowance doubles 128, 256, 512 and the whole sample is armed in three
- * periods, for no fault. If all of it is read all the time, about 128 pages fault each period
- * (a fault costs about 10 us here: ~1.3 ms of a 50 ms period) and each chunk is re-armed every
- * eighth period.
+ * nothing reads it, the allowance doubles 64, 128, 256 (4 budgets at most) and the whole sample
+ * is armed in five periods, for no fault. If all of it is read all the time, about 64 pages
+ * fault each period (a fault costs about 10 us here: ~0.6 ms of a 50 ms period) and each chunk
+ * is re-armed every 16th period. (128 pages a period cost PageRank +24% to +38%, 64 pages +4.4%:
+ * docs/memory.md.)
  *
  * Known caveats:
  * - Accesses are a sample: one page in `stride` in space, and in time a page is watched from
@@ -109,7 +110,7 @@ struct block {
 
 static int uffd = -1, pagemap_fd = -1;
 static int access_on;
-static long period_ms, access_pages = 128;
+static long period_ms, access_pages = 64;
 static uint64_t stride_default = 16;
 static struct block blocks[MAX_BLOCKS];
 static int nblocks, sampled_chunks, started;
