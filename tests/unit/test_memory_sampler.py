@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from memshim_fixtures import *  # noqa: F403  (built, pytestmark)
+from memshim_fixtures import heat_probe
 from nearfaas.memory import shim
 
 pytestmark = pytest.mark.skipif(not (shim.NATIVE / "build" / shim.LIBRARY).is_file() and not shutil.which("cc"),
@@ -26,26 +27,12 @@ def built():
     return shim.NATIVE / "build"
 
 
-def _heat_probe(built, tmp_path, **env):
-    log = tmp_path / "heat.log"
-    log.unlink(missing_ok=True)
-    base = shim.shim_env(log, sample_ms=10) | {k: str(v) for k, v in env.items()}
-    proc = subprocess.run([str(built / "heat_probe")], env=base, capture_output=True, text=True, timeout=30)
-    assert proc.returncode == 0, proc.stderr
-    if "sampling is unavailable" in proc.stderr:
-        pytest.skip(proc.stderr.strip())
-    out = [line.split() for line in proc.stdout.splitlines()]
-    a, b, size = int(out[0][1], 16), int(out[0][2], 16), int(out[0][3])
-    phase = {row[1]: int(row[2]) for row in out if row[0] == "phase"}
-    return shim.read_log(log), (a, b, size), phase
-
-
 def _in(events, op, block, size, start, end):
     return [e for e in events if e.op == op and start < e.t_ns <= end and block <= e.addr < block + size]
 
 
 def test_reads_are_seen_in_the_block_read_and_are_not_writes(built, tmp_path):
-    events, (a, b, size), phase = _heat_probe(built, tmp_path)
+    events, (a, b, size), phase = heat_probe(built, tmp_path)
     stacks = {e.addr: e.stack for e in events if e.op == "malloc"}
     for block, start, end in ((a, "a", "b"), (b, "b", "read"), (a, "read", "idle")):  # written, written, read
         seen = _in(events, "access", block, size, phase[start], phase[end] + PERIOD_NS)
@@ -99,7 +86,7 @@ def test_faults_stay_near_the_budget_and_a_cold_block_is_armed_quickly(built, tm
 
 
 def test_budget_zero_samples_writes_only(built, tmp_path):
-    events, (a, _, size), phase = _heat_probe(built, tmp_path, NEARFAAS_MEMSHIM_ACCESS_PAGES=0)
+    events, (a, _, size), phase = heat_probe(built, tmp_path, NEARFAAS_MEMSHIM_ACCESS_PAGES=0)
     assert any(e.op == "touch" for e in events)
     assert not [e for e in events if e.op in ("arm", "access")]
     assert not _in(events, "touch", a, size, phase["read"] + PERIOD_NS, phase["idle"])  # a read is not a write

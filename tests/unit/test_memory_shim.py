@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from memshim_fixtures import *  # noqa: F403  (built, pytestmark)
+from memshim_fixtures import heat_probe
 from nearfaas.memory import shim
 
 
@@ -54,14 +55,7 @@ def test_a_python_workers_large_buffer_is_logged(built, tmp_path):
 def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
     """heat_probe writes only block A, then only block B, then nothing: every sampled run of
     written pages lies in the block being written at that time, under that block's stack."""
-    proc, events = shim.run_logged([str(built / "heat_probe")], tmp_path / "heat.log", sample_ms=10,
-                                   access_pages=0)  # the write mode
-    assert proc.returncode == 0, proc.stderr
-    if "write sampling is unavailable" in proc.stderr:
-        pytest.skip(proc.stderr.strip())
-    out = [line.split() for line in proc.stdout.splitlines()]
-    a, b, size = int(out[0][1], 16), int(out[0][2], 16), int(out[0][3])
-    phase = {row[1]: int(row[2]) for row in out if row[0] == "phase"}
+    events, (a, b, size), phase = heat_probe(built, tmp_path, NEARFAAS_MEMSHIM_ACCESS_PAGES=0)  # the write mode
     stacks = {e.addr: e.stack for e in events if e.op == "malloc"}
     period = 100_000_000  # a scan lands up to a period after the writes, later on a busy machine
     touches = [e for e in events if e.op == "touch"]
