@@ -67,3 +67,20 @@ def split_s3(uri: str) -> tuple[str, str]:
 
 common_state = click.option("--state", default=None, help=STATE_HELP)
 common_gateway = click.option("--gateway", default=None, help="gateway URL [env NEARFAAS_GATEWAY; default: from the state dir]")
+
+
+class Quantity(click.ParamType):
+    """A count or byte size written the way people write them: 1M, 64MB, 1.5G, 512Ki, 1000."""
+
+    name = "quantity"
+    _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        import re
+
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]i?)?B?\s*", str(value), re.IGNORECASE)
+        if not m:
+            self.fail(f"{value!r} is not a quantity; write e.g. 1000, 1M, 64MB or 512Ki", param, ctx)
+        return int(round(float(m.group(1)) * self._UNITS[(m.group(2) or "").upper()]))
