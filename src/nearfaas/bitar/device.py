@@ -140,7 +140,7 @@ class Device:
         h = fr.unpack_header(frame)
         view = memoryview(frame)
         out = bytearray(h.raw_len)
-        starts = itertools.accumulate(h.lengths, initial=h.size)
+        starts = list(itertools.accumulate(h.lengths, initial=h.size))[:-1]
         srcs = ((view[s:s + n], r) for s, n, r in zip(starts, h.lengths, h.raw_lengths(), strict=True))
         pos, index = 0, itertools.count()
 

@@ -24,6 +24,19 @@ def histogram(rows: dict, key: str, unit: str, width: int = 30) -> Table:
     return t
 
 
+def _guess_key(obj: bytes, default: str) -> str:
+    """The input's ID column when --key is not given: one of the datasets' ID fields, else ``id``."""
+    import pyarrow as pa
+
+    from nearfaas.dataservices.datasets import ID_FIELD
+
+    try:
+        names = pa.ipc.open_stream(pa.py_buffer(obj)).schema.names
+    except (pa.ArrowInvalid, OSError):
+        return default  # not a plain IPC stream: the partitioner says what is wrong with it
+    return next((f for f in ID_FIELD.values() if f in names), default)
+
+
 @click.command("partition")
 @click.option("--dataset", type=click.Choice(["particles", "planes", "ships"]), default="planes", show_default=True,
               help="synthetic stand-in for the thesis's TrackML / OpenSky / NOAA data (docs/bitar.md)")
@@ -58,6 +71,8 @@ def partition(dataset, input_path, key, size, parts, codec, method, engine, thre
         pt.check_parts(parts)
     except pt.PartitionError as e:
         fail(f"--parts: {e}")
+    if not key and input_path:  # a file: its own ID column, if it has one of the known names
+        key = "id"
     key = key or datasets.ID_FIELD[dataset]
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Device(engine, threads=threads) as dev, Progress(*columns, console=err, transient=as_json) as progress:
@@ -66,6 +81,8 @@ def partition(dataset, input_path, key, size, parts, codec, method, engine, thre
             if input_path:
                 obj = input_path.read_bytes()
                 source = str(input_path)
+                if key == "id":
+                    key = _guess_key(obj, key)
             else:
                 table = datasets.generate(dataset, size, seed)
                 progress.advance(step)

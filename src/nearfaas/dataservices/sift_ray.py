@@ -65,7 +65,9 @@ def connect(address: str | None = None, num_cpus: int | None = None):
     if ray.is_initialized():
         return ray
     try:
-        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+        # "local" starts a fresh local Ray: without it, ray.init joins whatever `ray start` ran
+        # last on this machine (its address is remembered in /tmp/ray), even one long gone.
+        ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False, ignore_reinit_error=True)
     except (ConnectionError, RuntimeError) as e:
         hint = (" — if the cluster uses token authentication (Ray's default for `ray start --head`), "
@@ -93,11 +95,12 @@ def _rank_sample(rank: int, particles: int, first_id: int, seed: int) -> tuple[b
     """A simulation rank's step: sample its particles (IDs from ``first_id``) and serialize them (measured)."""
     from nearfaas.dataservices.particles import particles as make
 
-    t0 = time.perf_counter()
+    c0 = time.thread_time()
     table = make(particles, seed=seed + rank, first_id=first_id)
-    t1 = time.perf_counter()
+    c1 = time.thread_time()
     buf = _serialize(table)
-    return buf, {"rows": table.num_rows, "sample_s": t1 - t0, "serialize_s": time.perf_counter() - t1}
+    # CPU seconds of this thread (the machine's other work, and Ray's own threads, do not count)
+    return buf, {"rows": table.num_rows, "sample_s": c1 - c0, "serialize_s": time.thread_time() - c1}
 
 
 def _rows(value) -> int | None:
@@ -124,11 +127,11 @@ class _PE:
         return {"pe": self.index, "node": ctx.get_node_id(), "pid": os.getpid(), "actor": ctx.get_actor_id()}
 
     def absorb(self, stage: int, label: str, buf: bytes) -> dict:
-        t0 = time.perf_counter()
+        c0 = time.thread_time()
         if label not in self.seen[stage]:
             self.seen[stage].add(label)
             self.inbox[stage].append(_deserialize(buf))
-        return {"held": sum(t.num_rows for t in self.inbox[stage]), "absorb_s": time.perf_counter() - t0}
+        return {"held": sum(t.num_rows for t in self.inbox[stage]), "absorb_s": time.thread_time() - c0}
 
     def reset(self, stage: int) -> None:
         """Forget a stage's data and labels: the driver is about to replay its ledger."""
@@ -140,7 +143,7 @@ class _PE:
         summary. The parts are returned (owned by the caller), never kept here."""
         import pyarrow as pa
 
-        t0 = time.perf_counter()
+        t0 = time.thread_time()  # CPU seconds of this thread: what the twin calibrates on
         tables = self.inbox.pop(stage, [])
         table = pa.concat_tables(tables) if tables else None
         out = [b""] * parts
@@ -151,16 +154,16 @@ class _PE:
             order = np.argsort(part, kind="stable")
             counts = np.bincount(part, minlength=parts)
             taken = table.take(pa.array(order))
-            t1 = time.perf_counter()
+            t1 = time.thread_time()
             start = 0
             for p in range(parts):
                 if counts[p]:
                     out[p] = _serialize(taken.slice(start, int(counts[p])))
                 rows[p] = int(counts[p])
                 start += int(counts[p])
-            t2 = time.perf_counter()
+            t2 = time.thread_time()
         else:
-            t1 = t2 = time.perf_counter()
+            t1 = t2 = time.thread_time()
         return (*out, {"rows": rows, "split_s": t1 - t0, "serialize_s": t2 - t1})
 
     def holdings(self, stage: int) -> np.ndarray:
@@ -193,6 +196,8 @@ class Sifter:
         self.compactions = defaultdict(int)  # (pe, stage) -> count: the driver numbers them, so a
         # restarted PE (whose memory is gone) can never reuse a label
         self.stats = {"inject": {}, "stages": []}
+        self.absorbs: list[tuple[int, int, float]] = []  # (stage, rows, seconds) per delivery
+        self.compaction_log: list[dict] = []  # each compaction's summary, with its stage and PE
 
     # ---- fault-tolerant calls --------------------------------------------------------------
     def _call(self, pe: int, method: str, *args, num_returns: int = 1, expect_rows: int | None = None):
@@ -231,11 +236,24 @@ class Sifter:
                 time.sleep(0.2)
 
     def _deliver(self, pe: int, stage: int, label: Label, ref, rows: int) -> None:
-        key = str(label)
-        self.labels.append(key)
-        self.ledger[pe][stage][key] = (ref, rows)
-        self.held[(pe, stage)] += rows
-        self._call(pe, "absorb", stage, key, ref)
+        self._deliver_many([(pe, stage, label, ref, rows)])
+
+    def _deliver_many(self, items: list[tuple]) -> None:
+        """Publish parts to their PEs, all at once; a PE that fails goes the recovering way."""
+        ray = self.ray
+        calls = []
+        for pe, stage, label, ref, rows in items:
+            key = str(label)
+            self.labels.append(key)
+            self.ledger[pe][stage][key] = (ref, rows)
+            self.held[(pe, stage)] += rows
+            calls.append((pe, stage, key, ref, rows, self.pes[pe].absorb.remote(stage, key, ref)))
+        for pe, stage, key, ref, rows, call in calls:
+            try:
+                answer = ray.get(call)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                answer = ray.get(self._call(pe, "absorb", stage, key, ref)[0])
+            self.absorbs.append((stage, rows, answer["absorb_s"]))
 
     # ---- the run ----------------------------------------------------------------------------
     def inject(self, ranks: int, particles: int, seed: int = 0, progress=None) -> None:
@@ -259,44 +277,68 @@ class Sifter:
                                 "per_rank": metas}
 
     def _compact(self, pe: int, stage: int) -> dict:
-        parts = self.plan.parts(stage)
-        refs = self._call(pe, "compact", stage, parts, num_returns=parts + 1, expect_rows=self.held[(pe, stage)])
-        meta = self.ray.get(refs[-1])
-        self.ledger[pe].pop(stage, None)
-        self.held[(pe, stage)] = 0
-        self.compactions[(pe, stage)] += 1
-        seq = self.compactions[(pe, stage)]
-        prefix = pe & ((1 << self.plan.matched_after(stage - 1)) - 1)
+        """Compact one PE now (its stage crossed the threshold) and publish its parts."""
+        return self._compact_many([pe], stage)[0]
+
+    def _compact_many(self, pes: list[int], stage: int) -> list[dict]:
+        """Compact ``pes`` at once, then publish every part at once: a stage's PEs work in
+        parallel, as on separate devices. A PE that died, or answers with fewer particles than
+        the ledger gave it, is rebuilt and compacted again (``_call``)."""
+        ray, parts = self.ray, self.plan.parts(stage)
+        started = {pe: self.pes[pe].compact.options(num_returns=parts + 1).remote(stage, parts) for pe in pes}
+        metas, deliveries = [], []
+        for pe, refs in started.items():
+            expect = self.held[(pe, stage)]
+            try:
+                ok = _rows(ray.get(refs[-1])) == expect
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                ok = False
+            if not ok:
+                refs = self._call(pe, "compact", stage, parts, num_returns=parts + 1, expect_rows=expect)
+            meta = ray.get(refs[-1])
+            self.ledger[pe].pop(stage, None)
+            self.held[(pe, stage)] = 0
+            self.compactions[(pe, stage)] += 1
+            seq = self.compactions[(pe, stage)]
+            prefix = pe & ((1 << self.plan.matched_after(stage - 1)) - 1)
+            dests = []
+            for p in range(parts):
+                if meta["rows"][p]:
+                    matched = self.plan.matched_bits(stage, prefix, p)
+                    dest = self.plan.destination(stage, pe, matched)
+                    dests.append(dest)
+                    deliveries.append((dest, stage + 1, Label(stage + 1, matched, pe, stage, seq, p), refs[p], meta["rows"][p]))
+            self.fanout.append((stage, pe, dests))
+            self.compaction_log.append(meta | {"stage": stage, "pe": pe})
+            metas.append(meta)
         t0 = time.perf_counter()
-        dests = []
-        for p in range(parts):
-            if not meta["rows"][p]:
-                continue
-            matched = self.plan.matched_bits(stage, prefix, p)
-            dest = self.plan.destination(stage, pe, matched)
-            dests.append(dest)
-            self._deliver(dest, stage + 1, Label(stage + 1, matched, pe, stage, seq, p), refs[p], meta["rows"][p])
-            if stage < self.plan.stages and self.held[(dest, stage + 1)] >= self.plan.threshold:
-                self._compact(dest, stage + 1)
-        self.fanout.append((stage, pe, dests))
-        meta["publish_s"] = time.perf_counter() - t0
-        return meta
+        self._deliver_many(deliveries)
+        publish = time.perf_counter() - t0
+        for meta in metas:
+            meta["publish_s"] = publish
+        if stage < self.plan.stages:  # a PE of the next stage may have crossed its threshold
+            full = sorted({d[0] for d in deliveries if self.held[(d[0], stage + 1)] >= self.plan.threshold})
+            if full:
+                self._compact_many(full, stage + 1)
+        return metas
 
     def drain(self, progress=None, after_stage=None) -> None:
         """Compact every PE's remaining data, stage by stage (the thesis's impulse response)."""
         for stage in range(1, self.plan.stages + 1):
             t0 = time.perf_counter()
             todo = [pe for pe in range(self.plan.pes) if self.held[(pe, stage)]]
-            metas = []
-            for i, pe in enumerate(todo):
-                metas.append(self._compact(pe, stage))
-                if progress:
-                    progress(f"stage {stage}", i + 1, len(todo))
+            if progress:
+                progress(f"stage {stage}", 0, len(todo))
+            metas = self._compact_many(todo, stage) if todo else []
+            if progress:
+                progress(f"stage {stage}", len(todo), len(todo))
+            wall = time.perf_counter() - t0
+            publish = max((m["publish_s"] for m in metas), default=0.0)
             self.stats["stages"].append({
-                "stage": stage, "compactions": len(metas), "wall_s": time.perf_counter() - t0,
+                "stage": stage, "compactions": len(metas), "wall_s": wall,
                 "split_s_max": max((m["split_s"] + m["serialize_s"] for m in metas), default=0.0),
                 "split_s_sum": sum(m["split_s"] + m["serialize_s"] for m in metas),
-                "publish_s_sum": sum(m["publish_s"] for m in metas)})
+                "split_wall_s": wall - publish, "publish_s": publish})
             if after_stage:
                 after_stage(stage, self)
 
