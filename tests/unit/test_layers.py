@@ -18,7 +18,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nearfaas"
 # Bottom first. A package may import any package of a lower layer, never one of its own layer
 # (other than itself) or above.
 LAYERS: list[set[str]] = [
-    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models", "bitar"},  # wire formats, leaves (bitar: compression offload)
+    {"bitar"},  # compression offload: codecs the wire formats above use
+    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models"},  # wire formats, leaves
     {"auth", "placement", "hw", "dataservices", "memory"},  # credentials, the placement rule, hardware models, Arrow data services, memory tiers
     {"spec", "replication"},  # deployment specs, replica convergence
     {"node"},  # a storage/compute node: object store, worker pools

@@ -29,12 +29,13 @@ from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
+from nearfaas.bitar import transfer
 from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
 from nearfaas.serving import KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, GuardCollector
 from nearfaas.serving import serve as serve_guarded
 from nearfaas.spec.options import INTERMEDIATE_BUCKET
-from nearfaas.telemetry.metrics import GatewayMetrics
+from nearfaas.telemetry.metrics import BitarCollector, GatewayMetrics
 
 
 class _StoreCollector:
@@ -132,6 +133,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
         auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]},
                       resolver=_function_key_resolver(invoker, layout["internal_secret"]))
     s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created)
+    s3.transfer = transfer.Server()  # compressed GETs for clients that opt in (bitar/transfer.py)
+    metrics.add_collector(BitarCollector(s3.transfer.counters))
     guard = AdminGuard(layout.get("auth"), auth, protected=api.requires_auth)
 
     app = web.Application(middlewares=[guard.middleware, stamp_calls], client_max_size=1024**3)
@@ -158,6 +161,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
         await api.queue.stop()
         await api.fastpath.stop()
         await nodes.stop()
+        s3.transfer.close()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)

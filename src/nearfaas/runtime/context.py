@@ -21,6 +21,7 @@ from pathlib import Path
 
 # Imported with the worker (part of its cold start), not on a call's first read, where it
 # would be charged to that call's data-movement time.
+from nearfaas.bitar import transfer as bitar_transfer
 from nearfaas.link.profiles import EmulatedLink
 
 LOCAL_TIMEOUT_S = 10.0  # the node answers from its event loop; past this, read through S3 instead
@@ -69,6 +70,7 @@ class IOStats:
     bytes_written: int = 0  # through the cluster (replicated; crosses the link)
     bytes_written_local: int = 0  # onto this node's own store (a chain intermediate)
     link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
+    bytes_read_wire: int = 0  # what the remote reads took on the wire (Bitar-compressed when it paid)
 
 
 class LocalObjects:
@@ -159,6 +161,7 @@ class ObjectClient:
         self._output = output
         self._local_output = output if output_local and "node" in self._endpoints else None
         self._caller = caller
+        self._ratios = bitar_transfer.RatioTracker()  # per bucket: whether compressed reads still pay
         self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
 
     # -- reads ---------------------------------------------------------------------------------
@@ -225,6 +228,10 @@ class ObjectClient:
             self.stats.link_seconds += link.first_byte()
             if body:
                 self.stats.link_seconds += link.transfer(len(body))
+        if method == "GET" and link is not None and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s,
+                                                                        self._ratios.ratio(ref.bucket)):
+            # Ask for the object compressed (bitar/transfer.py): only over a link slow enough to pay
+            headers.update({"Accept-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
         if self._auth_headers:  # the function's own key: the gateway checks it, and so does this node's S3 port
             headers.update(self._auth_headers(method, f"{endpoint.scheme}://{endpoint.netloc}{path}", body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
@@ -244,7 +251,13 @@ class ObjectClient:
             if resp.status >= 300:
                 raise ObjectError(resp.status, ref, payload)
             if link is not None and method == "GET":
-                self.stats.link_seconds += link.transfer(len(payload))
+                self.stats.link_seconds += link.transfer(len(payload))  # the wire bytes cross the link
+            if method == "GET":
+                wire = len(payload)
+                if (resp.getheader("Content-Encoding") or "").lower() == "gzip":
+                    payload = bitar_transfer.gunzip(payload)
+                    self._ratios.saw(ref.bucket, len(payload), wire)
+                self.stats.bytes_read_wire += wire
             return payload
         raise AssertionError("unreachable")
 

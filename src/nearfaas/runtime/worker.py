@@ -32,6 +32,7 @@ from aiohttp import web
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.node import jail
+from nearfaas.telemetry.headers import format_link
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
 
@@ -211,8 +212,8 @@ class Worker:
             "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
             "X-Nearfaas-Bytes-Written-Local": str(stats.bytes_written_local),
             # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
-            "X-Nearfaas-Link": f"{self.link.profile.name};read={stats.bytes_read_remote};write={stats.bytes_written};"
-                               f"seconds={stats.link_seconds:.6f}",
+            "X-Nearfaas-Link": format_link(self.link.profile.name, stats.bytes_read_remote, stats.bytes_written,
+                                           stats.link_seconds, stats.bytes_read_wire),
             "X-Nearfaas-Instance": self.instance,
             "X-Nearfaas-Output-Written": objects.wrote_output or "none",
         })

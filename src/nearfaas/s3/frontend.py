@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl, quote, unquote
 
 from aiohttp import web
 
+from nearfaas.bitar import transfer
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
@@ -92,6 +93,8 @@ class S3Frontend:
         self.on_created = on_created or (lambda request, bucket, key, info: None)
         # Who may order writes by sending versions: only the gateway, on a storage node.
         self.version_writer = version_writer or (lambda principal: False)
+        # Bitar transfers (bitar/transfer.py): a GET that opted in is sent as gzip members.
+        self.transfer = None
 
     @property
     def backend(self) -> StorageBackend:
@@ -400,6 +403,11 @@ class S3Frontend:
             if byte_range is not None:
                 status = 206
                 headers["Content-Range"] = f"bytes {stream.start}-{stream.end}/{stream.info.size}"
+            if self.transfer is not None and transfer.wants(request.headers, stream.length, byte_range is not None,
+                                                            headers.get("Content-Encoding")):
+                headers |= {"Content-Encoding": "gzip", "Vary": "Accept-Encoding, " + transfer.OPT_IN_HEADER}
+                response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
+                return await _relay(request, response, self.transfer.stream(body_iter), f"GET {bucket}/{key} (bitar)")
             response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
             response.content_length = stream.length
             return await _relay(request, response, body_iter, f"GET {bucket}/{key}")

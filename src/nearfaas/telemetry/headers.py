@@ -26,8 +26,9 @@ def parse_timing(header: str) -> dict[str, float]:
     return out
 
 
-def format_link(profile: str, read: int, write: int, seconds: float) -> str:
-    return f"{profile};read={read};write={write};seconds={seconds:.6f}"
+def format_link(profile: str, read: int, write: int, seconds: float, read_wire: int | None = None) -> str:
+    """``read_wire``: bytes the reads took on the wire (less than ``read`` when Bitar compressed them)."""
+    return f"{profile};read={read};write={write};seconds={seconds:.6f};read_wire={read if read_wire is None else read_wire}"
 
 
 def parse_link(header: str) -> dict:
@@ -40,4 +41,8 @@ def parse_link(header: str) -> dict:
             out[key] = kind(values.get(key, 0))
         except ValueError:
             out[key] = kind(0)
+    try:
+        out["read_wire"] = int(values.get("read_wire", out["read"]))
+    except ValueError:
+        out["read_wire"] = out["read"]
     return out

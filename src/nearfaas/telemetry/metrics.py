@@ -42,3 +42,26 @@ class GatewayMetrics:
 
     def add_collector(self, collector) -> None:
         self.registry.register(collector)
+
+
+class BitarCollector:
+    """Bitar transfers in /metrics (measured): objects sent compressed, and their bytes before
+    and on the wire (bitar/transfer.py).
+
+        nearfaas_bitar_transfers_total            GETs that opted in and were sent as gzip members
+        nearfaas_bitar_bytes_total{kind}          raw: object bytes; wire: bytes sent
+    """
+
+    def __init__(self, counters):
+        self.counters = counters
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        yield CounterMetricFamily("nearfaas_bitar_transfers", "Object GETs sent compressed (Bitar, gzip content coding)",
+                                  value=self.counters.transfers)
+        family = CounterMetricFamily("nearfaas_bitar_bytes", "Bytes of Bitar transfers: raw object bytes and bytes on the wire",
+                                     labels=["kind"])
+        family.add_metric(["raw"], self.counters.raw)
+        family.add_metric(["wire"], self.counters.wire)
+        yield family
