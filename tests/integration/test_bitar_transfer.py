@@ -94,3 +94,37 @@ def test_ranges_and_unsigned_callers_are_not_compressed(slow_cluster):
     assert ranged.status_code == 206 and "Content-Encoding" not in ranged.headers and ranged.content == _body()[100:70100]
     anonymous = requests.get(url, headers=extra, timeout=60)
     assert anonymous.status_code == 403 and "Content-Encoding" not in anonymous.headers
+
+
+def test_the_partition_function_runs_on_the_node_that_holds_the_object(slow_cluster):
+    """The partition service deployed as a function (examples/partition): placed by the data,
+    reading the object through mmap, writing every part back; a non-Arrow object is a 400."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from nearfaas.dataservices import datasets
+    from nearfaas.dataservices.partition import pack
+
+    c = slow_cluster
+    table = datasets.generate("planes", 1_000_000, seed=2)
+    s3 = c.s3()
+    s3.put_object(Bucket="particles", Key="planes.arrow", Body=pack(table, "zstd").to_pybytes())
+    s3.put_object(Bucket="particles", Key="notes.txt", Body=b"not arrow at all")
+    handler = Path(__file__).resolve().parents[2] / "examples" / "partition"
+    assert c.deploy("partition", handler, **{"x-nearfaas": {"accelerator": "dscs", "placement": "data"}}).status_code == 202
+    r = requests.post(f"{c.url}/function/partition", timeout=120,
+                      json={"input": {"bucket": "particles", "key": "planes.arrow"}, "parts": 4, "key": "icao24", "codec": "lz4"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert r.headers["X-Nearfaas-Placement"] == "dscs;home-replica" and out["read"] == "local mmap"
+    assert out["rows_out"] == out["rows_in"] == table.num_rows and len(out["outputs"]) == 4
+    back = [pa.ipc.open_stream(s3.get_object(Bucket="particles", Key=o["key"])["Body"].read()).read_all() for o in out["outputs"]]
+    assert sum(t.num_rows for t in back) == table.num_rows
+    assert all(set((t.column("icao24").to_numpy() & 3).tolist()) <= {i} for i, t in enumerate(back))
+    bad = requests.post(f"{c.url}/function/partition", timeout=60,
+                        json={"input": {"bucket": "particles", "key": "notes.txt"}, "parts": 4})
+    assert bad.status_code == 400 and "not an Arrow IPC stream" in bad.json()["error"]
+    odd = requests.post(f"{c.url}/function/partition", timeout=60,
+                        json={"input": {"bucket": "particles", "key": "planes.arrow"}, "parts": 6, "key": "icao24"})
+    assert odd.status_code == 400 and "power of two" in odd.json()["error"]
