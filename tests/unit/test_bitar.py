@@ -169,6 +169,14 @@ def test_bad_frames_get_clear_errors(mutate, message):
         assert dev.pool.free == dev.pool.count
 
 
+def test_a_frame_claiming_more_than_deflate_can_hold_is_refused_before_allocating():
+    """A 100-byte payload claiming 64 KiB per segment x 1000 segments: refused by the header check."""
+    h = fr.Header(MAX_SEGMENT, 1000 * MAX_SEGMENT, (1,) * 100 + (0,) * 900, (0,) * 1000)
+    bomb = fr.pack_header(h) + b"\x00" * 100
+    with Device("zlib") as dev, pytest.raises(FrameError, match="beyond DEFLATE's 1032:1 limit"):
+        dev.decompress(bomb)
+
+
 def test_bad_engine_and_levels_name_the_fix():
     with pytest.raises(CodecError, match="choose from"):
         Device("lz77")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from nearfaas.bitar.codecs import MAX_SEGMENT, CodecError
 
 MAGIC = b"BTR1"
+MAX_RATIO = 1032  # DEFLATE's best case: a 258-byte match in about 2 bits
 _HEAD = struct.Struct("<4sIQI")
 _ENTRY = struct.Struct("<II")
 _CRC = struct.Struct("<I")
@@ -94,7 +95,14 @@ def unpack_header(buf) -> Header:
     payload = len(view) - end
     if sum(lengths) != payload:
         raise FrameError(f"segment lengths add up to {sum(lengths)} bytes, the payload has {payload}")
-    return Header(seg, raw_len, lengths, tuple(e[1] for e in entries))
+    h = Header(seg, raw_len, lengths, tuple(e[1] for e in entries))
+    for i, (n, raw) in enumerate(zip(lengths, h.raw_lengths(), strict=True)):
+        # DEFLATE cannot beat ~1032:1; a table that claims more is a decompression bomb or junk,
+        # refused before a byte of output is allocated.
+        if raw > MAX_RATIO * n + 64:
+            raise FrameError(f"segment {i} claims {raw} raw bytes from {n} compressed, beyond DEFLATE's "
+                             f"{MAX_RATIO}:1 limit (corrupt or hostile frame)")
+    return h
 
 
 def payload(frame) -> memoryview:
