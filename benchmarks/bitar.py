@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas
 from nearfaas.bench import bitar
-from nearfaas.bench.results import machine_facts, write_result
+from nearfaas.bench.results import machine_facts, publish
 from nearfaas.dataservices import datasets
 
 UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9}
@@ -44,12 +44,8 @@ def main(argv=None) -> int:
         p.error("--repeats >= 1 and --size up to 1GB")
     machine = machine_facts()
     result = bitar.run(names, a.size, a.repeats, progress=lambda m: print(f"  {m}", flush=True))
-    result["machine"] = machine
-    print(bitar.table(result))
-    print("DEFLATE ratio between LZ4 and Zstd:", json.dumps({r["dataset"]: r["deflate_between_lz4_and_zstd"] for r in result["datasets"]}))
-    path = write_result(a.result_name, result)
-    png = bitar.plot(result, path.with_suffix(".png"))
-    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    between = json.dumps({r["dataset"]: r["deflate_between_lz4_and_zstd"] for r in result["datasets"]})
+    publish(a.result_name, result, machine, bitar.table(result) + "\nDEFLATE ratio between LZ4 and Zstd: " + between, bitar.plot)
     return 0
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # this checkout's nearfaas
 from nearfaas.bench import sifting
-from nearfaas.bench.results import machine_facts, write_result
+from nearfaas.bench.results import machine_facts, publish
 from nearfaas.dataservices.sifting import Plan, SiftError
 
 
@@ -53,11 +53,7 @@ def main(argv=None) -> int:
                              progress=lambda m: print(f"  {m}", flush=True))
     except SiftError as e:
         p.error(str(e))
-    result["machine"] = machine
-    print(sifting.table(result))
-    path = write_result(a.result_name, result)
-    png = sifting.plot(result, path.with_suffix(".png"))
-    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    publish(a.result_name, result, machine, sifting.table(result), sifting.plot)
     return 0
 
 

@@ -62,3 +62,14 @@ def write_result(name: str, result: dict) -> Path:
     path = folder / f"{name}.json"
     path.write_text(json.dumps(result, indent=2))
     return path
+
+
+def publish(name: str, result: dict, machine: dict, text: str, plot=None) -> Path:
+    """The end of every benchmark script: machine facts in, the table printed, the JSON written,
+    the PNG drawn beside it (``plot(result, path)``, when given), and where they went."""
+    result["machine"] = machine
+    print(text)
+    path = write_result(name, result)
+    png = plot(result, path.with_suffix(".png")) if plot else None
+    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    return path
