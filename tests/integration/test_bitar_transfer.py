@@ -52,6 +52,7 @@ def test_a_remote_read_travels_compressed_and_arrives_identical(slow_cluster, fu
     link = _link(r)
     assert link["read"] == SIZE  # the function read every byte ...
     assert link["read_wire"] < SIZE / 2  # ... and far fewer crossed the link
+    assert link["write"] == SIZE and link["write_wire"] < SIZE / 2  # its output went compressed too
     out = c.s3().get_object(Bucket="particles", Key="step.bin.upper")["Body"].read()
     assert hashlib.sha256(out).digest() == hashlib.sha256(_body().upper()).digest()  # byte-identical end to end
     metrics = requests.get(f"{c.url}/metrics", timeout=10).text
@@ -128,3 +129,24 @@ def test_the_partition_function_runs_on_the_node_that_holds_the_object(slow_clus
     odd = requests.post(f"{c.url}/function/partition", timeout=60,
                         json={"input": {"bucket": "particles", "key": "planes.arrow"}, "parts": 6, "key": "icao24"})
     assert odd.status_code == 400 and "power of two" in odd.json()["error"]
+
+
+def test_compressed_writes_are_decoded_and_bad_ones_refused(slow_cluster):
+    """A PUT that opted in is stored decoded (S3 clients read the raw bytes back); bad gzip is a
+    400 and leaves no object; without the opt-in header S3 semantics hold: stored as sent."""
+    c = slow_cluster
+    raw = _body()[:200_000]
+    url = f"{c.url}/particles/written.bin"
+    body = gzip.compress(raw[:100_000]) + gzip.compress(raw[100_000:])  # two members
+    extra = {"Content-Encoding": "gzip", OPT_IN_HEADER: "bitar"}
+    put = requests.put(url, data=body, headers=c.signed_headers("PUT", url, extra), timeout=60)
+    assert put.status_code == 200, put.text
+    assert c.s3().get_object(Bucket="particles", Key="written.bin")["Body"].read() == raw
+    bad_url = f"{c.url}/particles/broken.bin"
+    bad = requests.put(bad_url, data=body[:-40] + b"garbage!" * 5, headers=c.signed_headers("PUT", bad_url, extra), timeout=60)
+    assert bad.status_code == 400 and b"gzip" in bad.content
+    assert "Contents" not in c.s3().list_objects_v2(Bucket="particles", Prefix="broken")
+    plain_url = f"{c.url}/particles/as-sent.gz"
+    plain = requests.put(plain_url, data=body, headers=c.signed_headers("PUT", plain_url, {"Content-Encoding": "gzip"}), timeout=60)
+    assert plain.status_code == 200
+    assert c.s3().get_object(Bucket="particles", Key="as-sent.gz")["Body"].read() == body

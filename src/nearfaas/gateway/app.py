@@ -173,7 +173,10 @@ async def serve(args) -> None:
     state_dir = Path(args.state)
     layout = json.loads((state_dir / "cluster.json").read_text())
     app = build_app(layout, state_dir)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+    # Bodies pass as sent: an S3 PUT with Content-Encoding: gzip is stored as those bytes (S3's
+    # semantics), and a Bitar-compressed one is decoded by the S3 frontend (bitar/transfer.py).
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+                           auto_decompress=False)
     await runner.setup()
     # A connection cap and a deadline for each connection's first request (serving.py).
     server, guard = await serve_guarded(runner, layout["host"], layout["gateway_port"], backlog=2048, name="gateway",

@@ -180,7 +180,8 @@ class ChainRunner:
             body = json.dumps({name: _decoded(results[name].body) for name in sinks}).encode()
         reports = [results[s.function].report for s in ran]
         timing = _critical_path_timing(call, time.perf_counter() - call.started)
-        link = {key: sum(r["link"].get(key, r["link"]["read"]) for r in reports) for key in ("read", "write", "seconds", "read_wire")}
+        link = {key: sum(r["link"].get(key, r["link"].get(key.removesuffix("_wire"), 0)) for r in reports)
+                for key in ("read", "write", "seconds", "read_wire", "write_wire")}
         profile = reports[0]["link"]["profile"] if reports else "local"
         headers.update({
             "X-Call-Id": call.call_id,  # the chain's, not its last stage's
@@ -191,7 +192,7 @@ class ChainRunner:
             "X-Nearfaas-Placement": ",".join(f"{r['function']}={r['target']};{r['reason']}" for r in reports),
             "X-Nearfaas-Start": "cold" if any(r["start"] == "cold" for r in reports) else "warm",
             "X-Nearfaas-Timing": format_timing(timing),
-            "X-Nearfaas-Link": format_link(profile, link["read"], link["write"], link["seconds"], link["read_wire"]),
+            "X-Nearfaas-Link": format_link(profile, link["read"], link["write"], link["seconds"], link["read_wire"], link["write_wire"]),
             "X-Duration-Seconds": f"{timing['total']:.6f}",
         })
         if failed:

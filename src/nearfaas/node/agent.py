@@ -265,7 +265,10 @@ async def serve(args) -> None:
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
     agent.routes(app)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+    # Bodies pass as sent: an S3 PUT with Content-Encoding: gzip is stored as those bytes (S3's
+    # semantics), and a Bitar-compressed one is decoded by the S3 frontend (bitar/transfer.py).
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+                           auto_decompress=False)
     await runner.setup()
     server, _ = await serve_guarded(runner, args.host, args.port, backlog=1024, name=args.name)  # serving.py
     stop = asyncio.Event()

@@ -59,6 +59,22 @@ class Event:
         return json.loads(self.body or b"null")
 
 
+_DEVICE_LOCK = threading.Lock()
+_DEVICE = None
+
+
+def _bitar_device():
+    """The worker process's one Bitar device (a client is made per call; the device is not),
+    made on the first compressed write."""
+    global _DEVICE
+    with _DEVICE_LOCK:
+        if _DEVICE is None:
+            from nearfaas.bitar.device import Device
+
+            _DEVICE = Device("isal", threads=1, window_bytes=4 * 1024 * 1024)
+        return _DEVICE
+
+
 @dataclass
 class IOStats:
     """Time and bytes spent moving object data, reported back as the data-movement column."""
@@ -71,6 +87,7 @@ class IOStats:
     bytes_written_local: int = 0  # onto this node's own store (a chain intermediate)
     link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
     bytes_read_wire: int = 0  # what the remote reads took on the wire (Bitar-compressed when it paid)
+    bytes_written_wire: int = 0  # likewise for writes through the cluster
 
 
 class LocalObjects:
@@ -161,7 +178,7 @@ class ObjectClient:
         self._output = output
         self._local_output = output if output_local and "node" in self._endpoints else None
         self._caller = caller
-        self._ratios = bitar_transfer.RatioTracker()  # per bucket: whether compressed reads still pay
+        self._ratios = bitar_transfer.RatioTracker()  # per bucket: whether compressed transfers still pay
         self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
 
     # -- reads ---------------------------------------------------------------------------------
@@ -224,6 +241,14 @@ class ObjectClient:
         endpoint = self._endpoints[where]
         headers = dict(headers or {})
         link = self._link if where == "cluster" else None  # this node's own store is no link away
+        if (method == "PUT" and link is not None and body and len(body) >= bitar_transfer.MIN_BYTES
+                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, self._ratios.ratio(ref.bucket))):
+            raw = len(body)  # a write over a slow link goes compressed (bitar/transfer.py)
+            body = bitar_transfer.gzip_members(_bitar_device().compress(body))
+            self._ratios.saw(ref.bucket, raw, len(body))
+            headers.update({"Content-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
+        if method == "PUT" and body:
+            self.stats.bytes_written_wire += len(body) if where == "cluster" else 0
         if link is not None:
             self.stats.link_seconds += link.first_byte()
             if body:

@@ -213,7 +213,7 @@ class Worker:
             "X-Nearfaas-Bytes-Written-Local": str(stats.bytes_written_local),
             # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
             "X-Nearfaas-Link": format_link(self.link.profile.name, stats.bytes_read_remote, stats.bytes_written,
-                                           stats.link_seconds, stats.bytes_read_wire),
+                                           stats.link_seconds, stats.bytes_read_wire, stats.bytes_written_wire),
             "X-Nearfaas-Instance": self.instance,
             "X-Nearfaas-Output-Written": objects.wrote_output or "none",
         })

@@ -26,9 +26,11 @@ def parse_timing(header: str) -> dict[str, float]:
     return out
 
 
-def format_link(profile: str, read: int, write: int, seconds: float, read_wire: int | None = None) -> str:
-    """``read_wire``: bytes the reads took on the wire (less than ``read`` when Bitar compressed them)."""
-    return f"{profile};read={read};write={write};seconds={seconds:.6f};read_wire={read if read_wire is None else read_wire}"
+def format_link(profile: str, read: int, write: int, seconds: float, read_wire: int | None = None,
+                write_wire: int | None = None) -> str:
+    """``read_wire`` / ``write_wire``: bytes on the wire (fewer than ``read`` / ``write`` when Bitar compressed them)."""
+    return (f"{profile};read={read};write={write};seconds={seconds:.6f};"
+            f"read_wire={read if read_wire is None else read_wire};write_wire={write if write_wire is None else write_wire}")
 
 
 def parse_link(header: str) -> dict:
@@ -41,8 +43,9 @@ def parse_link(header: str) -> dict:
             out[key] = kind(values.get(key, 0))
         except ValueError:
             out[key] = kind(0)
-    try:
-        out["read_wire"] = int(values.get("read_wire", out["read"]))
-    except ValueError:
-        out["read_wire"] = out["read"]
+    for key, plain in (("read_wire", "read"), ("write_wire", "write")):
+        try:
+            out[key] = int(values.get(key, out[plain]))
+        except ValueError:
+            out[key] = out[plain]
     return out
