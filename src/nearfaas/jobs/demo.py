@@ -41,7 +41,8 @@ def _demo_chain(url: str, s3, console) -> int:
         link = parse_link(resp.headers["X-Nearfaas-Link"])
         total = parse_timing(resp.headers["X-Nearfaas-Timing"])["total"]
         console.print(f"[bold]4b. chain[/] damage-detect -> damage-classify -> damage-notify under [bold]{policy}[/]: "
-                      f"{resp.json()['message']}; {link['read'] + link['write']:,} bytes over the link, {total * 1e3:.1f} ms")
+                      f"{resp.json()['message']}; {link['read'] + link['write']:,} bytes over the link "
+                      f"({link['read_wire'] + link['write_wire']:,} on the wire after Bitar), {total * 1e3:.1f} ms")
         console.print(chain_table(json.loads(resp.headers["X-Nearfaas-Chain"])))
     return 0
 
