@@ -160,6 +160,7 @@ def test_the_cli_prints_the_json_the_issue_asks_for(cluster):
     (["--threshold", "0"], "threshold must be a positive"),
     (["--ray-address", "127.0.0.1:1"], "cannot reach a Ray cluster"),
     (["--ray-address", "nonsense"], "must be host:port"),
+    (["--particles", "900G"], "GB is available"),
 ])
 def test_the_cli_refuses_bad_inputs_clearly(args, message):
     r = _cli("sift", "run", "--particles", "1000", *args)

@@ -366,9 +366,27 @@ class Sifter:
         self.pes = []
 
 
+BYTES_PER_PARTICLE_IN_FLIGHT = 300  # ~72 B serialized; the rank's table, its IPC copy, a PE's inbox and its parts
+
+
+def check_memory(particles: int) -> None:
+    """Refuse a local run that cannot fit this machine's memory, before Ray starts."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable"))
+    except (OSError, StopIteration):
+        return
+    need = particles * BYTES_PER_PARTICLE_IN_FLIGHT
+    if need > avail * 0.8:
+        raise SiftError(f"{particles:,} particles need about {need / 1e9:.1f} GB here and {avail / 1e9:.1f} GB is available; "
+                        "sift fewer particles, or pass --ray-address of a larger cluster")
+
+
 def run(plan: Plan, ranks: int, particles: int, ray_address: str | None = None, seed: int = 0,
         progress=None, after_stage=None) -> dict:
     """One sifting run: inject, drain, verify. The summary the CLI prints (``--json``)."""
+    if ray_address is None:
+        check_memory(particles)
     sifter = Sifter(plan, ray_address)
     try:
         t0 = time.perf_counter()
