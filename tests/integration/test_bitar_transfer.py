@@ -146,6 +146,8 @@ def test_compressed_writes_are_decoded_and_bad_ones_refused(slow_cluster):
     bad = requests.put(bad_url, data=body[:-40] + b"garbage!" * 5, headers=c.signed_headers("PUT", bad_url, extra), timeout=60)
     assert bad.status_code == 400 and b"gzip" in bad.content
     assert "Contents" not in c.s3().list_objects_v2(Bucket="particles", Prefix="broken")
+    unsigned = requests.put(url, data=body, headers=c.signed_headers("PUT", url) | extra, timeout=60)
+    assert unsigned.status_code == 403 and b"must sign Content-Encoding" in unsigned.content  # headers not signed
     plain_url = f"{c.url}/particles/as-sent.gz"
     plain = requests.put(plain_url, data=body, headers=c.signed_headers("PUT", plain_url, {"Content-Encoding": "gzip"}), timeout=60)
     assert plain.status_code == 200

@@ -235,3 +235,54 @@ def test_fuzzed_frames_never_crash(junk):
             except CodecError:
                 pass
         assert dev.pool.free == dev.pool.count
+
+
+def test_close_waits_for_a_call_in_flight():
+    data = sample(60 * MAX_SEGMENT)
+    dev = Device("zlib", threads=1, window_bytes=1)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("frame", dev.compress(data)))
+    t.start()
+    dev.close()  # must neither hang nor cut the running call short
+    t.join(30)
+    assert not t.is_alive() and inflate_concatenated(payload(out["frame"])) == data
+    assert dev.pool.free == dev.pool.count
+
+
+def test_foreign_streams_are_bounded():
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb = c.compress(bytes(10_000_000)) + c.flush()
+    with Device("zlib") as dev:
+        with pytest.raises(CodecError, match="more than 1000000 bytes"):
+            dev.inflate_raw(bomb, max_out=1_000_000)
+        with pytest.raises(CodecError, match="truncated"):
+            dev.inflate_raw(bomb[: len(bomb) // 2])
+        with pytest.raises(CodecError, match="not valid raw DEFLATE"):
+            dev.inflate_raw(b"\xff" * 64)
+    with pytest.raises(CodecError, match="more than"):
+        inflate_concatenated(bomb, max_out=1000)
+    with pytest.raises(CodecError, match="zlib level must be -1..9"):
+        Device("zlib", level=42)
+
+
+def test_gunzip_stream_bounds_bombs_and_refuses_junk():
+    import asyncio
+    import gzip
+
+    from nearfaas.bitar import transfer
+
+    async def decode(blob, limit, step=7000):
+        async def chunks():
+            for i in range(0, len(blob), step):
+                yield blob[i:i + step]
+        return b"".join([p async for p in transfer.gunzip_stream(chunks(), limit)])
+
+    data = sample(300_000)
+    two = gzip.compress(data[:100_000]) + gzip.compress(data[100_000:])
+    assert asyncio.run(decode(two, 10**6)) == data  # members split across chunks
+    bomb = gzip.compress(bytes(50_000_000))
+    with pytest.raises(ValueError, match="more than 1000000 bytes"):
+        asyncio.run(decode(bomb, 1_000_000))
+    for junk, message in ((two[:-100], "truncated"), (b"", "no gzip member"), (b"\x1f\x8bjunkjunk" * 10, "not valid gzip")):
+        with pytest.raises(ValueError, match=message):
+            asyncio.run(decode(junk, 10**6))

@@ -75,6 +75,8 @@ class Zlib:
     name, modelled = "zlib", False
 
     def __init__(self, level: int = 1):
+        if not -1 <= level <= 9:
+            raise CodecError(f"zlib level must be -1..9, got {level}")
         self.level = level
 
     def compress(self, segment) -> bytes:

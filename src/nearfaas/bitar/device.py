@@ -13,7 +13,7 @@ shape over the engines in ``codecs``:
   Both are synchronous; ``compress_async`` / ``decompress_async`` return futures of the same.
 * ``run_compress`` / ``run_decompress`` also return the op count and the host CPU seconds the
   workers spent (measured, ``time.thread_time``) and, for the modelled engine, the engine's
-  busy time (modelled: ops scheduled on its lanes, ``EngineModel``).
+  makespan for the call (modelled: ops scheduled on its lanes, ``EngineModel``; no host CPU).
 * ``inflate_raw(stream)`` reads any raw DEFLATE stream (e.g. stock zlib's, ``wbits=-15``).
 
 Worked example: 1 MiB at the default segment size is 16 ops; with ``threads=2`` ops alternate
@@ -61,8 +61,8 @@ def buffer_size(segment_size: int) -> int:
 class Run:
     output: bytearray
     ops: int
-    host_cpu_s: float  # measured: the workers' thread CPU time
-    engine_s: float  # modelled engine busy time (0 for software engines)
+    host_cpu_s: float  # measured: the workers' thread CPU time (0 for the modelled engine: it uses none)
+    engine_s: float  # modelled: the engine's makespan over its lanes for this call (0 for software engines)
     wall_s: float
 
 
@@ -102,6 +102,8 @@ class Device:
             w.start()
         self._driver = ThreadPoolExecutor(max_workers=2, thread_name_prefix="bitar-submit")
         self._closed = False
+        self._active = 0  # calls inside _pump; close() waits for them
+        self._state = threading.Condition()
 
     # ---- the public calls -------------------------------------------------------------
     def compress(self, data) -> bytearray:
@@ -156,15 +158,27 @@ class Device:
         run.output = out
         return run
 
-    def inflate_raw(self, stream) -> bytes:
+    def inflate_raw(self, stream, max_out: int = 1 << 30) -> bytes:
         """Decompress one raw DEFLATE stream from any producer (stock zlib with wbits=-15,
-        gzip's payload): a single op, since a foreign stream has no segment table."""
-        return self.codec.decompress(stream, -1)
+        gzip's payload): a single op, since a foreign stream has no segment table. More than
+        ``max_out`` bytes of output is an error, not an allocation."""
+        d = zlib.decompressobj(-15)
+        try:
+            out = d.decompress(stream, max_out + 1)
+        except zlib.error as e:
+            raise CodecError(f"not valid raw DEFLATE: {e}") from None
+        if len(out) > max_out or d.unconsumed_tail:
+            raise CodecError(f"the stream inflates to more than {max_out} bytes (raise max_out if that is expected)")
+        if not d.eof:
+            raise CodecError("the DEFLATE stream is truncated")
+        return out
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True  # no new call starts; calls already running finish first
+            self._state.wait_for(lambda: self._active == 0)
         self._driver.shutdown(wait=True)
         for qp in self.queue_pairs:
             qp.sq.put(None)
@@ -179,9 +193,12 @@ class Device:
 
     # ---- the machinery ----------------------------------------------------------------
     def _pump(self, compress: bool, work, take) -> Run:
-        """Submit ops while buffers are free; copy results out in order; always recycle."""
-        if self._closed:
-            raise CodecError("device is closed")
+        """Submit ops while buffers are free; copy results out in order; always recycle — a
+        buffer a worker may still be writing goes back only once its op is done."""
+        with self._state:
+            if self._closed:
+                raise CodecError("device is closed")
+            self._active += 1
         t0 = time.perf_counter()
         pending: deque[_Op] = deque()
         ops, cpu = 0, 0.0
@@ -199,7 +216,10 @@ class Device:
             except Exception as e:  # keep draining: every buffer must come back
                 error = error or e
             finally:
-                self.pool.recycle(op.buf)
+                if op.future.done():
+                    self.pool.recycle(op.buf)
+                else:  # interrupted while waiting (KeyboardInterrupt): the worker still owns it
+                    op.future.add_done_callback(lambda _f, b=op.buf: self.pool.recycle(b))
 
         try:
             for src, raw_len in work:
@@ -209,17 +229,25 @@ class Device:
                     finish(pending.popleft())
                 op = _Op(compress, src, raw_len, self.pool.acquire())
                 qp = self.queue_pairs[next(self._next_qp) % self.threads]
-                qp.submitted += 1
                 qp.sq.put(op)
                 pending.append(op)
                 ops += 1
+        except BaseException:
+            for op in pending:  # not waiting for them: each buffer comes back when its op ends
+                op.future.add_done_callback(lambda _f, b=op.buf: self.pool.recycle(b))
+            pending.clear()
+            raise
         finally:
             while pending:
                 finish(pending.popleft())
+            with self._state:
+                self._active -= 1
+                self._state.notify_all()
         if error is not None:
             raise error
-        return Run(bytearray(), ops, cpu, max(engine_lanes, default=0.0) if self.codec.modelled else 0.0,
-                   time.perf_counter() - t0)
+        # The modelled engine spends no host CPU: the stand-in codec's CPU is not reported.
+        return Run(bytearray(), ops, 0.0 if self.codec.modelled else cpu,
+                   max(engine_lanes, default=0.0) if self.codec.modelled else 0.0, time.perf_counter() - t0)
 
     def _lanes(self) -> int:
         return self.codec.model.lanes if self.codec.modelled else 1
@@ -232,6 +260,7 @@ class Device:
 
     def _work(self, qp: QueuePair) -> None:
         while (op := qp.sq.get()) is not None:
+            qp.submitted += 1  # counted by the queue pair's one worker: no race between callers
             try:
                 c0 = time.thread_time()
                 if op.compress:

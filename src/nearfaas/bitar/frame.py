@@ -110,14 +110,21 @@ def payload(frame) -> memoryview:
     return memoryview(frame)[unpack_header(frame).size:]
 
 
-def inflate_concatenated(stream) -> bytes:
+def inflate_concatenated(stream, max_out: int = 1 << 30) -> bytes:
     """Read back-to-back raw DEFLATE streams with stock zlib only, no segment table: how any
-    zlib user reads a Bitar payload."""
-    out, rest = [], bytes(stream)
+    zlib user reads a Bitar payload. More than ``max_out`` bytes of output is an error."""
+    out, rest, total = [], bytes(stream), 0
     while rest:
         d = zlib.decompressobj(-15)
-        out.append(d.decompress(rest))
+        try:
+            piece = d.decompress(rest, max_out - total + 1)
+        except zlib.error as e:
+            raise CodecError(f"payload is not raw DEFLATE: {e}") from None
+        total += len(piece)
+        if total > max_out or d.unconsumed_tail:
+            raise CodecError(f"payload inflates to more than {max_out} bytes")
         if not d.eof:
             raise CodecError("payload ends inside a DEFLATE stream (truncated)")
+        out.append(piece)
         rest = d.unused_data
     return b"".join(out)

@@ -32,6 +32,7 @@ Known caveats:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import threading
 from collections import deque
@@ -101,7 +102,8 @@ class Counters:
 
 async def gzip_stream(chunks, device, depth: int | None = None):
     """Re-chunk an async byte stream into 64 KiB segments and yield each as a gzip member,
-    keeping ``depth`` segments in flight on ``device`` (default: two per worker thread)."""
+    keeping ``depth`` segments in flight on ``device`` (default: two per worker thread). Closed
+    early (the client went away), it cancels what has not started and waits for nothing."""
     depth = depth or 2 * device.threads
     pending: deque = deque()
     buf = bytearray()
@@ -109,52 +111,68 @@ async def gzip_stream(chunks, device, depth: int | None = None):
     def submit(segment: bytes):
         pending.append(asyncio.wrap_future(device.compress_async(segment)))
 
-    async for chunk in chunks:
-        buf += chunk
-        while len(buf) >= MAX_SEGMENT:
-            submit(bytes(buf[:MAX_SEGMENT]))
-            del buf[:MAX_SEGMENT]
-            while len(pending) >= depth:
-                yield gzip_member(await pending.popleft())
-    if buf:
-        submit(bytes(buf))
-    while pending:
-        yield gzip_member(await pending.popleft())
+    try:
+        async for chunk in chunks:
+            buf += chunk
+            while len(buf) >= MAX_SEGMENT:
+                submit(bytes(buf[:MAX_SEGMENT]))
+                del buf[:MAX_SEGMENT]
+                while len(pending) >= depth:
+                    yield gzip_member(await pending.popleft())
+        if buf:
+            submit(bytes(buf))
+        while pending:
+            yield gzip_member(await pending.popleft())
+    finally:
+        for f in pending:
+            f.cancel()
+            f.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved: no "never retrieved" noise
+
+
+STEP_OUT = 1 << 20  # decoded bytes per decompress call: bounds the gateway's memory per PUT
 
 
 async def gunzip_stream(chunks, limit: int):
-    """Decode a streamed (multi-member) gzip body chunk by chunk, off the event loop; more than
-    ``limit`` decoded bytes raise ``ValueError`` (a small body must not inflate without bound)."""
+    """Decode a streamed (multi-member) gzip body chunk by chunk, off the event loop, at most
+    ``STEP_OUT`` bytes at a time; more than ``limit`` decoded bytes raise ``ValueError`` (a small
+    body must not inflate without bound), and so do bad gzip, truncation and an empty body."""
     import zlib
 
     loop = asyncio.get_running_loop()
-    state = {"d": zlib.decompressobj(31), "started": False, "total": 0}
+    state = {"d": zlib.decompressobj(31), "started": False, "total": 0, "members": 0}
 
-    def step(data: bytes) -> bytes:
+    def step(data: bytes) -> list[bytes]:
         out = []
         while data:
             d = state["d"]
-            room = limit - state["total"] + 1  # >= 1: one byte over the limit proves it is over
-            piece = d.decompress(data, room)
+            piece = d.decompress(data, min(STEP_OUT, limit - state["total"] + 1))  # >= 1: never "unlimited"
             state["started"], state["total"] = True, state["total"] + len(piece)
-            out.append(piece)
-            if d.unconsumed_tail or state["total"] > limit:
+            if state["total"] > limit:
                 raise ValueError(f"the gzip body decodes to more than {limit} bytes")
+            out.append(piece)
+            if d.unconsumed_tail:  # more output pending from this input: keep going, bounded
+                data = d.unconsumed_tail
+                continue
             if not d.eof:
                 break
+            state["members"] += 1
             data = d.unused_data  # the next member starts here
             state["d"], state["started"] = zlib.decompressobj(31), False
-        return b"".join(out)
+        return out
 
     async for chunk in chunks:
+        data = bytes(chunk)
         try:
-            piece = await loop.run_in_executor(None, step, bytes(chunk))
+            pieces = await loop.run_in_executor(None, step, data)
         except zlib.error as e:
             raise ValueError(f"the body is not valid gzip: {e}") from None
-        if piece:
-            yield piece
+        for piece in pieces:
+            if piece:
+                yield piece
     if state["started"] and not state["d"].eof:
         raise ValueError("the gzip body ends inside a member (truncated)")
+    if not state["members"]:
+        raise ValueError("the body holds no gzip member (empty)")
 
 
 def gunzip(data) -> bytes:
@@ -168,18 +186,24 @@ def gunzip(data) -> bytes:
 
 class RatioTracker:
     """The compression ratio a client last saw per bucket (an EWMA), so a client whose data
-    stopped compressing stops asking."""
+    stopped compressing stops asking. Thread-safe; bounded to ``max_buckets`` entries."""
 
-    def __init__(self, start: float = 0.5, weight: float = 0.3):
-        self.start, self.weight = start, weight
+    def __init__(self, start: float = 0.5, weight: float = 0.3, max_buckets: int = 1024):
+        self.start, self.weight, self.max_buckets = start, weight, max_buckets
         self._by_bucket: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def ratio(self, bucket: str) -> float:
-        return self._by_bucket.get(bucket, self.start)
+        with self._lock:
+            return self._by_bucket.get(bucket, self.start)
 
     def saw(self, bucket: str, raw: int, wire: int) -> None:
-        if raw > 0:
-            old = self.ratio(bucket)
+        if raw <= 0:
+            return
+        with self._lock:
+            old = self._by_bucket.pop(bucket, self.start)
+            if len(self._by_bucket) >= self.max_buckets:
+                self._by_bucket.pop(next(iter(self._by_bucket)))  # the least recently seen
             self._by_bucket[bucket] = (1 - self.weight) * old + self.weight * (wire / raw)
 
 
@@ -205,9 +229,10 @@ class Server:
         """``chunks`` as gzip members, counted in ``counters``."""
         with self.counters._lock:
             self.counters.transfers += 1
-        async for member in gzip_stream(_counting(chunks, self.counters), self.device):
-            self.counters.add(0, len(member))
-            yield member
+        async with contextlib.aclosing(gzip_stream(_counting(chunks, self.counters), self.device)) as members:
+            async for member in members:  # closed with us: pending segments are cancelled
+                self.counters.add(0, len(member))
+                yield member
 
     def close(self) -> None:
         if self._device is not None:

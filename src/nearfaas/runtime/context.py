@@ -59,6 +59,9 @@ class Event:
         return json.loads(self.body or b"null")
 
 
+# The ratios compressed transfers got, per bucket, for the whole worker process (a client is
+# made per call): a bucket whose data stopped compressing stops being asked for compressed.
+_RATIOS = bitar_transfer.RatioTracker()
 _DEVICE_LOCK = threading.Lock()
 _DEVICE = None
 
@@ -178,7 +181,6 @@ class ObjectClient:
         self._output = output
         self._local_output = output if output_local and "node" in self._endpoints else None
         self._caller = caller
-        self._ratios = bitar_transfer.RatioTracker()  # per bucket: whether compressed transfers still pay
         self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
 
     # -- reads ---------------------------------------------------------------------------------
@@ -242,10 +244,10 @@ class ObjectClient:
         headers = dict(headers or {})
         link = self._link if where == "cluster" else None  # this node's own store is no link away
         if (method == "PUT" and link is not None and body and len(body) >= bitar_transfer.MIN_BYTES
-                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, self._ratios.ratio(ref.bucket))):
+                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, _RATIOS.ratio(ref.bucket))):
             raw = len(body)  # a write over a slow link goes compressed (bitar/transfer.py)
             body = bitar_transfer.gzip_members(_bitar_device().compress(body))
-            self._ratios.saw(ref.bucket, raw, len(body))
+            _RATIOS.saw(ref.bucket, raw, len(body))
             headers.update({"Content-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
         if method == "PUT" and body:
             self.stats.bytes_written_wire += len(body) if where == "cluster" else 0
@@ -254,11 +256,14 @@ class ObjectClient:
             if body:
                 self.stats.link_seconds += link.transfer(len(body))
         if method == "GET" and link is not None and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s,
-                                                                        self._ratios.ratio(ref.bucket)):
+                                                                        _RATIOS.ratio(ref.bucket)):
             # Ask for the object compressed (bitar/transfer.py): only over a link slow enough to pay
             headers.update({"Accept-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
         if self._auth_headers:  # the function's own key: the gateway checks it, and so does this node's S3 port
-            headers.update(self._auth_headers(method, f"{endpoint.scheme}://{endpoint.netloc}{path}", body or b""))
+            coding = {k: v for k, v in headers.items() if k in ("Content-Encoding", bitar_transfer.OPT_IN_HEADER)}
+            url = f"{endpoint.scheme}://{endpoint.netloc}{path}"
+            headers.update(self._auth_headers(method, url, body or b"", coding) if coding else
+                           self._auth_headers(method, url, body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
             conn = self._conns.get(where)
             if conn is None:
@@ -279,9 +284,13 @@ class ObjectClient:
                 self.stats.link_seconds += link.transfer(len(payload))  # the wire bytes cross the link
             if method == "GET":
                 wire = len(payload)
-                if (resp.getheader("Content-Encoding") or "").lower() == "gzip":
-                    payload = bitar_transfer.gunzip(payload)
-                    self._ratios.saw(ref.bucket, len(payload), wire)
+                asked = bitar_transfer.OPT_IN_HEADER in headers
+                if asked and (resp.getheader("Content-Encoding") or "").lower() == "gzip":
+                    try:
+                        payload = bitar_transfer.gunzip(payload)
+                    except (OSError, EOFError, ValueError) as e:  # gzip.BadGzipFile, zlib.error
+                        raise ObjectError(502, ref, f"compressed answer did not decode: {e}".encode()) from None
+                    _RATIOS.saw(ref.bucket, len(payload), wire)
                 self.stats.bytes_read_wire += wire
             return payload
         raise AssertionError("unreachable")
@@ -295,8 +304,9 @@ def sigv4_signer(access_key: str, secret_key: str, region: str = "us-east-1"):
 
     signer = S3SigV4Auth(Credentials(access_key, secret_key), "s3", region)
 
-    def sign(method: str, url: str, body: bytes) -> dict:
-        request = AWSRequest(method=method, url=url, data=body)
+    def sign(method: str, url: str, body: bytes, headers: dict | None = None) -> dict:
+        """Sign ``headers`` too (botocore signs every header it is given)."""
+        request = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
         signer.add_auth(request)
         return dict(request.headers)
 

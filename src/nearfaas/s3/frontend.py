@@ -370,6 +370,11 @@ class S3Frontend:
             extra["copy_of"] = copy_of(request)
         chunks = body.chunks()
         if transfer.sent_compressed(request.headers):  # a function's write, compressed for a slow link
+            context = request.get(_AUTH_CONTEXT)
+            if context is not None and context.access_key is not None and \
+                    not {"content-encoding", transfer.OPT_IN_HEADER.lower()} <= context.signed_headers:
+                # otherwise anyone on the path could add or strip them and change what is stored
+                raise S3Error("AccessDenied", f"A compressed PUT must sign Content-Encoding and {transfer.OPT_IN_HEADER}.")
             chunks = _gunzipped(chunks, self.max_body)
         info = await self.backend.put_object(
             bucket, key, trailer.strip(chunks) if trailer is not None else chunks, content_md5=content_md5,
@@ -408,9 +413,14 @@ class S3Frontend:
                 headers["Content-Range"] = f"bytes {stream.start}-{stream.end}/{stream.info.size}"
             if self.transfer is not None and transfer.wants(request.headers, stream.length, byte_range is not None,
                                                             headers.get("Content-Encoding")):
+                self.transfer.device  # noqa: B018 - made now, so a failure is an error answer, not a cut body
                 headers |= {"Content-Encoding": "gzip", "Vary": "Accept-Encoding, " + transfer.OPT_IN_HEADER}
                 response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
-                return await _relay(request, response, self.transfer.stream(body_iter), f"GET {bucket}/{key} (bitar)")
+                members = self.transfer.stream(body_iter)
+                try:
+                    return await _relay(request, response, members, f"GET {bucket}/{key} (bitar)")
+                finally:
+                    await members.aclose()  # a client that left: stop compressing for it
             response = web.StreamResponse(status=status, headers={**headers, **self._common(request)})
             response.content_length = stream.length
             return await _relay(request, response, body_iter, f"GET {bucket}/{key}")

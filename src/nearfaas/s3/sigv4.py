@@ -82,6 +82,7 @@ class AuthContext:
     # Set when the payload is signed chunk by chunk (STREAMING-AWS4-HMAC-SHA256-PAYLOAD[-TRAILER]):
     # the body must verify its chunk signatures against it.
     streaming: StreamingSeed | None = None
+    signed_headers: frozenset = frozenset()  # lower-case names the signature covers (header auth)
 
 
 class _BotocoreVerifier(S3SigV4Auth):
@@ -185,7 +186,8 @@ class S3Auth:
         signature = fields["Signature"]
         self._compare(principal, region, signed, payload_hash, method, path, query, timestamp, signature)
         return AuthContext(access_key=access_key, payload_hash=payload_hash, principal=principal,
-                           streaming=_streaming_seed(principal, region, payload_hash, timestamp, signature))
+                           streaming=_streaming_seed(principal, region, payload_hash, timestamp, signature),
+                           signed_headers=frozenset(n.strip().lower() for n in fields["SignedHeaders"].split(";")))
 
     # -- presigned URL: ?X-Amz-Algorithm=...&X-Amz-Signature=... --------------------------------
 
