@@ -85,3 +85,14 @@ def test_bitar_refuses_a_non_frame_without_a_traceback(tmp_path):
     r = CliRunner().invoke(main, ["bitar", "decompress", str(src), "-o", str(tmp_path / "out")])
     assert r.exit_code != 0 and "not a Bitar frame" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_bitar_bad_levels_and_unwritable_outputs_are_one_line(tmp_path):
+    src = tmp_path / "d"
+    src.write_bytes(b"abc" * 1000)
+    for args, message in ((["--engine", "zlib", "--level", "42"], "zlib level must be -1..9"),
+                          (["-o", str(tmp_path / "missing" / "out")], "cannot write")):
+        full = ["bitar", "compress", str(src)] + (args if "-o" in args else ["-o", str(tmp_path / "o"), *args])
+        r = CliRunner().invoke(main, full)
+        assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output, r.output
+    assert not list((tmp_path).glob("*.part"))

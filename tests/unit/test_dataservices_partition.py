@@ -107,3 +107,13 @@ def test_a_bitar_object_needs_a_device(tables, device):
     obj = pt.pack(tables["particles"], "bitar", device)
     with pytest.raises(pt.PartitionError, match="needs a Bitar device"):
         pt.unpack(obj)
+
+
+def test_null_ids_and_corrupt_bitar_objects_are_clear_errors(device):
+    t = pa.table({"id": pa.array([1, None, 3], pa.uint64()), "x": [1.0, 2.0, 3.0]})
+    with pytest.raises(datasets.DatasetError, match="1 null values"):
+        pt.partition(pt.pack(t), 2, "id")
+    obj = bytearray(pt.pack(datasets.generate("planes", 300_000), "bitar", device))
+    obj[-50] ^= 0xFF
+    with pytest.raises(pt.PartitionError, match="corrupt Bitar frame"):
+        pt.partition(bytes(obj), 2, "icao24", device=device)

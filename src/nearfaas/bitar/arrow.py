@@ -25,7 +25,7 @@ def serialize(table: pa.Table, codec: str | None = None, threads: int = 1) -> pa
     """An IPC stream of ``table``; ``codec`` lz4/zstd compresses per buffer (inner)."""
     if codec not in (None, *INNER_CODECS):
         raise ValueError(f"inner codec must be one of {', '.join(INNER_CODECS)} or None, got {codec!r}")
-    pa.set_cpu_count(max(1, threads))
+    # threads > 1: Arrow's CPU pool (its size is the caller's to set, e.g. pa.set_cpu_count)
     opts = pa.ipc.IpcWriteOptions(compression=codec, use_threads=threads > 1)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=opts) as w:
@@ -35,7 +35,6 @@ def serialize(table: pa.Table, codec: str | None = None, threads: int = 1) -> pa
 
 def deserialize(buf, threads: int = 1) -> pa.Table:
     """Read an IPC stream (inner-compressed or not)."""
-    pa.set_cpu_count(max(1, threads))
     opts = pa.ipc.IpcReadOptions(use_threads=threads > 1)
     return pa.ipc.open_stream(pa.py_buffer(buf) if not isinstance(buf, pa.Buffer) else buf, options=opts).read_all()
 

@@ -64,37 +64,48 @@ def _options(f):
 def _write(output: Path, data) -> None:
     if str(output) == "-":
         sys.stdout.buffer.write(data)
-    else:
-        tmp = output.with_name(output.name + ".part")
+        return
+    tmp = output.with_name(output.name + ".part")
+    try:
         tmp.write_bytes(data)
         tmp.replace(output)  # never a half-written output under the real name
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        fail(f"cannot write {output}: {e.strerror or e}")
+
+
+def _run(src: Path, what):
+    """Read SRC and run a device call on it; every failure is one clear line."""
+    from nearfaas.bitar import CodecError
+
+    try:
+        return what(src.read_bytes())
+    except CodecError as e:
+        fail(f"{src}: {e}")
+    except OSError as e:
+        fail(f"cannot read {src}: {e.strerror or e}")
+    except MemoryError:
+        fail(f"{src} is too large to hold in memory here")
 
 
 @bitar.command("compress")
 @_options
 def compress_cmd(src, output, engine, threads, level, segment, as_json):
     """Compress SRC into a Bitar frame."""
-    raw = src.read_bytes()
     with _device(engine, threads, level, segment) as dev:
-        run = dev.run_compress(raw)
+        raw_len, run = _run(src, lambda raw: (len(raw), dev.run_compress(raw)))
     _write(output, run.output)
-    _report(run, len(raw), len(run.output), engine, as_json, "compress", str(output) == "-")
+    _report(run, raw_len, len(run.output), engine, as_json, "compress", str(output) == "-")
 
 
 @bitar.command("decompress")
 @_options
 def decompress_cmd(src, output, engine, threads, level, segment, as_json):
     """Decompress a Bitar frame SRC (any engine reads any engine's frames)."""
-    from nearfaas.bitar import CodecError
-
-    frame = src.read_bytes()
     with _device(engine, threads, level, segment) as dev:
-        try:
-            run = dev.run_decompress(frame)
-        except CodecError as e:
-            fail(f"{src}: {e}")
+        frame_len, run = _run(src, lambda frame: (len(frame), dev.run_decompress(frame)))
     _write(output, run.output)
-    _report(run, len(run.output), len(frame), engine, as_json, "decompress", str(output) == "-")
+    _report(run, len(run.output), frame_len, engine, as_json, "decompress", str(output) == "-")
 
 
 COMMANDS = [bitar]

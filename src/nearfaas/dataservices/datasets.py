@@ -130,4 +130,6 @@ def ids(table: pa.Table, field: str) -> np.ndarray:
     col = table.column(field)
     if not pa.types.is_integer(col.type):
         raise DatasetError(f"ID field {field!r} is {col.type}, not an integer; pass --key with an integer column")
+    if col.null_count:
+        raise DatasetError(f"ID field {field!r} has {col.null_count} null values; every particle needs an ID")
     return pc.cast(col, pa.uint64(), safe=False).to_numpy()

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from nearfaas.bitar import arrow as bitar_arrow
+from nearfaas.bitar.codecs import CodecError
 from nearfaas.bitar.device import Device
 from nearfaas.bitar.frame import MAGIC
 from nearfaas.dataservices.datasets import DatasetError, ids
@@ -66,9 +67,14 @@ def unpack(buf, device: Device | None = None, threads: int = 1) -> pa.Table:
         if head == MAGIC:
             if device is None:
                 raise PartitionError("the object is a Bitar frame; unpacking it needs a Bitar device")
-            return bitar_arrow.deserialize_outer(buf, device)
-        return bitar_arrow.deserialize(buf, threads)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as e:
+            table = bitar_arrow.deserialize_outer(buf, device)
+        else:
+            table = bitar_arrow.deserialize(buf, threads)
+        table.validate(full=True)  # an object is untrusted input: offsets and lengths are checked once here
+        return table
+    except CodecError as e:
+        raise PartitionError(f"the object is a corrupt Bitar frame: {e}") from None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowMemoryError, pa.ArrowNotImplementedError, OSError) as e:
         raise PartitionError(f"the object is not an Arrow IPC stream (nor a Bitar frame of one): {e}") from None
 
 

@@ -12,9 +12,10 @@ Ray tasks, published parts travel through Ray's object store (issue 19; thesis �
   threshold is compacted at once, the rest when the stage drains (the thesis's impulse test).
 * Failures: PE actors restart (``max_restarts=-1``) but lose their memory. The driver keeps a
   ledger of what each PE was sent and has not yet compacted (object refs it owns, so the data
-  outlives the PE); when a call fails with the actor gone, it waits for the restart, replays
-  that PE's ledger (labels make re-delivery idempotent) and retries. A particle is therefore
-  never lost nor duplicated by a PE crash — the tests SIGKILL a PE mid-run to show it.
+  outlives the PE's process); when a call fails with the actor gone, it waits for the restart,
+  replays that PE's ledger (labels make re-delivery idempotent) and retries. A particle is
+  therefore never lost nor duplicated by a PE crash — the tests SIGKILL a PE mid-run to show it.
+  Losing a whole node loses the objects in its store: the run stops with a clear error.
 
 Worked example: ``Sifter(Plan(8, 4, threshold)).run(ranks=4, particles=1_000_000)`` starts 8
 PEs, 4 rank tasks inject 250,000 particles each into PEs 0-3, stage 1 splits each PE's data
@@ -183,6 +184,8 @@ class Sifter:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+        if not nodes:
+            raise SiftError("the Ray cluster has no alive node to place PEs on")
         actor = ray.remote(max_restarts=-1, max_task_retries=0, num_cpus=0)(_PE)
         self.pes = [actor.options(name=f"sift-pe-{i}-{os.getpid()}-{id(self)}",
                                   scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
@@ -193,6 +196,7 @@ class Sifter:
         self.labels: list[str] = []
         self.fanout: list[tuple[int, int, list[int]]] = []  # (stage, pe, destinations) per compaction
         self.recoveries = 0
+        self.injections = 0
         self.compactions = defaultdict(int)  # (pe, stage) -> count: the driver numbers them, so a
         # restarted PE (whose memory is gone) can never reuse a label
         self.stats = {"inject": {}, "stages": []}
@@ -248,12 +252,12 @@ class Sifter:
             self.ledger[pe][stage][key] = (ref, rows)
             self.held[(pe, stage)] += rows
             calls.append((pe, stage, key, ref, rows, self.pes[pe].absorb.remote(stage, key, ref)))
-        for pe, stage, key, ref, rows, call in calls:
+        for pe, stage, _key, _ref, rows, call in calls:
             try:
-                answer = ray.get(call)
+                self.absorbs.append((stage, rows, ray.get(call)["absorb_s"]))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                answer = ray.get(self._call(pe, "absorb", stage, key, ref)[0])
-            self.absorbs.append((stage, rows, answer["absorb_s"]))
+                self.recoveries += 1  # the PE died: rebuild it from the ledger (this part included)
+                self._rebuild(pe, time.monotonic() + self.retry_s)
 
     # ---- the run ----------------------------------------------------------------------------
     def inject(self, ranks: int, particles: int, seed: int = 0, progress=None) -> None:
@@ -265,9 +269,10 @@ class Sifter:
         refs = [self.rank_task.options(num_returns=2).remote(r, per[r], firsts[r], seed) for r in range(ranks)]
         metas = self.ray.get([m for _, m in refs])
         t1 = time.perf_counter()
+        self.injections += 1  # labels of a second inject() on this Sifter must differ from the first's
         for r, ((buf, _), meta) in enumerate(zip(refs, metas, strict=True)):
             pe = inject_pe(r, self.plan.pes)
-            self._deliver(pe, 1, Label(1, 0, r, 0, 0, 0), buf, meta["rows"])
+            self._deliver(pe, 1, Label(1, 0, r, 0, self.injections, 0), buf, meta["rows"])
             if progress:
                 progress("inject", r + 1, ranks)
             if self.held[(pe, 1)] >= self.plan.threshold:
@@ -387,7 +392,13 @@ def run(plan: Plan, ranks: int, particles: int, ray_address: str | None = None, 
     """One sifting run: inject, drain, verify. The summary the CLI prints (``--json``)."""
     if ray_address is None:
         check_memory(particles)
-    sifter = Sifter(plan, ray_address)
+    ray = connect(ray_address)
+    lost = (ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.RayTaskError,
+            ray.exceptions.RaySystemError)
+    try:
+        sifter = Sifter(plan, ray_address)
+    except lost as e:
+        raise SiftError(f"Ray could not start the PEs: {str(e).splitlines()[0]}") from None
     try:
         t0 = time.perf_counter()
         sifter.inject(ranks, particles, seed, progress)
@@ -404,5 +415,7 @@ def run(plan: Plan, ranks: int, particles: int, ray_address: str | None = None, 
                 "unique_labels": len(set(sifter.labels)), "recoveries": sifter.recoveries,
                 "nodes": sorted({e["node"] for e in sifter.endpoints()}), "wall_s": wall,
                 "label": "measured on this Ray cluster (wall clock)"}
+    except lost as e:  # a node (not just a PE) was lost with the parts in its object store
+        raise SiftError(f"the run lost data Ray cannot rebuild (a node died?): {str(e).splitlines()[0]}; run it again") from None
     finally:
         sifter.close()

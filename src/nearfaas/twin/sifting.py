@@ -6,13 +6,15 @@ What is modelled (one event queue, time in seconds):
 
 * **inject**: each rank samples and serializes its particles on the host (``inject_s`` per
   particle, measured), then moves them to its local PE over the host<->device link
-  (``host_link``: bandwidth and latency); the PE deserializes them (``absorb_s`` per particle).
+  (``host_link``: bandwidth and latency, shared by a node's ranks; skipped when the PEs run on
+  the hosts); the PE deserializes them (``absorb_s`` per particle).
 * **stage k** (an impulse: stage k starts once stage k-1 is done everywhere, like the thesis's
   synchronous measurement): every PE splits its data and serializes the parts
   (``split_s + serialize_s`` per particle), then publishes each part to its pool member. A
   transfer holds the sender's egress and the receiver's ingress port for ``latency + bytes /
   bandwidth`` (``net_link``), so fan-in to one PE queues; the receiver then deserializes the
-  part on its core (``absorb_s`` per particle), one part after another.
+  part on its core (``absorb_s`` per particle), one part after another. A stage's
+  ``publish_s`` is its time after the slowest split, waits for ports and cores included.
 * **where**: PE i runs on node ``i mod nodes``; a node runs ``cores`` PEs' work at once (a PE's
   work is single-threaded, as in the measured run). Device (SmartNIC) compute is the host's
   measured per-particle cost times ``speed_factor`` (4: the BlueField-2's Arm cores vs the EPYC
@@ -81,6 +83,7 @@ class Machine:
     speed_factor: float = 4.0  # device compute time / host compute time
     net: Link = NET_100G
     host_link: Link = HOST_TO_NIC
+    pes_on_device: bool = True  # False: the PEs run on the hosts themselves (no host->device hop)
 
 
 @dataclass
@@ -123,9 +126,14 @@ def simulate(plan: Plan, particles: int, cal: Calibration, machine: Machine, ran
     per_rank = particles / ranks
     held = [0.0] * plan.pes
     done = 0.0
+    host_link_free = [0.0] * nodes  # a node's ranks share its host->device link
     for r in range(ranks):
         pe = r % plan.pes
-        ready = per_rank * cal.inject_s + machine.host_link.time(per_rank * cal.bytes_per_particle)
+        ready = per_rank * cal.inject_s  # the rank's own sample + serialize, on its host core
+        if machine.pes_on_device:
+            node = node_of[pe]
+            start = max(ready, host_link_free[node])
+            ready = host_link_free[node] = start + machine.host_link.time(per_rank * cal.bytes_per_particle)
         done = max(done, cores[node_of[pe]].run(ready, per_rank * cal.absorb_s * f))
         held[pe] += per_rank
     res.inject_s = done
@@ -169,8 +177,10 @@ def simulate(plan: Plan, particles: int, cal: Calibration, machine: Machine, ran
             arrivals.append((end, dest, n))
         arrivals.sort()
         end_all = t0
+        pe_free = [t0] * plan.pes  # a PE absorbs its parts one after another (single-threaded)
         for end, dest, n in arrivals:
-            end_all = max(end_all, cores[node_of[dest]].run(end, n * cal.absorb_s * f))
+            pe_free[dest] = cores[node_of[dest]].run(max(end, pe_free[dest]), n * cal.absorb_s * f)
+            end_all = max(end_all, pe_free[dest])
         res.stages.append({"stage": stage, "parts": parts, "wall_s": end_all - t0, "particles": sum(nxt),
                            "split_s": max(split_work, default=0.0), "publish_s": end_all - t0 - max(split_work, default=0.0),
                            "network_busy_s": publish_busy})
@@ -190,7 +200,7 @@ def project(cal: Calibration, nodes: int = 100, splits=(4, 16, 128), particles=(
         for n in particles:
             for factor in speed_factors:
                 for method in methods:
-                    m = Machine(nodes=nodes, speed_factor=factor)
+                    m = Machine(nodes=nodes, speed_factor=factor, pes_on_device=factor != 1.0)
                     r = simulate(plan, n, cal, m, method=method)
                     rows.append({"split": split, "stages": plan.stages, "particles": n, "speed_factor": factor,
                                  "where": "host" if factor == 1.0 else "device", "method": method, "inject_s": r.inject_s,
