@@ -2,7 +2,7 @@
 projected by the twin to 100 nodes and 10 M / 100 M / 1,000 M particles (modelled), the shape of
 the thesis's Figs. 5.8-5.10. Method and labels: src/nearfaas/bench/sifting.py.
 
-    python benchmarks/sifting.py                          # local Ray, 16 PEs, 2 M particles, 3 repeats
+    python benchmarks/sifting.py                          # local Ray, 32 PEs, 2 M particles, 3 repeats (~10 min)
     python benchmarks/sifting.py --pes 128 --particles 4M # 128 PE actors (memory: ~100 MB each)
     python benchmarks/sifting.py --ray-address HOST:PORT  # a multi-node cluster
 """
@@ -31,7 +31,7 @@ def count(text: str) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--splits", default="4,16,128", help="comma-separated powers of two (default 4,16,128)")
-    p.add_argument("--pes", type=int, default=16, help="PE actors (a power of two; default 16)")
+    p.add_argument("--pes", type=int, default=32, help="PE actors (a power of two; default 32: 4-way takes 3 stages, 16-way 2, 128-way 1)")
     p.add_argument("--particles", type=count, default=2_000_000, help="particles per run (default 2M)")
     p.add_argument("--ranks", type=int, default=4, help="injecting ranks (default 4)")
     p.add_argument("--repeats", type=int, default=3, help="runs per split (default 3)")

@@ -76,7 +76,7 @@ def kpass_select_s(rows: int = 400_000, parts: int = 16, repeats: int = 3) -> fl
     return statistics.median(samples)
 
 
-def run(splits=SPLITS, pes: int = 16, particles: int = 2_000_000, ranks: int = 4, repeats: int = 3,
+def run(splits=SPLITS, pes: int = 32, particles: int = 2_000_000, ranks: int = 4, repeats: int = 3,
         ray_address=None, nodes: int = 100, progress=None) -> dict:
     say = progress or (lambda m: None)
     runs = []
