@@ -40,7 +40,7 @@ def test_cli_lifecycle(tmp_path):
 
         assert b"deployed wordcount" in nf("deploy", "-f", "examples/stack.yml", state=state).stdout
         listed = json.loads(nf("list", "--json", state=state).stdout)
-        assert {f["name"] for f in listed} == {"wordcount", "hello", "damage-detect", "damage-classify", "damage-notify"}
+        assert {f["name"] for f in listed} == {"wordcount", "hello", "damage-detect", "damage-classify", "damage-notify", "partition"}
 
         src = tmp_path / "poem.txt"
         src.write_text("one two three\nfour five\n")
@@ -65,7 +65,7 @@ def test_cli_lifecycle(tmp_path):
 
         nf("remove", "hello", state=state)
         assert {f["name"] for f in json.loads(nf("list", "--json", state=state).stdout)} == {
-            "wordcount", "damage-detect", "damage-classify", "damage-notify"}
+            "wordcount", "damage-detect", "damage-classify", "damage-notify", "partition"}
         down = nf("down", state=state)
         assert b"stopped" in down.stdout
         assert launcher.processes_of(state) == []
