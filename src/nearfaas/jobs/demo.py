@@ -40,9 +40,10 @@ def _demo_chain(url: str, s3, console) -> int:
             return 1
         link = parse_link(resp.headers["X-Nearfaas-Link"])
         total = parse_timing(resp.headers["X-Nearfaas-Timing"])["total"]
+        raw, wire = link["read"] + link["write"], link["read_wire"] + link["write_wire"]
+        compressed = f" ({wire:,} on the wire after Bitar)" if wire < raw else ""  # only over a link where it pays
         console.print(f"[bold]4b. chain[/] damage-detect -> damage-classify -> damage-notify under [bold]{policy}[/]: "
-                      f"{resp.json()['message']}; {link['read'] + link['write']:,} bytes over the link "
-                      f"({link['read_wire'] + link['write_wire']:,} on the wire after Bitar), {total * 1e3:.1f} ms")
+                      f"{resp.json()['message']}; {raw:,} bytes over the link{compressed}, {total * 1e3:.1f} ms")
         console.print(chain_table(json.loads(resp.headers["X-Nearfaas-Chain"])))
     return 0
 
