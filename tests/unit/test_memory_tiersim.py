@@ -94,3 +94,14 @@ def test_bad_input_names_the_field():
         simulate(Trace(epochs=[{}]), "lru", TierConfig(1))
     with pytest.raises(ValueError, match="config"):
         simulate(Trace(epochs=[{}]), "tpp", TierConfig(-1))
+
+
+def test_a_hint_pools_several_runs_samples():
+    """One sparse sample can see a hot object barely (here: once, against a cold one's twice);
+    pooled with another run's sample, the hot object ranks first — what the live tuner and the
+    benchmark (three half-size runs) rely on."""
+    sparse = Trace(epochs=[{1: 1, 2: 2}], owner={1: "hot-site", 2: "cold-site"})
+    other = Trace(epochs=[{1: 9, 2: 0}], owner={1: "hot-site", 2: "cold-site"})
+    assert hint(sparse)[0] == "cold-site"
+    assert hint([sparse, other])[0] == "hot-site"
+    assert hint([sparse]) == hint(sparse)

@@ -52,6 +52,9 @@ from nearfaas.bench import memory_workloads as workloads
 from nearfaas.memory import colocation, shim, tiersim
 
 NATIVE = Path(__file__).resolve().parents[3] / "native"
+# Half-size runs the Porter hint is learned from: the live tuner pools a function's newest 4 runs
+# (memory/placement.py); one sparse sample can miss a hot object (PageRank, 2026-11-26 run).
+HALF_RUNS = 3
 DELTAS_NS = (70, 150, 250)
 TARGETS = {"shim_overhead_pct": 5.0, "sampler_overhead_pct": 10.0, "calibration_err_pct": 10.0,
            "porter_cut_of_all_cxl_pct": 50.0, "porter_to_oracle_points": 5.0, "slow_bytes_share": 0.40,
@@ -163,14 +166,16 @@ def measure(name: str, scale: float, repeats: int, sample_ms: int, folder: Path)
         sampled = _run(name, scale, shim.shim_env(log, sample_ms=sample_ms))
         times["sampled"].append(sampled["seconds"])
     med = {k: statistics.median(v) for k, v in times.items()}
-    half_log = folder / f"{name}-half.log"
-    half_log.unlink(missing_ok=True)
-    half = _run(name, scale / 2, shim.shim_env(half_log, sample_ms=sample_ms))
+    halves = []  # the hint is learned from HALF_RUNS half-size runs, pooled like the live tuner's newest runs
+    for i in range(HALF_RUNS):
+        half_log = folder / f"{name}-half-{i}.log"
+        half_log.unlink(missing_ok=True)
+        half = _run(name, scale / 2, shim.shim_env(half_log, sample_ms=sample_ms))
+        halves.append((half_log, (half["kernel_start_ns"], half["kernel_end_ns"])))
     return {"name": name, "scale": scale, "times_s": times, "median_s": med,
             "shim_overhead_pct": (med["shim"] / med["plain"] - 1) * 100,
             "sampler_overhead_pct": (med["sampled"] / med["plain"] - 1) * 100,
-            "_log": log, "_window": (sampled["kernel_start_ns"], sampled["kernel_end_ns"]),
-            "_half": (half_log, (half["kernel_start_ns"], half["kernel_end_ns"]))}
+            "_log": log, "_window": (sampled["kernel_start_ns"], sampled["kernel_end_ns"]), "_halves": halves}
 
 
 def kernel_trace(rec: dict, sample_ms: int) -> tuple[tiersim.Trace, int]:
@@ -206,8 +211,7 @@ def simulate(rec: dict, sample_ms: int, dram_share: float, bound: float, trace: 
     # No LLC filter here: boundness counts LLC misses already, and filtering a sparse access sample
     # by the cache's share of the footprint emptied 12 of 14 traces in the 2026-11-26 run (every
     # sampled page it saw fitted in the share), which priced all-CXL at 0% (docs/memory.md).
-    half_log, window = rec["_half"]
-    learned = tiersim.hint(shim.to_trace(shim.read_log(half_log), sample_ms, start_ns=window[0], end_ns=window[1]))
+    learned = tiersim.hint([shim.to_trace(shim.read_log(log), sample_ms, start_ns=w[0], end_ns=w[1]) for log, w in rec["_halves"]])
     footprint = len(trace.pages())
     out = {"sampled_pages": footprint, "fast_ns": rec["fast_ns"], "epochs": len(trace.epochs), "accessed_pages": len(set().union(*trace.epochs))
            if trace.epochs else 0, "hint_owners": len(learned), "by_delta": {}}

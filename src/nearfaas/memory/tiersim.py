@@ -91,17 +91,19 @@ class Result:
         return dict(self.__dict__)
 
 
-def hint(profile: Trace) -> list[str]:
-    """Porter's hint from a profiling trace: owners, hottest (accesses per page) first."""
+def hint(profile: Trace | list[Trace]) -> list[str]:
+    """Porter's hint from one profiling trace or several (their counts pooled, as the live tuner
+    pools a function's newest runs): owners, hottest (accesses per page) first."""
     hits: dict[str, int] = {}
     pages: dict[str, int] = {}
-    for page in profile.pages():
-        who = profile.owner.get(page, "?")
-        pages[who] = pages.get(who, 0) + 1
-    for epoch in profile.epochs:
-        for page, n in epoch.items():
-            who = profile.owner.get(page, "?")
-            hits[who] = hits.get(who, 0) + n
+    for one in profile if isinstance(profile, list) else [profile]:
+        for page in one.pages():
+            who = one.owner.get(page, "?")
+            pages[who] = pages.get(who, 0) + 1
+        for epoch in one.epochs:
+            for page, n in epoch.items():
+                who = one.owner.get(page, "?")
+                hits[who] = hits.get(who, 0) + n
     return sorted(pages, key=lambda w: (-hits.get(w, 0) / pages[w], w))
 
 
