@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nearfaas.memory.tiersim import POLICIES, TierConfig, Trace, hint, simulate
+from nearfaas.memory.tiersim import POLICIES, TierConfig, Trace, hint, simulate, UNSEEN
 
 
 @st.composite
@@ -105,3 +105,14 @@ def test_a_hint_pools_several_runs_samples():
     assert hint(sparse)[0] == "cold-site"
     assert hint([sparse, other])[0] == "hot-site"
     assert hint([sparse]) == hint(sparse)
+
+
+def test_owners_the_profile_never_saw_rank_between_hot_and_cold():
+    """The live engine's rule: a call site with no hint goes to DRAM when it fits. A short-lived
+    hot allocation the sparse profile missed must not land behind objects seen cold."""
+    profile = Trace(epochs=[{1: 5, 2: 0}], owner={1: "seen-hot", 2: "seen-cold"})
+    assert hint(profile) == ["seen-hot", UNSEEN, "seen-cold"]
+    run = Trace(epochs=[{10: 50, 11: 50, 1: 5}], owner={1: "seen-hot", 2: "seen-cold", 3: "seen-cold", 10: "new", 11: "new"},
+                first_touch=(2, 3, 1, 10, 11))
+    fast = simulate(run, "porter", TierConfig(dram_pages=3), ranked_owners=hint(profile))
+    assert fast.slowdown == pytest.approx(simulate(run, "oracle", TierConfig(dram_pages=3)).slowdown)

@@ -214,7 +214,7 @@ def simulate(rec: dict, sample_ms: int, dram_share: float, bound: float, trace: 
     learned = tiersim.hint([shim.to_trace(shim.read_log(log), sample_ms, start_ns=w[0], end_ns=w[1]) for log, w in rec["_halves"]])
     footprint = len(trace.pages())
     out = {"sampled_pages": footprint, "fast_ns": rec["fast_ns"], "epochs": len(trace.epochs), "accessed_pages": len(set().union(*trace.epochs))
-           if trace.epochs else 0, "hint_owners": len(learned), "by_delta": {}}
+           if trace.epochs else 0, "hint_owners": len([w for w in learned if w != tiersim.UNSEEN]), "by_delta": {}}
     for delta in DELTAS_NS:
         cfg = tiersim.TierConfig(dram_pages=int(dram_share * footprint), delta_ns=delta, fast_ns=rec["fast_ns"])
         out["by_delta"][str(delta)] = {p: _brief(tiersim.simulate(trace, p, cfg, learned if p.startswith("porter") else None))

@@ -91,9 +91,13 @@ class Result:
         return dict(self.__dict__)
 
 
+UNSEEN = "*unseen*"  # in a hint: where owners the profile never saw rank
+
+
 def hint(profile: Trace | list[Trace]) -> list[str]:
     """Porter's hint from one profiling trace or several (their counts pooled, as the live tuner
-    pools a function's newest runs): owners, hottest (accesses per page) first."""
+    pools a function's newest runs): owners, hottest (accesses per page) first, with ``UNSEEN``
+    between the owners seen hot and those seen cold."""
     hits: dict[str, int] = {}
     pages: dict[str, int] = {}
     for one in profile if isinstance(profile, list) else [profile]:
@@ -104,7 +108,12 @@ def hint(profile: Trace | list[Trace]) -> list[str]:
             for page, n in epoch.items():
                 who = one.owner.get(page, "?")
                 hits[who] = hits.get(who, 0) + n
-    return sorted(pages, key=lambda w: (-hits.get(w, 0) / pages[w], w))
+    ranked = sorted(pages, key=lambda w: (-hits.get(w, 0) / pages[w], w))
+    # Owners the profile never saw come after every owner seen hot and before every owner seen
+    # cold: the live engine puts a new call site on DRAM when it fits (placement.c), and a short-
+    # lived allocation can escape a sparse sample (PageRank's per-iteration vectors at half size).
+    cold = next((i for i, w in enumerate(ranked) if not hits.get(w, 0)), len(ranked))
+    return ranked[:cold] + [UNSEEN] + ranked[cold:]
 
 
 def simulate(trace: Trace, policy: str, cfg: TierConfig, ranked_owners: list[str] | None = None) -> Result:
@@ -145,8 +154,9 @@ def _initial(policy: str, order: list[int], cap: int, trace: Trace, ranked: list
         return set(order[::2][:cap])
     if policy in ("porter", "porter+migration"):
         rank = {who: i for i, who in enumerate(ranked if ranked is not None else hint(trace))}
+        unseen = rank.get(UNSEEN, len(rank))
         touched = {p: i for i, p in enumerate(order)}
-        by_hint = sorted(order, key=lambda p: (rank.get(trace.owner.get(p, "?"), len(rank)), touched[p]))
+        by_hint = sorted(order, key=lambda p: (rank.get(trace.owner.get(p, "?"), unseen), touched[p]))
         return set(by_hint[:cap])
     return set()  # all-cxl; the oracle picks per epoch
 
