@@ -88,24 +88,28 @@ def _run(src: Path, what):
         fail(f"{src} is too large to hold in memory here")
 
 
+def _go(direction: str, src, output, engine, threads, level, segment, as_json) -> None:
+    """Run SRC through a device one way, write the result, report it (raw vs frame bytes)."""
+    with _device(engine, threads, level, segment) as dev:
+        call = dev.run_compress if direction == "compress" else dev.run_decompress
+        in_len, run = _run(src, lambda data: (len(data), call(data)))
+    _write(output, run.output)
+    raw, frame = (in_len, len(run.output)) if direction == "compress" else (len(run.output), in_len)
+    _report(run, raw, frame, engine, as_json, direction, str(output) == "-")
+
+
 @bitar.command("compress")
 @_options
-def compress_cmd(src, output, engine, threads, level, segment, as_json):
+def compress_cmd(**options):
     """Compress SRC into a Bitar frame."""
-    with _device(engine, threads, level, segment) as dev:
-        raw_len, run = _run(src, lambda raw: (len(raw), dev.run_compress(raw)))
-    _write(output, run.output)
-    _report(run, raw_len, len(run.output), engine, as_json, "compress", str(output) == "-")
+    _go("compress", **options)
 
 
 @bitar.command("decompress")
 @_options
-def decompress_cmd(src, output, engine, threads, level, segment, as_json):
+def decompress_cmd(**options):
     """Decompress a Bitar frame SRC (any engine reads any engine's frames)."""
-    with _device(engine, threads, level, segment) as dev:
-        frame_len, run = _run(src, lambda frame: (len(frame), dev.run_decompress(frame)))
-    _write(output, run.output)
-    _report(run, len(run.output), frame_len, engine, as_json, "decompress", str(output) == "-")
+    _go("decompress", **options)
 
 
 COMMANDS = [bitar]
