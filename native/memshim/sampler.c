@@ -26,15 +26,15 @@
  *     <t_ns> access 4096 <page addr> <stack>
  * A page never touched again stays in the stash, armed, at no cost. Each period moves at most
  * an allowance of pages, round robin over the sampled chunks; the allowance adapts so that the
- * faults stay about $NEARFAAS_MEMSHIM_ACCESS_PAGES (default 64) a period whatever the
+ * faults stay about $NEARFAAS_MEMSHIM_ACCESS_PAGES (default 32) a period whatever the
  * footprint (arm() has the rule): cold pages cost a move and no fault, hot ones a fault each.
  *
  * Worked example: a 64 MiB block has 1024 chunks; 64 are sampled (one in 16), 1024 pages. If
- * nothing reads it, the allowance doubles 64, 128, 256 (4 budgets at most) and the whole sample
- * is armed in five periods, for no fault. If all of it is read all the time, about 64 pages
- * fault each period (a fault costs about 10 us here: ~0.6 ms of a 50 ms period) and each chunk
- * is re-armed every 16th period. (128 pages a period cost PageRank +24% to +38%, 64 pages +4.4%:
- * docs/memory.md.)
+ * nothing reads it, the allowance doubles 32, 64, 128 (4 budgets at most) and the whole sample
+ * is armed in ten periods, for no fault. If all of it is read all the time, about 32 pages
+ * fault each period (a fault costs about 10 us here: ~0.3 ms of a 50 ms period) and each chunk
+ * is re-armed every 32nd period. (A 2 s PageRank: 128 pages a period cost +24% to +38%, 64
+ * pages +8.5% to +25% across sessions, 32 pages +3.2%: docs/memory.md.)
  *
  * Known caveats:
  * - Accesses are a sample: one page in `stride` in space, and in time a page is watched from
@@ -110,7 +110,7 @@ struct block {
 
 static int uffd = -1, pagemap_fd = -1;
 static int access_on;
-static long period_ms, access_pages = 64;
+static long period_ms, access_pages = 32;
 static uint64_t stride_default = 16;
 static struct block blocks[MAX_BLOCKS];
 static int nblocks, sampled_chunks, started;

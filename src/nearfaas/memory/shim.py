@@ -71,7 +71,7 @@ def library_path() -> Path:
 DEFAULT_MAX_BYTES = 64 << 20  # a profiled worker's log stops here (the node's disk is shared)
 
 
-DEFAULT_ACCESS_PAGES = 64  # faults per period the sampler aims at: ~10 us each here (docs/memory.md)
+DEFAULT_ACCESS_PAGES = 32  # faults per period the sampler aims at: ~10 us each here (docs/memory.md)
 
 
 def shim_env(log_path: Path, threshold: int = DEFAULT_THRESHOLD, base: dict | None = None, sample_ms: int = 0,
