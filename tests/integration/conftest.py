@@ -196,6 +196,24 @@ def scratch(cluster):
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
 
 
+def copyset_overrides(storage: int = 4) -> dict:
+    """``start_cluster`` overrides for copyset replication (issue 20): ``storage`` storage nodes
+    (storage-0 the dscs one), factor 2, scatter width 2 and anti-entropy every second; with more
+    storage nodes than copies the copysets differ from rendezvous hashing's replica sets."""
+    from nearfaas.spec.cluster import NodeSpec, ReplicationSpec
+
+    nodes = [NodeSpec(f"storage-{i}", "storage", "dscs" if i == 0 else "standard", prewarm=0, cpus=0.5) for i in range(storage)]
+    nodes.append(NodeSpec("compute-0", "compute", "cpu", prewarm=1))
+    return {"nodes": nodes, "replication": ReplicationSpec(factor=2, scheme="copyset", scatter_width=2, anti_entropy=1.0)}
+
+
+@pytest.fixture(params=["rendezvous", "copyset"])
+def scheme_cluster(tmp_path, request):
+    """A private cluster (like fresh_cluster) under each replication scheme."""
+    with running_cluster(tmp_path / "state", **(copyset_overrides() if request.param == "copyset" else {})) as c:
+        yield c
+
+
 @pytest.fixture
 def fresh_cluster(tmp_path):
     """A private cluster for a test that breaks things (kills nodes); always torn down."""

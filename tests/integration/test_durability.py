@@ -3,7 +3,8 @@
 A client PUTs 100 objects while a storage node is killed with SIGKILL part-way; after the node
 restarts, every PUT that returned 200 reads back byte-identical and no partial object is ever
 listed or readable. Run twice: through the gateway (replicated), and straight at the node that
-is killed (the storage engine alone, no replica to hide behind).
+is killed (the storage engine alone, no replica to hide behind). Each under both replication
+schemes, rendezvous and copyset (issue 20).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def _pid_of(state_dir, name: str) -> int:
 
 
 @pytest.mark.parametrize("path", ["gateway", "direct"])
-def test_kill_9_storage_node_during_puts(fresh_cluster, path):
-    cluster = fresh_cluster
+def test_kill_9_storage_node_during_puts(scheme_cluster, path):
+    cluster = scheme_cluster
     state = cluster.state_dir
     if True:
         victim = "storage-0"

@@ -16,8 +16,8 @@ from nearfaas.cluster import launcher
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
-def test_kill_9_compute_node(fresh_cluster, functions_dir):
-    cluster = fresh_cluster
+def test_kill_9_compute_node(scheme_cluster, functions_dir):
+    cluster = scheme_cluster
     url = cluster.url
     for name, idempotent in (("slow-safe", True), ("slow-unsafe", False)):
         resp = cluster.deploy(name, functions_dir / "slow", envVars={"exec_timeout": "10s"},

@@ -32,6 +32,7 @@ def test_cluster_defaults() -> None:
         ("storage-0", "storage", "dscs"), ("storage-1", "storage", "standard"), ("compute-0", "compute", "cpu")]
     assert all(n.port == 0 and n.workers_max >= 1 for n in spec.nodes)
     assert (spec.replication.factor, spec.replication.dscs_replica) == (2, True)
+    assert (spec.replication.scheme, spec.replication.effective_scatter_width) == ("rendezvous", 2)
     assert spec.auth is not None and spec.auth.generated and spec.isolation  # secure unless asked otherwise
     assert spec.link.profile == "local"
     assert [n.name for n in spec.storage_nodes] == ["storage-0", "storage-1"] and spec.node("compute-0").cls == "cpu"
@@ -80,6 +81,12 @@ def test_cluster_round_trip_and_overrides(tmp_path: Path) -> None:
     ({"state_dir": ""}, "state_dir", "non-empty"),
     ({"placement": "random"}, "placement", "near-data"),
     ({"gateway": {"invoke_max_body": 0}}, "gateway.invoke_max_body", "at least 1 byte"),
+    ({"replication": {"scheme": "random"}}, "replication.scheme", "rendezvous, copyset"),
+    ({"replication": {"scatter_width": -2}}, "replication.scatter_width", "at least 0"),
+    ({"nodes": [{"name": f"s{i}", "kind": "storage", "class": "dscs"} for i in range(5)],
+      "replication": {"factor": 3, "scheme": "copyset", "scatter_width": 3}}, "replication.scatter_width", "multiple of factor - 1"),
+    ({"nodes": [{"name": f"s{i}", "kind": "storage", "class": "dscs"} for i in range(4)],
+      "replication": {"factor": 2, "scheme": "copyset", "scatter_width": 4}}, "replication.scatter_width", "exceeds the 3 other"),
 ])
 def test_cluster_rules(data: dict[str, Any], path: str, text: str) -> None:
     data = copy.deepcopy(data)

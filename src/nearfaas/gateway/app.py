@@ -29,6 +29,7 @@ from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
+from nearfaas.placement.replicas import Scheme
 from nearfaas.bitar import transfer
 from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
@@ -67,7 +68,7 @@ class _StoreCollector:
         yield from families.values()
 
 
-def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog) -> ClusterBackend:
+def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
@@ -76,7 +77,7 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintL
             clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session, credentials=credentials)
         return clients[name]
 
-    return ClusterBackend(nodes, client_for, factor, dscs, hints=hints)
+    return ClusterBackend(nodes, client_for, factor, dscs, hints=hints, scheme=scheme)
 
 
 def _stage_profiles():
@@ -113,9 +114,11 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     metrics.add_collector(connections)
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
+    scheme = Scheme(replication.get("scheme", "rendezvous"), int(replication.get("scatter_width") or 0) or 2 * max(1, factor - 1))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
-                      link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment)
-    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"))
+                      link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment,
+                      scheme=scheme)
+    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"), scheme)
     backend.planner = SelectPlanner(nodes, layout.get("link_profile", "local"), load_models(), metrics.registry)
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
                                tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)),

@@ -49,7 +49,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, Node, NodeDirectory
-from nearfaas.placement.replicas import replicas_for
+from nearfaas.placement.replicas import RENDEZVOUS, Scheme, replicas_for
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
@@ -234,8 +234,9 @@ class _HealthBound:
 
 class ClusterBackend:
     def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool,
-                 *, hints: HintLog | None = None):
+                 *, hints: HintLog | None = None, scheme: Scheme = RENDEZVOUS):
         self.nodes = nodes
+        self.scheme = scheme
         self._client_for = client_for
         self.replication = replication
         self.dscs_replica = dscs_replica
@@ -265,7 +266,8 @@ class ClusterBackend:
 
     async def replica_names(self, bucket: str, key: str, options: dict | None = None) -> list[str]:
         ring = self.nodes.storage_ring()
-        return [n.name for n in replicas_for(ring, bucket, key, self.replication, await self._wants_dscs(bucket, options))]
+        return [n.name for n in replicas_for(ring, bucket, key, self.replication, await self._wants_dscs(bucket, options),
+                                                 self.scheme)]
 
     def _read_order(self, preferred: list[str]) -> list[str]:
         """The replica set first (healthy ones first), then every other storage node: an object

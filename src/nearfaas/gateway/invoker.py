@@ -22,7 +22,7 @@ from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.gateway.worker_client import WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NoNodeAvailable, make_policy
-from nearfaas.placement.replicas import ReplicaCatalog
+from nearfaas.placement.replicas import RENDEZVOUS, ReplicaCatalog, Scheme
 from nearfaas.placement.view import build_view
 from nearfaas.spec.options import NearfaasOptions
 from nearfaas.telemetry.headers import format_timing, parse_link
@@ -67,7 +67,7 @@ def find_input_refs(options: NearfaasOptions, body: bytes) -> list[tuple[str, st
 
 class Invoker:
     def __init__(self, nodes: NodeDirectory, policy, metrics: GatewayMetrics, replication: int, dscs_replica: bool,
-                 link: LinkProfile = PROFILES["local"], profiled_compute_s=lambda spec: None):
+                 link: LinkProfile = PROFILES["local"], profiled_compute_s=lambda spec: None, scheme: Scheme = RENDEZVOUS):
         self.nodes = nodes
         self.policy = policy
         self.policies = {name: make_policy(name) for name in POLICIES} | {policy.name: policy}
@@ -87,7 +87,7 @@ class Invoker:
         self.pool = InstancePool(nodes, metrics, self.place)
         # Where objects are (placement/replicas.py, the simulator's rule too); ``located`` is its
         # catalog of chain intermediates -> the node holding their one copy.
-        self.catalog = ReplicaCatalog(nodes.storage_ring(), replication, dscs_replica)
+        self.catalog = ReplicaCatalog(nodes.storage_ring(), replication, dscs_replica, scheme=scheme)
         self.located = self.catalog.located
 
     @property

@@ -16,6 +16,8 @@ from typing import Any
 
 from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.policy import POLICIES
+from nearfaas.placement.copysets import check_scatter_width
+from nearfaas.placement.replicas import SCHEMES
 
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
                      parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
@@ -37,7 +39,7 @@ FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus"}
-REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace"}
+REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region"}
 
 
@@ -77,10 +79,16 @@ class ReplicationSpec:
     dscs_replica: bool = True        # one copy must sit on a dscs node so DSCS functions can run there
     anti_entropy: float = 30.0       # seconds between anti-entropy passes (replication/antientropy.py)
     tombstone_grace: float = 600.0   # seconds a delete is remembered after every replica has it
+    scheme: str = "rendezvous"       # or "copyset" (placement/copysets.py): fewer node sets share objects
+    scatter_width: int = 0           # copyset: other nodes a node's data may go to; 0 = 2 * (factor - 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"factor": self.factor, "dscs_replica": self.dscs_replica, "anti_entropy": self.anti_entropy,
-                "tombstone_grace": self.tombstone_grace}
+                "tombstone_grace": self.tombstone_grace, "scheme": self.scheme, "scatter_width": self.scatter_width}
+
+    @property
+    def effective_scatter_width(self) -> int:
+        return self.scatter_width or 2 * max(1, self.factor - 1)
 
 
 @dataclass
@@ -346,6 +354,12 @@ def _replication(value: Any, storage: list[NodeSpec], nodes_ok: bool, c: Collect
             r.dscs_replica = parse_bool(m["dscs_replica"])
         except ValueError as exc:
             c.error("replication.dscs_replica", str(exc), "write true or false")
+    if "scheme" in m:
+        if m["scheme"] in SCHEMES:
+            r.scheme = m["scheme"]
+        else:
+            c.error("replication.scheme", f"unknown scheme {short_repr(m['scheme'])}", f"write one of: {', '.join(SCHEMES)}")
+    r.scatter_width = _int(m, "scatter_width", "replication", c, r.scatter_width, 0, None, "4")
     for key, least in (("anti_entropy", 0.05), ("tombstone_grace", 0.0)):
         if key in m:
             try:
@@ -360,6 +374,12 @@ def _replication(value: Any, storage: list[NodeSpec], nodes_ok: bool, c: Collect
     if storage and r.factor > len(storage):
         c.error("replication.factor", f"factor {r.factor} needs {r.factor} storage nodes, but there are "
                 f"{len(storage)}", f"lower it to at most {len(storage)} or add storage nodes")
+    if r.scheme == "copyset" and storage and r.factor < len(storage):
+        try:
+            check_scatter_width(r.effective_scatter_width, r.factor, len(storage))
+        except ValueError as exc:
+            c.error("replication.scatter_width" if r.factor >= 2 else "replication.factor", str(exc),
+                    "change replication.scatter_width (or factor), or use scheme: rendezvous")
     if r.dscs_replica and storage and not any(n.cls == "dscs" for n in storage):
         c.error("replication.dscs_replica", "requires a storage node of class dscs, and there is none",
                 "add a node with kind: storage, class: dscs, or set dscs_replica: false")

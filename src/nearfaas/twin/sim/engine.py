@@ -17,7 +17,7 @@ import numpy as np
 from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.chain import plan
 from nearfaas.placement.policy import ClusterView, Estimates, NodeLayout, NodeView, make_policy
-from nearfaas.placement.replicas import ReplicaCatalog, StorageNode
+from nearfaas.placement.replicas import RENDEZVOUS, ReplicaCatalog, Scheme, StorageNode
 from nearfaas.placement.view import node_view
 from nearfaas.twin.sim.loop import INTERMEDIATES, EventLoop, SimResult
 from nearfaas.twin.sim.workload import APP_KEYS
@@ -94,6 +94,7 @@ class SimConfig:
     queue_depth: int = 10_000
     replication: int = 2
     dscs_replica: bool = True
+    replication_scheme: Scheme = RENDEZVOUS  # or Scheme("copyset", w): the gateway's rule, same object
     objects_per_app: int = 64  # distinct input objects per app; each call reads one, uniformly
     intermediate_pool: int = 256  # keys for intermediates written through the cluster (hashed)
     link: str = "local"
@@ -168,7 +169,8 @@ class Simulator:
         # Input objects per app and their replica sets (the gateway's rendezvous hashing).
         self.objects = {key: [("inputs", f"{key}/obj-{i}") for i in range(max(1, c.objects_per_app))] for key in self.apps}
         # Where objects are: the gateway's own rule (placement/replicas.py), catalog then hashing.
-        self.catalog = ReplicaCatalog(self.ring, self.config.replication, self.config.dscs_replica, cache=True)
+        self.catalog = ReplicaCatalog(self.ring, self.config.replication, self.config.dscs_replica, cache=True,
+                                      scheme=self.config.replication_scheme)
         self.located = self.catalog.located  # chain intermediates written locally -> [node]
 
     # -- views -----------------------------------------------------------------------------------
