@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"bitar"},  # compression offload: codecs the wire formats above use
     {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models"},  # wire formats, leaves
     {"auth", "placement", "hw", "dataservices", "memory"},  # credentials, the placement rule, hardware models, Arrow data services, memory tiers
-    {"spec", "replication"},  # deployment specs, replica convergence
+    {"spec", "replication", "econ"},  # deployment specs, replica convergence, cost-benefit and availability models
     {"node"},  # a storage/compute node: object store, worker pools
     {"runtime"},  # what runs inside a worker
     {"apps"},  # the eight applications

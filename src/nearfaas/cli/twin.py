@@ -3,6 +3,7 @@ measured inputs it is built on are named in each output).
 
 nearfaas twin report [--baseline paper|measured-here] [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q] [--trace CSV]
 nearfaas twin e2e APP [--baseline paper|measured-here] [--platform dscs] [--batch 1] [--link s3-like] [--json]
+nearfaas twin availability [--cluster FILE] [--r-m 0.1] [--json]
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nearfaas.cli.common import WIDTH, common_gateway, common_state, console, err
+from nearfaas.cli.common import WIDTH, common_gateway, common_state, console, err, fail
 from nearfaas.present import print_speedups
 
 
@@ -273,3 +274,73 @@ def tiers_cmd(function, delta_ns, dram_share, boundness, fast_ns, as_json, state
         t.add_row(p, "-" if v["slowdown"] is None else f"{v['slowdown'] * 100:.2f}%",
                   "-" if v["slow_tier_bytes_share"] is None else f"{v['slow_tier_bytes_share'] * 100:.0f}%")
     console.print(t)
+
+
+@twin.command("availability")
+@click.option("--cluster", "cluster_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="a cluster file (default: the built-in cluster, spec/default_cluster.yml)")
+@click.option("--r-m", "r_m", type=float, default=0.1, show_default=True,
+              help="expected storage-node failures within one repair window (an input)")
+@click.option("--objects", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
+              help="keys placed by the store's own rule to find the node sets data shares")
+@click.option("--trials", type=click.IntRange(1000, 50_000_000), default=100_000, show_default=True,
+              help="Monte-Carlo draws checking the exact answer")
+@click.option("--scatter-width", type=click.IntRange(1, None), default=None,
+              help="copyset scatter width to compare with (default: the cluster's, else 2 * (factor - 1))")
+@click.option("--json", "as_json", is_flag=True, help="print {scheme: {p_loss, loss_given_k_failures, ...}} as JSON")
+def availability_cmd(cluster_file, r_m, objects, trials, scatter_width, as_json):
+    """How often your cluster's object store would lose data, under its replication scheme and
+    the other one (thesis section 3.2, applied to nearfaas's own placement; modelled).
+
+    Every storage node is one failure domain; failures are Poisson with R_m expected in a repair
+    window. The node sets that data shares come from the store's own placement rule over
+    --objects keys, so the dscs-replica rule is in the answer too.
+    """
+    from rich.progress import Progress
+
+    from nearfaas.econ.availability import cluster_availability
+    from nearfaas.placement.copysets import check_scatter_width
+    from nearfaas.placement.replicas import Scheme, StorageNode
+    from nearfaas.spec.cluster import load_cluster
+    from nearfaas.spec.errors import SpecError
+
+    if not r_m > 0:
+        raise click.BadParameter("must be above 0, e.g. 0.1", param_hint="--r-m")
+    try:
+        spec = load_cluster(cluster_file)
+    except SpecError as exc:
+        fail(str(exc))
+    ring = [StorageNode(n.name, n.cls) for n in spec.nodes if n.kind == "storage"]
+    r = spec.replication
+    w = scatter_width or r.effective_scatter_width
+    if r.factor >= 2 and r.factor < len(ring):
+        try:
+            check_scatter_width(w, r.factor, len(ring))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--scatter-width") from None
+    schemes = {"rendezvous": Scheme(), "copyset": Scheme("copyset", w)}
+    out = {"cluster": cluster_file or "built-in", "storage_nodes": len(ring), "factor": r.factor, "r_m": r_m,
+           "configured_scheme": r.scheme, "schemes": {}}
+    with Progress(console=console, disable=as_json, transient=True) as bar:
+        for name, scheme in schemes.items():
+            task = bar.add_task(f"{name}: failure combinations", total=len(ring))
+            out["schemes"][name] = cluster_availability(ring, r.factor, r.dscs_replica, scheme, r_m=r_m, objects=objects,
+                                                        trials=trials, progress=lambda k, t=task: bar.update(t, completed=k))
+    rv, cs = out["schemes"]["rendezvous"]["p_loss"], out["schemes"]["copyset"]["p_loss"]
+    out["rendezvous_over_copyset"] = rv / cs if cs > 0 else None
+    if as_json:
+        click.echo(json.dumps(out, indent=1))
+        return
+    t = Table(title=f"Data loss on {out['cluster']} ({len(ring)} storage nodes, {r.factor} copies, R_m={r_m:g}; modelled)", box=None)
+    for col in ("Scheme", "Node sets", "P(loss | factor nodes fail)", "P(loss) exact", "Monte-Carlo (95% CI)"):
+        t.add_column(col, justify="left" if col == "Scheme" else "right")
+    for name, s in out["schemes"].items():
+        mc = s["monte_carlo"]
+        mark = " (configured)" if name == r.scheme else ""
+        t.add_row(name + mark, str(s["replica_sets"]), f"{next(iter(s['loss_given_k_failures'].values())):.3f}",
+                  f"{s['p_loss']:.3e}", f"{mc['p']:.2e} ({mc['ci95'][0]:.1e}..{mc['ci95'][1]:.1e})")
+    console.print(t)
+    if out["rendezvous_over_copyset"]:
+        console.print(f"rendezvous loses data {out['rendezvous_over_copyset']:.1f}x as often as copyset (modelled)")
+    if r.factor >= len(ring):
+        console.print("with as many copies as storage nodes every object is on every node: the schemes cannot differ")
