@@ -138,6 +138,12 @@ def _sweep(out_dir: Path, w: int, r_m: float, as_json: bool) -> None:
         console.print(f"wrote {path} ({len(rows)} rows, modelled) and " + ", ".join(str(p) for p in pngs))
 
 
-COMMANDS = [availability]
+def _commands():
+    from nearfaas.cli.econ_rpwu import rpwu
+
+    return [availability, rpwu]
+
+
+COMMANDS = _commands()
 for _command in COMMANDS:
     econ.add_command(_command)
