@@ -34,9 +34,10 @@ fastpath: debs
 	  PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) build --release -q --manifest-path fastpath/Cargo.toml && $(MAKE) -s -C fastpath/lambdas; \
 	else echo "warning: cargo not found: the fast path is not built (install Rust >= 1.95)"; fi
 
-# The memory shim and the tier simulator's calibration benchmark (docs/memory.md): C, seconds to build.
+# The memory shim and the tier simulator's calibration benchmark (docs/memory.md), and the burst
+# sender of `nearfaas econ headroom` (docs/econ.md): C, seconds to build.
 memshim:
-	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench; \
+	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench && $(MAKE) -s -C native/headroom; \
 	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
 
 # Re-run pip only when the dependency pins change.

@@ -139,9 +139,10 @@ def _sweep(out_dir: Path, w: int, r_m: float, as_json: bool) -> None:
 
 
 def _commands():
+    from nearfaas.cli.econ_headroom import headroom
     from nearfaas.cli.econ_rpwu import rpwu
 
-    return [availability, rpwu]
+    return [availability, rpwu, headroom]
 
 
 COMMANDS = _commands()
