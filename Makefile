@@ -8,7 +8,8 @@ PYTHON ?= python3
 #   clang, lld, wasi-libc, libclang-rt-14-dev-wasm32 — compile the fast path's C lambdas to WebAssembly
 #   memcached — the key-value store the fast path's memcached lambda talks to (tests, benchmarks)
 #   stress-ng — the micro-operations `nearfaas econ rpwu` normalises (econ/rpwu.py)
-DEB_PACKAGES := wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng
+#   fuse3 — libfuse3 and fusermount3 for the link file system of `nearfaas econ mbwu` (link/linkfs.py)
+DEB_PACKAGES := wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng fuse3
 # The fast path's Rust build lives outside the clone, so a fresh clone (CI) reuses it: a clean
 # wasmtime build takes about 5 minutes on 2 cores, an up-to-date check about a second.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target

@@ -14,12 +14,12 @@ receives the plan in its specialisation message. ``enter``:
    them (``Cgroups.set_limits``) and its plan lists none;
 2. ``unshare(CLONE_NEWNS)`` and marks every mount private, so nothing below leaks out;
 3. opens an ``O_PATH`` fd on every folder it must keep seeing (its handler bundle, its
-   requirements env, its secrets, ``<state>/models``, the Python it runs when that lies under a
+   requirements env, its secrets, its volume, ``<state>/models``, the Python it runs when that lies under a
    hidden folder), then, outer folders first, mounts a tmpfs over every folder it must not see
    (the state directory, ``/tmp``, ``/dev/shm``, and a folder other users cannot traverse above
    the Python, such as ``/root`` of a pyenv install) and bind-mounts those fds back at their
-   own paths, read-only (the fds are opened after step 2: a bind source must belong to the
-   caller's namespace);
+   own paths, read-only but for the function's volume (the fds are opened after step 2: a bind
+   source must belong to the caller's namespace);
 4. remounts the state directory's tmpfs read-only, re-enters its working directory in the new
    view, clears supplementary groups, ``setresgid``/``setresuid`` to the function's uid, sets
    ``PR_SET_NO_NEW_PRIVS`` and re-arms ``PR_SET_PDEATHSIG`` (the kernel clears it on a uid
@@ -155,7 +155,8 @@ def _mount_view(plan: dict) -> None:
     _unshare(CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     shown = {}
-    for path in sorted(set(plan.get("show") or [])):
+    writable = set(plan.get("write") or [])
+    for path in sorted(set(plan.get("show") or []) | writable):
         try:
             shown[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError as exc:
@@ -172,7 +173,8 @@ def _mount_view(plan: dict) -> None:
             continue
         fd = shown.pop(path)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        # Only the function's own volume stays writable (its folder is 0700 and its uid's).
+        _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if path in writable else MS_RDONLY))
         os.close(fd)
     for path in hidden:
         if path not in ("/tmp", "/dev/shm"):  # stand-ins for hidden folders: nothing to write there
@@ -222,7 +224,8 @@ def python_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
 
 
-def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str]) -> dict:
+def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: list[str] = ()) -> dict:
+    """The jail plan: ``show`` read-only, ``write`` (the function's volume) read-write."""
     hide = {"/tmp", "/dev/shm", str(Path(state_dir).resolve())}
     show = list(show) + [str(Path(state_dir).resolve() / s) for s in SHARED_STATE if (Path(state_dir) / s).is_dir()]
     shown = {os.path.realpath(p) for p in show}
@@ -239,7 +242,8 @@ def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str]) -> dict
     for p in keep:  # a path inside one already bound comes with it
         if not under(p, binds):
             binds.append(p)
-    return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": TMP_SIZE}
+    return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": TMP_SIZE,
+            "write": sorted(os.path.realpath(p) for p in write)}
 
 
 def _closed_ancestor(path: str) -> str | None:

@@ -149,6 +149,9 @@ class WorkerPools:
             token = env["NEARFAAS_CALL_TOKEN"] = secrets.token_hex(16)
             limits = self._limits(spec) if uid is not None else None
             show = [p for p in (spec["handler_dir"], extra_path, secrets_dir and str(secrets_dir)) if p]
+            volume = self._volume(spec, uid)
+            if volume is not None:
+                env["NEARFAAS_VOLUME"] = str(volume)
             # The worker's arguments, named as worker.main's parser names them.
             args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
                     "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
@@ -168,7 +171,7 @@ class WorkerPools:
                 if held.channel is not None:
                     held.channel.authorise(spec)
                 held.cgroups, generic.cgroups = generic.cgroups, []  # the worker's from now on
-                plan = jail.plan(uid, self.state_dir, show, []) if uid is not None else None  # joined at spawn
+                plan = jail.plan(uid, self.state_dir, show, [], [volume] if volume else []) if uid is not None else None  # joined at spawn
                 launched = await self._specialise(generic, args, plan, env, extra_path, spec["handler_dir"], name)
                 if launched is None:
                     spawn_reason = "the pre-warmed worker exited before it could be used"
@@ -182,7 +185,7 @@ class WorkerPools:
                 plan = None
                 if uid is not None:
                     held.cgroups = self._cgroups(instance, limits)
-                    plan = jail.plan(uid, self.state_dir, show, held.cgroups)
+                    plan = jail.plan(uid, self.state_dir, show, held.cgroups, [volume] if volume else [])
                 launched = await self._spawn(args, plan, held.channel, env, spec["handler_dir"], name)
             process, ready, transport = launched
             prewarmed = spawn_reason is None
@@ -247,6 +250,27 @@ class WorkerPools:
         if held.secrets is not None:
             shutil.rmtree(held.secrets, ignore_errors=True)
         await _remove_cgroups(held.cgroups)
+
+    def _volume(self, spec: dict, uid: int | None) -> Path | None:
+        """With ``x-nearfaas.volume``: the function's own folder on this node's disk, kept across
+        calls, instances and redeploys: ``<node>/volumes/<name>``, 0700, owned by its uid. A
+        folder some other uid owns is a deleted function's of the same name: its data is wiped
+        before the new one may see the folder (unless it is a mount point, which is chowned)."""
+        if not (spec.get("x") or {}).get("volume"):
+            return None
+        path = self.node_dir / "volumes" / spec["name"]
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owner = uid if uid is not None else os.getuid()
+        try:
+            # Something an operator mounted there (a disk, a link file system) is used as it is.
+            if path.stat().st_uid != owner and not os.path.ismount(path):
+                shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        path.mkdir(mode=0o700, exist_ok=True)
+        if uid is not None:
+            os.chown(path, uid, uid)
+        return path
 
     def memory_log_dir(self, name: str) -> Path:
         """Where the allocation logs of ``name``'s profiled workers go (one file per instance)."""

@@ -363,3 +363,6 @@ class Context:
     # and the next stage receives it as its input. None outside chains.
     output: ObjectRef | None = None
     environment: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # With x-nearfaas.volume: this function's own folder on the node's disk, kept across calls
+    # and instances on that node (node/pool.py); None without one.
+    volume: str | None = field(default_factory=lambda: os.environ.get("NEARFAAS_VOLUME"))

@@ -15,7 +15,7 @@ from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, par
 
 X_KEY = "x-nearfaas"
 X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
-          "target", "fastpath", "stream", "buckets", "auth", "memory"}
+          "target", "fastpath", "stream", "buckets", "auth", "memory", "volume"}
 MEMORY_KEYS = {"profile", "sample_ms"}
 TARGETS = ("worker", "fastpath", "stream")
 # A stream function (target: stream): one stage of the executor's per-connection pipeline.
@@ -57,6 +57,9 @@ class NearfaasOptions:
     # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 50} preloads the allocation
     # shim into this function's workers and samples their writes and accesses every sample_ms (0: allocations only).
     memory: dict[str, Any] | None = None
+    # A private folder on each node's disk that outlives calls and instances (node/pool.py), for
+    # functions that keep a store next to the data, e.g. a key-value store (examples/kv).
+    volume: bool = False
 
     def allowed_buckets(self) -> frozenset[str] | None:
         """What the function's key may touch; None means every bucket (``buckets: ["*"]``)."""
@@ -71,7 +74,8 @@ class NearfaasOptions:
                 "queue_depth": self.queue_depth, "keep_alive": self.keep_alive, "triggers": list(self.triggers),
                 "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None,
                 "stream": dict(self.stream) if self.stream else None,
-                "buckets": list(self.buckets), "auth": self.auth, "memory": dict(self.memory) if self.memory else None}
+                "buckets": list(self.buckets), "auth": self.auth, "memory": dict(self.memory) if self.memory else None,
+                "volume": self.volume}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -187,7 +191,7 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 c.error(join_path(join_path(path, "buckets"), i), f"{short_repr(b)} is not a bucket name",
                         'list bucket names (3-63 lower-case letters, digits, "-" or "."), or "*" for every bucket')
         opts.buckets = buckets
-    for flag in ("keep_intermediates", "idempotent", "auth"):
+    for flag in ("keep_intermediates", "idempotent", "auth", "volume"):
         if flag in m:
             try:
                 setattr(opts, flag, parse_bool(m[flag]))
