@@ -1,5 +1,5 @@
 """`nearfaas econ`: is offloading worth it? The thesis's cost-benefit metrics and its
-data-availability model (issue 20; docs/econ.md). Subcommands: availability, rpwu, headroom."""
+data-availability model (issue 20; docs/econ.md). Subcommands: availability, mbwu, rpwu, headroom."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def econ() -> None:
     \b
       nearfaas econ availability --m 10 --n 4 --c 4 --f 2 --w 4   # thesis eq. 3.12 (modelled)
       nearfaas econ availability --sweep --out avail/              # Figures 3.13-3.18 as CSV + PNG
+      nearfaas econ mbwu                                          # RocksDB + YCSB-A, 3 landscapes (measured)
       nearfaas econ rpwu                                          # stress-ng, normalised (measured)
       nearfaas econ headroom --target 1Gbit                       # CPU left at an ingest rate (measured)
       nearfaas twin availability --cluster cluster.yml            # the model on your own cluster
@@ -138,11 +139,60 @@ def _sweep(out_dir: Path, w: int, r_m: float, as_json: bool) -> None:
         console.print(f"wrote {path} ({len(rows)} rows, modelled) and " + ", ".join(str(p) for p in pngs))
 
 
+@click.command("mbwu")
+@click.option("--records", type=click.IntRange(1000, 1_000_000), default=200_000, show_default=True,
+              help="YCSB records of 1 KB loaded into each store (bigger than the 8 MiB block cache)")
+@click.option("--seconds", type=click.FloatRange(0.5, 600), default=10.0, show_default=True, help="measured seconds per run")
+@click.option("--repeats", type=click.IntRange(1, 20), default=3, show_default=True, help="runs of each landscape and platform (median)")
+@click.option("--batch", type=click.IntRange(1, 10_000), default=64, show_default=True, help="operations per function call")
+@click.option("--link", default="dc-25g", show_default=True, help="emulated link of the network and disaggregated landscapes")
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="platform cost / power / volume inputs (YAML; default examples/econ/platforms.yml)")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("mbwu.png"), show_default=True,
+              help="PNG of the MBWUs and cuts ('none' for no plot)")
+@click.option("--json", "as_json", is_flag=True, help="print {mbwu_ops_s, landscapes: {integrated, network, disaggregated: ...}}")
+def mbwu_cmd(records, seconds, repeats, batch, link, profile_path, plot_path, as_json):
+    """What a key-value function's throughput costs on a storage node against a host (thesis
+    section 3.1): RocksDB as a nearfaas function under YCSB-A, in the integrated, network and
+    disaggregated landscapes, normalised to this disk's own MBWU. Starts a private cluster;
+    minutes. Throughput measured; $/kWh/m³ modelled from the profile's inputs.
+    """
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from nearfaas.bench import mbwu as harness
+    from nearfaas.econ.mbwu import load_profile
+    from nearfaas.link.profiles import get_profile
+
+    try:
+        get_profile(link)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--link") from None
+    path = profile_path or Path(harness.KV_HANDLER).parent / "platforms.yml"
+    try:
+        platforms = load_profile(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--profile") from None
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, disable=as_json) as bar:
+        task = bar.add_task("starting a private cluster", total=None)
+        result = harness.run(records=records, seconds=seconds, repeats=repeats, batch=batch, link=link, platforms=platforms,
+                             progress=lambda m: bar.update(task, description=m))
+    result["mbwu_ops_s"] = result["medium"]["mbwu_ops_s"]
+    result["profile"] = {"path": str(path), "label": "inputs, not measured"}
+    if str(plot_path) != "none":
+        result["plot"] = str(harness.plot(result, plot_path))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+    else:
+        console.print(harness.table(result), highlight=False)
+        if result.get("plot"):
+            console.print(f"plot: {result['plot']}")
+
+
 def _commands():
     from nearfaas.cli.econ_headroom import headroom
     from nearfaas.cli.econ_rpwu import rpwu
 
-    return [availability, rpwu, headroom]
+    return [availability, mbwu_cmd, rpwu, headroom]
 
 
 COMMANDS = _commands()
