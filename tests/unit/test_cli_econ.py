@@ -44,20 +44,22 @@ def test_availability_sweep_writes_csv_and_figures(tmp_path):
 def test_twin_availability_compares_the_schemes_on_a_cluster_file(tmp_path):
     path = tmp_path / "cluster.yml"
     path.write_text(CLUSTER)
-    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--trials", "20000", "--json"])
+    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--trials", "20000", "--json",
+                                  "--plot", str(tmp_path / "a.png")])
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
     assert got["configured_scheme"] == "copyset" and got["storage_nodes"] == 6
     cs, rv = got["schemes"]["copyset"], got["schemes"]["rendezvous"]
     assert cs["replica_sets"] < rv["replica_sets"] and cs["p_loss"] < rv["p_loss"]
     assert got["rendezvous_over_copyset"] > 1
+    assert (tmp_path / "a.png").stat().st_size > 10_000
 
 
 def test_twin_availability_refuses_a_bad_scatter_width_and_a_bad_file(tmp_path):
     path = tmp_path / "cluster.yml"
     path.write_text(CLUSTER)
-    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--scatter-width", "3"])
+    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--scatter-width", "3", "--plot", "none"])
     assert r.exit_code == 2 and "multiple of factor - 1" in r.output
     path.write_text(CLUSTER.replace("scatter_width: 4", "scatter_width: 9"))
-    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path)])
+    r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--plot", "none"])
     assert r.exit_code == 1 and "replication.scatter_width" in r.output and "Traceback" not in r.output

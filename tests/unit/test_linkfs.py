@@ -66,12 +66,11 @@ def test_what_a_caller_creates_is_the_callers(mounted):
     backing, mnt = mounted
     os.chown(mnt, 54321, 54321)  # through the mount: the backing folder is chowned
     assert (backing.stat().st_uid, backing.stat().st_gid) == (54321, 54321)
-    script = ("import os; os.setgid(54321); os.setuid(54321); os.mkdir(r'%s'); open(r'%s', 'w').write('x')"
-              % (mnt / "d", mnt / "d" / "file"))
+    script = f"import os; os.setgid(54321); os.setuid(54321); os.mkdir(r'{mnt / 'd'}'); open(r'{mnt / 'd' / 'file'}', 'w').write('x')"
     subprocess.run([sys.executable, "-c", script], check=True)
     for p in (backing / "d", backing / "d" / "file"):
         assert (p.stat().st_uid, p.stat().st_gid) == (54321, 54321)
     # Another uid is refused by the folder's permissions, checked by the kernel.
-    other = subprocess.run([sys.executable, "-c", "import os; os.setuid(54322); open(r'%s', 'w')" % (mnt / "d" / "y")],
+    other = subprocess.run([sys.executable, "-c", f"import os; os.setuid(54322); open(r'{mnt / 'd' / 'y'}', 'w')"],
                            capture_output=True, text=True)
     assert other.returncode != 0 and "Permission denied" in other.stderr

@@ -9,6 +9,7 @@ nearfaas twin availability [--cluster FILE] [--r-m 0.1] [--json]
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -287,8 +288,10 @@ def tiers_cmd(function, delta_ns, dram_share, boundness, fast_ns, as_json, state
               help="Monte-Carlo draws checking the exact answer")
 @click.option("--scatter-width", type=click.IntRange(1, None), default=None,
               help="copyset scatter width to compare with (default: the cluster's, else 2 * (factor - 1))")
+@click.option("--plot", "plot_path", default="availability.png", show_default=True,
+              help="PNG of P(loss | k nodes fail) per scheme ('none' for no plot)")
 @click.option("--json", "as_json", is_flag=True, help="print {scheme: {p_loss, loss_given_k_failures, ...}} as JSON")
-def availability_cmd(cluster_file, r_m, objects, trials, scatter_width, as_json):
+def availability_cmd(cluster_file, r_m, objects, trials, scatter_width, plot_path, as_json):
     """How often your cluster's object store would lose data, under its replication scheme and
     the other one (thesis section 3.2, applied to nearfaas's own placement; modelled).
 
@@ -328,6 +331,10 @@ def availability_cmd(cluster_file, r_m, objects, trials, scatter_width, as_json)
                                                         trials=trials, progress=lambda k, t=task: bar.update(t, completed=k))
     rv, cs = out["schemes"]["rendezvous"]["p_loss"], out["schemes"]["copyset"]["p_loss"]
     out["rendezvous_over_copyset"] = rv / cs if cs > 0 else None
+    if plot_path != "none":
+        from nearfaas.econ.availability_plots import cluster_figure
+
+        out["plot"] = str(cluster_figure(out, Path(plot_path)))
     if as_json:
         click.echo(json.dumps(out, indent=1))
         return
@@ -344,3 +351,5 @@ def availability_cmd(cluster_file, r_m, objects, trials, scatter_width, as_json)
         console.print(f"rendezvous loses data {out['rendezvous_over_copyset']:.1f}x as often as copyset (modelled)")
     if r.factor >= len(ring):
         console.print("with as many copies as storage nodes every object is on every node: the schemes cannot differ")
+    if out.get("plot"):
+        console.print(f"plot: {out['plot']}")

@@ -54,3 +54,25 @@ def _heat(ax, rows: list[dict], y: str, title: str, fig) -> None:
     ax.set_ylabel(y)
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label="P_gp / P_es")
+
+
+def cluster_figure(result: dict, path: Path) -> Path:
+    """`nearfaas twin availability`: P(loss | k storage nodes fail) per scheme (modelled)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), constrained_layout=True)
+    for name, s in result["schemes"].items():
+        ks = sorted(int(k) for k in s["loss_given_k_failures"])
+        ax.plot(ks, [s["loss_given_k_failures"][str(k)] for k in ks], marker="o",
+                label=f"{name}: {s['replica_sets']} node sets, P(loss) {s['p_loss']:.2e}")
+    ax.set_xlabel("storage nodes failed at once")
+    ax.set_ylabel("P(some object lost)")
+    ax.set_ylim(0, 1.05)
+    ax.legend()
+    ax.set_title(f"{result['cluster']}: {result['storage_nodes']} storage nodes, {result['factor']} copies (modelled)")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
