@@ -14,6 +14,7 @@ import requests
 from botocore.exceptions import ClientError
 
 from nearfaas.cluster import launcher
+from nearfaas.pids import alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +84,7 @@ def _stop(cluster, name: str) -> None:
     os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if not launcher._alive(pid):  # gone, or a zombie of this test process
+        if not alive(pid):  # gone, or a zombie of this test process
             return
         time.sleep(0.05)
     raise AssertionError(f"{name} did not stop")

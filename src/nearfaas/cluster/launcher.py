@@ -22,6 +22,7 @@ from pathlib import Path
 
 from nearfaas.auth import internal
 from nearfaas.spec.cluster import ClusterSpec
+from nearfaas.pids import alive
 
 READY_TIMEOUT_S = 30.0
 
@@ -57,23 +58,9 @@ def read_layout(state_dir: Path) -> dict | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive for our purposes
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def is_running(state_dir: Path) -> bool:
     layout = read_layout(state_dir)
-    return bool(layout) and any(_alive(p["pid"]) for p in layout.get("processes", []))
+    return bool(layout) and any(alive(p["pid"]) for p in layout.get("processes", []))
 
 
 def _get(url: str, timeout: float = 1.0, headers: dict | None = None) -> bytes:
@@ -265,7 +252,7 @@ def restart_node(state_dir: Path, name: str) -> int:
     if node is None:
         raise ClusterError(f"no node named {name!r} in {state_dir}")
     for proc in layout["processes"]:
-        if proc["name"] == name and _alive(proc["pid"]):
+        if proc["name"] == name and alive(proc["pid"]):
             raise ClusterError(f"node {name} is still running (pid {proc['pid']})")
     _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(layout), f"{node['url']}/_nearfaas/health")
     layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
@@ -308,9 +295,9 @@ def _stop_group(pid: int, timeout: float = 5.0) -> None:
         except (ProcessLookupError, PermissionError):
             return
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and alive(pid):
             time.sleep(0.05)
-        if not _alive(pid):
+        if not alive(pid):
             return
 
 
@@ -366,7 +353,7 @@ def processes_of(state_dir: Path) -> list[int]:
                 args = [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
-        if _is_ours(args, root) and _alive(int(entry)):
+        if _is_ours(args, root) and alive(int(entry)):
             found.append(int(entry))
     return found
 
@@ -378,7 +365,7 @@ def down(state_dir: Path) -> int:
     stopped = 0
     # The gateway first, so nothing new is routed to nodes that are going away.
     for proc in sorted(layout.get("processes", []), key=lambda p: p["name"] != "gateway"):
-        if _alive(proc["pid"]):
+        if alive(proc["pid"]):
             _stop_group(proc["pid"])
             stopped += 1
     for pid in processes_of(state_dir):

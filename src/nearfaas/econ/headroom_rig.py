@@ -31,6 +31,7 @@ from pathlib import Path
 
 from nearfaas.econ.headroom import Knobs, Run
 from nearfaas.link.profiles import LinkProfile
+from nearfaas.pids import alive
 
 BUILD = Path(__file__).resolve().parents[3] / "native" / "headroom" / "build"
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
@@ -57,16 +58,6 @@ def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
     if check and p.returncode:
         raise RigError(f"`{' '.join(argv)}` failed: {(p.stderr or p.stdout).strip()}")
     return p
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Loopback:
@@ -203,10 +194,10 @@ def sweep_stale(cgroup_root: str = CGROUP_CPU) -> None:
     if shutil.which("ip") and os.geteuid() == 0:
         for line in _sh("ip", "netns", "list", check=False).stdout.splitlines():
             m = re.match(r"nearfaas-hr-(\d+)\b", line)
-            if m and not _alive(int(m.group(1))):
+            if m and not alive(int(m.group(1))):
                 _sh("ip", "netns", "del", m.group(0), check=False)
         for m in re.finditer(r"\d+: (nfhr(\d+)h)[@:]", _sh("ip", "-o", "link", check=False).stdout):
-            if not _alive(int(m.group(2))):
+            if not alive(int(m.group(2))):
                 _sh("ip", "link", "del", m.group(1), check=False)
     try:
         names = os.listdir(cgroup_root)
@@ -214,7 +205,7 @@ def sweep_stale(cgroup_root: str = CGROUP_CPU) -> None:
         return
     for name in names:
         m = re.fullmatch(r"nearfaas-headroom-(\d+)", name)
-        if m and not _alive(int(m.group(1))):
+        if m and not alive(int(m.group(1))):
             try:
                 os.rmdir(os.path.join(cgroup_root, name))
             except OSError:
