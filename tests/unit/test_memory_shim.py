@@ -71,8 +71,13 @@ def test_sampled_writes_fall_in_the_block_written_and_when(built, tmp_path):
     assert set(trace.owner) == spans[a] | spans[b]  # the whole footprint, written or not
     assert {trace.owner[p] for p in spans[a]} == {stacks[a]} and {trace.owner[p] for p in spans[b]} == {stacks[b]}
     written = [set(epoch) for epoch in trace.epochs]
-    half = len(written) // 3  # the first third of the window is phase a
-    assert written[1] and written[1] <= spans[a] and written[half + 2] <= spans[b]
+    epoch = lambda t: (t - phase["a"]) // 10_000_000  # noqa: E731  (10 ms epochs from phase a's start)
+    # Inside each phase (two epochs of slack at its edges, for a late scan on a busy machine) the
+    # epochs that saw writes saw only that phase's block; at least one saw some.
+    in_a = [w for w in written[1:epoch(phase["b"]) - 1] if w]
+    in_b = [w for w in written[epoch(phase["b"]) + 2:epoch(phase["idle"]) - 1] if w]
+    assert in_a and all(w <= spans[a] for w in in_a)
+    assert in_b and all(w <= spans[b] for w in in_b)
 
 
 def test_without_a_log_path_the_program_still_runs(built):
