@@ -53,3 +53,19 @@ def test_is_ours_command_shapes():
     assert not _is_ours(["python", "-m", "nearfaas.gateway.app", "--state", f"{root}-demo"], root)
     assert not _is_ours(["python", "-m", "pytest", f"{root}/tests"], root)
     assert not _is_ours(["tail", "-f", f"{root}/logs/n.log"], root)
+
+
+def test_picked_ports_are_distinct_free_and_below_the_ephemeral_range():
+    """A port-0 listener (the fast path's) or a client's outgoing connection cannot take a port
+    the launcher picked for a server before that server binds it."""
+    import socket
+
+    from nearfaas.cluster import launcher
+
+    taken: set[int] = set()
+    ports = [launcher._free_port("127.0.0.1", taken) for _ in range(50)]
+    assert len(set(ports)) == 50 and set(ports) == taken
+    assert all(p < launcher._ephemeral_low() for p in ports)
+    with socket.socket() as s:  # the kernel's own pick lands in its range, never on ours
+        s.bind(("127.0.0.1", 0))
+        assert s.getsockname()[1] >= launcher._ephemeral_low()

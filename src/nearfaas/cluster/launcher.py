@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,10 +32,36 @@ class ClusterError(Exception):
     pass
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _free_port(host: str, taken: set[int] | None = None) -> int:
+    """A port for a server we start, free now and unlike any in ``taken`` (added to it).
+
+    Picked below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` (the
+    fast path's own listeners) or for a client's outgoing connection can never be one we picked,
+    so nothing takes it between this pick and the server's bind. Before this, a node's port went
+    to the fast-path executor's control listener now and then, and the launcher's readiness
+    check met its HMAC challenge instead of HTTP (BadStatusLine)."""
+    taken = taken if taken is not None else set()
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(200 if low > 11_000 else 0):
+        port = rng.randrange(10_000, low)
+        if port not in taken and not _port_in_use(host, port):
+            taken.add(port)
+            return port
+    while True:  # no room below the ephemeral range: the kernel's pick
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            taken.add(port)
+            return port
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -103,13 +130,14 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         raise ClusterError(f"a cluster is already running from {state_dir} at {layout['gateway_url']}; run `nearfaas down` first")
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
     host = spec.host
-    gateway_port = spec.gateway.port or _free_port(host)
+    taken: set[int] = set()  # ports given out in this cluster: no two of its servers get the same
+    gateway_port = spec.gateway.port or _free_port(host, taken)
     if spec.gateway.port and _port_in_use(host, gateway_port):
         raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
     gateway_url = f"http://{host}:{gateway_port}"
     nodes = []
     for node in spec.nodes:
-        port = node.port or _free_port(host)
+        port = node.port or _free_port(host, taken)
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
                       "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus})
     layout = {
@@ -122,7 +150,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile, "handler_roots": spec.gateway.handler_roots,
         "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
-        "fastpath": _fastpath_layout(spec, host, state_dir),
+        "fastpath": _fastpath_layout(spec, host, state_dir, taken),
     }
     _write_layout(state_dir, layout)
     env = _child_env(layout)
@@ -191,7 +219,7 @@ def _child_env(layout: dict) -> dict:
     return env
 
 
-def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | None:
+def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[int]) -> dict | None:
     """Ports and files of the fast-path executor, or None when it is not to run."""
     from nearfaas.fastpath.auth import new_key_file
     from nearfaas.fastpath.executor import binary_path
@@ -210,7 +238,7 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path) -> dict | No
     # (_record_fastpath_ports). Picking a free port here and passing it on would race with every
     # other process taking ports meanwhile (a benchmark's clients open thousands a second).
     return {"binary": str(binary), "udp": 0, "tcp": 0, "control": 0, "stream": 0,
-            "host_port": _free_port(host), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
+            "host_port": _free_port(host, taken), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
             "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
             "max_frame": 2 << 20, "max_connections": 256}
