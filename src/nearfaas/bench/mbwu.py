@@ -249,7 +249,6 @@ def summarise(runs: dict, mbwu_ops_s: float, platforms: dict | None) -> dict:
                  "runs": {p: [round(r["ops_s"], 1) for r in rs] for p, rs in cells.items()}}
         if platforms:
             entry |= mbwu.compare(platforms["host"], platforms["embedded"], units["host"], units["embedded"])
-            entry["mbwus"] = units
         out[landscape] = entry
     return out
 

@@ -29,6 +29,7 @@ from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
+from nearfaas.placement.copysets import default_scatter_width
 from nearfaas.placement.replicas import Scheme
 from nearfaas.bitar import transfer
 from nearfaas.s3.frontend import S3Frontend
@@ -114,7 +115,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     metrics.add_collector(connections)
     replication = layout.get("replication", {})
     factor, dscs = int(replication.get("factor", 2)), bool(replication.get("dscs_replica", True))
-    scheme = Scheme(replication.get("scheme", "rendezvous"), int(replication.get("scatter_width") or 0) or 2 * max(1, factor - 1))
+    scheme = Scheme(replication.get("scheme", "rendezvous"), int(replication.get("scatter_width") or 0) or default_scatter_width(factor))
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment,
                       scheme=scheme)

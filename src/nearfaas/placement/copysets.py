@@ -47,6 +47,11 @@ import random
 MAX_REDRAWS = 50  # draws of one permutation before accepting that no new copyset is left
 
 
+def default_scatter_width(factor: int) -> int:
+    """Two permutations' worth: what ``scatter_width: 0`` means."""
+    return 2 * max(1, factor - 1)
+
+
 def check_scatter_width(w: int, factor: int, nodes: int) -> None:
     """Raise ValueError, naming the fix, unless ``w`` works for ``factor`` copies on ``nodes``."""
     if factor < 2:

@@ -16,7 +16,7 @@ from typing import Any
 
 from nearfaas.link.profiles import PROFILES
 from nearfaas.placement.policy import POLICIES
-from nearfaas.placement.copysets import check_scatter_width
+from nearfaas.placement.copysets import check_scatter_width, default_scatter_width
 from nearfaas.placement.replicas import SCHEMES
 
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
@@ -88,7 +88,7 @@ class ReplicationSpec:
 
     @property
     def effective_scatter_width(self) -> int:
-        return self.scatter_width or 2 * max(1, self.factor - 1)
+        return self.scatter_width or default_scatter_width(self.factor)
 
 
 @dataclass
