@@ -63,3 +63,14 @@ def test_twin_availability_refuses_a_bad_scatter_width_and_a_bad_file(tmp_path):
     path.write_text(CLUSTER.replace("scatter_width: 4", "scatter_width: 9"))
     r = CliRunner().invoke(main, ["twin", "availability", "--cluster", str(path), "--plot", "none"])
     assert r.exit_code == 1 and "replication.scatter_width" in r.output and "Traceback" not in r.output
+
+
+def test_mbwu_says_why_it_stopped_instead_of_a_traceback(monkeypatch, tmp_path):
+    from nearfaas.bench import mbwu
+
+    def no_fuse(**kwargs):
+        raise RuntimeError("linkfs did not mount: fuse: device not found")
+
+    monkeypatch.setattr(mbwu, "run", no_fuse)
+    r = CliRunner().invoke(main, ["econ", "mbwu", "--plot", "none"])
+    assert r.exit_code == 1 and "linkfs did not mount" in r.output and "Traceback" not in r.output

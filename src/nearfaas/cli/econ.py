@@ -174,8 +174,11 @@ def mbwu_cmd(records, seconds, repeats, batch, link, profile_path, plot_path, as
         raise click.BadParameter(str(exc), param_hint="--profile") from None
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, disable=as_json) as bar:
         task = bar.add_task("starting a private cluster", total=None)
-        result = harness.run(records=records, seconds=seconds, repeats=repeats, batch=batch, link=link, platforms=platforms,
-                             progress=lambda m: bar.update(task, description=m))
+        try:
+            result = harness.run(records=records, seconds=seconds, repeats=repeats, batch=batch, link=link, platforms=platforms,
+                                 progress=lambda m: bar.update(task, description=m))
+        except RuntimeError as exc:  # the link file system would not mount (no FUSE), or the function failed
+            fail(f"the MBWU run stopped: {exc}")
     result["mbwu_ops_s"] = result["medium"]["mbwu_ops_s"]
     result["profile"] = {"path": str(path), "label": "inputs, not measured"}
     if str(plot_path) != "none":
