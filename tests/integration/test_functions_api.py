@@ -266,10 +266,21 @@ def test_bodies_up_to_the_gateway_limit_reach_the_handler(cluster, functions_dir
 
 
 def test_calls_queued_behind_busy_threads_do_not_count_against_exec_timeout(cluster, functions_dir):
-    cluster.deploy("queued", functions_dir / "slow", envVars={"exec_timeout": "1s"},
+    cluster.deploy("queued", functions_dir / "slow", envVars={"exec_timeout": "1s"}, **{"x-nearfaas": {"execution": "threads"}},
                    labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"})
     results = cluster.post_concurrently("/function/queued?sleep=0.6", 12, timeout=30)
     assert [r.status_code for r in results] == [200] * 12, [r.text for r in results if r.status_code != 200]
+
+
+def test_one_call_at_a_time_per_instance_scales_out_then_queues_at_the_gateway(cluster, functions_dir):
+    # execution: main (the default): a busy instance is a reason for another, up to scale.max;
+    # past it calls wait in the gateway's queue, never behind a busy worker's backstop clock.
+    cluster.deploy("serial", functions_dir / "slow", envVars={"exec_timeout": "3s"},
+                   labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
+    results = cluster.post_concurrently("/function/serial?sleep=0.5", 6, timeout=30)
+    assert [r.status_code for r in results] == [200] * 6, [r.text for r in results if r.status_code != 200]
+    instances = {r.headers["X-Nearfaas-Instance"] for r in results}
+    assert len(instances) == 2, instances
 
 
 def test_update_lets_calls_in_flight_finish(cluster, functions_dir):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import signal
 from pathlib import Path
@@ -69,6 +70,12 @@ class _StoreCollector:
         yield from families.values()
 
 
+async def _object_sizes(backend: ClusterBackend, bucket: str, prefix: str, limit: int) -> list[tuple[str, int]]:
+    """(key, size) of the first ``limit`` objects under a prefix: where a prefix input's bytes are."""
+    listed = await backend.list_objects(bucket, prefix, max_keys=limit)
+    return [(info.key, info.size) for info in listed.contents]
+
+
 def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
@@ -120,6 +127,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment,
                       scheme=scheme)
     backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"), scheme)
+    invoker.inputs.lister = functools.partial(_object_sizes, backend)
     backend.planner = SelectPlanner(nodes, layout.get("link_profile", "local"), load_models(), metrics.registry)
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
                                tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)),

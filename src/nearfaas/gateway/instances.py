@@ -100,6 +100,17 @@ class FunctionMeters:
 
 
 
+def calls_per_instance(spec: dict) -> int:
+    """How many calls one instance takes at once; 0 for no limit. A worker runs a sync handler's
+    calls one at a time on its main thread (runtime/worker.py, ``execution: main``): a busy one is
+    a reason to start another, up to scale.max, and past that calls wait here, in the bounded
+    queue, rather than in the worker, where the gateway's backstop clock would count the wait."""
+    limit = int(spec.get("max_inflight", 0))
+    if limit:
+        return limit
+    return 1 if (spec.get("x") or {}).get("execution", "main") == "main" else 0
+
+
 class InstancePool:
     def __init__(self, nodes: NodeDirectory, metrics: GatewayMetrics, place):
         self.nodes, self.metrics = nodes, metrics
@@ -113,7 +124,7 @@ class InstancePool:
         """A warm instance on ``node`` with room for one more call; cold-starts one if needed.
 
         Returns the instance and the cold-start seconds (None when it was warm)."""
-        limit = int(state.spec.get("max_inflight", 0))
+        limit = calls_per_instance(state.spec)
         while True:
             local = [i for i in state.instances.values() if i.node == node]
             free = [i for i in local if not limit or i.inflight < limit]
@@ -142,7 +153,8 @@ class InstancePool:
         queue (x-nearfaas.queue_depth) for a call to finish, rather than fail at once."""
         depth = state.options.queue_depth
         if state.waiting >= depth:
-            raise CallError(429, f"function {state.name!r} is at max_inflight={limit} on all {instances} instance(s), at its "
+            each = f"max_inflight={limit}" if state.spec.get("max_inflight") else "one call at a time (execution: main)"
+            raise CallError(429, f"function {state.name!r} runs {each} on all {instances} instance(s), at its "
                                  f"scale limit, with {state.waiting} call(s) queued (queue_depth={depth}); retry later",
                             "gateway", {"Retry-After": "1"})
         state.waiting += 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.gateway.errors import CallError, NodeLost
+from nearfaas.gateway.inputs import InputResolver
 from nearfaas.gateway.instances import FunctionState, InstancePool
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.gateway.worker_client import WorkerFailed, WorkerUnreachable
@@ -28,7 +29,7 @@ from nearfaas.spec.options import NearfaasOptions
 from nearfaas.telemetry.headers import format_timing, parse_link
 from nearfaas.telemetry.metrics import GatewayMetrics
 
-__all__ = ["CallError", "CallResult", "Invoker", "StageIO", "find_input_refs"]
+__all__ = ["CallError", "CallResult", "Invoker", "StageIO", "find_inputs"]
 
 BACKSTOP_MARGIN_S = 1.0  # the gateway waits this much longer than the worker's own exec_timeout
 _HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer"}
@@ -53,15 +54,16 @@ class StageIO:
     inputs: tuple | None = None  # the predecessors' outputs, whatever the function's x-nearfaas.inputs say
 
 
-def find_input_refs(options: NearfaasOptions, body: bytes) -> list[tuple[str, str]]:
-    """Object references named by the function's ``x-nearfaas.inputs`` paths in a JSON body."""
+def find_inputs(options: NearfaasOptions, body: bytes) -> list[dict]:
+    """The ``{bucket, key}`` and ``{bucket, prefix}`` references named by the function's
+    ``x-nearfaas.inputs`` paths in a JSON body."""
     if not body or body[:1] not in (b"{", b"["):
         return []
     try:
         document = json.loads(body)
     except ValueError:
         return []
-    return [(ref["bucket"], ref["key"]) for ref in options.object_refs(document)]
+    return options.object_refs(document)
 
 
 
@@ -89,23 +91,26 @@ class Invoker:
         # catalog of chain intermediates -> the node holding their one copy.
         self.catalog = ReplicaCatalog(nodes.storage_ring(), replication, dscs_replica, scheme=scheme)
         self.located = self.catalog.located
+        # What a call will read: named objects, prefixes, or what the function's calls read before.
+        self.inputs = InputResolver(self.catalog.replicas)
 
     @property
     def functions(self) -> dict[str, FunctionState]:
         return self.pool.functions
 
     # -- placement -------------------------------------------------------------------------------
-    def _view(self, state: FunctionState, refs, held: str | None = None) -> ClusterView:
+    def _view(self, state: FunctionState, refs, held: str | None = None, ordered: dict | None = None) -> ClusterView:
         # The rule itself is placement.view.build_view, shared with the twin's simulator.
+        replicas = self.catalog.replicas if not ordered else (lambda ref: ordered.get(tuple(ref)) or self.catalog.replicas(ref))
         return build_view(self.nodes.nodes.values(), ((i.node, i.inflight) for i in state.instances.values()), self.accel_inflight,
-                          self.accel_available, refs, self.catalog.replicas, Estimates(self.compute_s, self.link), held,
+                          self.accel_available, refs, replicas, Estimates(self.compute_s, self.link), held,
                           self.node_inflight)
 
-    def place(self, state: FunctionState, refs, policy=None, held: str | None = None):
+    def place(self, state: FunctionState, refs, policy=None, held: str | None = None, ordered: dict | None = None):
         invocation = Invocation(state.name, state.options.accelerator, state.options.placement, tuple(refs),
                                 int(self.input_bytes.get(state.name, 0)))
         try:
-            decision = (policy or self.policy).place(invocation, self._view(state, refs, held))
+            decision = (policy or self.policy).place(invocation, self._view(state, refs, held, ordered))
         except NoNodeAvailable as exc:
             raise CallError(503, f"no node can run {state.name!r}: {exc}", "placement", {"Retry-After": "1"}) from None
         self.metrics.placements.labels(state.name, decision.target, decision.reason).inc()
@@ -145,18 +150,22 @@ class Invoker:
         return self.policies[name]
 
     async def _invoke(self, state, method, path, query, headers, body, call_id, started, stage=None) -> CallResult:
-        refs = list(stage.inputs) if stage is not None and stage.inputs is not None else find_input_refs(state.options, body)
+        if stage is not None and stage.inputs is not None:
+            refs, ordered, source = list(stage.inputs), {}, "named"
+        else:
+            refs, ordered, source = await self.inputs.resolve(state.name, find_inputs(state.options, body))
         # Placing and marking the accelerator busy happen with no await in between: decisions
         # are taken one at a time in arrival order (first come, first served).
         policy = self.policy_named(headers.get("X-Nearfaas-Policy"))
         idempotent = state.options.idempotent
         for attempt in (1, 2):
-            decision = self.place(state, refs, policy, stage and stage.held_accelerator)
+            decision = self.place(state, refs, policy, stage and stage.held_accelerator, ordered)
             offload = decision.target == "dscs"
             if offload:
                 self.accel_inflight[decision.node] = self.accel_inflight.get(decision.node, 0) + 1
             try:
-                return await self._call(state, decision, refs, method, path, query, headers, body, call_id, started, stage)
+                return await self._call(state, decision, refs, method, path, query, headers, body, call_id, started, stage,
+                                        source)
             except NodeLost as lost:
                 # The node is now out of placement: place again, once, if that cannot run the
                 # function twice (it never started) or the function says running twice is fine.
@@ -180,10 +189,11 @@ class Invoker:
         old = self.input_bytes.get(state.name)
         self.input_bytes[state.name] = bytes_moved if old is None else (1 - alpha) * old + alpha * bytes_moved
 
-    async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started, stage=None) -> CallResult:
+    async def _call(self, state, decision, refs, method, path, query, headers, body, call_id, started, stage=None,
+                    source: str = "named") -> CallResult:
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_HEADERS and not k.lower().startswith("x-nearfaas-")}
         forward.update({"X-Nearfaas-Call-Id": call_id, "X-Nearfaas-Method": method, "X-Nearfaas-Path": path, "X-Nearfaas-Query": query})
-        if refs:
+        if refs and source == "named":  # the call's own input object (context.input)
             forward["X-Nearfaas-Input"] = json.dumps({"bucket": refs[0][0], "key": refs[0][1]})
         if stage is not None:
             forward["X-Nearfaas-Output"] = json.dumps({"bucket": stage.output[0], "key": stage.output[1]})
@@ -234,16 +244,19 @@ class Invoker:
         if status < 400:
             moved = int(reply_headers.get("X-Nearfaas-Bytes-Local", 0) or 0) + int(reply_headers.get("X-Nearfaas-Bytes-Remote", 0) or 0)
             self._learn(state, decision.target, report["exec_s"], report["timing"]["data"], moved)
+            self.inputs.learn(state.name, reply_headers.get("X-Nearfaas-Read"))
         if stage is not None and report["output"] == "local":
             self.located[stage.output] = [decision.node]
         timing = report["timing"]
-        out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS}
+        # What the function read stays with the gateway: a caller need not learn other objects' names.
+        out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS and k.lower() != "x-nearfaas-read"}
         out.update({
             "X-Call-Id": call_id,
             "X-Duration-Seconds": f"{timing['total']:.6f}",
             "X-Nearfaas-Start": report["start"],
             "X-Nearfaas-Node": decision.node,
             "X-Nearfaas-Placement": f"{decision.target};{decision.reason}",
+            "X-Nearfaas-Inputs": f"{source};objects={len(refs)}",
             "X-Nearfaas-Policy": headers.get("X-Nearfaas-Policy") or self.policy.name,  # validated by _invoke
             "X-Nearfaas-Timing": format_timing(timing),
         })

@@ -80,7 +80,10 @@ def _bitar_device():
 
 @dataclass
 class IOStats:
-    """Time and bytes spent moving object data, reported back as the data-movement column."""
+    """Time and bytes spent moving object data, reported back as the data-movement column.
+
+    Shared by a call's handler thread and the worker's S3 endpoint threads (runtime/s3proxy.py),
+    so every change goes through ``add``."""
 
     read_seconds: float = 0.0
     write_seconds: float = 0.0
@@ -91,6 +94,31 @@ class IOStats:
     link_seconds: float = 0.0  # of the read/write time, how much the emulated link added
     bytes_read_wire: int = 0  # what the remote reads took on the wire (Bitar-compressed when it paid)
     bytes_written_wire: int = 0  # likewise for writes through the cluster
+    # (bucket, key) -> bytes of it this call read: the gateway learns from it where a function
+    # that names no inputs should run (gateway/invoker.py).
+    objects: dict = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **amounts) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+    def read_object(self, bucket: str, key: str, nbytes: int) -> None:
+        with self._lock:
+            self.objects[(bucket, key)] = self.objects.get((bucket, key), 0) + nbytes
+
+    def objects_header(self, limit_chars: int = 2048) -> str:
+        """The objects read most, as JSON ``[[bucket, key, bytes], ...]`` kept under ``limit_chars``."""
+        with self._lock:
+            ranked = sorted(self.objects.items(), key=lambda item: -item[1])
+        out: list = []
+        for (bucket, key), nbytes in ranked[:16]:
+            entry = [bucket, key, nbytes]
+            if len(json.dumps(out + [entry])) > limit_chars:
+                break
+            out.append(entry)
+        return json.dumps(out, ensure_ascii=True) if out else ""
 
 
 class LocalObjects:
@@ -161,7 +189,9 @@ class ObjectClient:
 
     A read of an object that this node stores (and the function may read) is a read-only
     ``mmap`` of the object's file, handed over by the node as an fd (no copy through any
-    socket); any other read goes through the cluster's S3 endpoint.
+    socket); any other read goes through the cluster's S3 endpoint. The worker's S3 endpoint
+    (runtime/s3proxy.py) sends plain S3 clients' requests through ``exchange``, so their bytes
+    cross the same link and land in the same stats. Safe to use from several threads.
     """
 
     def __init__(self, gateway: str, local: LocalObjects | None, stats: IOStats | None = None, auth_headers=None,
@@ -171,7 +201,8 @@ class ObjectClient:
         if node_url and local is not None:  # a storage node serves S3 itself: a write to it stays on this node
             self._endpoints["node"] = urllib.parse.urlsplit(node_url)
         self._local = local
-        self._conns: dict[str, http.client.HTTPConnection] = {}
+        self._idle: dict[str, list[http.client.HTTPConnection]] = {}  # keep-alive connections not in use
+        self._idle_lock = threading.Lock()
         self.stats = stats or IOStats()
         self._auth_headers = auth_headers  # callable(method, url, body) -> headers, when keys are set
         # Every remote read or write crosses the compute <-> storage link; a local mmap never does.
@@ -180,8 +211,12 @@ class ObjectClient:
         # across the cluster: the next stage is placed here and reads it back through mmap.
         self._output = output
         self._local_output = output if output_local and "node" in self._endpoints else None
-        self._caller = caller
+        self.caller = caller
         self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
+
+    @property
+    def local(self) -> LocalObjects | None:
+        return self._local
 
     # -- reads ---------------------------------------------------------------------------------
     def get(self, ref, key: str | None = None) -> memoryview | bytes:
@@ -191,13 +226,42 @@ class ObjectClient:
         try:
             local = self._map_local(ref)
             if local is not None:
-                self.stats.bytes_read_local += len(local)
+                self.stats.add(bytes_read_local=len(local))
+                self.stats.read_object(ref.bucket, ref.key, len(local))
                 return local
             data = self._request("GET", ref, None)
-            self.stats.bytes_read_remote += len(data)
+            self.stats.add(bytes_read_remote=len(data))
+            self.stats.read_object(ref.bucket, ref.key, len(data))
             return data
         finally:
-            self.stats.read_seconds += time.perf_counter() - started
+            self.stats.add(read_seconds=time.perf_counter() - started)
+
+    def list(self, bucket: str, prefix: str = "") -> list[dict]:
+        """Every object under ``prefix`` in ``bucket``, as ``{"key", "size", "etag", "last_modified"}``
+        in key order (S3 ListObjectsV2, page by page). The listing crosses the link like a read."""
+        import xml.etree.ElementTree as ET
+
+        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+        out, token = [], None
+        started = time.perf_counter()
+        try:
+            while True:
+                query = [("list-type", "2"), ("prefix", prefix)] + ([("continuation-token", token)] if token else [])
+                target = "/" + urllib.parse.quote(bucket) + "?" + urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+                status, _, payload = self.exchange("GET", target, None, {}, bucket=bucket)
+                if status >= 300:
+                    raise ObjectError(status, ObjectRef(bucket, prefix), payload)
+                self.stats.add(bytes_read_remote=len(payload))
+                root = ET.fromstring(payload)
+                for item in root.iter(ns + "Contents"):
+                    out.append({"key": item.findtext(ns + "Key"), "size": int(item.findtext(ns + "Size") or 0),
+                                "etag": (item.findtext(ns + "ETag") or "").strip('"'),
+                                "last_modified": item.findtext(ns + "LastModified")})
+                token = root.findtext(ns + "NextContinuationToken")
+                if root.findtext(ns + "IsTruncated") != "true" or not token:
+                    return out
+        finally:
+            self.stats.add(read_seconds=time.perf_counter() - started)
 
     def is_local(self, ref) -> bool:
         ref = ObjectRef.parse(ref)
@@ -223,77 +287,106 @@ class ObjectClient:
     # -- writes --------------------------------------------------------------------------------
     def put(self, ref, data: bytes | bytearray | memoryview, key: str | None = None, content_type: str = "application/octet-stream") -> dict:
         ref = ObjectRef(ref, key) if key is not None else ObjectRef.parse(ref)
-        where = "node" if ref == self._local_output else "cluster"
+        where = self.write_target(ref)
         started = time.perf_counter()
         try:
-            headers = {"Content-Type": content_type, "X-Nearfaas-Caller": self._caller}
+            headers = {"Content-Type": content_type, "X-Nearfaas-Caller": self.caller}
             self._request("PUT", ref, bytes(data), headers, where)
-            if where == "node":
-                self.stats.bytes_written_local += len(data)
-            else:
-                self.stats.bytes_written += len(data)
-            if ref == self._output:
-                self.wrote_output = "local" if where == "node" else "cluster"
+            self.wrote(ref, where, len(data))
             return ref.to_dict()
         finally:
-            self.stats.write_seconds += time.perf_counter() - started
+            self.stats.add(write_seconds=time.perf_counter() - started)
 
+    def write_target(self, ref: ObjectRef) -> str:
+        """"node" for the call's chain intermediate (it stays on this node), else "cluster"."""
+        return "node" if ref == self._local_output else "cluster"
+
+    def wrote(self, ref: ObjectRef, where: str, nbytes: int) -> None:
+        if where == "node":
+            self.stats.add(bytes_written_local=nbytes)
+        else:
+            self.stats.add(bytes_written=nbytes)
+        if ref == self._output:
+            self.wrote_output = "local" if where == "node" else "cluster"
+
+    # -- the wire --------------------------------------------------------------------------------
     def _request(self, method: str, ref: ObjectRef, body: bytes | None, headers: dict | None = None, where: str = "cluster") -> bytes:
         path = "/" + urllib.parse.quote(ref.bucket) + "/" + urllib.parse.quote(ref.key, safe="/~")
+        status, _, payload = self.exchange(method, path, body, headers or {}, where=where, bucket=ref.bucket, whole_object=True)
+        if status >= 300:
+            raise ObjectError(status, ref, payload)
+        return payload
+
+    def exchange(self, method: str, target: str, body: bytes | None, headers: dict, *, where: str = "cluster",
+                 bucket: str = "", whole_object: bool = False) -> tuple[int, list[tuple[str, str]], bytes]:
+        """One S3 request (``target`` = raw path and query), as it crosses the link: waits the
+        link's first-byte latency and its bandwidth for the bytes both ways, compresses a whole
+        object's body when that pays (bitar/transfer.py), signs with the function's key, and
+        counts wire bytes and link seconds. Returns (status, headers, body decoded)."""
         endpoint = self._endpoints[where]
-        headers = dict(headers or {})
+        headers = dict(headers)
         link = self._link if where == "cluster" else None  # this node's own store is no link away
-        if (method == "PUT" and link is not None and body and len(body) >= bitar_transfer.MIN_BYTES
-                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, _RATIOS.ratio(ref.bucket))):
+        if (whole_object and method == "PUT" and link is not None and body and len(body) >= bitar_transfer.MIN_BYTES
+                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, _RATIOS.ratio(bucket))):
             raw = len(body)  # a write over a slow link goes compressed (bitar/transfer.py)
             body = bitar_transfer.gzip_members(_bitar_device().compress(body))
-            _RATIOS.saw(ref.bucket, raw, len(body))
+            _RATIOS.saw(bucket, raw, len(body))
             headers.update({"Content-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
-        if method == "PUT" and body:
-            self.stats.bytes_written_wire += len(body) if where == "cluster" else 0
+        if body and where == "cluster":
+            self.stats.add(bytes_written_wire=len(body))
         if link is not None:
-            self.stats.link_seconds += link.first_byte()
-            if body:
-                self.stats.link_seconds += link.transfer(len(body))
-        if method == "GET" and link is not None and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s,
-                                                                        _RATIOS.ratio(ref.bucket)):
+            self.stats.add(link_seconds=link.first_byte() + (link.transfer(len(body)) if body else 0.0))
+        if (whole_object and method == "GET" and link is not None
+                and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, _RATIOS.ratio(bucket))):
             # Ask for the object compressed (bitar/transfer.py): only over a link slow enough to pay
             headers.update({"Accept-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
         if self._auth_headers:  # the function's own key: the gateway checks it, and so does this node's S3 port
-            coding = {k: v for k, v in headers.items() if k in ("Content-Encoding", bitar_transfer.OPT_IN_HEADER)}
-            url = f"{endpoint.scheme}://{endpoint.netloc}{path}"
-            headers.update(self._auth_headers(method, url, body or b"", coding) if coding else
+            url = f"{endpoint.scheme}://{endpoint.netloc}{target}"
+            if whole_object:  # what context.objects always signed: the content coding, nothing the gateway rewrites
+                signed = {k: v for k, v in headers.items() if k in ("Content-Encoding", bitar_transfer.OPT_IN_HEADER)}
+            else:  # a plain S3 client's request: every S3 header it sent (x-amz-*, Range, metadata) is signed again
+                signed = {k: v for k, v in headers.items() if k.lower() != "accept-encoding" and (
+                    not k.lower().startswith("x-nearfaas-") or k == bitar_transfer.OPT_IN_HEADER)}
+            headers.update(self._auth_headers(method, url, body or b"", signed) if signed else
                            self._auth_headers(method, url, body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
-            conn = self._conns.get(where)
-            if conn is None:
-                conn = self._conns[where] = http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
+            conn = self._take(where, endpoint)
             try:
-                conn.request(method, path, body=body, headers=headers)
+                conn.request(method, target, body=body, headers=headers)
                 resp = conn.getresponse()
                 payload = resp.read()
             except (ConnectionError, http.client.HTTPException, OSError):
                 conn.close()
-                del self._conns[where]
                 if attempt == 2:
                     raise
                 continue
-            if resp.status >= 300:
-                raise ObjectError(resp.status, ref, payload)
-            if link is not None and method == "GET":
-                self.stats.link_seconds += link.transfer(len(payload))  # the wire bytes cross the link
-            if method == "GET":
+            self._give_back(where, conn)
+            reply_headers = resp.getheaders()
+            if link is not None and payload:
+                self.stats.add(link_seconds=link.transfer(len(payload)))  # the wire bytes cross the link
+            if method == "GET" and resp.status < 300:
                 wire = len(payload)
-                asked = bitar_transfer.OPT_IN_HEADER in headers
-                if asked and (resp.getheader("Content-Encoding") or "").lower() == "gzip":
+                if bitar_transfer.OPT_IN_HEADER in headers and (resp.getheader("Content-Encoding") or "").lower() == "gzip":
                     try:
                         payload = bitar_transfer.gunzip(payload)
                     except (OSError, EOFError, ValueError) as e:  # gzip.BadGzipFile, zlib.error
-                        raise ObjectError(502, ref, f"compressed answer did not decode: {e}".encode()) from None
-                    _RATIOS.saw(ref.bucket, len(payload), wire)
-                self.stats.bytes_read_wire += wire
-            return payload
+                        return 502, [], f"compressed answer did not decode: {e}".encode()
+                    _RATIOS.saw(bucket, len(payload), wire)
+                    reply_headers = [(k, v) for k, v in reply_headers if k.lower() not in ("content-encoding", "content-length", "vary")]
+                self.stats.add(bytes_read_wire=wire)
+            return resp.status, reply_headers, payload
         raise AssertionError("unreachable")
+
+    def _take(self, where: str, endpoint) -> http.client.HTTPConnection:
+        with self._idle_lock:
+            idle = self._idle.get(where)
+            if idle:
+                return idle.pop()
+        return http.client.HTTPConnection(endpoint.hostname, endpoint.port, timeout=60)
+
+    def _give_back(self, where: str, conn: http.client.HTTPConnection) -> None:
+        with self._idle_lock:
+            self._idle.setdefault(where, []).append(conn)
 
 
 def sigv4_signer(access_key: str, secret_key: str, region: str = "us-east-1"):

@@ -1,9 +1,19 @@
 """The function worker: our own watchdog (OpenFaaS's Go modules cannot be fetched here).
 
 One process per warm instance. It imports the handler once (the cold start), then serves calls
-over HTTP on 127.0.0.1 until it is told to stop. A call runs on a handler thread while the event
-loop keeps the clock: past ``exec_timeout`` the caller gets a 504 naming this layer and the
-process exits, so a runaway handler can never keep a worker; the node agent then replaces it.
+over HTTP on 127.0.0.1 until it is told to stop.
+
+Execution model: the handler runs like a normal program. The worker's main thread imports it and
+runs every call of a sync handler, one at a time (``x-nearfaas.execution: main``, the default),
+so libraries that keep state per thread (RNGs seeded on the importing thread, signal handlers,
+thread-local sessions) behave as they would in a script. ``execution: threads`` runs up to
+``max_inflight`` (else 8) calls at once on handler threads instead. An ``async def handle`` runs
+on the event loop, which lives on a thread of its own and keeps the clock either way: past
+``exec_timeout`` the caller gets a 504 naming this layer and the process exits, so a runaway
+handler can never keep a worker; the node agent then replaces it.
+
+Unmodified S3 code (boto3 and the other AWS SDKs) reaches the cluster through the worker's own S3
+endpoint (runtime/s3proxy.py), which the environment points the SDKs at.
 
 Run by the node agent as ``python -m nearfaas.runtime.worker --spec FILE --ready-fd N``. With
 ``--jail PLAN`` it first isolates itself (node/jail.py: own uid, mount namespace, cgroups), after
@@ -15,16 +25,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import hmac
 import inspect
 import json
 import os
+import queue
+import signal
 import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
@@ -35,6 +49,7 @@ from nearfaas.node import jail
 from nearfaas.telemetry.headers import format_link
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
+from nearfaas.runtime.s3proxy import Calls, S3Endpoint, current_call, install_botocore_hook
 
 CLASSIC_LANGS = {"python3", "python3-flask"}
 # Hop-by-hop or framing headers that must not be copied from a handler's answer.
@@ -87,6 +102,31 @@ def load_handler(handler_dir: str):
     return module, handle
 
 
+class MainThread:
+    """An executor of one: the process's main thread, which ``run_forever`` hands over to it."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args))
+        return future
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def run_forever(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            future, fn, args = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # the caller decides what an exception means
+                future.set_exception(exc)
+
+
 def to_response(result) -> tuple[int, dict, bytes]:
     """Map a handler's return value onto (status, headers, body), python3-http style."""
     status, headers, body = 200, {}, result
@@ -118,8 +158,9 @@ class Worker:
         limit = int(spec.get("max_inflight", 0))
         self.max_inflight = limit
         self.inflight = 0
-        threads = limit or 8
-        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="handler")
+        self.execution = (spec.get("x") or {}).get("execution") or "main"
+        threads = 1 if self.execution == "main" else (limit or 8)
+        self.pool = MainThread() if self.execution == "main" else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="handler")
         # A call waits for a free handler thread *before* its exec_timeout clock starts, so a
         # burst queued behind busy threads never looks like a runaway handler.
         self.slots = asyncio.Semaphore(threads)
@@ -131,16 +172,37 @@ class Worker:
         self.secrets = Secrets(secrets_dir)
         self.link = EmulatedLink(get_profile(link))
         self.signer = signer_from_environment()
+        self.calls = Calls(self._objects(IOStats(), None, False, None))
+        self.s3 = self._start_s3_endpoint()
         self.module, self.handle = load_handler(spec["handler_dir"])
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.classic = spec.get("lang") in CLASSIC_LANGS
         self.dying = False
+
+    def _start_s3_endpoint(self) -> S3Endpoint | None:
+        """Point the AWS SDKs at this worker's S3 endpoint, before the handler creates a client.
+        A function that sets its own endpoint (AWS_ENDPOINT_URL in its environment) keeps it."""
+        if os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_S3"):
+            return None
+        endpoint = S3Endpoint(self.calls, os.environ.get("NEARFAAS_ACCESS_KEY"), os.environ.get("NEARFAAS_SECRET_KEY"),
+                              os.environ.get("NEARFAAS_REGION", "us-east-1"))
+        os.environ.update(endpoint.environment())
+        install_botocore_hook(endpoint.url)
+        endpoint.start()
+        return endpoint
 
     def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool, app: str | None) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement. Its writes
         # name the chain (or the function) they come from, so they never trigger it again.
         return ObjectClient(self.gateway, self.local, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
                             output=output, output_local=output_local, caller=app or self.name)
+
+    def _run_as(self, call_id: str, event: Event, context: Context):
+        token = current_call.set(call_id)  # this thread's S3 requests are this call's (runtime/s3proxy.py)
+        try:
+            return self._run(event, context)
+        finally:
+            current_call.reset(token)
 
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
@@ -177,16 +239,19 @@ class Worker:
                       path=unquote(h.get("X-Nearfaas-Path", "/")))
         stats = IOStats()
         objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local", h.get("X-Nearfaas-App"))
-        context = Context(function=self.name, node=self.node, call_id=h.get("X-Nearfaas-Call-Id", ""), input=ref,
+        call_id = h.get("X-Nearfaas-Call-Id") or f"local-{uuid.uuid4().hex}"
+        context = Context(function=self.name, node=self.node, call_id=call_id, input=ref,
                           objects=objects, secrets=self.secrets, output=output)
         started = time.perf_counter()
+        self.calls.begin(call_id, objects)
         try:
             if self.is_async and not self.classic:
+                current_call.set(call_id)  # this request's task only
                 result = await asyncio.wait_for(self.handle(event, context), self.exec_timeout)
             else:
                 async with self.slots:
                     started = time.perf_counter()
-                    future = asyncio.get_running_loop().run_in_executor(self.pool, self._run, event, context)
+                    future = asyncio.wrap_future(self.pool.submit(functools.partial(self._run_as, call_id, event, context)))
                     result = await asyncio.wait_for(future, self.exec_timeout)
             status, headers, payload = to_response(result)
         except TimeoutError:
@@ -201,6 +266,8 @@ class Worker:
                 {"error": f"handler raised {type(exc).__name__}: {exc}", "layer": "function", "function": self.name,
                  "traceback": tb.strip().splitlines()[-6:]},
                 status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
+        finally:
+            self.calls.end(call_id)
         elapsed = time.perf_counter() - started
         data_s = stats.read_seconds + stats.write_seconds
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
@@ -217,6 +284,9 @@ class Worker:
             "X-Nearfaas-Instance": self.instance,
             "X-Nearfaas-Output-Written": objects.wrote_output or "none",
         })
+        read = stats.objects_header()
+        if read:  # what the call read, for placing a function whose calls name no inputs (gateway/invoker.py)
+            out["X-Nearfaas-Read"] = read
         try:
             return web.Response(status=status, headers=out, body=payload)
         except (ValueError, TypeError) as exc:  # e.g. statusCode 1000 or a header value with a newline
@@ -231,25 +301,55 @@ class Worker:
         asyncio.get_running_loop().call_later(0.05, os._exit, 70)
 
 
-async def _main(args, spec: dict) -> None:
-    instance = args.instance
+def _prepare(args, spec: dict) -> Worker:
+    """On the main thread: the function's log, its handler imported, its init() run."""
     for stream, fd in (("stdout", 1), ("stderr", 2)):
-        setattr(sys, stream, JsonLineWriter(fd, spec["name"], instance, stream))
+        setattr(sys, stream, JsonLineWriter(fd, spec["name"], args.instance, stream))
     local = LocalObjects(args.object_fd) if args.object_fd is not None else None
-    worker = Worker(spec, args.node, args.gateway, local, args.secrets_dir, instance, args.link)
+    worker = Worker(spec, args.node, args.gateway, local, args.secrets_dir, args.instance, args.link)
     init = getattr(worker.module, "init", None)
     if callable(init):
         init()  # optional one-time set-up (model load): part of the cold start, by design
+    return worker
+
+
+async def _serve(worker: Worker, ready_fd: int) -> None:
+    """On the event-loop thread: answer calls until the process ends."""
     # The gateway pools connections to this worker; keep them open (it closes idle ones first).
     server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600)
-    runner = web.ServerRunner(server, handle_signals=True)
+    runner = web.ServerRunner(server, handle_signals=False)  # signals reach the main thread, not this one
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
-    os.write(args.ready_fd, f"READY {port}\n".encode())
-    os.close(args.ready_fd)
+    os.write(ready_fd, f"READY {port}\n".encode())
+    os.close(ready_fd)
     await asyncio.Event().wait()
+
+
+def _run(args, spec: dict) -> None:
+    """Serve calls on a loop thread while the main thread runs sync handlers (see the module doc)."""
+    worker = _prepare(args, spec)
+    failed: list[str] = []
+
+    def loop_thread() -> None:
+        try:
+            asyncio.run(_serve(worker, args.ready_fd))
+        except BaseException:  # a server that cannot start must say why on the ready pipe
+            failed.extend(traceback.format_exc().strip().splitlines())
+        finally:
+            if isinstance(worker.pool, MainThread):
+                worker.pool.stop()
+            else:
+                os.kill(os.getpid(), signal.SIGINT)  # wakes the main thread's wait below
+
+    threading.Thread(target=loop_thread, name="event-loop", daemon=True).start()
+    if isinstance(worker.pool, MainThread):
+        worker.pool.run_forever()
+    else:
+        threading.Event().wait()
+    if failed:
+        raise RuntimeError("the worker's HTTP server stopped: " + " | ".join(failed[-3:]))
 
 
 def _die_with_parent() -> None:
@@ -298,7 +398,7 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
         if args.jail:
             jail.enter(args.jail)
         _start_memory_sampling()
-        asyncio.run(_main(args, spec))
+        _run(args, spec)
     except KeyboardInterrupt:
         pass
     except Exception:

@@ -166,29 +166,16 @@ class RequestBody:
             raise S3Error("InvalidArgument", f"The content length {value!r} is not a non-negative integer.")
         return int(value)
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The decoded body; raises S3Error at the end if any check fails."""
-        wire_hash = hashlib.sha256() if self._expected_sha256 else None
-        source = self._aws_chunked_data(wire_hash) if self.aws_chunked else self._plain_data(wire_hash)
-        received = 0
+    async def chunks(self, decode=None) -> AsyncIterator[bytes]:
+        """The decoded body; raises S3Error at the end if any check fails. ``decode`` turns the
+        wire bytes into the content (a compressed transfer, bitar/transfer.py): lengths and the
+        payload hash are of the wire bytes, x-amz-checksum-* and Content-MD5 of the content."""
         trailers: dict[str, str] = {}
-        async for item in source:
-            if isinstance(item, dict):
-                trailers = item
-                continue
-            received += len(item)
-            if received > self.max_body:
-                raise S3Error("EntityTooLarge", f"The body exceeds the maximum of {self.max_body} bytes.")
-            if self.declared_length is not None and received > self.declared_length:
-                raise S3Error("InvalidRequest", f"The body is longer than its declared {self.declared_length} bytes.")
+        wire = self._wire(trailers)
+        async for item in (decode(wire) if decode is not None else wire):
             for checksum, _ in self._checksums.values():
                 checksum.update(item)
             yield item
-        if self.declared_length is not None and received != self.declared_length:
-            raise S3Error("IncompleteBody", f"Received {received} of the {self.declared_length} bytes declared.")
-        if wire_hash is not None and wire_hash.hexdigest() != self._expected_sha256:
-            raise S3Error("XAmzContentSHA256Mismatch", "The x-amz-content-sha256 you sent does not match the "
-                          f"SHA-256 of the body ({wire_hash.hexdigest()}).")
         for name, (checksum, expected) in self._checksums.items():
             if expected is None:
                 value = trailers.get(name)
@@ -198,6 +185,27 @@ class RequestBody:
             if checksum.digest() != expected:
                 raise S3Error("BadDigest", f"The {checksum.kind.upper()} you specified in {name} did not match the "
                               f"checksum of the body received ({base64.b64encode(checksum.digest()).decode()}).")
+
+    async def _wire(self, trailers: dict) -> AsyncIterator[bytes]:
+        """The body's bytes as sent (aws-chunked framing removed), length and hash checked."""
+        wire_hash = hashlib.sha256() if self._expected_sha256 else None
+        source = self._aws_chunked_data(wire_hash) if self.aws_chunked else self._plain_data(wire_hash)
+        received = 0
+        async for item in source:
+            if isinstance(item, dict):
+                trailers.update(item)
+                continue
+            received += len(item)
+            if received > self.max_body:
+                raise S3Error("EntityTooLarge", f"The body exceeds the maximum of {self.max_body} bytes.")
+            if self.declared_length is not None and received > self.declared_length:
+                raise S3Error("InvalidRequest", f"The body is longer than its declared {self.declared_length} bytes.")
+            yield item
+        if self.declared_length is not None and received != self.declared_length:
+            raise S3Error("IncompleteBody", f"Received {received} of the {self.declared_length} bytes declared.")
+        if wire_hash is not None and wire_hash.hexdigest() != self._expected_sha256:
+            raise S3Error("XAmzContentSHA256Mismatch", "The x-amz-content-sha256 you sent does not match the "
+                          f"SHA-256 of the body ({wire_hash.hexdigest()}).")
 
     async def read_all(self, limit: int) -> bytes:
         """The whole (small) body, for XML requests; EntityTooLarge/MalformedXML beyond `limit`."""

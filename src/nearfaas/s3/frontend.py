@@ -36,6 +36,7 @@ only its own. Signed streaming bodies are verified chunk by chunk (s3/body.py).
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import uuid
@@ -368,14 +369,15 @@ class S3Frontend:
         extra = {"version": trailer.version} if trailer is not None else {}
         if self._may_version(request, COPY_ETAG_HEADER):
             extra["copy_of"] = copy_of(request)
-        chunks = body.chunks()
+        decode = None
         if transfer.sent_compressed(request.headers):  # a function's write, compressed for a slow link
             context = request.get(_AUTH_CONTEXT)
             if context is not None and context.access_key is not None and \
                     not {"content-encoding", transfer.OPT_IN_HEADER.lower()} <= context.signed_headers:
                 # otherwise anyone on the path could add or strip them and change what is stored
                 raise S3Error("AccessDenied", f"A compressed PUT must sign Content-Encoding and {transfer.OPT_IN_HEADER}.")
-            chunks = _gunzipped(chunks, self.max_body)
+            decode = functools.partial(_gunzipped, limit=self.max_body)  # checksums are of the object, not the transfer
+        chunks = body.chunks(decode)
         info = await self.backend.put_object(
             bucket, key, trailer.strip(chunks) if trailer is not None else chunks, content_md5=content_md5,
             content_type=request.headers.get("Content-Type"), metadata=user_metadata(request), options=options, **extra)

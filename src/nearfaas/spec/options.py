@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, parse_bool, parse_duration, parse_int, read_mapping,
-                     read_str_list, short_repr)
+from .errors import (Collector, check_unknown_keys, did_you_mean, join_path, parse_bool, parse_duration, parse_int, parse_memory,
+                     read_mapping, read_str_list, short_repr)
 
 X_KEY = "x-nearfaas"
 X_KEYS = {"accelerator", "placement", "inputs", "chain", "keep_intermediates", "idempotent", "queue_depth", "keep_alive", "triggers",
-          "target", "fastpath", "stream", "buckets", "auth", "memory", "volume"}
+          "target", "fastpath", "stream", "buckets", "auth", "memory", "volume", "requirements", "tmp_size", "execution"}
 MEMORY_KEYS = {"profile", "sample_ms"}
 TARGETS = ("worker", "fastpath", "stream")
 # A stream function (target: stream): one stage of the executor's per-connection pipeline.
@@ -25,6 +25,10 @@ STREAM_DTYPES = ("u32", "f32")
 STREAM_VARIANTS = ("insertion", "heap")
 FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
 NATIVE_LAMBDAS = ("web", "kv", "gray")
+# How a worker runs sync handlers (runtime/worker.py): on its main thread, one call at a time, like
+# a normal program (the default), or on a pool of threads, several calls at once.
+EXECUTIONS = ("main", "threads")
+DEFAULT_TMP_SIZE = 64 * 1024 * 1024  # each instance's private /tmp, unless tmp_size says otherwise
 # Chain intermediates live here, written by the stage that made them onto its own node.
 INTERMEDIATE_BUCKET = "nearfaas-intermediates"
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -60,6 +64,11 @@ class NearfaasOptions:
     # A private folder on each node's disk that outlives calls and instances (node/pool.py), for
     # functions that keep a store next to the data, e.g. a key-value store (examples/kv).
     volume: bool = False
+    # The pip requirements file, relative to the handler folder; installed into the function's own
+    # environment, which shadows the runtime's packages (node/pool.py).
+    requirements: str = "requirements.txt"
+    tmp_size: int = DEFAULT_TMP_SIZE        # bytes of the instance's private /tmp
+    execution: str = "main"                 # see EXECUTIONS
 
     def allowed_buckets(self) -> frozenset[str] | None:
         """What the function's key may touch; None means every bucket (``buckets: ["*"]``)."""
@@ -75,7 +84,8 @@ class NearfaasOptions:
                 "target": self.target, "fastpath": dict(self.fastpath) if self.fastpath else None,
                 "stream": dict(self.stream) if self.stream else None,
                 "buckets": list(self.buckets), "auth": self.auth, "memory": dict(self.memory) if self.memory else None,
-                "volume": self.volume}
+                "volume": self.volume, "requirements": self.requirements, "tmp_size": self.tmp_size,
+                "execution": self.execution}
 
     @classmethod
     def from_dict(cls, data: Any) -> NearfaasOptions:
@@ -93,11 +103,13 @@ class NearfaasOptions:
         return False
 
     def object_refs(self, body: Any) -> list[dict[str, Any]]:
-        """The {bucket, key} references a request body points at, following `inputs`.
+        """The {bucket, key} or {bucket, prefix} references a request body points at, following
+        `inputs`.
 
         A path starting with "/" is a JSON pointer ("/job/source"); otherwise it is dotted
         ("input", "items.0"). A path may lead to one reference or a list of them. When no
-        path finds anything and the body itself has bucket and key, the body is the input.
+        path finds anything and the body itself has bucket and key (or prefix), the body is
+        the input. A prefix names every object whose key starts with it (a "directory").
         """
         refs: list[dict[str, Any]] = []
         for path in self.inputs:
@@ -111,7 +123,8 @@ class NearfaasOptions:
 
 
 def _is_ref(value: Any) -> bool:
-    return isinstance(value, dict) and isinstance(value.get("bucket"), str) and isinstance(value.get("key"), str)
+    return isinstance(value, dict) and isinstance(value.get("bucket"), str) and (
+        isinstance(value.get("key"), str) or isinstance(value.get("prefix"), str))
 
 
 def _walk(body: Any, path: str) -> Any:
@@ -197,6 +210,7 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
                 setattr(opts, flag, parse_bool(m[flag]))
             except ValueError as exc:
                 c.error(join_path(path, flag), str(exc), "write true or false")
+    _parse_environment(m, path, opts, c)
     if m.get("memory") is not None:
         opts.memory = _parse_memory(m["memory"], join_path(path, "memory"), c)
     if m.get("target") is not None or m.get("fastpath") is not None or m.get("stream") is not None:
@@ -205,6 +219,32 @@ def parse_x(value: Any, path: str, c: Collector) -> NearfaasOptions | None:
     # Returned even when something was wrong, so the chain can still be checked for
     # missing targets and cycles; callers decide validity by counting problems.
     return opts
+
+
+def _parse_environment(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> None:
+    """requirements, tmp_size and execution: how the function's workers are set up."""
+    if "requirements" in m:
+        req = m["requirements"]
+        if not isinstance(req, str) or not req or req.startswith("/") or ".." in req.split("/"):
+            c.error(join_path(path, "requirements"), f"{short_repr(req)} is not a file inside the handler folder",
+                    "name a pip requirements file relative to the handler folder, e.g. requirements: requirements-prod.txt")
+        else:
+            opts.requirements = req
+    if "tmp_size" in m:
+        try:
+            size = parse_memory(str(m["tmp_size"]))
+            if not 1024 * 1024 <= size <= 64 * 1024**3:
+                raise ValueError(f"{size} bytes is outside 1Mi..64Gi")
+            opts.tmp_size = size
+        except ValueError as exc:
+            c.error(join_path(path, "tmp_size"), str(exc), "write a size, e.g. tmp_size: 256Mi")
+    if "execution" in m:
+        if m["execution"] not in EXECUTIONS:
+            c.error(join_path(path, "execution"), f"{short_repr(m['execution'])} is not a way to run handlers",
+                    "write execution: main (one call at a time on the worker's main thread, the default) or "
+                    "execution: threads (several calls at once on handler threads)")
+        else:
+            opts.execution = m["execution"]
 
 
 def _parse_memory(value: Any, path: str, c: Collector) -> dict[str, Any] | None:
