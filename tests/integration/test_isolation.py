@@ -17,7 +17,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(os.geteuid() != 0, rea
 
 ALLOWED_ENV = {"PATH", "LANG", "LANGUAGE", "TZ", "HOME", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE",
                "NEARFAAS_NODE", "NEARFAAS_NODE_URL", "NEARFAAS_FUNCTION", "NEARFAAS_ACCESS_KEY", "NEARFAAS_SECRET_KEY",
-               "HOSTILE_SETTING"}
+               "HOSTILE_SETTING",
+               # the instance's private /tmp, the gateway and namespace (issue 21)
+               "TMPDIR", "TMP", "TEMP", "OPENFAAS_URL", "NEARFAAS_GATEWAY_URL", "NEARFAAS_NAMESPACE",
+               # the worker's own S3 endpoint for the AWS SDKs (runtime/s3proxy.py): the function's own key
+               "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION",
+               "AWS_DEFAULT_REGION", "AWS_EC2_METADATA_DISABLED", "NEARFAAS_S3_ENDPOINT", "NEARFAAS_REGION"}
 
 
 @pytest.fixture(scope="module")

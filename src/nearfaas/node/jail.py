@@ -19,7 +19,9 @@ receives the plan in its specialisation message. ``enter``:
    (the state directory, ``/tmp``, ``/dev/shm``, and a folder other users cannot traverse above
    the Python, such as ``/root`` of a pyenv install) and bind-mounts those fds back at their
    own paths, read-only but for the function's volume (the fds are opened after step 2: a bind
-   source must belong to the caller's namespace);
+   source must belong to the caller's namespace). ``/tmp`` and ``/dev/shm`` stay writable: each
+   is a fresh tmpfs of the plan's ``tmp_size`` (``x-nearfaas.tmp_size``), so every instance,
+   spawned or pre-warmed, starts with an empty /tmp of its own, freed when its last process exits;
 4. remounts the state directory's tmpfs read-only, re-enters its working directory in the new
    view, clears supplementary groups, ``setresgid``/``setresuid`` to the function's uid, sets
    ``PR_SET_NO_NEW_PRIVS`` and re-arms ``PR_SET_PDEATHSIG`` (the kernel clears it on a uid
@@ -35,7 +37,7 @@ node ``storage-0`` of a cluster in ``/srv/nf``. The node creates
 with ``memory.limit_in_bytes=134217728``, ``pids.max=256``, ``cpu.cfs_quota_us=50000`` per
 ``100000``, then sends the plan ``{"uid": 200001, "gid": 200001, "hide": ["/dev/shm", "/srv/nf",
 "/tmp", "/root"], "show": ["/root/.pyenv/versions/3.11.7", "/srv/nf/functions/resize/<digest>",
-"/srv/nf/nodes/storage-0/secrets/resize-storage-0-3fa2c1"], "cgroups": [...]}``. Inside, ``ls /srv/nf``
+"/srv/nf/nodes/storage-0/secrets/resize-storage-0-3fa2c1"], "cgroups": [...], "tmp_size": "67108864"}``. Inside, ``ls /srv/nf``
 shows only the folders leading to the bundle and the secrets, ``cat /srv/nf/cluster.json`` is
 ``No such file or directory``, ``kill -0 <node pid>`` is ``Operation not permitted``.
 
@@ -81,7 +83,8 @@ PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 MIN_UID = 200000                 # the gateway assigns function uids from here up
 DERIVED_UID_BASE = 1_000_000_000  # see "Known caveats": never assigned by the gateway
 PROBE_UID = MIN_UID - 1          # the probe's stand-in for a function uid; no function has it
-TMP_SIZE = "64m"                 # each worker's private /tmp (and /dev/shm); charged to its memory cgroup
+TMP_SIZE = "64m"                 # a worker's private /tmp (and /dev/shm) unless its plan says (x-nearfaas.tmp_size)
+PRIVATE = ("/tmp", "/dev/shm")   # hidden by a writable tmpfs of the worker's own, sized by the plan's tmp_size
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 256
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -168,8 +171,12 @@ def _mount_view(plan: dict) -> None:
     for path, show in steps:
         os.makedirs(path, mode=0o755, exist_ok=True)
         if not show:
-            mode = "1777" if path in ("/tmp", "/dev/shm") else "0755"
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size={plan.get('tmp_size', TMP_SIZE)}")
+            # /tmp and /dev/shm: empty, this process's own (freed with the namespace's last process);
+            # their pages are charged to the memory cgroup of whoever writes them, the worker's.
+            if path in PRIVATE:
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={plan.get('tmp_size') or TMP_SIZE}")
+            else:
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=0755,size={TMP_SIZE}")
             continue
         fd = shown.pop(path)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
@@ -177,7 +184,7 @@ def _mount_view(plan: dict) -> None:
         _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (0 if path in writable else MS_RDONLY))
         os.close(fd)
     for path in hidden:
-        if path not in ("/tmp", "/dev/shm"):  # stand-ins for hidden folders: nothing to write there
+        if path not in PRIVATE:  # stand-ins for hidden folders: nothing to write there
             _mount("tmpfs", path, "tmpfs", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
@@ -224,9 +231,11 @@ def python_paths() -> list[str]:
     return sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
 
 
-def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: list[str] = ()) -> dict:
-    """The jail plan: ``show`` read-only, ``write`` (the function's volume) read-write."""
-    hide = {"/tmp", "/dev/shm", str(Path(state_dir).resolve())}
+def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: list[str] = (),
+         tmp_size: int | str = TMP_SIZE) -> dict:
+    """The jail plan: ``show`` read-only, ``write`` (the function's volume) read-write, a private
+    ``/tmp`` and ``/dev/shm`` of ``tmp_size`` each (bytes, or a tmpfs size such as "64m")."""
+    hide = {*PRIVATE, str(Path(state_dir).resolve())}
     show = list(show) + [str(Path(state_dir).resolve() / s) for s in SHARED_STATE if (Path(state_dir) / s).is_dir()]
     shown = {os.path.realpath(p) for p in show}
     wanted = sorted(shown) + python_paths()
@@ -242,7 +251,7 @@ def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: 
     for p in keep:  # a path inside one already bound comes with it
         if not under(p, binds):
             binds.append(p)
-    return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": TMP_SIZE,
+    return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": str(tmp_size),
             "write": sorted(os.path.realpath(p) for p in write)}
 
 

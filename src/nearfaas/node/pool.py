@@ -9,6 +9,12 @@ Every worker is isolated (node/jail.py) unless the node runs with ``--isolation 
 uid, a mount namespace without the state directory, cgroup limits. Either way its environment
 is built from an allow-list (never the node's own, which may hold keys), and on a storage node
 it reads local objects through file descriptors the node hands it (node/objectfds.py).
+
+Every instance has a /tmp of its own, empty when it starts and gone when it retires: jailed, a
+tmpfs of ``x-nearfaas.tmp_size`` in its own mount namespace (freed with its last process);
+unjailed, the folder ``<node>/tmp/<instance>`` (TMPDIR, TMP, TEMP and HOME point there), removed
+when the worker is reaped and swept when the node starts. Only the jail bounds its size and
+hides the host's /tmp.
 """
 
 from __future__ import annotations
@@ -30,9 +36,18 @@ from nearfaas.node import jail
 from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
 from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
+from nearfaas.spec.options import DEFAULT_TMP_SIZE
 
 COLD_START_TIMEOUT_S = 60.0
 PIP_TIMEOUT_S = 600.0
+DEFAULT_REQUIREMENTS = "requirements.txt"
+DEFAULT_NAMESPACE = "openfaas-fn"  # what OpenFaaS calls the namespace of functions
+# pip installs a function's requirements into a folder of their own (--target implies
+# --ignore-installed), which comes first on the worker's sys.path. Its resolver would compare
+# that set against the runtime's packages and print their "conflicts" as an ERROR into the
+# function's log; they are not conflicts here, the function's copies shadow the runtime's.
+PIP_FLAGS = ("--quiet", "--disable-pip-version-check", "--no-input", "--ignore-installed", "--no-warn-conflicts",
+             "--no-warn-script-location", "--root-user-action=ignore")
 
 
 class PoolError(Exception):
@@ -59,6 +74,7 @@ class WorkerProcess:
     cgroups: list = field(default_factory=list)
     token: str = ""                  # what a caller must show the worker (the gateway learns it here)
     profiled: bool = False           # runs under the memory shim (x-nearfaas.memory.profile)
+    tmp_dir: Path | None = None      # its private /tmp on the host, when unjailed (removed when reaped)
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
@@ -90,6 +106,8 @@ class WorkerPools:
         self._env_locks: dict[str, asyncio.Lock] = {}
         (self.node_dir / "logs").mkdir(parents=True, exist_ok=True)
         (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
+        # Unjailed instances' /tmp folders a previous run of this node left (it was killed with -9).
+        shutil.rmtree(self.node_dir / "tmp", ignore_errors=True)
         self.isolation = isolation
         # Checked once (cached per process: the node agent probed already before it started);
         # while anything is missing every start fails, naming it: never a silent unisolated run.
@@ -133,14 +151,17 @@ class WorkerPools:
         started = time.perf_counter()
         instance = f"{name}-{self.node}-{uuid.uuid4().hex[:6]}"
         uid = self._uid(spec)
-        extra_path = await self._ensure_requirements(spec)
+        tmp_size = self._tmp_size(spec)
+        requirements = self._requirements_file(spec)
+        extra_path = await self._ensure_requirements(spec, requirements)
         held = _Held()  # what this start has made, undone unless a worker takes it over
         try:
             secrets_dir = held.secrets = self._mount_secrets(spec, instance, uid)
             spec_file = self.node_dir / "specs" / f"{name}.json"
             # The credentials go into the environment only; the spec file keeps no keys.
             _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
-            env = self._function_env(spec, extra_path)
+            held.tmp = self._private_tmp(instance) if uid is None else None  # jailed: a tmpfs of its own
+            env = self._function_env(spec, extra_path, held.tmp)
             profiled = self._memory_profile(spec, instance, env)
             if profiled:  # Porter's placement from this function's earlier runs here (off the event loop: it reads logs)
                 env.update(await asyncio.to_thread(self._placement, spec))
@@ -158,7 +179,8 @@ class WorkerPools:
             if profiled:  # the shim is preloaded when a process starts: a pre-warmed one started without it
                 generic, spawn_reason = None, "memory profiling preloads the allocation shim into a fresh process"
             else:
-                generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path)
+                generic, spawn_reason = self.prewarm.take(spec.get("environment") or {}, extra_path,
+                                                          requirements.name if requirements else DEFAULT_REQUIREMENTS)
             if generic is not None and uid is not None:
                 try:  # it is in its own groups already: they get the function's limits
                     self.cgroups.set_limits(generic.cgroups, limits)
@@ -171,7 +193,7 @@ class WorkerPools:
                 if held.channel is not None:
                     held.channel.authorise(spec)
                 held.cgroups, generic.cgroups = generic.cgroups, []  # the worker's from now on
-                plan = jail.plan(uid, self.state_dir, show, [], [volume] if volume else []) if uid is not None else None  # joined at spawn
+                plan = self._plan(uid, show, [], volume, tmp_size) if uid is not None else None  # groups joined at spawn
                 launched = await self._specialise(generic, args, plan, env, extra_path, spec["handler_dir"], name)
                 if launched is None:
                     spawn_reason = "the pre-warmed worker exited before it could be used"
@@ -185,7 +207,7 @@ class WorkerPools:
                 plan = None
                 if uid is not None:
                     held.cgroups = self._cgroups(instance, limits)
-                    plan = jail.plan(uid, self.state_dir, show, held.cgroups, [volume] if volume else [])
+                    plan = self._plan(uid, show, held.cgroups, volume, tmp_size)
                 launched = await self._spawn(args, plan, held.channel, env, spec["handler_dir"], name)
             process, ready, transport = launched
             prewarmed = spawn_reason is None
@@ -212,6 +234,7 @@ class WorkerPools:
         worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
                                prewarmed, spawn_reason, uid, held.channel, held.cgroups, token)
         worker.profiled = profiled
+        worker.tmp_dir, held.tmp = held.tmp, None
         self.workers[instance] = worker
         self.stats.cold_starts += 1
         self.stats.prewarmed_starts += prewarmed
@@ -250,6 +273,31 @@ class WorkerPools:
         if held.secrets is not None:
             shutil.rmtree(held.secrets, ignore_errors=True)
         await _remove_cgroups(held.cgroups)
+        await _remove_tmp(held.tmp)
+
+    @staticmethod
+    def _tmp_size(spec: dict) -> int:
+        """Bytes of a jailed instance's private /tmp (and /dev/shm): ``x-nearfaas.tmp_size``."""
+        from nearfaas.spec.errors import parse_memory
+
+        size = (spec.get("x") or {}).get("tmp_size") or DEFAULT_TMP_SIZE
+        try:
+            return size if isinstance(size, int) else parse_memory(str(size))
+        except ValueError as exc:
+            raise PoolError(f"function {spec['name']!r} has an invalid x-nearfaas.tmp_size: {exc}; write e.g. tmp_size: 256Mi",
+                            status=400) from None
+
+    def _plan(self, uid: int, show: list[str], cgroups: list[str], volume: Path | None, tmp_size: int) -> dict:
+        """The jail plan of an instance: its view, its groups, its volume and its /tmp's size."""
+        return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size)
+
+    def _private_tmp(self, instance: str) -> Path:
+        """An unjailed instance's /tmp: ``<node>/tmp/<instance>``, 0700, empty. Nothing bounds
+        its size and the host's /tmp stays reachable (only the jail gives a tmpfs of its own)."""
+        path = self.node_dir / "tmp" / instance
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.mkdir(mode=0o700)
+        return path
 
     def _volume(self, spec: dict, uid: int | None) -> Path | None:
         """With ``x-nearfaas.volume``: the function's own folder on this node's disk, kept across
@@ -310,12 +358,22 @@ class WorkerPools:
         return placement.prepare(self.memory_log_dir(spec["name"]), budget // (live + 1),
                                  period_ms=float(memory.get("sample_ms") or 50))
 
-    def _function_env(self, spec: dict, extra_path: str | None) -> dict:
-        """The environment a worker of this function runs with, whichever way it is started."""
-        env = dict(self.base_env)
+    def _function_env(self, spec: dict, extra_path: str | None, tmp_dir: Path | None = None) -> dict:
+        """The environment a worker of this function runs with, whichever way it is started.
+
+        ``extra_path`` (its requirements env) comes first on PYTHONPATH, so its packages shadow
+        the runtime's; ``tmp_dir`` is an unjailed instance's private /tmp (jailed: /tmp itself,
+        a tmpfs of its own). OPENFAAS_URL is the gateway, as in OpenFaaS, unless the function's
+        own environment names another; the NEARFAAS_* variables are always the platform's."""
+        env = dict(self.base_env, OPENFAAS_URL=self.gateway_url)
         env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
         env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, package_root(), env.get("PYTHONPATH")) if p)
-        env.update(self.node_env, NEARFAAS_FUNCTION=spec["name"])
+        env.update(self.node_env, NEARFAAS_FUNCTION=spec["name"], NEARFAAS_NAMESPACE=str(spec.get("namespace") or DEFAULT_NAMESPACE),
+                   NEARFAAS_GATEWAY_URL=self.gateway_url)
+        tmp = str(tmp_dir) if tmp_dir is not None else "/tmp"
+        env.update(TMPDIR=tmp, TMP=tmp, TEMP=tmp)
+        if tmp_dir is not None:
+            env["HOME"] = tmp  # unjailed: never the host's shared /tmp
         credentials = spec.get("credentials") or {}
         if credentials.get("access_key") and credentials.get("secret_key") is not None:
             # The function's own S3 keys, scoped to it by the gateway (runtime/context.py reads them).
@@ -353,7 +411,8 @@ class WorkerPools:
         shutil.rmtree(self.node_dir / "secrets" / worker.id, ignore_errors=True)
         if worker.channel is not None:
             worker.channel.close()
-        await _remove_cgroups(worker.cgroups)
+        await _remove_cgroups(worker.cgroups)  # kills what the handler left running first
+        await _remove_tmp(worker.tmp_dir)
         self.stats.exits[code] = self.stats.exits.get(code, 0) + 1
 
     async def stop(self, worker_id: str) -> bool:
@@ -373,16 +432,34 @@ class WorkerPools:
         await asyncio.gather(self.prewarm.shutdown(), *(self.stop(w.id) for w in workers))
         for worker in workers:  # their reapers may not have run yet; removing twice is harmless
             await _remove_cgroups(worker.cgroups)
+            await _remove_tmp(worker.tmp_dir)
         if self.fds is not None:
             self.fds.close()
         if self.cgroups is not None:
             self.cgroups.close()
 
     # -- per-function environment ----------------------------------------------------------------
-    async def _ensure_requirements(self, spec: dict) -> str | None:
-        """Install requirements.txt once per distinct content, shared by every node on this host."""
-        req = Path(spec["handler_dir"]) / "requirements.txt"
-        if not req.is_file() or not any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines()):
+    def _requirements_file(self, spec: dict) -> Path | None:
+        """The function's pip requirements: ``x-nearfaas.requirements`` (a file in the handler
+        folder), else its requirements.txt when it has one."""
+        named = str((spec.get("x") or {}).get("requirements") or DEFAULT_REQUIREMENTS)
+        handler = Path(spec["handler_dir"])
+        req = handler / named
+        if not os.path.realpath(req).startswith(os.path.realpath(handler) + os.sep):
+            raise PoolError(f"function {spec['name']!r}: x-nearfaas.requirements {named!r} is not a file inside its handler "
+                            f"folder; name one relative to the handler folder, e.g. requirements: requirements-prod.txt",
+                            status=400)
+        if req.is_file():
+            return req
+        if named == DEFAULT_REQUIREMENTS:
+            return None  # requirements.txt is optional
+        raise PoolError(f"function {spec['name']!r} names the requirements file {named!r} (x-nearfaas.requirements), which "
+                        f"is not in its handler folder; add {named} to the handler folder and deploy again, or remove "
+                        f"x-nearfaas.requirements to use requirements.txt", status=400)
+
+    async def _ensure_requirements(self, spec: dict, req: Path | None) -> str | None:
+        """Install the requirements once per distinct content, shared by every node on this host."""
+        if req is None or not any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines()):
             return None
         digest = hashlib.sha256(req.read_bytes()).hexdigest()[:16]
         target = self.state_dir / "envs" / digest
@@ -404,18 +481,19 @@ class WorkerPools:
         staging = target.with_name(target.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(staging),
-            "-r", str(req), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(req.parent))
+            sys.executable, "-m", "pip", "install", *PIP_FLAGS, "--target", str(staging), "-r", str(req),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(req.parent))
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
         except TimeoutError:
             kill_group(proc)
             raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
-        with open(self.log_path(name), "ab") as log:
+        with open(self.log_path(name), "ab") as log:  # pip's own words, whatever they are (a failure's, mostly)
             log.write(out)
         if proc.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
             tail = out.decode(errors="replace").strip().splitlines()[-6:]
-            raise PoolError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix requirements.txt:\n" + "\n".join(tail))
+            raise PoolError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n" + "\n".join(tail))
         (staging / ".complete").touch()
         staging.rename(target)
 
@@ -479,6 +557,13 @@ class _Held:
     secrets: Path | None = None
     channel: Channel | None = None
     cgroups: list = field(default_factory=list)
+    tmp: Path | None = None
+
+
+async def _remove_tmp(path: Path | None) -> None:
+    """Remove an unjailed instance's /tmp (off the event loop: a function may leave many files)."""
+    if path is not None:
+        await asyncio.to_thread(shutil.rmtree, path, True)
 
 
 async def _remove_cgroups(dirs: list[str]) -> None:

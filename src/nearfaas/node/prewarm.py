@@ -18,9 +18,12 @@ RSS each and ``target`` is small (default 1). One that is taken becomes an ordin
 counts from then on.
 
 A function gets a freshly spawned interpreter instead when its environment sets a variable that
-only takes effect at interpreter start (``fresh_interpreter_reason``), when its
-requirements.txt provides a module the generic worker has already imported
-(``shadowed_modules``), or when no generic worker is idle (a burst beyond ``target``).
+only takes effect at interpreter start (``fresh_interpreter_reason``), when its requirements
+(requirements.txt or ``x-nearfaas.requirements``) provide a module the generic worker has
+already imported (``shadowed_modules``: the function must get its own copy, as a spawned
+worker would, never the runtime's already in memory), or when no generic worker is idle (a
+burst beyond ``target``). A specialised worker enters the function's jail with a fresh /tmp of
+its own (node/jail.py); a generic worker has written nothing there.
 """
 
 from __future__ import annotations
@@ -69,8 +72,9 @@ def fresh_interpreter_reason(function_env: dict, base_env: dict) -> str | None:
 
 
 def shadowed_modules(extra_path: str, imported: frozenset[str]) -> list[str]:
-    """Top-level modules a requirements.txt install provides that a generic worker has already
-    imported (a spawned worker would have found the install's copy first on PYTHONPATH)."""
+    """Top-level modules a requirements install provides that a generic worker has already
+    imported (a spawned worker would have found the install's copy first on PYTHONPATH): a
+    package folder, a single-file module or an extension (``name.cpython-311-....so``)."""
     try:
         entries = os.listdir(extra_path)
     except OSError:
@@ -132,8 +136,10 @@ class PrewarmPool:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def take(self, function_env: dict, extra_path: str | None) -> tuple[GenericWorker | None, str | None]:
-        """An idle generic worker for a function, or None and why it must be spawned instead."""
+    def take(self, function_env: dict, extra_path: str | None,
+             requirements: str = "requirements.txt") -> tuple[GenericWorker | None, str | None]:
+        """An idle generic worker for a function, or None and why it must be spawned instead.
+        ``extra_path`` is the function's requirements env, installed from ``requirements``."""
         if not self.target:
             return None, "prewarm is 0 on this node"
         reason = fresh_interpreter_reason(function_env, self.env)
@@ -146,7 +152,7 @@ class PrewarmPool:
                 continue
             clash = shadowed_modules(extra_path, generic.modules) if extra_path else []
             if clash:
-                return None, f"its requirements.txt provides {clash[0]!r}, which a generic worker has already imported"
+                return None, f"its {requirements} provides {clash[0]!r}, which a generic worker has already imported"
             self.idle.pop(0)
             self._failures = 0  # a worker that was good enough to use: failures are not piling up
             return generic, None

@@ -8,8 +8,10 @@ Run by the node agent (node/prewarm.py) as
    imported, so the node can tell whether a function's requirements.txt would have shadowed one.
 2. It then blocks on stdin for one JSON line, the *specialisation message*: every field the
    classic path passes as a command-line argument (spec, node, gateway, instance, object_fd,
-   jail, secrets_dir, link), plus ``env`` (variables to set), ``sys_path`` (the requirements.txt
-   install folder or null), ``cwd`` (the handler folder) and ``log`` (the function's log file).
+   jail, secrets_dir, link), plus ``env`` (variables to set: the function's, its gateway URL,
+   namespace and TMPDIR among them), ``sys_path`` (the function's requirements env or null,
+   put before the runtime's packages), ``cwd`` (the handler folder) and ``log`` (the function's
+   log file).
 3. ``TAKEN`` as soon as it has read the message: from then on a failure is the function's (the
    node would otherwise not know whether a worker that died had ever seen it).
 4. It applies them and runs the very code the classic worker runs (``worker.main``), which
@@ -31,6 +33,7 @@ import importlib
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 
@@ -78,6 +81,9 @@ def specialise(message: dict, startup_cwd: str) -> None:
     os.environ.update(env)
     if "TZ" in env:
         time.tzset()  # the C library caches the time zone; re-read it like a fresh process would
+    # tempfile caches the folder it chose on first use: the function's private /tmp (TMPDIR) is
+    # found anew, as a fresh process would (unjailed it is a folder of the instance's own).
+    tempfile.tempdir = None
     cwd = message["cwd"]
     os.chdir(cwd)
     # `python -m` puts the start-up directory first on sys.path; a spawned worker has the
