@@ -132,3 +132,36 @@ def test_each_call_is_charged_its_own_bytes_and_writes_name_the_caller(endpoint)
 ])
 def test_single_ranges_are_served_locally_and_anything_else_goes_to_the_cluster(header, size, span):
     assert _single_range(header, size) == span
+
+
+def test_a_stranger_is_refused_before_its_body_is_read_and_connections_are_bounded(endpoint, monkeypatch):
+    import socket
+
+    from nearfaas.runtime import s3proxy
+
+    ep, _, _ = endpoint
+    host, port = ep.server.server_address
+    with socket.create_connection((host, port), timeout=5) as sock:
+        # Claims 10 GB and sends none of it: the 403 comes at once, the connection is closed.
+        sock.sendall(b"PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\n")
+        reply = sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 403"), reply[:80]
+    held = [socket.create_connection((host, port), timeout=5) for _ in range(s3proxy.MAX_CONNECTIONS)]
+    try:
+        extra = socket.create_connection((host, port), timeout=5)
+        assert extra.recv(10) == b""  # closed at once: no thread for it
+        extra.close()
+    finally:
+        for sock in held:
+            sock.close()
+    # And it serves again once they are gone (their threads notice the close and free their slots).
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert requests.get(f"{ep.url}/b/k", timeout=5).status_code == 403
+            break
+        except requests.ConnectionError:
+            assert time.monotonic() < deadline, "the endpoint never took a connection again"
+            time.sleep(0.05)

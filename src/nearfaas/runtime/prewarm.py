@@ -50,7 +50,8 @@ try:
     # has S3 keys, which with auth on (the default) is every function: ~65 ms of a cold start.
     import botocore.auth
     import botocore.awsrequest
-    import botocore.credentials  # noqa: F401
+    import botocore.credentials
+    import botocore.handlers  # noqa: F401  the worker's S3 endpoint tags calls through it (runtime/s3proxy.py)
 except ImportError:
     pass
 

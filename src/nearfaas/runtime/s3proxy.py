@@ -66,6 +66,8 @@ _NOT_FORWARDED = {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-
                   "amz-sdk-invocation-id", "amz-sdk-request"}
 _NOT_RETURNED = {"content-length", "transfer-encoding", "connection", "keep-alive", "server", "date"}
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+MAX_CONNECTIONS = 64  # per worker: a thread each; more are closed at once (pids are limited by the jail)
+IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 
 
 class Calls:
@@ -137,8 +139,7 @@ class S3Endpoint:
         class Handler(_Handler):
             owner = endpoint
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _BoundedServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self) -> None:
@@ -150,8 +151,36 @@ class S3Endpoint:
                 "AWS_EC2_METADATA_DISABLED": "true", "NEARFAAS_S3_ENDPOINT": self.url}
 
 
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most MAX_CONNECTIONS: whoever else on loopback opens
+    connections by the thousand cannot make this worker spend its threads on them."""
+
+    daemon_threads = True
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, and Expect: 100-continue as botocore sends it
+    timeout = IDLE_TIMEOUT_S
     owner: S3Endpoint
 
     def log_message(self, *args) -> None:  # the function's log is for the function
@@ -177,8 +206,13 @@ class _Handler(BaseHTTPRequestHandler):
         raw_path, _, raw_query = self.path.partition("?")
         query = urllib.parse.parse_qsl(raw_query, keep_blank_values=True)
         try:
-            body = self._body()
+            # Who is asking comes first: a stranger's body is never read (it could be any size).
             auth = self.owner.auth.authenticate(method, raw_path, query, _Headers(self.headers))
+        except S3Error as exc:
+            self.close_connection = True
+            return self._error(exc)
+        try:
+            body = self._body()
             _check_payload(auth.payload_hash, body)
         except S3Error as exc:
             return self._error(exc)
