@@ -223,7 +223,7 @@ def test_azure_replay(tmp_path):
     ("HashOwner,HashApp,HashFunction,Trigger,1,2\no,a,f,http,3,x\n", "line 2, column 6 (2): invocation count 'x' is not an integer"),
     ("HashOwner,HashApp,HashFunction,Trigger,1,2\no,a,f,http,3,-1\n", "line 2, column 6 (2): negative invocation count -1"),
     ("HashOwner,HashApp,HashFunction,Trigger,1,2\no,a,f,http,3,1\no,a,g,http,3\n", "line 3, column 6 (2): missing column"),
-    ("HashOwner,HashApp,Trigger,1,2\no,a,http,3,1\n", "line 1, column 3 (HashFunction): missing column"),
+    ("HashOwner,HashApp,Trigger,1,2\no,a,http,3,1\n", "line 1: missing column 'HashFunction' (the header has: HashOwner, HashApp"),
     ("HashOwner,HashApp,HashFunction,Trigger,1,3\no,a,f,http,3,1\n", "line 1, column 6 (3): expected minute column '2'"),
 ])
 def test_malformed_azure_invocations(tmp_path, text, where):

@@ -1,7 +1,8 @@
 """``nearfaas twin``: the datacenter twin from the command line (every result is modelled; the
 measured inputs it is built on are named in each output).
 
-nearfaas twin report [--baseline paper|measured-here] [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q] [--trace CSV]
+nearfaas twin report [--baseline paper|measured-here] [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q]
+                     [--trace CSV [--durations CSV|auto|none] [--memory CSV|auto|none]] [--minutes N] [--size-rack fixed|auto]
 nearfaas twin e2e APP [--baseline paper|measured-here] [--platform dscs] [--batch 1] [--link s3-like] [--json]
 nearfaas twin availability [--cluster FILE] [--r-m 0.1] [--json]
 """
@@ -59,39 +60,82 @@ def _csv(value: str | None) -> list[str] | None:
               help="compute platforms in the simulated rack (paper: of each kind; measured-here: split in half) [default: 200, --quick 20]")
 @click.option("--rate", type=float, default=None, help="base arrival rate, requests/s [default: 0.75 per node]")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="replay an Azure Functions 2019 invocations CSV instead of the bursty Poisson trace")
+              help="replay an Azure Functions 2019 invocations CSV instead of the bursty Poisson trace: the dataset's layout "
+              "(HashOwner,HashApp,HashFunction,Trigger,1..1440) or a replay toolkit's (e.g. HashFunction,HashApp,HashOwner,1..1440); "
+              "columns are found by name")
+@click.option("--durations", default="auto", show_default=True, metavar="CSV|auto|none",
+              help="the trace's durations file (function_durations_percentiles.anon.dNN.csv, ms): each call's service time is "
+              "drawn from its function's percentiles. auto: the same day's file beside --trace when there is one "
+              "(function_durations_percentiles.anon.dNN.csv beside invocations_per_function_md.anon.dNN.csv, or durations.csv "
+              "beside invocations.csv); none: the twin's model stage times")
+@click.option("--memory", default="auto", show_default=True, metavar="CSV|auto|none",
+              help="the trace's memory file (app_memory_percentiles.anon.dNN.csv, MB): each call's footprint, drawn from its app's "
+              "percentiles, occupies its simulated node's memory (Table 2: 4 GB per DSCS node, 32 GB per CPU server). auto: "
+              "app_memory_percentiles.anon.dNN.csv (or memory.csv) beside --trace when there is one; none: no footprints")
+@click.option("--minutes", type=click.IntRange(min=1), default=None,
+              help="replay only the first N minutes of the trace (of the Poisson trace without --trace)")
+@click.option("--size-rack", "size_rack", type=click.Choice(["fixed", "auto"]), default="fixed", show_default=True,
+              help="fixed: the rack of --nodes; auto: the smallest rack whose every resource carries the mean offered load at "
+              "<= 70% utilisation (30% headroom) and the busiest minute's at <= 100%, under every policy")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--no-progress", is_flag=True, help="no progress display (it goes to stderr)")
 @BASELINE
-def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, seed, no_progress, baseline):
+def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, durations, memory, minutes, size_rack, seed,
+               no_progress, baseline):
     """Regenerate the whole evaluation: speedup, runtime breakdown, energy, cost efficiency,
-    queue and latency over time, and the four sensitivity studies (modelled)."""
+    queue and latency over time, and the four sensitivity studies (modelled).
+
+    The rack simulation warns (stderr, and "warnings" in the JSON) when the workload's offered
+    load exceeds the rack; --size-rack auto sizes the rack to it instead.
+    """
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from nearfaas.twin import render, report
 
+    if size_rack == "auto" and nodes is not None:
+        raise click.UsageError("--size-rack auto picks the number of nodes itself: drop --nodes (or use --size-rack fixed)")
+    if trace is None and (durations not in ("auto", "none") or memory not in ("auto", "none")):
+        raise click.UsageError("--durations and --memory files go with an Azure trace: pass --trace INVOCATIONS.csv too")
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True, width=WIDTH),
                       disable=no_progress, transient=True) as bar:
             task = bar.add_task("twin report", total=None)
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
-                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline)
+                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline,
+                                   durations=durations if trace else None, memory=memory if trace else None, minutes=minutes,
+                                   size_rack=size_rack)
             bar.update(task, description="writing figures and report.html")
             paths = render.write(results, out_dir)
     except (ValueError, KeyError, OSError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
         raise click.ClickException(str(exc).strip("'\"")) from None
+    sim = results["simulation"]
+    for note in sim["notes"]:
+        err.print(f"note: {escape(note)}", highlight=False, soft_wrap=True)
+    for warning in sim["warnings"]:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     if as_json:
         keep = ("mode", "label", "headline", "speedup_vs_cpu", "energy_reduction_vs_cpu", "cost_efficiency_vs_cpu",
                 "cost_efficiency_vs_cpu_per_app")
-        click.echo(json.dumps({**{k: results[k] for k in keep}, "files": {k: str(v) for k, v in paths.items()}}, indent=1))
+        click.echo(json.dumps({**{k: results[k] for k in keep}, "simulation": _sim_json(sim), "warnings": sim["warnings"],
+                               "files": {k: str(v) for k, v in paths.items()}}, indent=1))
         return
     print_speedups(results, console)
-    sim = results["simulation"]["runs"]
-    for policy, r in sim.items():
-        lat = r["latency"]
-        console.print(f"rack ({results['inputs']['nodes']} platforms, {results['mode']} mode) {policy}: {r['arrivals']:,} requests, p50/p99 "
-                      f"{lat['p50'] * 1e3:.1f}/{lat['p99'] * 1e3:.1f} ms, rejected {r['rejected']:,} (modelled; simulated in {r['wall_s']:.1f} s)")
+    for policy, r in sim["summary"].items():
+        lat = r["latency_ms"]
+        console.print(f"rack ({sim['inputs']['nodes']} platforms, {results['mode']} mode) {policy}: {r['requests']:,} requests, p50/p95/p99 "
+                      f"{lat['p50']:.1f}/{lat['p95']:.1f}/{lat['p99']:.1f} ms, rejected {r['rejected']:,} ({r['rejected_share']:.1%}) "
+                      f"(modelled; simulated in {sim['runs'][policy]['wall_s']:.1f} s)")
     console.print(f"report: {paths['html'].resolve()}  (results.json and {len(paths) - 2} PNGs beside it; built in {results['wall_s']:.1f} s)")
+
+
+def _sim_json(sim: dict) -> dict:
+    """The simulation block of ``twin report --json``: per policy p50/p95/p99 and rejections
+    (modelled), the offered load against the rack, warnings and notes, and the rack and trace."""
+    inputs = sim["inputs"]
+    rack = {k: inputs[k] for k in ("nodes", "requested_nodes", "size_rack", "dscs_storage_nodes", "compute_nodes", "compute_slots",
+                                   "node_memory_mb")}
+    return {"label": sim["label"], "mode": sim["mode"], "policies": sim["summary"], "warnings": sim["warnings"], "notes": sim["notes"],
+            "load": sim["load"], "rack": rack, "trace": inputs["trace"]}
 
 
 @twin.command("e2e")

@@ -144,9 +144,18 @@ def _sim_rows(sim: dict) -> list[list[str]]:
     rows = [["policy", "requests", "completed", "rejected", "p50 ms", "p95 ms", "p99 ms", "drained at s", "cold starts", "wall s (measured)"]]
     for policy, r in sim["runs"].items():
         lat = r["latency"]
-        rows.append([policy, f"{r['arrivals']:,}", f"{r['completed']:,}", f"{r['rejected']:,}",
+        share = f" ({r['rejected'] / r['arrivals']:.1%})" if r["arrivals"] else ""
+        rows.append([policy, f"{r['arrivals']:,}", f"{r['completed']:,}", f"{r['rejected']:,}{share}",
                      *(f"{lat[k] * 1e3:.1f}" for k in ("p50", "p95", "p99")), f"{r['sim_time_s']:.0f}", f"{r['cold_starts']:,}", f"{r['wall_s']:.2f}"])
     return rows
+
+
+def _notes_html(sim: dict) -> str:
+    """The simulation's warnings (an undersized rack, with the numbers) and notes (which trace
+    files it used, a sized rack)."""
+    items = [f"<li><b>warning:</b> {html.escape(w)}</li>" for w in sim.get("warnings", [])]
+    items += [f"<li>{html.escape(n)}</li>" for n in sim.get("notes", [])]
+    return f"<ul>{''.join(items)}</ul>" if items else ""
 
 
 def write(results: dict, out_dir: str | Path) -> dict[str, Path]:
@@ -178,6 +187,7 @@ def write(results: dict, out_dir: str | Path) -> dict[str, Path]:
         + _table_html([["platform", "vs cpu"], *([p, f"{v:.2f}"] for p, v in results["cost_efficiency_vs_cpu"].items())])
         + (f"<h2>Alternative: geomeans in {html.escape(report.mode_caption(alt))}</h2>" + _table_html(report.summary_table(alt)) if alt else "")
         + f"<h2>Rack-scale simulation (modelled latencies, measured wall time, {m})</h2>" + _table_html(_sim_rows(results["simulation"]))
+        + _notes_html(results["simulation"])
     )
     measured = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in results["measured_here"].items())
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(results['title'])}</title>

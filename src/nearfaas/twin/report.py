@@ -5,8 +5,10 @@
 comparison (``e2e.evaluate``: speedup, runtime breakdown, energy, cost efficiency), the same
 headline in the other mode as a labelled alternative, the four sensitivity studies, and the
 rack-scale simulation of the same apps under a bursty 20-minute trace (or a replayed Azure
-trace) with the live placement policies. ``results["mode"]`` names the mode ("paper" or
-"measured-here", ``twin.platforms.MODES``); every block carries a ``label``.
+trace, with its durations and memory files: twin/sim/azure.py) with the live placement policies,
+the offered load against the rack and a warning where it exceeds it (twin/rackload.py).
+``results["mode"]`` names the mode ("paper" or "measured-here", ``twin.platforms.MODES``);
+every block carries a ``label``.
 
 ``headline(evaluate_fn, **kwargs)``: the per-platform, per-app headline (speedup, energy
 reduction, cost efficiency) from any ``e2e.evaluate``-like callable: the hook a Monte Carlo over
@@ -23,15 +25,18 @@ from collections.abc import Callable
 from nearfaas.apps.catalog import APPS
 from nearfaas.link.profiles import get_profile
 
-from . import e2e, sensitivity
+from . import e2e, rackload, sensitivity
 from . import platforms as P
-from .sim import SimConfig, Simulator, azure_replay, dscs_apps, poisson
+from .sim import AzureTrace, SimConfig, Simulator, dscs_apps, load_azure_trace, poisson
+from .sim.azure import companion
 
 SIM_POLICIES = ("near-data", "compute-only")
 SIM_DURATION_S = 1200.0  # 20 minutes, as the issue's trace
 SERVICE_SIGMA = 0.25  # assumption: lognormal spread of a stage's service time around the model's value
 LOAD_PER_NODE = 0.75  # requests/s per node at the base rate (200 nodes -> 150 requests/s)
 BURSTS = ((300.0, 2.0), (360.0, 1.0), (720.0, 3.0), (780.0, 1.0))  # (start_s, x base rate): two bursts
+SIM_SLOTS = 4  # CPU slots per simulated compute node
+SIZE_RACK = ("fixed", "auto")  # --size-rack: the rack as given (--nodes), or sized to the workload (rackload.SIZING_RULE)
 
 
 def burst_schedule(base_rate: float) -> list[tuple[float, float]]:
@@ -41,19 +46,47 @@ def burst_schedule(base_rate: float) -> list[tuple[float, float]]:
     return [(0.0, base_rate)] + [(t, k * base_rate) for t, k in BURSTS]
 
 
-def check_rack(nodes, rate, duration_s: float = SIM_DURATION_S, trace: str | None = None, seed: int = 1):
+def load_trace(trace, durations=None, memory=None, minutes: int | None = None) -> AzureTrace:
+    """An Azure trace read and checked (a malformed file is reported with its line and column),
+    with its durations and memory files: each a path, "auto" (the same-day sibling of the
+    invocations file, when present) or None/"none"; what was chosen is in ``info["notes"]``."""
+    if isinstance(trace, AzureTrace):
+        return trace
+    dpath, dnote = companion(trace, durations, "durations")
+    mpath, mnote = companion(trace, memory, "memory")
+    tr = load_azure_trace(trace, dpath, mpath, minutes)
+    tr.info["notes"] = [n for n in (dnote, mnote) if n]
+    return tr
+
+
+def check_rack(nodes, rate, duration_s: float = SIM_DURATION_S, trace=None, seed: int = 1, durations=None, memory=None,
+               minutes: int | None = None, size_rack: str = "fixed"):
     """Validate the simulation's inputs up front (before minutes of other work): returns the base
-    rate and the Poisson schedule (None when replaying ``trace``, which is read through here so
-    that a malformed file is reported with its line and column)."""
+    rate, the Poisson schedule (None when replaying ``trace``), the simulated duration (the
+    first ``minutes`` of it) and the loaded ``AzureTrace`` (None without ``trace``)."""
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2:
         raise ValueError(f"nodes={nodes!r}: the rack needs a whole number of at least 2 nodes (half storage, half compute)")
     if not duration_s > 0:
         raise ValueError(f"duration={duration_s!r}: give a positive number of seconds")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int) or minutes < 1):
+        raise ValueError(f"minutes={minutes!r}: give a whole number of minutes >= 1")
+    if size_rack not in SIZE_RACK:
+        raise ValueError(f"size_rack={size_rack!r}: use one of {', '.join(SIZE_RACK)}")
     rate = LOAD_PER_NODE * nodes if rate is None else rate
-    schedule = burst_schedule(rate) if trace is None else None
-    if trace is not None:
-        list(azure_replay(trace, seed=seed))
-    return rate, schedule
+    if trace is None:
+        for name, value in (("durations", durations), ("memory", memory)):
+            if value is not None and value not in ("auto", "none"):
+                raise ValueError(f"--{name} {value}: a {name} file goes with an Azure trace; pass --trace INVOCATIONS.csv too")
+        if minutes is not None:
+            duration_s = min(duration_s, 60.0 * minutes)
+        return rate, burst_schedule(rate), duration_s, None
+    return rate, None, duration_s, load_trace(trace, durations, memory, minutes)
+
+
+def node_memory_mb() -> tuple[float, float]:
+    """Memory per (dscs storage, compute) node for calls' footprints: Table 2's (DSCS 4 GB, CPU
+    server 32 GB), in MB of 10^6 bytes."""
+    return float(P.MEMORY_BYTES["dscs"].value) / 1e6, float(P.MEMORY_BYTES["cpu"].value) / 1e6
 
 
 def sim_services(link: str = "s3-like", **opts) -> tuple[dict, dict]:
@@ -98,46 +131,87 @@ def rack(nodes: int, baseline: str = P.PAPER) -> tuple[int, int]:
 def simulate(
     nodes: int = 200,
     policies=SIM_POLICIES,
-    trace: str | None = None,
+    trace=None,
     rate: float | None = None,
     duration_s: float = SIM_DURATION_S,
     seed: int = 1,
     link: str = "s3-like",
     progress: Callable[[str], None] | None = None,
     baseline: str = P.PAPER,
+    durations=None,
+    memory=None,
+    minutes: int | None = None,
+    size_rack: str = "fixed",
     **opts,
 ) -> dict:
     """The rack under one trace, once per placement policy: dscs storage nodes and compute
-    nodes (4 slots) as ``rack`` composes them. Returns the simulation block of results.json."""
-    rate, schedule = check_rack(nodes, rate, duration_s, trace, seed)
+    nodes (4 slots) as ``rack`` composes them. ``trace``: an Azure invocations file (or a loaded
+    ``AzureTrace``) with optional ``durations`` and ``memory`` files (``load_trace``), replayed for
+    its first ``minutes``; without it the bursty Poisson trace. ``size_rack="auto"``: the rack
+    sized to the workload's offered load (rackload.SIZING_RULE) instead of ``nodes``. Returns the
+    simulation block of results.json, with per-policy ``summary``, the offered ``load`` and
+    ``warnings`` where the rack is undersized."""
+    rate, schedule, duration_s, tr = check_rack(nodes, rate, duration_s, trace, seed, durations, memory, minutes, size_rack)
     services, means = sim_services(link, baseline=baseline, **opts)
     runtime = sensitivity.runtime_start()
     weights_s = sorted(sensitivity.cold_terms(a, "dscs", "f2", link, runtime)[1].value_s for a in APPS)
+    apps = dscs_apps()
+    mem_caps = node_memory_mb() if tr is not None and tr.memory_path else (None, None)
+    classes = rackload.trace_classes(tr) if tr is not None else rackload.poisson_classes(schedule, duration_s, list(apps))
+    demand = rackload.demand(classes, apps, {tuple(k.split(";")): v for k, v in means.items()}, policies)
+
+    def rack_for(n: int) -> rackload.Rack:
+        return rackload.Rack(*rack(n, baseline), SIM_SLOTS, *mem_caps)
+
+    suggest = rackload.size(demand, rack_for)
+    requested = nodes
+    if size_rack == "auto":
+        nodes = suggest
     storage, compute = rack(nodes, baseline)
-    runs = {}
+    load = rackload.against(demand, rack_for(nodes))
+    where = f"{nodes} nodes: {storage} dscs storage + {compute} compute, {baseline} mode"
+    warnings = rackload.warnings(load, rack_for(nodes), None if size_rack == "auto" else suggest, where)
+    notes = list(tr.info.get("notes", [])) if tr is not None else []
+    if size_rack == "auto":
+        notes.append(f"--size-rack auto: {nodes} nodes ({where}) for the offered load, instead of {requested}: {rackload.SIZING_RULE}")
+    runs, summary = {}, {}
     for policy in policies:
         if progress:
             progress(policy)
-        cfg = SimConfig(storage_nodes=storage, compute_nodes=compute, compute_slots=4, policy=policy, apps=dscs_apps(),
+        cfg = SimConfig(storage_nodes=storage, compute_nodes=compute, compute_slots=SIM_SLOTS, policy=policy, apps=apps,
                         services=services, keep_alive_s=600.0, image_pull_s=0.0, model_load_s=runtime[0] + weights_s[len(weights_s) // 2],
-                        link=link, bin_s=10.0, seed=seed, queue_in_view=True)
-        wl = poisson(schedule, duration_s, seed=seed) if trace is None else azure_replay(trace, seed=seed)
+                        link=link, bin_s=10.0, seed=seed, queue_in_view=True, storage_memory_mb=mem_caps[0], compute_memory_mb=mem_caps[1])
+        wl = poisson(schedule, duration_s, seed=seed) if tr is None else tr.replay(seed)
         r = Simulator(cfg).run(wl)
         # DSCS §6.2.2's metric: the cumulative wall-clock time the platforms take to process the
         # requests (each request's time in service: its latency less its queueing).
         busy = r.completed * (r.latency["mean"] - r.mean_wait_s) if r.completed else 0.0
         runs[policy] = {**r.summary(), "cumulative_processing_s": busy, "series": r.series}
+        summary[policy] = policy_summary(r)
     return {
         "mode": baseline,
         "label": "modelled (discrete-event simulation; placements by the live nearfaas.placement policy objects; wall_s measured)",
+        "summary": summary,
+        "warnings": warnings,
+        "notes": notes,
+        "load": {"label": rackload.LABEL, "by_policy": load},
         "runs": runs,
         "inputs": {
             "nodes": nodes,
+            "requested_nodes": requested,
+            "size_rack": {"mode": size_rack, "nodes_for_the_load": suggest, "rule": rackload.SIZING_RULE},
             "rack": RACK_NOTES[baseline],
             "dscs_storage_nodes": storage,
             "compute_nodes": compute,
-            "compute_slots": 4,
-            "trace": trace or {"kind": "poisson", "schedule": schedule, "duration_s": duration_s},
+            "compute_slots": SIM_SLOTS,
+            "node_memory_mb": ({"dscs_storage": mem_caps[0], "compute": mem_caps[1], "label": "src",
+                                "source": f"{P.MEMORY_BYTES['dscs'].source} (DSCS); {P.MEMORY_BYTES['cpu'].source} (CPU server)"}
+                               if mem_caps[0] else "not modelled (no memory file)"),
+            "trace": tr.describe() if tr is not None else {"kind": "poisson", "schedule": schedule, "duration_s": duration_s},
+            "trace_service_times": ("a call's duration D from the durations file is its time on a CPU (the trace was recorded on "
+                                    "Azure's CPU workers); stage i of its app's chain on target T takes D x mean_i(T) / sum_j "
+                                    "mean_j(cpu) (the model's split and accelerator speedup) [assumption]; a call's memory "
+                                    "footprint is held on its node while each stage runs, and a stage waits for it there"),
             "seed": seed,
             "service_means_s": means,
             "service_distribution": f"lognormal, sigma {SERVICE_SIGMA} [assumption] around the end-to-end model's mean stage time",
@@ -153,6 +227,17 @@ def simulate(
             "queue_depth": 10_000,
         },
     }
+
+
+def policy_summary(r) -> dict:
+    """One policy's headline of a run: p50/p95/p99 end-to-end latency and rejections (modelled)."""
+    lat = {k: r.latency[k] for k in ("p50", "p95", "p99")}
+    out = {"label": "modelled", "requests": r.arrivals, "completed": r.completed, "rejected": r.rejected,
+           "rejected_share": r.rejected / r.arrivals if r.arrivals else 0.0, "latency_s": lat,
+           "latency_ms": {k: v * 1e3 for k, v in lat.items()}}
+    if r.memory is not None:
+        out["memory"] = r.memory
+    return out
 
 
 HEADLINE_KEYS = (("speedup", "speedup_vs_cpu"), ("energy_reduction", "energy_reduction_vs_cpu"),
@@ -184,14 +269,19 @@ def build(
     platforms=None,
     link: str = "s3-like",
     nodes: int | None = None,
-    trace: str | None = None,
+    trace=None,
     rate: float | None = None,
     seed: int = 1,
     progress: Callable[[str], None] | None = None,
     baseline: str = P.PAPER,
+    durations=None,
+    memory=None,
+    minutes: int | None = None,
+    size_rack: str = "fixed",
 ) -> dict:
     """Every number of the report in ``baseline``'s mode. ``quick``: a 20-node rack and 1,000
-    Monte Carlo samples."""
+    Monte Carlo samples. ``trace``, ``durations``, ``memory``, ``minutes``, ``size_rack``: the
+    rack simulation's workload and rack (``simulate``)."""
     step = progress or (lambda _m: None)
     t0 = time.perf_counter()
     P.check_baseline(baseline)
@@ -199,7 +289,7 @@ def build(
     platforms = None if platforms is None else [P.check_platform(p) for p in platforms]
     nodes = nodes if nodes is not None else (20 if quick else 200)
     get_profile(link)
-    check_rack(nodes, rate, trace=trace, seed=seed)
+    tr = check_rack(nodes, rate, trace=trace, seed=seed, durations=durations, memory=memory, minutes=minutes, size_rack=size_rack)[3]
     step(f"single node ({baseline} mode): end-to-end, energy, cost")
     opts = {"baseline": baseline, "request_seed": seed}
     ev = e2e.evaluate(apps, platforms, link=link, **opts)
@@ -210,9 +300,9 @@ def build(
     step("sensitivity: batch, tail, accelerated functions, cold start")
     sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed, **opts)
     step("rack-scale simulation")
-    sim = simulate(nodes, trace=trace, rate=rate, seed=seed, link=link, baseline=baseline,
+    sim = simulate(nodes, trace=tr, rate=rate, seed=seed, link=link, baseline=baseline, minutes=minutes, size_rack=size_rack,
                    progress=lambda p: step(f"rack-scale simulation: {p}"))
-    return _results(ev, alt, sens, sim, quick, nodes, seed, t0, ranges)
+    return _results(ev, alt, sens, sim, quick, sim["inputs"]["nodes"], seed, t0, ranges)
 
 
 # Monte Carlo samples of the constants (report --quick / full). Each sample evaluates every
@@ -249,6 +339,7 @@ def _results(ev, alt, sens, sim, quick, nodes, seed, t0, ranges) -> dict:
         "energy_j": ev["energy"],
         "sensitivity": sens,
         "simulation": sim,
+        "warnings": sim["warnings"],
         "measured_here": _measured_inputs(ev["mode"]),
         "inputs": {**ev["inputs"], "quick": quick, "nodes": nodes, "seed": seed},
         "machine": {"python": host.python_version(), "machine": host.machine(), "system": host.system()},

@@ -103,6 +103,8 @@ class SimConfig:
     queue_in_view: bool = False  # the live gateway leaves NodeView.queue at 0; True reports waiting calls
     unhealthy: tuple = ()  # node names marked unhealthy
     accel_down: tuple = ()  # dscs node names whose accelerator an operator marked unavailable
+    storage_memory_mb: float | None = None  # memory per storage node for calls' footprints (None: unlimited)
+    compute_memory_mb: float | None = None  # memory per compute node (None: unlimited)
 
 
 class Simulator:
@@ -115,6 +117,9 @@ class Simulator:
             raise ValueError("compute_slots and storage_cpu_slots must be >= 1")
         if c.queue_depth < 0 or c.keep_alive_s < 0 or c.bin_s <= 0:
             raise ValueError("queue_depth and keep_alive_s must be >= 0, bin_s > 0")
+        for name in ("storage_memory_mb", "compute_memory_mb"):
+            if getattr(c, name) is not None and not getattr(c, name) > 0:
+                raise ValueError(f"{name} must be > 0 (or None: unlimited)")
         self.policy = make_policy(c.policy)
         self.recorder = recorder
         self.rng = random.Random(c.seed)
@@ -156,16 +161,28 @@ class Simulator:
         self.app_keys = list(self.apps)
         # Service samplers per (function, target); a missing pair takes the other target's spec,
         # then default_service. Means feed the auto policy's Estimates (the gateway learns them).
-        self.samplers, compute_s = [], {}
+        self.samplers, self.means, compute_s = [], [], {}
         for f in self.functions:
-            row = {}
+            row, means = {}, {}
             for target, other in (("dscs", "cpu"), ("cpu", "dscs")):
                 s = c.services.get((f.name, target), c.services.get((f.name, other), c.default_service))
-                row[target], mean = _sampler(s, self.rng)
+                row[target], means[target] = _sampler(s, self.rng)
                 if (f.name, target) in c.services:
-                    compute_s[(f.name, target)] = mean
+                    compute_s[(f.name, target)] = means[target]
             self.samplers.append(row)
+            self.means.append(means)
         self.estimates = Estimates(compute_s, PROFILES[c.link])
+        # A call with its own duration D (a trace's, taken as its time on a CPU): stage i on
+        # target T takes D x mean_i(T) / sum_j mean_j(cpu), the model's split of the chain and
+        # its accelerator's speedup (equal shares where the model's CPU means sum to 0).
+        self.shares = {}
+        for key, chain in self.chains.items():
+            total = sum(self.means[fi]["cpu"] for fi in chain)
+            self.shares[key] = tuple({t: (self.means[fi][t] / total if total > 0 else 1.0 / len(chain)) for t in ("dscs", "cpu")}
+                                     for fi in chain)
+        # Memory per node for calls' footprints (inf: unlimited).
+        inf = float("inf")
+        self.mem_cap = [(c.storage_memory_mb if st else c.compute_memory_mb) or inf for st in self.is_storage]
         # Input objects per app and their replica sets (the gateway's rendezvous hashing).
         self.objects = {key: [("inputs", f"{key}/obj-{i}") for i in range(max(1, c.objects_per_app))] for key in self.apps}
         # Where objects are: the gateway's own rule (placement/replicas.py), catalog then hashing.

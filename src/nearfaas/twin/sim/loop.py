@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 INTERMEDIATES = "nearfaas-intermediates"
 ARRIVAL, FINISH, EXPIRE = 0, 1, 2
 # A job is a list: arrival time, chain (function indices), stage, refs, node, target, queued-at,
-# waited, app.
-_ARRIVED, _CHAIN, _STAGE, _REFS, _NODE, _TARGET, _QUEUED_AT, _WAITED, _APP = range(9)
+# waited, app, the call's own duration (None: the service samplers), its memory footprint (MB).
+_ARRIVED, _CHAIN, _STAGE, _REFS, _NODE, _TARGET, _QUEUED_AT, _WAITED, _APP, _SVC, _MEM = range(11)
 
 
 @dataclass
@@ -46,6 +46,7 @@ class SimResult:
     cold_starts: int
     placements: dict  # "target;reason" -> count
     series: dict  # t, queue_len, instances_busy, instances_alive, latency_mean, latency_p95 per bin
+    memory: dict | None = None  # memory occupancy and memory rejections, where calls have footprints or nodes a limit
 
     @property
     def events_per_s(self) -> float:
@@ -56,7 +57,8 @@ class SimResult:
         return self.completed / self.sim_time_s if self.sim_time_s > 0 else 0.0
 
     def summary(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "series"} | {"events_per_s": self.events_per_s}
+        return ({k: v for k, v in self.__dict__.items() if k != "series" and not (k == "memory" and v is None)}
+                | {"events_per_s": self.events_per_s})
 
 
 class EventLoop:
@@ -86,6 +88,10 @@ class EventLoop:
         self.bq, self.bb, self.ba = [], [], []  # per-bin areas: queued, busy instances, alive instances
         self.st = {"queued": 0, "busy": 0, "alive": 0, "system": 0, "rejected": 0, "cold": 0, "wait": 0.0}
         self.area_sys = 0.0
+        # Memory: free MB per node (inf: unlimited), in use over the rack, its time-weighted area.
+        self.mem_free = list(sim.mem_cap)
+        self.mem = {"used": 0.0, "area": 0.0, "peak_node": 0.0, "peak_rack": 0.0, "rejected_too_big": 0, "waited": 0, "calls": 0}
+        self.mem_on = any(m != float("inf") for m in sim.mem_cap)
         self.last = 0.0
         self.run_id = 0
         self.arrivals = self.completed = self.events = 0
@@ -106,7 +112,7 @@ class EventLoop:
             if kind == FINISH:
                 finish(a, now)
             elif kind == ARRIVAL:
-                arrive(a, now)
+                arrive(a, b, now)
             else:
                 expire(a, b, now)
         self.events = events
@@ -118,18 +124,25 @@ class EventLoop:
 
     def _next_arrival(self) -> None:
         try:
-            t, app = next(self.it)
+            item = next(self.it)
         except StopIteration:
             return
+        t, app = item[0], item[1]
         if app not in self.sim.chains:
             raise WorkloadError(f"unknown app {app!r} in the workload; known: {', '.join(self.sim.app_keys)}")
-        self._push(t, ARRIVAL, app, None)
+        call = item[2] if len(item) > 2 else None
+        if call is not None:
+            svc, mb = call
+            if (svc is not None and not svc >= 0) or (mb is not None and not mb >= 0):
+                raise WorkloadError(f"call at t={t}s of app {app!r}: service {svc!r} s and memory {mb!r} MB must be >= 0 (or None)")
+        self._push(t, ARRIVAL, app, call)
 
     def _advance(self, now: float) -> None:
         """Time-weighted areas from the last event to ``now``, split at bin edges."""
         dt = now - self.last
         st, bq, bb, ba, bin_s = self.st, self.bq, self.bb, self.ba, self.bin_s
         self.area_sys += st["system"] * dt
+        self.mem["area"] += self.mem["used"] * dt
         q, bz, al = st["queued"], st["busy"], st["alive"]
         last = self.last
         k = int(last / bin_s)
@@ -158,12 +171,15 @@ class EventLoop:
         self.last = now
 
     # -- the three events ------------------------------------------------------------------------
-    def _arrive(self, app: str, now: float) -> None:
+    def _arrive(self, app: str, call, now: float) -> None:
         self.arrivals += 1
         self.st["system"] += 1
         objs = self.sim.objects[app]
         ref = objs[int(self.rand() * len(objs))]
-        job = [now, self.sim.chains[app], 0, (ref,), -1, "", 0.0, 0.0, app]
+        svc, mb = call if call is not None else (None, None)
+        job = [now, self.sim.chains[app], 0, (ref,), -1, "", 0.0, 0.0, app, svc, mb or 0.0]
+        if mb:
+            self.mem["calls"] += 1
         self._next_arrival()
         self._place(job, now, None)
 
@@ -179,8 +195,14 @@ class EventLoop:
         if self.expire_on and not self.expiring[fi][ni]:
             self.expiring[fi][ni] = True
             self._push(now + self.keep_alive, EXPIRE, fi, ni)
+        mb = job[_MEM]
+        if mb:
+            self.mem_free[ni] += mb
+            self.mem["used"] -= mb
         if target == "cpu":
-            self._free_slot(ni, now)
+            self.free[ni] += 1
+        if self.waitq[ni]:
+            self._drain(ni, now)
         located = self.sim.located
         for ref in job[_REFS]:
             located.pop(ref, None)  # consumed (the gateway deletes intermediates after the chain)
@@ -211,19 +233,25 @@ class EventLoop:
             self._push(pool[0] + keep_alive, EXPIRE, fi, ni)
 
     # -- a finished stage's follow-ups -----------------------------------------------------------
-    def _free_slot(self, ni: int, now: float) -> None:
-        """A CPU slot of node ``ni`` came free: it passes straight to the node's next waiting call."""
-        wq = self.waitq[ni]
-        if wq:
-            nxt = wq.popleft()
+    def _drain(self, ni: int, now: float) -> None:
+        """A slot or memory of node ``ni`` came free: the node's waiting calls start in FIFO
+        order while the first one's needs are met (a CPU call: a slot and its memory; an
+        accelerator call, which holds its accelerator already: its memory)."""
+        wq, free, mem_free = self.waitq[ni], self.free, self.mem_free
+        while wq:
+            nxt = wq[0]
+            cpu = nxt[_TARGET] == "cpu"
+            if (cpu and free[ni] <= 0) or nxt[_MEM] > mem_free[ni]:
+                return
+            wq.popleft()
+            if cpu:
+                free[ni] -= 1
             self.st["queued"] -= 1
             self.st["wait"] += now - nxt[_QUEUED_AT]
             nxt[_WAITED] += now - nxt[_QUEUED_AT]
             if self.config.queue_in_view:
                 self.sim._touch_node(ni)
             self._start(nxt, now)
-        else:
-            self.free[ni] += 1
 
     def _next_stage(self, job: list, now: float) -> None:
         """Write the stage's output (node-local on a storage node, else hashed through the
@@ -303,19 +331,32 @@ class EventLoop:
         self.placements[d.target + ";" + d.reason] += 1
         ni = self.sim.index[d.node]
         job[_NODE], job[_TARGET] = ni, d.target
+        mb = job[_MEM]
+        if mb > self.sim.mem_cap[ni]:  # can never fit this node: rejected (the policy does not see memory)
+            self.mem["rejected_too_big"] += 1
+            self._reject(job)
+            return
+        fits = mb <= self.mem_free[ni]
         if d.target == "dscs":
             self._accel_step(ni, 1)
-            self._start(job, now)  # the policy hands an accelerator out only when free (or held by this chain)
-        elif self.free[ni] > 0:
+            if fits:
+                self._start(job, now)  # the policy hands an accelerator out only when free (or held by this chain)
+                return
+        elif self.free[ni] > 0 and fits and not self.waitq[ni]:
             self.free[ni] -= 1
             self._start(job, now)
-        elif self.st["queued"] < self.depth:
+            return
+        if self.st["queued"] < self.depth:
+            if not fits:
+                self.mem["waited"] += 1
             job[_QUEUED_AT] = now
             self.waitq[ni].append(job)
             self.st["queued"] += 1
             if self.config.queue_in_view:
                 self.sim._touch_node(ni)
         else:
+            if d.target == "dscs":
+                self._accel_step(ni, -1)
             self._reject(job)
 
     def _reject(self, job: list) -> None:
@@ -346,7 +387,26 @@ class EventLoop:
         self.busy[fi][ni] += 1
         self._load_step(ni, 1)
         st["busy"] += 1
-        self._push(now + extra + self.sim.samplers[fi][job[_TARGET]](), FINISH, job, None)
+        mb = job[_MEM]
+        if mb:
+            self._take_memory(ni, mb)
+        svc = job[_SVC]
+        if svc is None:
+            service = self.sim.samplers[fi][job[_TARGET]]()
+        else:
+            service = svc * self.sim.shares[job[_APP]][job[_STAGE]][job[_TARGET]]
+        self._push(now + extra + service, FINISH, job, None)
+
+    def _take_memory(self, ni: int, mb: float) -> None:
+        self.mem_free[ni] -= mb
+        m = self.mem
+        m["used"] += mb
+        if m["used"] > m["peak_rack"]:
+            m["peak_rack"] = m["used"]
+        cap = self.sim.mem_cap[ni]
+        used = (cap - self.mem_free[ni]) if cap != float("inf") else None
+        if used is not None and used > m["peak_node"]:
+            m["peak_node"] = used
 
     # -- the result ------------------------------------------------------------------------------
     def _series(self, lv: np.ndarray, lt: np.ndarray) -> dict:
@@ -379,4 +439,17 @@ class EventLoop:
                      "p99": float(pct[2])},
             mean_wait_s=st["wait"] / completed if completed else float("nan"),
             time_avg_in_system=self.area_sys / end if end > 0 else 0.0, cold_starts=st["cold"],
-            placements=dict(self.placements), series=self._series(lv, lt))
+            placements=dict(self.placements), series=self._series(lv, lt), memory=self._memory(end))
+
+    def _memory(self, end: float) -> dict | None:
+        """Memory occupancy (calls' footprints while they run), where calls had footprints or
+        nodes a limit: None otherwise (the result then has no memory block)."""
+        m = self.mem
+        if not self.mem_on and not m["calls"]:
+            return None
+        caps = self.sim.mem_cap
+        finite = [c for c in caps if c != float("inf")]
+        return {"calls_with_footprint": m["calls"], "time_avg_used_mb": m["area"] / end if end > 0 else 0.0,
+                "peak_used_mb": m["peak_rack"], "peak_node_used_mb": m["peak_node"] if finite else None,
+                "capacity_mb": sum(finite) if len(finite) == len(caps) else None,
+                "waited_for_memory": m["waited"], "rejected_over_node_memory": m["rejected_too_big"]}
