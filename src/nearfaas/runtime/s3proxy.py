@@ -46,6 +46,7 @@ import hashlib
 import os
 import re
 import secrets
+import select
 import threading
 import time
 import urllib.parse
@@ -268,7 +269,12 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and count:
                 sent, out = 0, self.connection.fileno()
                 while sent < count:
-                    n = os.sendfile(out, fd, offset + first + sent, count - sent)
+                    try:
+                        n = os.sendfile(out, fd, offset + first + sent, count - sent)
+                    except BlockingIOError:  # the socket has a timeout, so it is non-blocking: wait until it drains
+                        if not select.select([], [out], [], IDLE_TIMEOUT_S)[1]:
+                            raise TimeoutError("the client stopped reading") from None
+                        continue
                     if n == 0:
                         break
                     sent += n
