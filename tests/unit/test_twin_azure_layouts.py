@@ -185,10 +185,14 @@ def test_percentiles_are_sampled_by_inverse_cdf():
     ('HashFunction,HashApp,HashOwner,1\n"f,a,o,1\n', "line 2, column 2 (HashApp): missing column: 1 fields"),  # an open quote
 ])
 def test_malformed_invocations_name_file_line_and_column(tmp_path, text, where):
+    _assert_names_the_place(tmp_path, read_azure_invocations, text, where)
+
+
+def _assert_names_the_place(tmp_path, reader, text, where):
     p = tmp_path / "bad.csv"
     p.write_text(text)
     with pytest.raises(WorkloadError) as err:
-        read_azure_invocations(p)
+        reader(p)
     assert str(err.value).startswith(f"{p}: {where}"), str(err.value)
 
 
@@ -215,11 +219,7 @@ def test_unreadable_files_are_clear_errors(tmp_path):
     (read_azure_memory, "HashApp,SampleCount,AverageAllocatedMb\na,1.5,100\n", "line 2, column 2 (SampleCount): '1.5' is not an integer"),
 ])
 def test_malformed_durations_and_memory(tmp_path, reader, text, where):
-    p = tmp_path / "bad.csv"
-    p.write_text(text)
-    with pytest.raises(WorkloadError) as err:
-        reader(p)
-    assert str(err.value).startswith(f"{p}: {where}"), str(err.value)
+    _assert_names_the_place(tmp_path, reader, text, where)
 
 
 def test_same_day_siblings_are_found_and_said(tmp_path):
