@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# aws-cli v1, which the S3 conformance tests drive (tests/integration/test_s3_awscli.py), in a venv
+# of its own: it pins its own botocore, older than the runtime's.
+AWSCLI_VENV ?= .venv-awscli
+AWSCLI_VERSION := 1.45.11
 PYTHON ?= python3
 # Debian packages the project uses (installed by `make setup` when run as root):
 #   wrk — the C load generator of benchmarks/invoke_overhead.py
@@ -18,7 +22,7 @@ CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo 2>/
 
 .PHONY: setup debs fastpath memshim demo test test-fast bench bench-smoke lint clean
 
-setup: $(VENV)/.installed debs fastpath memshim
+setup: $(VENV)/.installed $(AWSCLI_VENV)/.installed debs fastpath memshim
 
 debs:
 	@if [ "$$(id -u)" = 0 ] && ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
@@ -40,6 +44,12 @@ fastpath: debs
 memshim:
 	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench && $(MAKE) -s -C native/headroom; \
 	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
+
+# aws-cli v1 in a venv of its own (see AWSCLI_VENV above).
+$(AWSCLI_VENV)/.installed: Makefile
+	@test -x $(AWSCLI_VENV)/bin/python || $(PYTHON) -m venv $(AWSCLI_VENV)
+	$(AWSCLI_VENV)/bin/python -m pip install -q --disable-pip-version-check awscli==$(AWSCLI_VERSION)
+	@touch $@
 
 # Re-run pip only when the dependency pins change.
 $(VENV)/.installed: pyproject.toml

@@ -7,6 +7,8 @@ For 4 KiB, 1 MiB and 64 MiB objects:
   plain HTTP -> gw   the same gateway from `requests` (no SigV4 payload hash, no checksum):
                      separates what boto3 spends on the client from what the server spends
   raw file copy      write a file + fsync + rename (the same durability, no HTTP) / read it back
+  writes             interleaved: plain PUT, PUT If-None-Match: *, CopyObject via the gateway and
+                     on one node's own endpoint (all through boto3)
 
     python benchmarks/object_io.py [--repeats 5]
 
@@ -104,6 +106,24 @@ def http_io(base: str, bucket: str, data: bytes, repeats: int) -> tuple[list[flo
         assert len(resp.content) == len(data)
 
     return _timed(put, repeats), _timed(get, repeats)
+
+
+def copy_and_conditional(gateway, direct, data: bytes, repeats: int) -> dict[str, list[float]]:
+    """CopyObject through the gateway (read from one replica, written to both) and on one storage
+    node's own endpoint (source and copy on that node), and a conditional PUT (If-None-Match: *,
+    a fresh key each time) next to a plain one, interleaved (issue 22)."""
+    gateway.put_object(Bucket="bench", Key="copy-src", Body=data)
+    direct.put_object(Bucket="bench-direct", Key="copy-src", Body=data)
+    counter = iter(range(10**9))
+    fns = {
+        "put_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"plain/{next(counter)}", Body=data),
+        "put_if_none_match_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"cond/{next(counter)}", Body=data,
+                                                                IfNoneMatch="*"),
+        "copy_gateway": lambda: gateway.copy_object(Bucket="bench", Key=f"copy/{next(counter)}", CopySource="bench/copy-src"),
+        "copy_node": lambda: direct.copy_object(Bucket="bench-direct", Key=f"copy/{next(counter)}",
+                                                CopySource="bench-direct/copy-src"),
+    }
+    return _interleaved(fns, repeats)
 
 
 def summarise(size: int, samples: list[float]) -> dict:
@@ -227,8 +247,13 @@ def main() -> int:
             for system, r in results[label].items():
                 print(f"{label:>6} {system:<14} PUT {r['put']['mb_per_s']:9.1f} MB/s ({r['put']['median_s'] * 1e3:8.2f} ms)   "
                       f"GET {r['get']['mb_per_s']:9.1f} MB/s ({r['get']['median_s'] * 1e3:8.2f} ms)", flush=True)
+            writes = {op: summarise(size, samples) for op, samples in copy_and_conditional(gateway, direct, data, repeats).items()}
+            results[label]["writes"] = writes
+            print(f"{label:>6} " + "   ".join(f"{op} {w['median_s'] * 1e3:.2f} ms" for op, w in writes.items()), flush=True)
     ratios = {label: {f"gateway_vs_raw_{op}": r["raw_file_copy"][op]["median_s"] and
                       r["boto3_gateway"][op]["mb_per_s"] / r["raw_file_copy"][op]["mb_per_s"] for op in ("put", "get")}
+              | {f"{op}_vs_put_gateway": r["writes"][op]["median_s"] / r["writes"]["put_gateway"]["median_s"]
+                 for op in ("put_if_none_match_gateway", "copy_gateway", "copy_node")}
               for label, r in results.items()}
     path = write_result("object_io", {"benchmark": "object_io", "label": "measured", "repeats": args.repeats,
                                       "machine": machine_facts(), "results": results, "ratios": ratios})

@@ -42,7 +42,8 @@ class S3TestServer:
 
         app.router.add_get("/healthz", healthz)
         self.frontend.mount(app)
-        self._runner = web.AppRunner(app)
+        # As the node and the gateway serve (node/agent.py): bodies pass as sent, never decoded.
+        self._runner = web.AppRunner(app, auto_decompress=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

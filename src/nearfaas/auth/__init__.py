@@ -6,4 +6,6 @@
   cluster's keys, derived from the cluster secret so that any part can check them without a table.
 - :mod:`admin` — who may use the gateway's ``/system`` API, and the checks that keep a web page
   from using it through a browser (CSRF).
+- :mod:`keys` — more S3 access keys, from a keys file that is reloaded when it changes, each
+  limited by a policy; :mod:`policy` — the S3 bucket-policy subset that limits them.
 """

@@ -8,7 +8,7 @@
 
 One module per command group: cluster (up, down, status, credentials, accelerator), functions
 (deploy, remove, list, invoke, logs), objects (put, get, ls), query, secret, bench, demo, and the ones
-loaded only when used: apps, models, hw, twin, dataservices, memory, bitar, partition, sift, econ. common holds what they share; the tables and
+loaded only when used: apps, models, hw, twin, dataservices, memory, bitar, partition, sift, econ, keys. common holds what they share; the tables and
 bodies the demo shows and sends too live in nearfaas.present, below the CLI.
 """
 
@@ -27,7 +27,7 @@ class _LazyGroup(click.Group):
             "twin": "nearfaas.cli.twin:twin", "dataservices": "nearfaas.cli.dataservices:dataservices",
             "memory": "nearfaas.cli.memory:memory", "bitar": "nearfaas.cli.bitar:bitar",
             "partition": "nearfaas.cli.partition:partition", "sift": "nearfaas.cli.sift:sift",
-            "econ": "nearfaas.cli.econ:econ"}
+            "econ": "nearfaas.cli.econ:econ", "keys": "nearfaas.cli.keys:keys"}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))

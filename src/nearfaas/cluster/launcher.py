@@ -200,14 +200,17 @@ def _client_keys(spec: ClusterSpec, state_dir: Path) -> dict | None:
     configured boto3 or faas-cli keeps working."""
     if spec.auth is None:
         return None
+    # More keys, each with a policy, live in a keys file (auth/keys.py); the gateway finds it here.
+    extra = {"keys_file": spec.auth.keys_file} if spec.auth.keys_file else {}
     if not spec.auth.generated:
         return {"access_key": spec.auth.access_key, "secret_key": spec.auth.secret_key, "region": spec.auth.region,
-                "generated": False}
+                "generated": False, **extra}
     old = (read_layout(state_dir) or {}).get("auth") or {}
     if old.get("generated"):
-        return old
+        old.pop("keys_file", None)
+        return {**old, **extra}
     return {"access_key": "NF" + secrets.token_hex(8).upper(), "secret_key": secrets.token_urlsafe(30), "region": spec.auth.region,
-            "generated": True}
+            "generated": True, **extra}
 
 
 def _child_env(layout: dict) -> dict:

@@ -27,6 +27,7 @@ from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
 from nearfaas.gateway.select_planner import SelectPlanner, load_models
+from nearfaas.gateway.keys_api import KeysAPI
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
@@ -138,13 +139,19 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
                       handler_roots=layout.get("handler_roots") or [])
-    auth = None
+    auth = key_store = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth
 
+        from nearfaas.auth import keys as access_keys
+
+        # Keys of the keys file, each limited by its policy, reloaded when the file changes (auth/keys.py).
+        key_store = access_keys.KeyStore(access_keys.keys_path(layout["auth"], state_dir),
+                                         reserved={layout["auth"]["access_key"], INTERNAL_ACCESS_KEY})
         auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]},
-                      resolver=_function_key_resolver(invoker, layout["internal_secret"]))
-    s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created)
+                      resolver=access_keys.resolver(key_store, _function_key_resolver(invoker, layout["internal_secret"])))
+    s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created,
+                    hidden_buckets={INTERMEDIATE_BUCKET})
     s3.transfer = transfer.Server()  # compressed GETs for clients that opt in (bitar/transfer.py)
     metrics.add_collector(BitarCollector(s3.transfer.counters))
     guard = AdminGuard(layout.get("auth"), auth, protected=api.requires_auth)
@@ -154,6 +161,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api.routes(app)
     QueryAPI(backend, nodes).routes(app.router)
     WebhookSink().routes(app)
+    if key_store is not None:  # /system/keys: the keys file over the admin API (gateway/keys_api.py)
+        KeysAPI(key_store.path, set(key_store.reserved)).routes(app)
     s3.mount(app)
 
     async def startup(app):

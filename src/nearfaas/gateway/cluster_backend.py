@@ -17,7 +17,7 @@ background (read-repair). A read never answers older than a version some replica
 pending hint): if only older replicas are reachable it answers 503, never stale data.
 Listings merge every node's sorted listing. The gateway never buffers an object body.
 
-Fallback ladder for a call to one node: answered -> waited ``_PATIENCE_S`` on a node the health
+Fallback ladder for a call to one node: answered -> waited ``_PATIENCE_S`` (gateway/replica_calls.py) on a node the health
 poll calls down (then given up: a degraded write with a hint, or the next replica for a read)
 -> refused at once with 503 SlowDown + Retry-After when ``NODE_CALLS`` calls to that node are
 already in flight and ``NODE_QUEUE`` more are waiting (overload is backpressure, never a
@@ -43,17 +43,19 @@ held by several replicas appears once, with its earliest initiation time.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 
-from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, Node, NodeDirectory
+from nearfaas.gateway.nodes import NodeDirectory
+from nearfaas.gateway.replica_calls import Gate, HealthBound, Tee, close_answer, is_down, missed_upload, missed_write, settle, unavailable
 from nearfaas.placement.replicas import RENDEZVOUS, Scheme, replicas_for
 from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
 from nearfaas.replication.version import HybridClock
+from nearfaas.gateway.write_conditions import WriteConditions
+from nearfaas.s3.conditions import WriteCondition
 from nearfaas.s3.versions import DELETED_HEADER
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, StorageBackend, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
@@ -62,177 +64,15 @@ log = logging.getLogger("nearfaas.gateway.s3")
 
 # The gateway's own routes live under these path prefixes, so no bucket may take their names.
 RESERVED_BUCKETS = {"system", "function", "async-function", "healthz", "metrics", "_nearfaas"}
-_TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
-_DOWN_CHECK_S = HEALTH_INTERVAL_S / 2  # how often a slow node call looks at the node's health
-_PATIENCE_S = 1.0  # how long a call waits on a node the poll calls down before giving up on it
-NODE_CALLS = 64  # calls in flight to one storage node at once
-NODE_QUEUE = 2048  # calls waiting for one of those; beyond: 503 SlowDown (backpressure)
-SLOWDOWN_RETRY_AFTER_S = 1
-
-
-class _Tee:
-    """Feeds one async byte stream to several consumers; a consumer that fails is dropped."""
-
-    def __init__(self, source: AsyncIterator[bytes], n: int, trailer: Callable[[], bytes] | None = None):
-        self.source = source
-        self.queues = [asyncio.Queue(maxsize=_TEE_DEPTH) for _ in range(n)]
-        self.dead = [False] * n
-        self.error: BaseException | None = None
-        self.trailer = trailer  # called once the body has ended: its bytes go last to every consumer
-
-    async def pump(self) -> None:
-        try:
-            async for chunk in self.source:
-                for i, q in enumerate(self.queues):
-                    if not self.dead[i]:
-                        await q.put(chunk)
-            if self.trailer is not None:
-                last = self.trailer()
-                for i, q in enumerate(self.queues):
-                    if not self.dead[i]:
-                        await q.put(last)
-        except BaseException as exc:  # the client's body broke off: every replica must abort
-            self.error = exc
-        for i, q in enumerate(self.queues):
-            if not self.dead[i]:
-                await q.put(None)
-
-    async def stream(self, i: int) -> AsyncIterator[bytes]:
-        while True:
-            chunk = await self.queues[i].get()
-            if chunk is None:
-                if self.error is not None:
-                    raise self.error
-                return
-            yield chunk
-
-    def drop(self, i: int) -> None:
-        self.dead[i] = True
-        q = self.queues[i]
-        while not q.empty():  # unblock a pump waiting on this queue
-            q.get_nowait()
-
-
 def _predicted(pred) -> dict:
     return {"X-Nearfaas-Predicted": pred.header()} if pred is not None else {}
 
 
-def _unavailable(exc: BaseException) -> bool:
-    return isinstance(exc, S3Error) and exc.code == "ServiceUnavailable"
-
-
-def _settle(targets: list[str], results: list, missed, what: str) -> list:
-    """The successes of a call made on every replica. A replica whose error satisfies ``missed``
-    is skipped (logged) when another one succeeded; any other error, or every replica failing,
-    raises the most telling error: a real one, then "unavailable", then a missed upload."""
-    ok = [r for r in results if not isinstance(r, BaseException)]
-    failed = [(n, r) for n, r in zip(targets, results, strict=True) if isinstance(r, BaseException)]
-    if not ok:
-        failed.sort(key=lambda f: 0 if not missed(f[1]) else 1 if _unavailable(f[1]) else 2)
-    for name, exc in failed:
-        if not ok or not missed(exc):
-            raise exc if isinstance(exc, S3Error) else S3Error("InternalError", f"replica {name} failed: {exc!r}")
-        log.warning("degraded %s: replica %s missed it (%s); done by %d other(s)", what, name, exc, len(ok))
-    return ok
-
-
-def _missed_upload(exc: BaseException) -> bool:
-    """A replica that was down when a multipart upload was created (or a part was sent) answers
-    NoSuchUpload (or InvalidPart) once it is back; like a replica that is down, it just misses
-    this object. Only where another replica succeeded: if every one fails, the error is real."""
-    return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart"))
-
-
-def _missed_write(exc: BaseException) -> bool:
-    """A replica that was unreachable, or that lacks the bucket (it was down when the bucket
-    was created; it is owed the bucket too): it missed this write, if another replica made it."""
-    return _unavailable(exc) or (isinstance(exc, S3Error) and exc.code == "NoSuchBucket")
-
-
-async def _close(answer) -> None:
-    """Release a fetched object stream that will not be sent (another replica is newer)."""
-    aclose = getattr(getattr(answer, "body", None), "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-def _down(node: Node) -> bool:
-    """Known to be down: it answered a health poll once and has failed one since (a node never
-    yet seen, whose first poll raced its start, is not judged)."""
-    return not node.healthy and node.last_seen > 0
-
-
-async def _unless_down(node: Node, call: Awaitable):
-    """Await a call to storage node ``node``, abandoning it (ServiceUnavailable) once it has
-    waited ``_PATIENCE_S`` while the health poll says the node is down: a node that hangs
-    (SIGSTOP, a stuck disk) costs a request about the health-check bound (1.5 s), not a socket
-    timeout of minutes. A node that is merely slow to answer one poll (load) still serves every
-    call that it answers within the patience, so one slow poll does not make writes degraded."""
-    task = asyncio.ensure_future(call)
-    started = asyncio.get_running_loop().time()
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=_DOWN_CHECK_S)
-            if done:
-                return task.result()
-            if _down(node) and asyncio.get_running_loop().time() - started >= _PATIENCE_S:
-                raise S3Error("ServiceUnavailable", f"storage node {node.name} is not answering its health checks "
-                              f"({node.last_error or 'no answer'}); this call waited {_PATIENCE_S:g}s for it")
-    finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-
-class _Gate:
-    """At most ``NODE_CALLS`` calls in flight to one node and ``NODE_QUEUE`` waiting; a call
-    beyond both is refused at once with SlowDown, which the client retries after Retry-After."""
-
-    def __init__(self, node: str):
-        self.node = node
-        self.slots = asyncio.Semaphore(NODE_CALLS)
-        self.waiting = 0
-        self.refused = 0
-
-    async def __aenter__(self) -> None:
-        if self.slots.locked():
-            if self.waiting >= NODE_QUEUE:
-                self.refused += 1
-                raise S3Error("SlowDown", f"storage node {self.node} has {NODE_CALLS} calls in flight and {NODE_QUEUE} "
-                              f"waiting; retry after {SLOWDOWN_RETRY_AFTER_S}s",
-                              headers={"Retry-After": str(SLOWDOWN_RETRY_AFTER_S)})
-            self.waiting += 1
-            try:
-                await self.slots.acquire()
-            finally:
-                self.waiting -= 1
-        else:
-            await self.slots.acquire()
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.slots.release()
-
-
-class _HealthBound:
-    """A node's StorageBackend client whose every call is bounded by the node's health and
-    passes through the node's gate."""
-
-    def __init__(self, client: StorageBackend, node: Node, gate: _Gate):
-        self._client, self._node, self._gate = client, node, gate
-
-    def __getattr__(self, name: str):
-        attr = getattr(self._client, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
-
-        async def call(*args, **kwargs):
-            async with self._gate:
-                return await _unless_down(self._node, attr(*args, **kwargs))
-
-        return call
-
-
 class ClusterBackend:
+    # Conditional writes (s3/conditions.py) are checked and stamped as one step here: every write
+    # of the cluster goes through this one gateway (gateway/write_conditions.py).
+    atomic_conditions = True
+
     def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool,
                  *, hints: HintLog | None = None, scheme: Scheme = RENDEZVOUS):
         self.nodes = nodes
@@ -241,17 +81,18 @@ class ClusterBackend:
         self.replication = replication
         self.dscs_replica = dscs_replica
         self._bucket_options: dict[str, dict] = {}
-        self._gates: dict[str, _Gate] = {}
+        self._gates: dict[str, Gate] = {}
         self.clock = HybridClock("gw")
         self.order = AckOrder()
+        self.conditions = WriteConditions(self.order, self.head_object)  # gateway/write_conditions.py
         self.hints = hints if hints is not None else HintLog(None)
         self.repairer = Repairer(self)
         self.stale_reads_refused = 0  # reads answered 503 because only replicas behind a hint were reachable
         self.planner = None  # where S3 Selects run (gateway/select_planner.py); None: always offload
 
-    def client_for(self, name: str) -> _HealthBound:
-        gate = self._gates.get(name) or self._gates.setdefault(name, _Gate(name))
-        return _HealthBound(self._client_for(name), self.nodes.nodes[name], gate)
+    def client_for(self, name: str) -> HealthBound:
+        gate = self._gates.get(name) or self._gates.setdefault(name, Gate(name))
+        return HealthBound(self._client_for(name), self.nodes.nodes[name], gate)
 
     def slowdowns(self) -> dict[str, int]:
         return {name: gate.refused for name, gate in self._gates.items()}
@@ -281,7 +122,7 @@ class ClusterBackend:
         """Settle a versioned write: hints for the replicas that missed it, then wait for older
         writes of the key to be acknowledged first. Returns the successes."""
         try:
-            ok = _settle(targets, results, missed, "write")
+            ok = settle(targets, results, missed, "write")
             if version_box:
                 lagging = [n for n, r in zip(targets, results, strict=True) if isinstance(r, BaseException)]
                 for name in lagging:  # durable before the client hears "done"
@@ -292,23 +133,29 @@ class ClusterBackend:
             if version_box:
                 self.order.end(bucket, key, version_box[0])
 
-    def _stamp(self, bucket: str, key: str, box: list) -> str:
-        """A new version for a write of the key, registered for ordered acknowledgement."""
+    def _stamp(self, bucket: str, key: str, box: list, seen: object = None) -> str:
+        """A new version for a write of the key, registered for ordered acknowledgement. With
+        ``seen`` (a conditional write's precheck), refused with 409 when another write of the key
+        was stamped since its condition was checked (gateway/write_conditions.py)."""
+        self.conditions.check_at_stamp(bucket, key, seen)
         version = self.clock.now()
         self.order.begin(bucket, key, version)
         box.append(version)
+        self.conditions.stamped(bucket, key, version)
         return version
 
-    async def put_object(self, bucket, key, body, *, content_md5=None, content_type=None, metadata=None, options=None) -> ObjectInfo:
+    async def put_object(self, bucket, key, body, *, content_md5=None, content_type=None, metadata=None, options=None,
+                         condition: WriteCondition | None = None, headers=None) -> ObjectInfo:
+        seen = await self.conditions.precheck(bucket, key, condition)
         targets = await self.replica_names(bucket, key, options)
         box: list[str] = []  # the version, once the body has ended
-        tee = _Tee(body, len(targets), trailer=lambda: self._stamp(bucket, key, box).encode("ascii"))
+        tee = Tee(body, len(targets), trailer=lambda: self._stamp(bucket, key, box, seen).encode("ascii"))
 
         async def one(i: int, name: str):
             try:
                 return await self.client_for(name).put_object(
                     bucket, key, tee.stream(i), content_md5=content_md5, content_type=content_type, metadata=metadata,
-                    version_trailer=self.clock.width)
+                    version_trailer=self.clock.width, **({"headers": headers} if headers else {}))
             except BaseException:
                 tee.drop(i)
                 raise
@@ -321,24 +168,27 @@ class ClusterBackend:
             if box:
                 self.order.end(bucket, key, box[0])
             raise
-        return (await self._ordered(bucket, key, box, targets, results, _missed_write))[0]
+        if not box and isinstance(tee.error, S3Error):  # refused when stamped (a lost condition): nothing was written
+            raise tee.error
+        return (await self._ordered(bucket, key, box, targets, results, missed_write))[0]
 
-    async def create_multipart_upload(self, bucket, key, *, content_type=None, metadata=None, upload_id=None) -> str:
+    async def create_multipart_upload(self, bucket, key, *, content_type=None, metadata=None, upload_id=None, headers=None) -> str:
         upload_id = upload_id or uuid.uuid4().hex
         targets = await self.replica_names(bucket, key)
         results = await asyncio.gather(*(self.client_for(n).create_multipart_upload(
-            bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id) for n in targets), return_exceptions=True)
+            bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id, **({"headers": headers} if headers else {}))
+            for n in targets), return_exceptions=True)
         self._check(targets, results)
         return upload_id
 
-    async def upload_part(self, bucket, key, upload_id, part_number, body, *, content_md5=None) -> str:
+    async def upload_part(self, bucket, key, upload_id, part_number, body, *, content_md5=None, headers=None) -> str:
         targets = await self.replica_names(bucket, key)
-        tee = _Tee(body, len(targets))
+        tee = Tee(body, len(targets))
 
         async def one(i: int, name: str):
             try:
                 return await self.client_for(name).upload_part(bucket, key, upload_id, part_number, tee.stream(i),
-                                                               content_md5=content_md5)
+                                                               content_md5=content_md5, **({"headers": headers} if headers else {}))
             except BaseException:
                 tee.drop(i)
                 raise
@@ -346,42 +196,67 @@ class ClusterBackend:
         pump = asyncio.ensure_future(tee.pump())
         results = await asyncio.gather(*(one(i, n) for i, n in enumerate(targets)), return_exceptions=True)
         await pump
-        return _settle(targets, results, _missed_upload, "write")[0]
+        return settle(targets, results, missed_upload, "write")[0]
 
-    async def complete_multipart_upload(self, bucket, key, upload_id, parts) -> ObjectInfo:
+    async def complete_multipart_upload(self, bucket, key, upload_id, parts, condition: WriteCondition | None = None,
+                                        part_checksums: dict | None = None) -> ObjectInfo:
+        done = self.conditions.completion(bucket, key, upload_id, parts)
+        if done is not None:  # a client retrying a completion whose answer it lost: 200 again, same ETag
+            return done
+        info = await self._complete(bucket, key, upload_id, parts, condition, {"part_checksums": part_checksums} if part_checksums else {})
+        self.conditions.completed(bucket, key, upload_id, parts, info)
+        return info
+
+    async def _complete(self, bucket, key, upload_id, parts, condition: WriteCondition | None, extra: dict) -> ObjectInfo:
+        seen = await self.conditions.precheck(bucket, key, condition)
         targets = await self.replica_names(bucket, key)
         box: list[str] = []
-        version = self._stamp(bucket, key, box)
-        results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts, version=version)
+        version = self._stamp(bucket, key, box, seen)
+        results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts, version=version, **extra)
                                          for n in targets), return_exceptions=True)
-        info = (await self._ordered(bucket, key, box, targets, results, _missed_upload))[0]
+        info = (await self._ordered(bucket, key, box, targets, results, missed_upload))[0]
         # A replica that missed a part keeps its half of the upload: drop it (best effort).
         stale = [n for n, r in zip(targets, results, strict=True) if isinstance(r, S3Error) and r.code == "InvalidPart"]
         await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in stale), return_exceptions=True)
         return info
 
+    async def list_parts(self, bucket, key, upload_id, max_parts=1000, part_number_marker=0):
+        """From the first replica that holds the upload (every replica got every acknowledged part)."""
+        last: BaseException | None = None
+        for name in self._read_order(await self.replica_names(bucket, key)):
+            try:
+                return await self.client_for(name).list_parts(bucket, key, upload_id, max_parts, part_number_marker)
+            except S3Error as exc:
+                if exc.code not in ("NoSuchUpload", "ServiceUnavailable", "SlowDown"):
+                    raise
+                last = exc
+            except (OSError, TimeoutError) as exc:
+                last = exc
+        raise last if isinstance(last, S3Error) else S3Error("NoSuchUpload", f"The upload {upload_id} does not exist.")
+
     async def abort_multipart_upload(self, bucket, key, upload_id) -> None:
         targets = await self.replica_names(bucket, key)
         results = await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in targets),
                                        return_exceptions=True)
-        self._check(targets, results, missed=_missed_upload)
+        self._check(targets, results, missed=missed_upload)
 
-    def _check(self, targets, results, missed=_unavailable) -> list:
-        return _settle(targets, results, missed, "multipart call")
+    def _check(self, targets, results, missed=unavailable) -> list:
+        return settle(targets, results, missed, "multipart call")
 
-    async def delete_object(self, bucket, key) -> None:
+    async def delete_object(self, bucket, key, condition: WriteCondition | None = None) -> None:
         """Delete on every storage node (a copy may sit on any), as a versioned tombstone. A
         node's refusal (an invalid key, AccessDenied, its own failure) is the answer, so that
         DeleteObjects reports the key as an error, never as deleted; a node that is down is
         owed the delete (a hint), unless every node is down."""
+        seen = await self.conditions.precheck(bucket, key, condition)
         names = [n.name for n in self.nodes.storage_nodes()]
         box: list[str] = []
-        version = self._stamp(bucket, key, box)
+        version = self._stamp(bucket, key, box, seen)
         try:
             results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key, version=version) for n in names),
                                            return_exceptions=True)
             refused = [(n, r) for n, r in zip(names, results, strict=True)
-                       if isinstance(r, BaseException) and not _missed_write(r)]
+                       if isinstance(r, BaseException) and not missed_write(r)]
             if refused:
                 refused.sort(key=lambda f: not (isinstance(f[1], S3Error) and f[1].code == "NoSuchBucket"))
                 name, exc = refused[0]
@@ -390,7 +265,7 @@ class ClusterBackend:
         except BaseException:
             self.order.end(bucket, key, version)
             raise
-        await self._ordered(bucket, key, box, names, results, _missed_write)
+        await self._ordered(bucket, key, box, names, results, missed_write)
 
     # -- reads -------------------------------------------------------------------------------------
     async def _newest(self, bucket: str, key: str, fetch):
@@ -404,7 +279,7 @@ class ClusterBackend:
         its version (HEAD); if one is newer, the fetch is redone there, and replicas found
         behind are repaired in the background."""
         order = self._read_order(await self.replica_names(bucket, key))
-        asked = [n for n in order if not _down(self.nodes.nodes[n])] or order
+        asked = [n for n in order if not is_down(self.nodes.nodes[n])] or order
         if not self.hints.newest(bucket, key):
             try:
                 return await fetch(self.client_for(asked[0]))
@@ -422,24 +297,24 @@ class ClusterBackend:
         got_info = got.info if hasattr(got, "info") and not isinstance(got, BaseException) else got
         states = {n: state_from(n, a) for n, a in zip(asked, [got_info, *answers[1:]], strict=True)}
         for name, answer in zip(asked, answers, strict=True):
-            if states[name] is None and not _unavailable(answer):
-                await _close(got)
+            if states[name] is None and not unavailable(answer):
+                await close_answer(got)
                 raise answer if isinstance(answer, S3Error) else S3Error("InternalError", f"storage node {name} failed: {answer!r}")
         reachable = {n: s for n, s in states.items() if s is not None}
         best = newest(reachable.values())
         owed = self.hints.newest(bucket, key)
         if best is None or best.version < owed:
-            await _close(got)
+            await close_answer(got)
             self.stale_reads_refused += best is not None
             raise S3Error("ServiceUnavailable", f"no storage node holding the newest s3://{bucket}/{key} is reachable; retry shortly")
         if any(s.version < best.version for s in reachable.values()):
             self.repairer.soon(bucket, key)
         if best.deleted:
-            await _close(got)
+            await close_answer(got)
             raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
         if states[first] is not None and states[first].version >= best.version:
             return got
-        await _close(got)
+        await close_answer(got)
         return await fetch(self.client_for(best.node))
 
     async def get_object(self, bucket, key, byte_range=None) -> ObjectStream:
@@ -454,7 +329,7 @@ class ClusterBackend:
         if self.hints.newest(bucket, key):
             return None
         order = self._read_order(await self.replica_names(bucket, key))
-        return next((n for n in order if not _down(self.nodes.nodes[n])), None)
+        return next((n for n in order if not is_down(self.nodes.nodes[n])), None)
 
     async def select_object(self, bucket, key, request_xml: bytes) -> SelectResult:
         """S3 Select, near the data when it pays: the decision engine (``self.planner``,
@@ -490,7 +365,7 @@ class ClusterBackend:
             raise S3Error("ServiceUnavailable", "no storage node is reachable")
         pages = await asyncio.gather(*(op(self.client_for(n)) for n in names), return_exceptions=True)
         for name, p in zip(names, pages, strict=True):
-            if isinstance(p, S3Error) and not _unavailable(p):
+            if isinstance(p, S3Error) and not unavailable(p):
                 raise p
             if isinstance(p, BaseException) and not isinstance(p, S3Error):
                 log.warning("listing on storage node %s failed, its entries are missing: %r", name, p)
@@ -572,7 +447,7 @@ class ClusterBackend:
             raise S3Error("InvalidBucketName", f"bucket name {name!r} is reserved by the gateway's API; choose another name")
         names = [n.name for n in self.nodes.storage_nodes()]
         results = await asyncio.gather(*(self.client_for(n).create_bucket(name, options) for n in names), return_exceptions=True)
-        made = _settle(names, results, _unavailable, "CreateBucket")
+        made = settle(names, results, unavailable, "CreateBucket")
         for node, r in zip(names, results, strict=True):
             if isinstance(r, BaseException):  # down: it gets the bucket when it is back
                 await self.hints.add(node, name, None, options=made[0].options)
@@ -585,7 +460,7 @@ class ClusterBackend:
             try:
                 return await self.client_for(node).head_bucket(name)
             except S3Error as exc:
-                if not _unavailable(exc):
+                if not unavailable(exc):
                     raise
                 last = exc
         raise last or S3Error("ServiceUnavailable", "no storage node is reachable")

@@ -58,8 +58,10 @@ class NodeDirectory:
         # signed with SigV4 by their NodeClients.
         origins = {str(yarl.URL(n.url).origin()) for n in self.nodes.values()}
         middlewares = (internal.client_middleware(self.secret, "/_nearfaas/", origins),) if self.secret else ()
+        # auto_decompress off: an object stored with Content-Encoding: gzip / deflate / br is relayed
+        # as its stored bytes, never decoded on its way through the gateway (S3's semantics).
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120),
-                                             middlewares=middlewares)
+                                             middlewares=middlewares, auto_decompress=False)
         await self.poll_all()
         self._task = asyncio.get_running_loop().create_task(self._poll_forever())
 

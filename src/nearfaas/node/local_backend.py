@@ -15,6 +15,7 @@ from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
+from nearfaas.s3.checksums import CHECKSUM_PREFIX, COMPUTE_HEADER
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
 from nearfaas.s3.validation import resolve_range
 
@@ -93,14 +94,18 @@ class LocalBackend:
     async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
                          content_md5: bytes | None = None, content_type: str | None = None,
                          metadata: dict | None = None, options: dict | None = None,
-                         version: str | Callable[[], str] = "", copy_of: tuple[str, float] | None = None) -> ObjectInfo:
+                         version: str | Callable[[], str] = "", copy_of: tuple[str, float] | None = None,
+                         headers: dict | None = None) -> ObjectInfo:
         """`options` (e.g. dscs_replica) steer placement in the gateway; a node stores as asked.
         `version` orders the write (the gateway's); a callable is asked once the body has been
         read, for a version that travels at the end of the body. `copy_of` (etag, last_modified):
-        a repair copy of another replica's object, which keeps both."""
-        writer = await self._run(self.store.open_writer, bucket, key, content_type=content_type, metadata=metadata)
+        a repair copy of another replica's object, which keeps both. `headers`: the stored system
+        headers (s3/checksums.py), whose checksums are filled in as the body ends: read then."""
+        writer = await self._run(self.store.open_writer, bucket, key, content_type=content_type, metadata=metadata,
+                                 headers=headers)
         await self._stream_into(writer, body)
         writer.version = version() if callable(version) else version
+        writer.headers = _stored(headers)
         if copy_of is not None:
             info = await self._run(writer.commit, content_md5, etag=copy_of[0], last_modified=copy_of[1])
         else:
@@ -183,25 +188,37 @@ class LocalBackend:
     # -- multipart ------------------------------------------------------------------------------
 
     async def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None,
-                                      metadata: dict | None = None, upload_id: str | None = None) -> str:
+                                      metadata: dict | None = None, upload_id: str | None = None,
+                                      headers: dict | None = None) -> str:
         return await self._run(self.store.create_multipart_upload, bucket, key, content_type=content_type,
-                               metadata=metadata, upload_id=upload_id)
+                               metadata=metadata, upload_id=upload_id, headers=headers)
 
     async def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
-                          body: AsyncIterator[bytes], *, content_md5: bytes | None = None) -> str:
+                          body: AsyncIterator[bytes], *, content_md5: bytes | None = None,
+                          headers: dict | None = None) -> str:
+        """`headers`: the part's checksums, filled in as the body ends (s3/checksums.py)."""
         writer = await self._run(self.store.open_part_writer, bucket, key, upload_id, part_number)
         await self._stream_into(writer, body)
-        return await self._run(writer.commit, content_md5)
+        sums = {k: v for k, v in _stored(headers).items() if k.startswith(CHECKSUM_PREFIX)}
+        return await self._run(writer.commit, content_md5, checksums=sums)
 
-    async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                        parts: list[tuple[int, str]], version: str = "") -> ObjectInfo:
+    async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
+                                        version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
         return self._written(await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts,
-                                             version=version))
+                                             version=version, part_checksums=part_checksums))
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0):
+        return await self._run(self.store.list_parts, bucket, key, upload_id, max_parts, part_number_marker)
 
     async def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
                                      key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
         # In memory (the store indexes its uploads), like list_objects: no executor hop.
         return self.store.list_multipart_uploads(bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker)
+
+
+def _stored(headers: dict | None) -> dict:
+    """The headers to store, once the body has ended (less the node client's instruction)."""
+    return {k: v for k, v in (headers or {}).items() if k != COMPUTE_HEADER}

@@ -38,7 +38,8 @@ from nearfaas.node.objectfile import (
     read_header,
     remove_tree_atomically,
 )
-from nearfaas.s3.backend import ObjectInfo, UploadInfo, UploadListResult
+from nearfaas.s3 import checksums
+from nearfaas.s3.backend import ObjectInfo, PartInfo, PartListResult, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import (
     validate_bucket_name,
@@ -88,8 +89,9 @@ class PartWriter:
         self._md5.update(chunk)
         self._file.write(chunk)
 
-    def commit(self, expected_md5: bytes | None = None) -> str:
-        """Make the part durable; returns its ETag (MD5 hex). BadDigest on a Content-MD5 mismatch."""
+    def commit(self, expected_md5: bytes | None = None, *, checksums: dict | None = None) -> str:
+        """Make the part durable; returns its ETag (MD5 hex). BadDigest on a Content-MD5 mismatch.
+        ``checksums``: the part's verified x-amz-checksum-<kind> values, kept for the completion."""
         if self._done:
             raise RuntimeError("this part writer was already committed or aborted")
         try:
@@ -102,6 +104,8 @@ class PartWriter:
                 )
             fields = {"kind": "part", "upload_id": self.upload_id, "part_number": self.part_number,
                       "size": self._file.size, "etag": digest.hex(), "last_modified": time.time()}
+            if checksums:
+                fields["checksums"] = dict(checksums)
             self._file.finish(fields)
             self._uploads._install_part(self.upload_id, self.part_number, self._file)
         except BaseException:
@@ -158,7 +162,7 @@ class MultipartUploads:
             log.warning("removed leftover multipart upload %s (%d bytes): %s", entry, size, problem)
 
     def create(self, bucket: str, key: str, *, content_type: str | None = None,
-               metadata: dict | None = None, upload_id: str | None = None) -> str:
+               metadata: dict | None = None, upload_id: str | None = None, headers: dict | None = None) -> str:
         """Start an upload. A caller-supplied id (the gateway gives every replica the same one)
         is idempotent for the same bucket and key."""
         validate_bucket_name(bucket)
@@ -166,13 +170,15 @@ class MultipartUploads:
         metadata = validate_metadata(metadata)
         if content_type:
             validate_header_value("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            validate_header_value(name, value)
         if upload_id is None:
             upload_id = uuid.uuid4().hex
         else:
             validate_upload_id(upload_id)
         self.store.head_bucket(bucket)
         record = {"upload_id": upload_id, "bucket": bucket, "key": key, "created": time.time(),
-                  "content_type": content_type, "metadata": metadata}
+                  "content_type": content_type, "metadata": metadata, "headers": dict(headers or {})}
         with self._lock:
             existing = self._records.get(upload_id)
             if existing is not None:
@@ -214,7 +220,7 @@ class MultipartUploads:
             pass
 
     def complete(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]], *,
-                 version: str = "") -> ObjectInfo:
+                 version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
         """Join the listed parts into one object with ETag md5(md5_1 || ... || md5_n)-n."""
         record = self._require(bucket, key, upload_id)
         with self._lock:
@@ -222,7 +228,7 @@ class MultipartUploads:
                 raise _no_such_upload(upload_id)
             self._completing[upload_id] = self._completing.get(upload_id, 0) + 1
         try:
-            return self._complete(bucket, key, upload_id, record, parts, version)
+            return self._complete(bucket, key, upload_id, record, parts, version, part_checksums or {})
         finally:
             with self._lock:
                 left = self._completing.pop(upload_id) - 1
@@ -230,7 +236,7 @@ class MultipartUploads:
                     self._completing[upload_id] = left
 
     def _complete(self, bucket: str, key: str, upload_id: str, record: dict,
-                  parts: list[tuple[int, str]], version: str) -> ObjectInfo:
+                  parts: list[tuple[int, str]], version: str, part_checksums: dict) -> ObjectInfo:
         if not parts:
             raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one part.")
         numbers = [number for number, _ in parts]
@@ -241,6 +247,7 @@ class MultipartUploads:
         # Open every part before copying: a concurrent abort then cannot pull one from under us.
         opened: list[tuple[int, int, int]] = []  # (fd, data_offset, size)
         digests: list[bytes] = []
+        part_fields: list[dict] = []
         try:
             for number, etag in parts:  # every listed part must exist and match first
                 fd, data_offset, fields = self._open_part(upload_id, number)
@@ -252,6 +259,7 @@ class MultipartUploads:
                         "that UploadPart returned.",
                     )
                 digests.append(bytes.fromhex(fields["etag"]))
+                part_fields.append(fields)
             for (number, _), (_, _, size) in zip(parts[:-1], opened[:-1], strict=True):
                 if size < self.min_part_size:
                     raise S3Error(
@@ -264,8 +272,9 @@ class MultipartUploads:
                 raise S3Error("EntityTooLarge", f"The parts add up to {total} bytes; the maximum object "
                               f"size is {self.store.max_object_size}.")
             etag = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(parts)}"
-            with self.store.open_writer(bucket, key, content_type=record.get("content_type"),
-                                        metadata=record.get("metadata"), compute_md5=False, version=version) as writer:
+            headers = checksums.multipart_headers(record.get("headers") or {}, parts, part_fields, part_checksums)
+            with self.store.open_writer(bucket, key, content_type=record.get("content_type"), metadata=record.get("metadata"),
+                                        compute_md5=False, version=version, headers=headers) as writer:
                 for fd, data_offset, size in opened:
                     writer.copy_from(fd, data_offset, size)
                 info = writer.commit(etag=etag)
@@ -278,6 +287,24 @@ class MultipartUploads:
     def abort(self, bucket: str, key: str, upload_id: str) -> None:
         self._require(bucket, key, upload_id)
         self._remove(upload_id)
+
+    def list_parts(self, bucket: str, key: str, upload_id: str, max_parts: int = 1000,
+                   part_number_marker: int = 0) -> PartListResult:
+        """ListParts: the upload's parts after ``part_number_marker``, in part-number order."""
+        record = self._require(bucket, key, upload_id)
+        numbers = sorted(int(p.name[5:]) for p in (self.dir / upload_id).glob("part-*") if p.name[5:].isdigit())
+        after = [n for n in numbers if n > part_number_marker]
+        page = after[:max_parts]
+        parts = []
+        for number in page:
+            try:
+                fd, _, fields = self._open_part(upload_id, number)
+            except S3Error:  # aborted or replaced while we looked: not a part any more
+                continue
+            os.close(fd)
+            parts.append(PartInfo(number, fields["etag"], int(fields["size"]), float(fields.get("last_modified", 0.0))))
+        return PartListResult(parts, len(after) > len(page), page[-1] if page else part_number_marker,
+                              record.get("created", 0.0))
 
     def abort_all_in_bucket(self, bucket: str) -> None:
         with self._lock:

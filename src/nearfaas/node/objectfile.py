@@ -11,6 +11,7 @@ Every object (and every multipart part) is ONE file::
     20      4     CRC-32 of the JSON header
     24      n     JSON header (UTF-8): kind, key, size, etag, content_type, metadata,
                   last_modified, version
+                  and headers (stored system headers and checksums; may be absent)
     24+n    ...   zero padding up to data_offset
     data_offset   the object's bytes, exactly `size` of them
 
@@ -50,8 +51,8 @@ FORMAT_VERSION = 1
 PAGE = 4096
 DATA_OFFSET = PAGE  # the usual offset; see the module docstring
 _PREFIX = struct.Struct("<8sHHIII")
-# Room left in the header for the fields only known at commit (size, etag, timestamp).
-_HEADER_SLACK = 160
+# Room left in the header for the fields only known at commit (size, etag, timestamp, checksums).
+_HEADER_SLACK = 400
 COPY_CHUNK = 1 << 20
 
 
@@ -160,6 +161,7 @@ def info_from_header(bucket: str, fields: dict) -> ObjectInfo:
         content_type=fields.get("content_type") or "binary/octet-stream",
         metadata=dict(fields.get("metadata") or {}),
         version=str(fields.get("version") or ""),
+        headers=dict(fields.get("headers") or {}),  # absent in files written before issue 22
     )
 
 
@@ -173,6 +175,7 @@ def header_from_info(info: ObjectInfo) -> dict:
         "metadata": info.metadata,
         "last_modified": info.last_modified,
         "version": info.version,
+        **({"headers": info.headers} if info.headers else {}),
     }
 
 

@@ -24,11 +24,12 @@ class ObjectWriter:
     """
 
     def __init__(self, store: ObjectStore, bucket: str, key: str, content_type: str, metadata: dict,
-                 *, compute_md5: bool = True, version: str = ""):
+                 *, compute_md5: bool = True, version: str = "", headers: dict | None = None):
         self._store = store
         self.bucket, self.key, self.version = bucket, key, version
-        self.content_type, self.metadata = content_type, metadata
-        sizing = {"key": key, "content_type": content_type, "metadata": metadata}
+        # Stored system headers; the checksums among them may be set until commit (s3/checksums.py).
+        self.content_type, self.metadata, self.headers = content_type, metadata, dict(headers or {})
+        sizing = {"key": key, "content_type": content_type, "metadata": metadata, "headers": self.headers}
         self._file = AtomicObjectFile(store.tmp_dir, data_offset_for(sizing))
         self._md5 = hashlib.md5() if compute_md5 else None
         self._done = False
@@ -76,7 +77,7 @@ class ObjectWriter:
             info = ObjectInfo(
                 bucket=self.bucket, key=self.key, size=self._file.size, etag=etag,
                 last_modified=last_modified or time.time(), content_type=self.content_type, metadata=self.metadata,
-                version=self.version or self._store.clock.now(),
+                version=self.version or self._store.clock.now(), headers=dict(self.headers),
             )
             self._file.finish(header_from_info(info))
             self._store._install(info, self._file)

@@ -272,8 +272,8 @@ class ObjectStore:
 
     # -- objects ----------------------------------------------------------------------------
 
-    def open_writer(self, bucket: str, key: str, *, content_type: str | None = None,
-                    metadata: dict | None = None, compute_md5: bool = True, version: str = "") -> ObjectWriter:
+    def open_writer(self, bucket: str, key: str, *, content_type: str | None = None, metadata: dict | None = None,
+                    compute_md5: bool = True, version: str = "", headers: dict | None = None) -> ObjectWriter:
         """A writer for a new object. ``version`` (from the gateway) orders it against the key's
         other writes; without one the store stamps its own clock's at commit."""
         validate_bucket_name(bucket)
@@ -281,10 +281,12 @@ class ObjectStore:
         metadata = validate_metadata(metadata)
         if content_type:
             validate_header_value("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            validate_header_value(name, value)
         with self._lock:
             self._require_bucket(bucket)
         return ObjectWriter(self, bucket, key, content_type or DEFAULT_CONTENT_TYPE, metadata,
-                            compute_md5=compute_md5, version=version)
+                            compute_md5=compute_md5, version=version, headers=headers)
 
     def put_object(self, bucket: str, key: str, data: bytes, *, content_type: str | None = None,
                    metadata: dict | None = None, content_md5: bytes | None = None, version: str = "") -> ObjectInfo:
@@ -475,8 +477,9 @@ class ObjectStore:
     # -- multipart (see multipart.py) -------------------------------------------------------
 
     def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None,
-                                metadata: dict | None = None, upload_id: str | None = None) -> str:
-        return self.uploads.create(bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id)
+                                metadata: dict | None = None, upload_id: str | None = None, headers: dict | None = None) -> str:
+        return self.uploads.create(bucket, key, content_type=content_type, metadata=metadata, upload_id=upload_id,
+                                   headers=headers)
 
     def open_part_writer(self, bucket: str, key: str, upload_id: str, part_number: int):
         return self.uploads.open_part_writer(bucket, key, upload_id, part_number)
@@ -488,8 +491,8 @@ class ObjectStore:
             return writer.commit(content_md5)
 
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                  parts: list[tuple[int, str]], *, version: str = "") -> ObjectInfo:
-        return self.uploads.complete(bucket, key, upload_id, parts, version=version)
+                                  parts: list[tuple[int, str]], *, version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
+        return self.uploads.complete(bucket, key, upload_id, parts, version=version, part_checksums=part_checksums)
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.abort(bucket, key, upload_id)
@@ -497,6 +500,9 @@ class ObjectStore:
     def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
                                key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
         return self.uploads.list_uploads(bucket, prefix, delimiter, max_uploads, key_marker, upload_id_marker)
+
+    def list_parts(self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0):
+        return self.uploads.list_parts(bucket, key, upload_id, max_parts, part_number_marker)
 
 
 def _entry_hash(key: str, version: str, deleted: bool) -> int:

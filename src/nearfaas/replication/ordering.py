@@ -46,5 +46,9 @@ class AckOrder:
         if not waiting:
             del self._inflight[(bucket, key)]
 
+    def busy(self, bucket: str, key: str) -> bool:
+        """A write of the key has been stamped and is not yet acknowledged or failed."""
+        return bool(self._inflight.get((bucket, key)))
+
     def pending(self) -> int:
         return sum(len(v) for v in self._inflight.values())

@@ -132,7 +132,8 @@ class Repairer:
         source = stream.info  # may be newer than the HEAD said: copy what is read, with its version
         try:
             await target.put_object(bucket, key, with_trailer(stream.body, source.version), content_type=source.content_type,
-                                    metadata=source.metadata, version_trailer=len(source.version), copy_of=source)
+                                    metadata=source.metadata, version_trailer=len(source.version), copy_of=source,
+                                    headers=source.headers)  # Cache-Control ... and the checksums, as they are
         finally:
             aclose = getattr(stream.body, "aclose", None)
             if aclose is not None:

@@ -370,7 +370,8 @@ class ObjectClient:
                     try:
                         payload = bitar_transfer.gunzip(payload)
                     except (OSError, EOFError, ValueError) as e:  # gzip.BadGzipFile, zlib.error
-                        return 502, [], f"compressed answer did not decode: {e}".encode()
+                        return 502, [], (f"compressed answer did not decode: {e} ({wire} bytes, Content-Encoding "
+                                         f"{resp.getheader('Content-Encoding')!r}, starting {payload[:16]!r})").encode()
                     _RATIOS.saw(bucket, len(payload), wire)
                     reply_headers = [(k, v) for k, v in reply_headers if k.lower() not in ("content-encoding", "content-length", "vary")]
                 self.stats.add(bytes_read_wire=wire)
@@ -423,7 +424,8 @@ class ObjectError(Exception):
         code = re.search(rb"<Code>(.*?)</Code>", body or b"")
         self.status = status
         self.code = code.group(1).decode() if code else str(status)
-        super().__init__(f"{self.code} for s3://{ref.bucket}/{ref.key} (HTTP {status})")
+        detail = "" if code else f": {(body or b'')[:300].decode('utf-8', 'replace')}"  # not S3 XML: say what came
+        super().__init__(f"{self.code} for s3://{ref.bucket}/{ref.key} (HTTP {status}){detail}")
 
 
 class Secrets:

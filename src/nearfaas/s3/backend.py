@@ -33,6 +33,9 @@ class ObjectInfo:
     metadata: dict = field(default_factory=dict)  # user metadata, names lower-case, no prefix
     # The write's place in the key's total order (replication/version.py); "" before versions.
     version: str = ""
+    # Stored system headers, lower-case names: Cache-Control, Content-Encoding, ... and the
+    # object's x-amz-checksum-<kind> / x-amz-checksum-type (s3/checksums.py).
+    headers: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,24 @@ class UploadInfo:
     key: str
     upload_id: str
     initiated: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class PartInfo:
+    """One uploaded part of a multipart upload (ListParts)."""
+
+    part_number: int
+    etag: str  # MD5 hex, no quotes
+    size: int
+    last_modified: float
+
+
+@dataclass(frozen=True)
+class PartListResult:
+    parts: list[PartInfo]
+    is_truncated: bool
+    next_part_number_marker: int  # the last part number on this page
+    initiated: float = 0.0
 
 
 @dataclass(frozen=True)

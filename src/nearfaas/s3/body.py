@@ -22,12 +22,13 @@ import base64
 import binascii
 import hashlib
 import re
-import zlib
 from collections.abc import AsyncIterator
 
 import aiohttp
 from aiohttp import http_exceptions
 
+from nearfaas.s3.checksums import CHECKSUM_PREFIX, KINDS
+from nearfaas.s3.checksums import Checksum as _Checksum
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.sigv4_streaming import EMPTY_SHA256, StreamingSeed
 
@@ -37,34 +38,14 @@ _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 _HEX_SIZE = re.compile(rb"^[0-9a-fA-F]{1,16}$")
 _MAX_CHUNK_HEADER = 4096
 _MAX_TRAILERS = 16
-# Checksums we can verify with the standard library; CRC32C / CRC64NVME are accepted unverified.
-_CHECKSUMS = {
-    "x-amz-checksum-crc32": "crc32",
-    "x-amz-checksum-sha1": "sha1",
-    "x-amz-checksum-sha256": "sha256",
-}
+# Every flexible checksum S3 has is verified (s3/checksums.py).
+_CHECKSUMS = {CHECKSUM_PREFIX + kind: kind for kind in KINDS}
 _READ_ERRORS = (
     ConnectionError,
     asyncio.IncompleteReadError,
     aiohttp.ClientPayloadError,
     http_exceptions.HttpProcessingError,
 )
-
-
-class _Checksum:
-    def __init__(self, kind: str):
-        self.kind = kind
-        self._crc = 0
-        self._hash = None if kind == "crc32" else hashlib.new(kind)
-
-    def update(self, data: bytes) -> None:
-        if self._hash is None:
-            self._crc = zlib.crc32(data, self._crc)
-        else:
-            self._hash.update(data)
-
-    def digest(self) -> bytes:
-        return self._crc.to_bytes(4, "big") if self._hash is None else self._hash.digest()
 
 
 def decode_content_md5(value: str | None) -> bytes | None:
@@ -139,6 +120,8 @@ class RequestBody:
         # A hex payload hash covers the bytes on the wire; for aws-chunked it is a STREAMING-* token.
         self._expected_sha256 = payload_hash.lower() if _HEX64.match(payload_hash) else None
         self._checksums: dict[str, tuple[_Checksum, bytes | None]] = {}
+        # Once the body has ended: the checksums verified, x-amz-checksum-<kind> -> base64.
+        self.verified: dict[str, str] = {}
         for header, kind in _CHECKSUMS.items():
             value = headers.get(header)
             if value is not None:
@@ -185,6 +168,11 @@ class RequestBody:
             if checksum.digest() != expected:
                 raise S3Error("BadDigest", f"The {checksum.kind.upper()} you specified in {name} did not match the "
                               f"checksum of the body received ({base64.b64encode(checksum.digest()).decode()}).")
+            self.verified[name] = checksum.b64()
+
+    def verified_kinds(self) -> set[str]:
+        """The x-amz-checksum-<kind> headers this body verifies (a header's or a trailer's value)."""
+        return set(self._checksums)
 
     async def _wire(self, trailers: dict) -> AsyncIterator[bytes]:
         """The body's bytes as sent (aws-chunked framing removed), length and hash checked."""

@@ -24,13 +24,18 @@ CompleteMultipartUpload carry it in ``x-nearfaas-version``. Anyone else's versio
 refused (403), so no client can order its write ahead of everyone else's.
 
 Multipart uploads are listed (ListMultipartUploads, ``GET /bucket?uploads``) in (key, upload
-id) order, which is what S3's upload-id-marker ("uploads whose id sorts after it") describes.
+id) order, which is what S3's upload-id-marker ("uploads whose id sorts after it") describes;
+ListParts (``GET /bucket/key?uploadId=``) pages by part number. CopyObject and UploadPartCopy
+(a PUT with ``x-amz-copy-source``) live in s3/copy.py; conditional requests (If-*) in
+s3/conditions.py, checked by the backend atomically with the write where it can.
 DeleteObjects reports every key it could not delete as an ``<Error>``, in Quiet mode too.
 
 Authorization: a principal limited to some buckets (``Principal.buckets``, s3/sigv4.py) gets
 AccessDenied for any request addressing another bucket (checked on the bucket the request
 resolves to, path or virtual-host style, before any backend sees it), and ListBuckets shows it
-only its own. Signed streaming bodies are verified chunk by chunk (s3/body.py).
+only its own. A principal with a policy (``Principal.authorizer``) must be allowed the action
+the request needs (s3/actions.py; DeleteObjects: s3:DeleteObject on each key), and ListBuckets
+shows it only the buckets it may list (s3:ListBucket). Signed streaming bodies are verified chunk by chunk (s3/body.py).
 """
 
 from __future__ import annotations
@@ -46,11 +51,16 @@ from urllib.parse import parse_qsl, quote, unquote
 from aiohttp import web
 
 from nearfaas.bitar import transfer
+from nearfaas.s3 import actions as s3actions
+from nearfaas.s3 import checksums
+from nearfaas.s3 import copy as s3copy
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import ObjectInfo, StorageBackend
 from nearfaas.s3.body import RequestBody, decode_content_md5
+from nearfaas.s3.conditions import WriteCondition, check_read
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket_headers, check_preconditions, copy_of,
+from nearfaas.s3.listing import ListingHandlers
+from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket_headers, copied_checksums, copy_of,
                                          exact_headers, is_true, object_headers, user_metadata)
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
@@ -61,7 +71,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 5 << 30
 MAX_XML_BODY = 4 << 20  # CompleteMultipartUpload of 10,000 parts with checksums fits
-MAX_LIST_KEYS = 1000
 DELETE_CONCURRENCY = 8  # DeleteObjects: keys deleted at once (each may fan out to every node)
 DSCS_REPLICA_HEADER = "x-nearfaas-dscs-replica"
 UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
@@ -80,11 +89,11 @@ _RESPONSE_OVERRIDES = {
 }
 
 
-class S3Frontend:
+class S3Frontend(ListingHandlers):
     def __init__(self, backend: StorageBackend | Callable[[], StorageBackend], *, auth: S3Auth | None = None,
                  max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",),
                  on_created: Callable[[web.Request, str, str, ObjectInfo], None] | None = None,
-                 version_writer: Callable[[Principal | None], bool] | None = None):
+                 version_writer: Callable[[Principal | None], bool] | None = None, hidden_buckets: Iterable[str] = ()):
         # A backend, or a zero-argument callable returning one (for hosts that build it late).
         self._backend_getter = (lambda: backend) if hasattr(backend, "put_object") else backend
         self.auth = auth or S3Auth()
@@ -96,13 +105,16 @@ class S3Frontend:
         self.version_writer = version_writer or (lambda principal: False)
         # Bitar transfers (bitar/transfer.py): a GET that opted in is sent as gzip members.
         self.transfer = None
+        # The platform's own buckets (chain intermediates): reachable by name, never listed.
+        self.hidden_buckets = frozenset(hidden_buckets)
 
     @property
     def backend(self) -> StorageBackend:
         return self._backend_getter()
 
     def mount(self, app: web.Application) -> None:
-        """Add the catch-all S3 route. Call after the host's own routes."""
+        """Add the catch-all S3 route. Call after the host's own routes. Serve the app with
+        ``web.AppRunner(app, auto_decompress=False)``: a body sent with Content-Encoding is stored as sent."""
         # [\s\S] rather than ".": a decoded path may hold a newline, which "." would not match.
         app.router.add_route("*", r"/{s3_path:[\s\S]*}", self.handle, expect_handler=self.expect_handler)
 
@@ -114,6 +126,13 @@ class S3Frontend:
             response = self._error_response(request, error, _request_id(request))
             # The client holds the body back until we say continue; it never will, so the
             # connection cannot be reused (and must not linger waiting for that body).
+            response.force_close()
+            return response
+        expect = request.headers.get("Expect", "").lower()
+        if expect != "100-continue":  # aiohttp's own answer would be a plain-text 417
+            response = self._error_response(request, S3Error(
+                "InvalidArgument", f"Expect: {expect!r} is not supported; send Expect: 100-continue or no Expect header.",
+                status=417), _request_id(request))
             response.force_close()
             return response
         from aiohttp.web_urldispatcher import _default_expect_handler
@@ -180,6 +199,10 @@ class S3Frontend:
             raise _outside_scope(principal, bucket)
         q = dict(query)
         method = request.method
+        # The key's policy (s3/actions.py names the action each request needs; auth/policy.py decides).
+        action = s3actions.action_for(method, bucket, key, q)
+        if action is not None:
+            s3actions.require(principal, action, bucket, key)
         # Checked here, before any backend sees the names: the gateway routes and fans out by
         # them, so a '..' segment or a NUL must never get that far.
         if bucket is not None:
@@ -188,10 +211,10 @@ class S3Frontend:
                 validate_key(key)
         if bucket is None:
             if method in ("GET", "HEAD"):
-                buckets = await self.backend.list_buckets()
-                if principal is not None and principal.buckets is not None:
-                    buckets = [b for b in buckets if b.name in principal.buckets]
-                return self._xml(request, s3xml.list_buckets_xml(buckets))
+                buckets = [b for b in await self.backend.list_buckets() if b.name not in self.hidden_buckets]
+                if principal is not None and (principal.buckets is not None or principal.authorizer is not None):
+                    buckets = [b for b in buckets if principal.authorize(s3actions.LIST_BUCKET, b.name)]
+                return self._xml(request, s3xml.list_buckets_page(buckets, q))
             raise S3Error("MethodNotAllowed", f"{method} is not allowed on the service root; name a bucket.")
         unsupported = sorted(UNSUPPORTED_SUBRESOURCES.intersection(q))
         if unsupported:
@@ -209,6 +232,7 @@ class S3Frontend:
                 return await self._list_uploads(request, bucket, q)
             return await self._list_objects(request, bucket, q)
         if method == "PUT":
+            checksums.check_acl(request.headers)
             body = self._body(request, require_length=False)
             s3xml.parse_create_bucket(await body.read_all(MAX_XML_BODY))  # validated, then ignored
             options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
@@ -235,13 +259,17 @@ class S3Frontend:
             validate_new_key(key)
         if method == "PUT":
             if "x-amz-copy-source" in request.headers:
-                raise S3Error("NotImplemented", "CopyObject / UploadPartCopy are not implemented by nearfaas.")
+                may_read = functools.partial(self._may_read_source, request)
+                if "uploadId" in q or "partNumber" in q:
+                    upload_id, number = _part_of(q)
+                    return await s3copy.upload_part_copy(self, request, bucket, key, upload_id, number, may_read)
+                return await s3copy.copy_object(self, request, bucket, key, may_read)
             if "uploadId" in q or "partNumber" in q:
                 return await self._upload_part(request, bucket, key, q)
             return await self._put_object(request, bucket, key)
         if method == "GET":
             if "uploadId" in q:
-                raise S3Error("NotImplemented", "ListParts is not implemented by nearfaas.")
+                return await self._list_parts(request, bucket, key, q)
             return await self._get_object(request, bucket, key, q)
         if method == "HEAD":
             return await self._head_object(request, bucket, key)
@@ -251,7 +279,7 @@ class S3Frontend:
             elif (version := self._version(request)) is not None:
                 await self.backend.delete_object(bucket, key, version=version)
             else:
-                await self.backend.delete_object(bucket, key)
+                await self.backend.delete_object(bucket, key, **await self._condition(request, bucket, key))
             return self._empty(request, 204)
         if method == "POST":
             if "select" in q:
@@ -291,12 +319,15 @@ class S3Frontend:
         keys, quiet = s3xml.parse_delete_objects(body)
         await self.backend.head_bucket(bucket)
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
+        context = request.get(_AUTH_CONTEXT)
+        principal = context.principal if context is not None else None
 
         async def delete_one(key: str) -> S3Error | None:
             try:
                 # The same check a single DeleteObject gets in _dispatch: the gateway fans a
                 # delete out by its key, so a bad one must stop here.
                 validate_key(key)
+                s3actions.require(principal, s3actions.DELETE_OBJECT, bucket, key)  # per key, as S3
                 async with gate:
                     await self.backend.delete_object(bucket, key)
             except S3Error as error:
@@ -313,54 +344,6 @@ class S3Frontend:
 
     # -- listing ---------------------------------------------------------------------------------
 
-    async def _list_objects(self, request, bucket: str, q: dict) -> web.StreamResponse:
-        list_type = q.get("list-type", "1")
-        if list_type not in ("1", "2"):
-            raise S3Error("InvalidArgument", f"list-type must be 1 or 2, not {list_type!r}.")
-        encoding = q.get("encoding-type", "")
-        if encoding not in ("", "url"):
-            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
-        raw_max = q.get("max-keys", str(MAX_LIST_KEYS))
-        if not raw_max.strip().isdigit():
-            raise S3Error("InvalidArgument", f"max-keys must be a non-negative integer, not {raw_max!r}.")
-        max_keys = min(int(raw_max), MAX_LIST_KEYS)
-        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
-        if list_type == "2":
-            token = q.get("continuation-token")
-            start_after = q.get("start-after", "")
-            start = s3xml.decode_token(token) if token is not None else start_after
-            result = await self.backend.list_objects(bucket, prefix, delimiter, max_keys, start)
-            body = s3xml.list_objects_v2_xml(
-                bucket, result, prefix=prefix, delimiter=delimiter, max_keys=max_keys, start_after=start_after,
-                continuation_token=token, encoding_type=encoding, fetch_owner=q.get("fetch-owner") == "true")
-        else:
-            marker = q.get("marker", "")
-            result = await self.backend.list_objects(bucket, prefix, delimiter, max_keys, marker)
-            body = s3xml.list_objects_v1_xml(bucket, result, prefix=prefix, delimiter=delimiter,
-                                             max_keys=max_keys, marker=marker, encoding_type=encoding)
-        return self._xml(request, body)
-
-    async def _list_uploads(self, request, bucket: str, q: dict) -> web.StreamResponse:
-        """ListMultipartUploads: prefix, delimiter, key-marker / upload-id-marker, max-uploads."""
-        encoding = q.get("encoding-type", "")
-        if encoding not in ("", "url"):
-            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
-        raw_max = q.get("max-uploads", str(MAX_LIST_KEYS))
-        if not raw_max.strip().isdigit() or not raw_max.strip().isascii():
-            raise S3Error("InvalidArgument", f"max-uploads must be a non-negative integer, not {raw_max!r}.")
-        max_uploads = min(int(raw_max), MAX_LIST_KEYS)
-        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
-        key_marker = q.get("key-marker", "")
-        # S3 ignores upload-id-marker without a key-marker.
-        upload_id_marker = q.get("upload-id-marker", "") if key_marker else ""
-        result = await self.backend.list_multipart_uploads(bucket, prefix, delimiter, max_uploads, key_marker,
-                                                           upload_id_marker)
-        return self._xml(request, s3xml.list_multipart_uploads_xml(
-            bucket, result, prefix=prefix, delimiter=delimiter, max_uploads=max_uploads, key_marker=key_marker,
-            upload_id_marker=upload_id_marker, encoding_type=encoding))
-
-    # -- objects ---------------------------------------------------------------------------------
-
     async def _put_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = self._body(request)
@@ -369,6 +352,8 @@ class S3Frontend:
         extra = {"version": trailer.version} if trailer is not None else {}
         if self._may_version(request, COPY_ETAG_HEADER):
             extra["copy_of"] = copy_of(request)
+        if trailer is None:
+            extra |= await self._condition(request, bucket, key)
         decode = None
         if transfer.sent_compressed(request.headers):  # a function's write, compressed for a slow link
             context = request.get(_AUTH_CONTEXT)
@@ -377,32 +362,35 @@ class S3Frontend:
                 # otherwise anyone on the path could add or strip them and change what is stored
                 raise S3Error("AccessDenied", f"A compressed PUT must sign Content-Encoding and {transfer.OPT_IN_HEADER}.")
             decode = functools.partial(_gunzipped, limit=self.max_body)  # checksums are of the object, not the transfer
+        # Standard headers and checksums stored with the object (s3/checksums.py); never decoded.
+        stored, kinds = checksums.write_headers(request.headers), checksums.compute_kinds(request.headers)
+        if decode is not None:  # that Content-Encoding was the transfer's (bitar/transfer.py), not the object's
+            stored.pop("content-encoding", None)
+        stored |= copied_checksums(request) if "copy_of" in extra else {}
         chunks = body.chunks(decode)
+        chunks = checksums.recorded(trailer.strip(chunks) if trailer is not None else chunks, body, stored, kinds)
         info = await self.backend.put_object(
-            bucket, key, trailer.strip(chunks) if trailer is not None else chunks, content_md5=content_md5,
-            content_type=request.headers.get("Content-Type"), metadata=user_metadata(request), options=options, **extra)
+            bucket, key, chunks, content_md5=content_md5, content_type=request.headers.get("Content-Type"),
+            metadata=user_metadata(request), options=options, **extra, **checksums.as_argument(stored, kinds))
         self._notify_created(request, bucket, key, info)
-        return self._empty(request, 200, {"ETag": f'"{info.etag}"', **exact_headers(info)})
+        return self._empty(request, 200, {"ETag": f'"{info.etag}"', **exact_headers(info), **checksums.checksum_response(stored)})
 
     async def _upload_part(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
-        upload_id, raw_number = q.get("uploadId"), q.get("partNumber", "")
-        if not upload_id:
-            raise S3Error("InvalidArgument", "UploadPart needs both partNumber and uploadId.")
-        if not raw_number.isdigit():
-            raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to 10000, not {raw_number!r}.")
+        upload_id, number = _part_of(q)
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = self._body(request)
-        etag = await self.backend.upload_part(bucket, key, upload_id, int(raw_number), body.chunks(),
-                                              content_md5=content_md5)
-        return self._empty(request, 200, {"ETag": f'"{etag}"'})
+        stored, kinds = {}, checksums.compute_kinds(request.headers)  # the part's checksums
+        etag = await self.backend.upload_part(bucket, key, upload_id, number, checksums.recorded(body.chunks(), body, stored, kinds),
+                                              content_md5=content_md5, **checksums.as_argument(stored, kinds))
+        return self._empty(request, 200, {"ETag": f'"{etag}"', **checksums.checksum_response(stored)})
 
     async def _get_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
         byte_range = parse_range_header(request.headers.get("Range"))
         stream = await self.backend.get_object(bucket, key, byte_range)
         body_iter = stream.body
         try:
-            not_modified = check_preconditions(request, stream.info)
-            headers = object_headers(stream.info)
+            not_modified = check_read(request.headers, stream.info)
+            headers = object_headers(stream.info, request.headers)
             for param, header in _RESPONSE_OVERRIDES.items():
                 if param in q:
                     validate_header_value(param, q[param])
@@ -431,8 +419,8 @@ class S3Frontend:
 
     async def _head_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         info = await self.backend.head_object(bucket, key)
-        headers = object_headers(info)
-        if check_preconditions(request, info):
+        headers = object_headers(info, request.headers)
+        if check_read(request.headers, info):
             return self._empty(request, 304, {"ETag": headers["ETag"]})
         byte_range = parse_range_header(request.headers.get("Range"))
         status, length = 200, info.size
@@ -449,21 +437,52 @@ class S3Frontend:
     # -- multipart -------------------------------------------------------------------------------
 
     async def _create_multipart(self, request, bucket: str, key: str) -> web.StreamResponse:
+        stored = checksums.write_headers(request.headers, upload=True)  # end up on the completed object
         upload_id = await self.backend.create_multipart_upload(
             bucket, key, content_type=request.headers.get("Content-Type"), metadata=user_metadata(request),
-            upload_id=request.headers.get(UPLOAD_ID_HEADER) or None)
-        return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id))
+            upload_id=request.headers.get(UPLOAD_ID_HEADER) or None, **checksums.as_argument(stored, []))
+        return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id), checksums.upload_response(stored))
 
     async def _complete_multipart(self, request, bucket: str, key: str, upload_id: str) -> web.StreamResponse:
         body = self._body(request, require_length=False)
-        parts = s3xml.parse_complete_multipart(await body.read_all(MAX_XML_BODY))
+        document = await body.read_all(MAX_XML_BODY)
+        parts, part_checksums = s3xml.parse_complete_multipart(document), checksums.parse_part_checksums(document)
         version = self._version(request)
         extra = {"version": version} if version is not None else {}
+        if version is None:
+            extra = await self._condition(request, bucket, key)
+        extra |= {"part_checksums": part_checksums} if part_checksums else {}
         info = await self.backend.complete_multipart_upload(bucket, key, upload_id, parts, **extra)
         self._notify_created(request, bucket, key, info)
         xml_body = s3xml.complete_multipart_xml(f"/{bucket}/{quote(key)}", bucket, key, info.etag)
         metadata_headers = {f"x-amz-meta-{name}": value for name, value in info.metadata.items()}
-        return self._xml(request, xml_body, {**exact_headers(info), **metadata_headers})
+        return self._xml(request, checksums.with_checksum_xml(xml_body, info.headers),
+                         {**exact_headers(info), **metadata_headers, **checksums.checksum_response(info.headers)})
+
+    def _may_read_source(self, request, bucket: str, key: str) -> None:
+        """A copy reads its source: the caller must be allowed to read that bucket too."""
+        context = request.get(_AUTH_CONTEXT)
+        principal = context.principal if context is not None else None
+        if principal is not None and not principal.may_use(bucket):
+            raise _outside_scope(principal, bucket)
+        s3actions.copy_source_check(principal, bucket, key)  # the key's policy: s3:GetObject on the source
+
+    async def _condition(self, request, bucket: str, key: str) -> dict:
+        """The write's If-Match / If-None-Match (s3/conditions.py) as backend arguments: checked
+        atomically with the write by a backend that can, else checked here first."""
+        condition = WriteCondition.from_headers(request.headers)
+        if condition is None:
+            return {}
+        if getattr(self.backend, "atomic_conditions", False):
+            return {"condition": condition}
+        try:
+            current = await self.backend.head_object(bucket, key)
+        except S3Error as exc:
+            if exc.code != "NoSuchKey":
+                raise
+            current = None
+        condition.check(current, key)
+        return {}
 
     def _notify_created(self, request, bucket: str, key: str, info: ObjectInfo) -> None:
         """The object is durable whatever a listener does: its failure is logged, never the PUT's."""
@@ -519,6 +538,16 @@ class S3Frontend:
 
 _REQUEST_ID = web.RequestKey("nearfaas_s3_request_id", str)
 _AUTH_CONTEXT = web.RequestKey("nearfaas_s3_auth_context", AuthContext)
+
+
+def _part_of(q: dict) -> tuple[str, int]:
+    """(upload id, part number) of an UploadPart / UploadPartCopy."""
+    upload_id, raw_number = q.get("uploadId"), q.get("partNumber", "")
+    if not upload_id:
+        raise S3Error("InvalidArgument", "UploadPart needs both partNumber and uploadId.")
+    if not raw_number.isdigit() or not 1 <= int(raw_number) <= 10000:
+        raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to 10000, not {raw_number!r}.")
+    return upload_id, int(raw_number)
 
 
 def _outside_scope(principal: Principal, bucket: str) -> S3Error:

@@ -31,7 +31,8 @@ from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
-from nearfaas.s3.object_headers import COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER
+from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, part_checksums_xml
+from nearfaas.s3.object_headers import COPY_CHECKSUMS_HEADER, COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER
 from nearfaas.s3.validation import format_range
 
 READ_CHUNK = 256 * 1024
@@ -229,12 +230,14 @@ class NodeClient:
                          content_md5: bytes | None = None, content_type: str | None = None,
                          metadata: dict | None = None, options: dict | None = None,
                          content_length: int | None = None, version_trailer: int | None = None,
-                         copy_of: ObjectInfo | None = None) -> ObjectInfo:
+                         copy_of: ObjectInfo | None = None, headers: dict | None = None) -> ObjectInfo:
         """Stream `body` to the node. With `content_length` the request carries Content-Length;
         without it, chunked transfer encoding. `version_trailer`: the body's last that many
         bytes are the write's version (the gateway's; s3/frontend.py). `copy_of`: a repair
-        copy keeps that replica's ETag and Last-Modified."""
-        headers = _object_write_headers(content_type, metadata)
+        copy keeps that replica's ETag and Last-Modified (and checksums). `headers`: the stored
+        system headers (s3/checksums.py); the checksums the node is to compute are named in them."""
+        stored = headers or {}
+        headers = {**_object_write_headers(content_type, metadata), **_stored_out(stored, copy=copy_of is not None)}
         if version_trailer is not None:
             headers[VERSION_TRAILER_HEADER] = str(version_trailer)
         if copy_of is not None:
@@ -247,11 +250,13 @@ class NodeClient:
         if content_length is not None:
             headers["Content-Length"] = str(content_length)
         response = await self._request("PUT", bucket, key, headers=headers, data=body)
-        return _info_from_headers(bucket, key, response.headers, content_type=content_type, metadata=metadata)
+        return _info_from_headers(bucket, key, response.headers, content_type=content_type, metadata=metadata,
+                                  stored=stored)
 
     async def get_object(self, bucket: str, key: str,
                          byte_range: tuple[int | None, int | None] | None = None) -> ObjectStream:
         headers = {"Range": format_range(byte_range)} if byte_range is not None else {}
+        headers[CHECKSUM_MODE] = "ENABLED"  # the object's checksum is part of its info
         response = await self._request("GET", bucket, key, headers=headers, ok=(200, 206), stream=True)
         info = _info_from_headers(bucket, key, response.headers)
         length = int(response.headers.get("Content-Length", "0"))
@@ -276,7 +281,7 @@ class NodeClient:
         return _ResponseBody(self.node, response, self._read_chunk)
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        response = await self._request("HEAD", bucket, key)
+        response = await self._request("HEAD", bucket, key, headers={CHECKSUM_MODE: "ENABLED"})
         return _info_from_headers(bucket, key, response.headers)
 
     async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
@@ -296,8 +301,9 @@ class NodeClient:
     # -- multipart -------------------------------------------------------------------------------
 
     async def create_multipart_upload(self, bucket: str, key: str, *, content_type: str | None = None,
-                                      metadata: dict | None = None, upload_id: str | None = None) -> str:
-        headers = _object_write_headers(content_type, metadata)
+                                      metadata: dict | None = None, upload_id: str | None = None,
+                                      headers: dict | None = None) -> str:
+        headers = {**_object_write_headers(content_type, metadata), **(headers or {})}  # with its checksum algorithm
         if upload_id is not None:
             headers[UPLOAD_ID_HEADER] = upload_id
         response = await self._request("POST", bucket, key, params=[("uploads", "")], headers=headers)
@@ -305,8 +311,8 @@ class NodeClient:
 
     async def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
                           body: AsyncIterator[bytes], *, content_md5: bytes | None = None,
-                          content_length: int | None = None) -> str:
-        headers = {}
+                          content_length: int | None = None, headers: dict | None = None) -> str:
+        headers = _stored_out(headers or {}, copy=False)
         if content_md5 is not None:
             headers["Content-MD5"] = base64.b64encode(content_md5).decode()
         if content_length is not None:
@@ -316,9 +322,11 @@ class NodeClient:
         return response.headers.get("ETag", "").strip('"')
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                        parts: list[tuple[int, str]], version: str | None = None) -> ObjectInfo:
-        document = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(etag.strip(chr(34)))}\"</ETag></Part>"
-                           for n, etag in parts)
+                                        parts: list[tuple[int, str]], version: str | None = None,
+                                        part_checksums: dict | None = None) -> ObjectInfo:
+        sums = part_checksums or {}
+        document = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(etag.strip(chr(34)))}\"</ETag>"
+                           f"{part_checksums_xml(sums.get(n, {}))}</Part>" for n, etag in parts)
         body = f'<CompleteMultipartUpload xmlns="{s3xml.S3_NS}">{document}</CompleteMultipartUpload>'.encode()
         headers = {"Content-Type": "application/xml"}
         if version is not None:
@@ -329,6 +337,11 @@ class NodeClient:
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._request("DELETE", bucket, key, params=[("uploadId", upload_id)], ok=(204, 200))
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0):
+        params = [("uploadId", upload_id), ("max-parts", str(max_parts)), ("part-number-marker", str(part_number_marker))]
+        response = await self._request("GET", bucket, key, params=params)
+        return s3xml.parse_list_parts(await response.read())
 
     async def list_multipart_uploads(self, bucket: str, prefix: str = "", delimiter: str = "", max_uploads: int = 1000,
                                      key_marker: str = "", upload_id_marker: str = "") -> UploadListResult:
@@ -355,6 +368,22 @@ def _object_write_headers(content_type: str | None, metadata: dict | None) -> di
     return headers
 
 
+def _stored_out(stored: dict, *, copy: bool) -> dict[str, str]:
+    """A write's stored headers as a request to a node: the standard ones as they are, the kinds
+    the node is to checksum (COMPUTE_HEADER); a repair copy's checksums as they are, in JSON."""
+    out = {k: v for k, v in stored.items() if not k.startswith(CHECKSUM_PREFIX)}
+    sums = {k: v for k, v in stored.items() if k.startswith(CHECKSUM_PREFIX)}
+    if copy and sums:
+        out[COPY_CHECKSUMS_HEADER] = json.dumps(sums, separators=(",", ":"))
+    return out
+
+
+def _stored_in(headers) -> dict[str, str]:
+    """The stored system headers a node's GET / HEAD / write answer carries."""
+    return {name: headers[name] for name in (*STORED_HEADERS, *(h.lower() for h in headers if h.lower().startswith(CHECKSUM_PREFIX)))
+            if name in headers}
+
+
 def _last_modified(headers) -> float:
     exact = headers.get("x-nearfaas-last-modified")
     if exact:
@@ -372,7 +401,7 @@ def _last_modified(headers) -> float:
 
 
 def _info_from_headers(bucket: str, key: str, headers, *, content_type: str | None = None,
-                       metadata: dict | None = None) -> ObjectInfo:
+                       metadata: dict | None = None, stored: dict | None = None) -> ObjectInfo:
     """ObjectInfo from a nearfaas node's response headers. The x-nearfaas-* headers are exact;
     the standard ones are the fallback (a PUT response's own Content-Type is not the object's,
     so `content_type` / `metadata` given by the caller win over absent exact headers)."""
@@ -388,6 +417,7 @@ def _info_from_headers(bucket: str, key: str, headers, *, content_type: str | No
         content_type=found_type or DEFAULT_CONTENT_TYPE,
         metadata=found_metadata or {k.lower(): str(v) for k, v in (metadata or {}).items()},
         version=headers.get(VERSION_HEADER, ""),
+        headers={**{k: v for k, v in (stored or {}).items() if k != COMPUTE_HEADER}, **_stored_in(headers)},
     )
 
 

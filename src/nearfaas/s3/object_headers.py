@@ -8,6 +8,7 @@ import json
 
 from aiohttp import web
 
+from nearfaas.s3 import checksums
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ObjectInfo
 from nearfaas.s3.errors import S3Error
@@ -16,6 +17,7 @@ from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_vers
 # A repair copy (gateway only) keeps the source replica's ETag and Last-Modified.
 COPY_ETAG_HEADER = "x-nearfaas-copy-etag"
 COPY_LAST_MODIFIED_HEADER = "x-nearfaas-copy-last-modified"
+COPY_CHECKSUMS_HEADER = "x-nearfaas-copy-checksums"
 
 
 def is_true(value: str | None) -> bool:
@@ -78,12 +80,31 @@ def bucket_headers(info: BucketInfo) -> dict[str, str]:
             "x-nearfaas-bucket-options": json.dumps(info.options, separators=(",", ":"))}
 
 
-def object_headers(info: ObjectInfo) -> dict[str, str]:
+def object_headers(info: ObjectInfo, request_headers=None) -> dict[str, str]:
+    """A GET's or HEAD's headers for the object: its stored system headers always, its checksum
+    only when the request asks (x-amz-checksum-mode: ENABLED, s3/checksums.py) for the whole
+    object: as S3 does, a range gets none (it is the whole object's, not the range's)."""
+    request_headers = request_headers or {}
+    wanted = checksums.checksum_mode(request_headers) and request_headers.get("Range") is None
     headers = {"ETag": f'"{info.etag}"', "Accept-Ranges": "bytes", **exact_headers(info),
-               "Content-Type": info.content_type}
+               "Content-Type": info.content_type, **checksums.response_headers(info.headers, wanted)}
     for name, value in info.metadata.items():
         headers[f"x-amz-meta-{name}"] = value
     return headers
+
+
+def copied_checksums(request: web.Request) -> dict[str, str]:
+    """A repair copy's checksum headers (x-nearfaas-copy-checksums: JSON), kept as the source
+    replica has them: a multipart object's composite checksum cannot be computed from its bytes."""
+    raw = request.headers.get(COPY_CHECKSUMS_HEADER)
+    try:
+        found = json.loads(raw) if raw else {}
+    except ValueError:
+        found = None
+    if not isinstance(found, dict) or not all(isinstance(v, str) and k.startswith(checksums.CHECKSUM_PREFIX)
+                                              for k, v in found.items()):
+        raise S3Error("InvalidArgument", f"{COPY_CHECKSUMS_HEADER} must be a JSON object of x-amz-checksum-* values.")
+    return found
 
 
 def etag_matches(header: str, etag: str) -> bool:

@@ -14,7 +14,7 @@ from email.utils import formatdate
 from urllib.parse import quote, unquote
 from xml.sax.saxutils import escape
 
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadInfo, UploadListResult
+from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, PartInfo, PartListResult, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,32 @@ def decode_token(token: str) -> str:
 # -- responses -------------------------------------------------------------------------------
 
 
-def list_buckets_xml(buckets: list[BucketInfo]) -> bytes:
+def list_buckets_xml(buckets: list[BucketInfo], continuation_token: str | None = None, prefix: str | None = None) -> bytes:
     items = "".join(f"<Bucket>{_el('Name', b.name)}{_el('CreationDate', iso8601(b.created))}</Bucket>" for b in buckets)
+    tail = (_el("ContinuationToken", continuation_token) if continuation_token else "") + (
+        _el("Prefix", prefix) if prefix is not None else "")
     return (f'{_DECL}<ListAllMyBucketsResult xmlns="{S3_NS}"><Owner>{_el("ID", OWNER_ID)}'
-            f'{_el("DisplayName", OWNER_ID)}</Owner><Buckets>{items}</Buckets></ListAllMyBucketsResult>').encode()
+            f'{_el("DisplayName", OWNER_ID)}</Owner><Buckets>{items}</Buckets>{tail}</ListAllMyBucketsResult>').encode()
+
+
+def list_buckets_page(buckets: list[BucketInfo], q: dict) -> bytes:
+    """ListBuckets with its paging parameters: ``max-buckets`` (1..10000), ``continuation-token``
+    (the last name of the previous page, opaque) and ``prefix``."""
+    prefix = q.get("prefix")
+    if prefix:
+        buckets = [b for b in buckets if b.name.startswith(prefix)]
+    token = q.get("continuation-token") or None
+    if token is not None:
+        after = decode_token(token)
+        buckets = [b for b in buckets if b.name > after]
+    raw = q.get("max-buckets")
+    if raw is None:
+        return list_buckets_xml(buckets, prefix=prefix)
+    if not raw.strip().isdigit() or not 1 <= int(raw) <= 10000:
+        raise S3Error("InvalidArgument", f"max-buckets must be an integer from 1 to 10000, not {raw!r}.")
+    page = buckets[: int(raw)]
+    more = encode_token(page[-1].name) if len(buckets) > len(page) else None
+    return list_buckets_xml(page, continuation_token=more, prefix=prefix)
 
 
 def _contents_xml(objects: list[ObjectInfo], url: bool, owner: bool) -> str:
@@ -153,7 +175,9 @@ def list_objects_v1_xml(bucket: str, result: ListResult, *, prefix: str, delimit
     url = encoding_type == "url"
     contents = _listable("ListObjects", bucket, result.contents, url, key=lambda o: o.key)
     prefixes = _listable("ListObjects", bucket, result.common_prefixes, url)
-    out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix, url),
+    # v1 encodes Marker, Delimiter, NextMarker and keys, but not the top-level Prefix: the SDKs
+    # (botocore's decode_list_object) decode exactly those, and S3 sends Prefix as it is.
+    out = [f'{_DECL}<ListBucketResult xmlns="{S3_NS}">', _el("Name", bucket), _el("Prefix", prefix),
            _el("Marker", marker, url)]
     if delimiter:
         out.append(_el("Delimiter", delimiter, url))
@@ -195,6 +219,28 @@ def list_multipart_uploads_xml(bucket: str, result: UploadListResult, *, prefix:
     out.append(_prefixes_xml(prefixes, url))
     out.append("</ListMultipartUploadsResult>")
     return "".join(out).encode()
+
+
+def list_parts_xml(bucket: str, key: str, upload_id: str, result: PartListResult, *, max_parts: int, marker: int) -> bytes:
+    owner = f"{_el('ID', OWNER_ID)}{_el('DisplayName', OWNER_ID)}"
+    out = [f'{_DECL}<ListPartsResult xmlns="{S3_NS}">', _el("Bucket", bucket), _el("Key", key), _el("UploadId", upload_id),
+           f"<Initiator>{owner}</Initiator><Owner>{owner}</Owner><StorageClass>STANDARD</StorageClass>",
+           _el("PartNumberMarker", marker), _el("NextPartNumberMarker", result.next_part_number_marker),
+           _el("MaxParts", max_parts), _el("IsTruncated", result.is_truncated)]
+    for p in result.parts:
+        out.append(f"<Part>{_el('PartNumber', p.part_number)}{_el('LastModified', iso8601(p.last_modified))}"
+                   f"{_el('ETag', chr(34) + p.etag + chr(34))}{_el('Size', p.size)}</Part>")
+    out.append("</ListPartsResult>")
+    return "".join(out).encode()
+
+
+def parse_list_parts(body: bytes) -> PartListResult:
+    root = ET.fromstring(body)
+    parts = [PartInfo(int(_child_text(el, "PartNumber") or 0), (_child_text(el, "ETag") or "").strip('"'),
+                      int(_child_text(el, "Size") or 0), _iso_to_ts(_child_text(el, "LastModified") or "1970-01-01T00:00:00Z"))
+             for el in root if _local(el.tag) == "Part"]
+    return PartListResult(parts, (_child_text(root, "IsTruncated") or "false").strip() == "true",
+                          int(_child_text(root, "NextPartNumberMarker") or 0))
 
 
 def location_xml(constraint: str = "") -> bytes:

@@ -40,7 +40,7 @@ FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
-AUTH_KEYS = {"access_key", "secret_key", "region"}
+AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
 
 
 @dataclass
@@ -97,6 +97,7 @@ class AuthSpec:
     secret_key: str = field(repr=False)  # kept out of repr so it does not end up in logs
     region: str = "us-east-1"            # SigV4 signing region clients must use
     generated: bool = False              # keys made by `nearfaas up` (kept in cluster.json), none given
+    keys_file: str = ""                  # more keys, each with a policy (auth/keys.py); "" = <state>/keys.yml
 
 
 def generated_auth() -> AuthSpec:
@@ -175,8 +176,7 @@ class ClusterSpec:
             "nodes": [n.to_dict() for n in self.nodes],
             "replication": self.replication.to_dict(),
             "placement": self.placement,
-            "auth": "off" if self.auth is None else "generate" if self.auth.generated else {
-                "access_key": self.auth.access_key, "secret_key": self.auth.secret_key, "region": self.auth.region},
+            "auth": "off" if self.auth is None else _auth_dict(self.auth),
             "isolation": "on" if self.isolation else "off",
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
@@ -408,6 +408,10 @@ def _auth(value: Any, c: Collector) -> AuthSpec | None:
     if m is None:
         return None
     check_unknown_keys(m, AUTH_KEYS, "auth", c, error=True)
+    keys_file = _str(m, "keys_file", "auth", c, "", "keys.yml")
+    if "access_key" not in m and "secret_key" not in m and "keys_file" in m:
+        region = _str(m, "region", "auth", c, "us-east-1", "us-east-1")  # the cluster's own key made at `up`
+        return AuthSpec("", "", region, generated=True, keys_file=keys_file)
     for key in ("access_key", "secret_key"):
         if key not in m:
             c.error(join_path("auth", key), "is missing", "give both access_key and secret_key, or remove auth "
@@ -415,7 +419,14 @@ def _auth(value: Any, c: Collector) -> AuthSpec | None:
     access = _str(m, "access_key", "auth", c, "", "AKIAEXAMPLE")
     secret = _str(m, "secret_key", "auth", c, "", '"a-long-random-string"')
     region = _str(m, "region", "auth", c, "us-east-1", "us-east-1")
-    return AuthSpec(access, secret, region) if access and secret else None
+    return AuthSpec(access, secret, region, keys_file=keys_file) if access and secret else None
+
+
+def _auth_dict(auth: AuthSpec) -> str | dict:
+    extra = {"keys_file": auth.keys_file} if auth.keys_file else {}
+    if auth.generated:
+        return {**extra, "region": auth.region} if extra else "generate"
+    return {"access_key": auth.access_key, "secret_key": auth.secret_key, "region": auth.region, **extra}
 
 
 def _link(value: Any, c: Collector) -> LinkSpec:

@@ -1,0 +1,114 @@
+"""Which S3 policy action each request needs, and the AccessDenied it gets when refused.
+
+The front end (``s3/frontend.py``) asks ``action_for`` once per request, after the signature
+is checked, and refuses the request unless its principal's ``authorize(action, bucket, key)``
+(``s3/sigv4.py``) says yes. The policy engine itself lives above this layer
+(``auth/policy.py``); this module only names the actions and resources, as S3 does:
+
+=========================================  ================================  ========================
+request                                    action                            resource
+=========================================  ================================  ========================
+GET / (ListBuckets)                        s3:ListAllMyBuckets               arn:aws:s3:::*
+GET /b (ListObjects v1/v2), HEAD /b        s3:ListBucket                     arn:aws:s3:::b
+GET /b?location                            s3:GetBucketLocation              arn:aws:s3:::b
+GET /b?uploads                             s3:ListBucketMultipartUploads     arn:aws:s3:::b
+PUT /b                                     s3:CreateBucket                   arn:aws:s3:::b
+DELETE /b                                  s3:DeleteBucket                   arn:aws:s3:::b
+POST /b?delete (DeleteObjects)             s3:DeleteObject, for each key     arn:aws:s3:::b/key
+GET, HEAD /b/k; POST /b/k?select           s3:GetObject                      arn:aws:s3:::b/k
+GET /b/k?attributes                        s3:GetObjectAttributes            arn:aws:s3:::b/k
+GET /b/k?uploadId (ListParts)              s3:ListMultipartUploadParts       arn:aws:s3:::b/k
+PUT /b/k (also CopyObject's destination,   s3:PutObject                      arn:aws:s3:::b/k
+UploadPart), POST /b/k?uploads|?uploadId
+DELETE /b/k                                s3:DeleteObject                   arn:aws:s3:::b/k
+DELETE /b/k?uploadId                       s3:AbortMultipartUpload           arn:aws:s3:::b/k
+=========================================  ================================  ========================
+
+CopyObject / UploadPartCopy also need s3:GetObject on the source: call :func:`require` with
+the source's bucket and key (``copy_source_check``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nearfaas.s3.errors import S3Error
+
+if TYPE_CHECKING:
+    from nearfaas.s3.sigv4 import Principal
+
+LIST_ALL_MY_BUCKETS = "s3:ListAllMyBuckets"
+LIST_BUCKET = "s3:ListBucket"
+GET_BUCKET_LOCATION = "s3:GetBucketLocation"
+LIST_BUCKET_MULTIPART_UPLOADS = "s3:ListBucketMultipartUploads"
+CREATE_BUCKET = "s3:CreateBucket"
+DELETE_BUCKET = "s3:DeleteBucket"
+GET_OBJECT = "s3:GetObject"
+GET_OBJECT_ATTRIBUTES = "s3:GetObjectAttributes"
+LIST_MULTIPART_UPLOAD_PARTS = "s3:ListMultipartUploadParts"
+PUT_OBJECT = "s3:PutObject"
+DELETE_OBJECT = "s3:DeleteObject"
+ABORT_MULTIPART_UPLOAD = "s3:AbortMultipartUpload"
+
+ACTIONS = frozenset({
+    LIST_ALL_MY_BUCKETS, LIST_BUCKET, GET_BUCKET_LOCATION, LIST_BUCKET_MULTIPART_UPLOADS, CREATE_BUCKET, DELETE_BUCKET,
+    GET_OBJECT, GET_OBJECT_ATTRIBUTES, LIST_MULTIPART_UPLOAD_PARTS, PUT_OBJECT, DELETE_OBJECT, ABORT_MULTIPART_UPLOAD,
+})
+
+
+def resource_arn(bucket: str | None, key: str | None = None) -> str:
+    """The ARN a policy's Resource is matched against."""
+    if bucket is None:
+        return "arn:aws:s3:::*"
+    return f"arn:aws:s3:::{bucket}/{key}" if key else f"arn:aws:s3:::{bucket}"
+
+
+def action_for(method: str, bucket: str | None, key: str, q: dict) -> str | None:
+    """The action a request needs; None where it is checked elsewhere (DeleteObjects: each key)
+    or the request is refused anyway (a method S3 has no operation for)."""
+    if bucket is None:
+        return LIST_ALL_MY_BUCKETS if method in ("GET", "HEAD") else None
+    if not key:
+        if method == "GET":
+            if "location" in q:
+                return GET_BUCKET_LOCATION
+            if "uploads" in q:
+                return LIST_BUCKET_MULTIPART_UPLOADS
+            return LIST_BUCKET
+        return {"HEAD": LIST_BUCKET, "PUT": CREATE_BUCKET, "DELETE": DELETE_BUCKET}.get(method)
+    if method in ("GET", "HEAD"):
+        if "uploadId" in q:
+            return LIST_MULTIPART_UPLOAD_PARTS
+        if "attributes" in q:
+            return GET_OBJECT_ATTRIBUTES
+        return GET_OBJECT
+    if method == "PUT":
+        return PUT_OBJECT
+    if method == "DELETE":
+        return ABORT_MULTIPART_UPLOAD if "uploadId" in q else DELETE_OBJECT
+    if method == "POST":
+        if "select" in q:
+            return GET_OBJECT
+        if "uploads" in q or "uploadId" in q:
+            return PUT_OBJECT
+    return None
+
+
+def denied(principal: Principal, action: str, bucket: str | None, key: str | None = None) -> S3Error:
+    resource = resource_arn(bucket, key)
+    path = "/" if bucket is None else f"/{bucket}/{key}" if key else f"/{bucket}"
+    return S3Error("AccessDenied", f"Access Denied: {principal.name} is not allowed to perform {action} on {resource}.",
+                   resource=path)
+
+
+def require(principal: Principal | None, action: str, bucket: str | None, key: str | None = None) -> None:
+    """Raise AccessDenied unless ``principal`` may do ``action`` on bucket/key. None (auth off, or
+    an anonymous request the front end let through) may do anything."""
+    if principal is not None and not principal.authorize(action, bucket, key):
+        raise denied(principal, action, bucket, key)
+
+
+def copy_source_check(principal: Principal | None, source_bucket: str, source_key: str) -> None:
+    """CopyObject / UploadPartCopy: the source must be readable by the same key (s3:GetObject);
+    the destination's s3:PutObject is checked with the request itself."""
+    require(principal, GET_OBJECT, source_bucket, source_key)
