@@ -115,12 +115,13 @@ def copy_and_conditional(gateway, direct, data: bytes, repeats: int) -> dict[str
     gateway.put_object(Bucket="bench", Key="copy-src", Body=data)
     direct.put_object(Bucket="bench-direct", Key="copy-src", Body=data)
     counter = iter(range(10**9))
+    size = len(data)  # keys per size: a conditional PUT must never meet an earlier round's key
     fns = {
-        "put_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"plain/{next(counter)}", Body=data),
-        "put_if_none_match_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"cond/{next(counter)}", Body=data,
+        "put_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"plain/{size}/{next(counter)}", Body=data),
+        "put_if_none_match_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"cond/{size}/{next(counter)}", Body=data,
                                                                 IfNoneMatch="*"),
-        "copy_gateway": lambda: gateway.copy_object(Bucket="bench", Key=f"copy/{next(counter)}", CopySource="bench/copy-src"),
-        "copy_node": lambda: direct.copy_object(Bucket="bench-direct", Key=f"copy/{next(counter)}",
+        "copy_gateway": lambda: gateway.copy_object(Bucket="bench", Key=f"copy/{size}/{next(counter)}", CopySource="bench/copy-src"),
+        "copy_node": lambda: direct.copy_object(Bucket="bench-direct", Key=f"copy/{size}/{next(counter)}",
                                                 CopySource="bench-direct/copy-src"),
     }
     return _interleaved(fns, repeats)
