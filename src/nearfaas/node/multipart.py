@@ -41,6 +41,7 @@ from nearfaas.node.objectfile import (
 from nearfaas.s3 import checksums
 from nearfaas.s3.backend import ObjectInfo, PartInfo, PartListResult, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.parts import PART_SIZES, encode_sizes
 from nearfaas.s3.validation import (
     validate_bucket_name,
     validate_header_value,
@@ -273,6 +274,7 @@ class MultipartUploads:
                               f"size is {self.store.max_object_size}.")
             etag = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(parts)}"
             headers = checksums.multipart_headers(record.get("headers") or {}, parts, part_fields, part_checksums)
+            headers[PART_SIZES] = encode_sizes([size for _, _, size in opened])  # GET ?partNumber (s3/parts.py)
             with self.store.open_writer(bucket, key, content_type=record.get("content_type"), metadata=record.get("metadata"),
                                         compute_md5=False, version=version, headers=headers) as writer:
                 for fd, data_offset, size in opened:

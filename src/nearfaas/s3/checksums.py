@@ -124,7 +124,7 @@ def response_headers(stored: dict, checksum_mode: bool) -> dict[str, str]:
         if name.startswith(CHECKSUM_PREFIX):
             if checksum_mode:
                 out[name] = value
-        else:
+        elif not name.startswith("x-nearfaas-"):  # internal (s3/parts.py): never a client's header
             out[_CANONICAL.get(name, name)] = value
     return out
 

@@ -24,6 +24,7 @@ from nearfaas.s3 import checksums
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.conditions import check_read
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.object_headers import user_metadata
 from nearfaas.s3.validation import parse_range_header, validate_bucket_name, validate_key
 
 DIRECTIVES = ("COPY", "REPLACE")
@@ -76,7 +77,7 @@ async def copy_object(frontend, request: web.Request, bucket: str, key: str, may
             stored, kinds = _copied_headers(request, stream.info.headers)
         else:
             content_type = request.headers.get("Content-Type")
-            metadata = {n[11:].lower(): v for n, v in request.headers.items() if n.lower().startswith("x-amz-meta-")}
+            metadata = user_metadata(request)
             stored, kinds = checksums.write_headers(request.headers), checksums.compute_kinds(request.headers)
         chunks = checksums.recorded(stream.body, _NothingVerified(), stored, kinds)  # the copy's own checksums
         info = await backend.put_object(bucket, key, chunks, content_type=content_type, metadata=metadata,
@@ -93,7 +94,7 @@ def _copied_headers(request: web.Request, source: dict) -> tuple[dict, list[str]
     """COPY: the source's standard headers (a storage class the request names wins), and its
     checksum kinds (plus any the request asks for) computed again over the copy's bytes."""
     checksums.check_acl(request.headers)
-    stored = {k: v for k, v in source.items() if not k.startswith(checksums.CHECKSUM_PREFIX) and k != checksums.CHECKSUM_TYPE}
+    stored = {k: v for k, v in source.items() if not k.startswith((checksums.CHECKSUM_PREFIX, "x-nearfaas-")) and k != checksums.CHECKSUM_TYPE}
     stored |= {k: v for k, v in checksums.stored_request_headers(request.headers).items() if k == "x-amz-storage-class"}
     kinds = [k for k in checksums.KINDS if checksums.CHECKSUM_PREFIX + k in source]
     kinds += [k for k in checksums.compute_kinds(request.headers) if k not in kinds]

@@ -53,6 +53,7 @@ from aiohttp import web
 from nearfaas.bitar import transfer
 from nearfaas.s3 import actions as s3actions
 from nearfaas.s3 import checksums
+from nearfaas.s3 import attributes as s3attributes, parts as s3parts, post_object as s3post  # issue 22's last three
 from nearfaas.s3 import copy as s3copy
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import ObjectInfo, StorageBackend
@@ -60,11 +61,12 @@ from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.conditions import WriteCondition, check_read
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.listing import ListingHandlers
+from nearfaas.s3.parts import part_of as _part_of
 from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket_headers, copied_checksums, copy_of,
                                          exact_headers, is_true, object_headers, user_metadata)
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
-from nearfaas.s3.validation import (parse_range_header, resolve_range, validate_bucket_name, validate_header_value,
+from nearfaas.s3.validation import (resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key, validate_new_key)
 
 log = logging.getLogger(__name__)
@@ -77,7 +79,7 @@ UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
 
 # Sub-resources nearfaas does not implement: 501 rather than a silently wrong answer.
 UNSUPPORTED_SUBRESOURCES = frozenset({
-    "accelerate", "acl", "analytics", "attributes", "cors", "encryption", "intelligent-tiering",
+    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
     "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
     "restore", "retention", "tagging", "torrent", "versioning", "versionId", "versions", "website",
@@ -191,6 +193,8 @@ class S3Frontend(ListingHandlers):
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         raw_path, bucket, key, query = self._target(request)
+        if s3post.is_form_post(request.method, bucket, key, dict(query), request.headers.get("Content-Type", "")):
+            return await s3post.post_object(self, request, bucket)  # authenticated by its signed policy
         # Raises unless the request may proceed; the body's payload hash is checked as it streams.
         context = request[_AUTH_CONTEXT] = self.auth.authenticate(request.method, raw_path, query, request.headers)
         principal = context.principal
@@ -249,7 +253,7 @@ class S3Frontend(ListingHandlers):
         if method == "POST":
             if "delete" in q:
                 return await self._delete_objects(request, bucket)
-            raise S3Error("NotImplemented", "POST on a bucket (browser form upload) is not implemented by nearfaas.")
+            raise S3Error("InvalidRequest", "POST on a bucket needs ?delete or a multipart/form-data upload form.")
         raise S3Error("MethodNotAllowed", f"{method} is not allowed on a bucket.")
 
     async def _object_operation(self, request, method: str, bucket: str, key: str, q: dict):
@@ -270,9 +274,11 @@ class S3Frontend(ListingHandlers):
         if method == "GET":
             if "uploadId" in q:
                 return await self._list_parts(request, bucket, key, q)
+            if "attributes" in q:
+                return await s3attributes.get_object_attributes(self, request, bucket, key)
             return await self._get_object(request, bucket, key, q)
         if method == "HEAD":
-            return await self._head_object(request, bucket, key)
+            return await self._head_object(request, bucket, key, q)
         if method == "DELETE":
             if "uploadId" in q:
                 await self.backend.abort_multipart_upload(bucket, key, q["uploadId"])
@@ -385,12 +391,13 @@ class S3Frontend(ListingHandlers):
         return self._empty(request, 200, {"ETag": f'"{etag}"', **checksums.checksum_response(stored)})
 
     async def _get_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
-        byte_range = parse_range_header(request.headers.get("Range"))
+        byte_range, part_headers = await s3parts.read_range(self.backend, request.headers, bucket, key, q)
         stream = await self.backend.get_object(bucket, key, byte_range)
         body_iter = stream.body
         try:
             not_modified = check_read(request.headers, stream.info)
-            headers = object_headers(stream.info, request.headers)
+            headers = s3parts.with_part(object_headers(stream.info, request.headers) | self._internal(request, stream.info),
+                                        part_headers, stream.info)
             for param, header in _RESPONSE_OVERRIDES.items():
                 if param in q:
                     validate_header_value(param, q[param])
@@ -417,12 +424,13 @@ class S3Frontend(ListingHandlers):
         finally:
             await _aclose(body_iter)
 
-    async def _head_object(self, request, bucket: str, key: str) -> web.StreamResponse:
+    async def _head_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
         info = await self.backend.head_object(bucket, key)
-        headers = object_headers(info, request.headers)
+        headers = object_headers(info, request.headers) | self._internal(request, info)
         if check_read(request.headers, info):
             return self._empty(request, 304, {"ETag": headers["ETag"]})
-        byte_range = parse_range_header(request.headers.get("Range"))
+        byte_range, part_headers = s3parts.part_range(info, q, request.headers)
+        headers = s3parts.with_part(headers, part_headers, info)
         status, length = 200, info.size
         if byte_range is not None:
             start, end = resolve_range(byte_range, info.size)
@@ -499,6 +507,9 @@ class S3Frontend(ListingHandlers):
             raise S3Error("AccessDenied", f"Only the gateway may send {header}; remove the header.")
         return True
 
+    def _internal(self, request: web.Request, info: ObjectInfo) -> dict[str, str]:  # the gateway's own (s3/parts.py)
+        return s3parts.internal_headers(request.headers, info, lambda: self.version_writer(request[_AUTH_CONTEXT].principal))
+
     def _version(self, request: web.Request) -> str | None:
         """The version a (gateway's) delete or multipart completion carries, if any."""
         if not self._may_version(request, VERSION_HEADER):
@@ -538,16 +549,6 @@ class S3Frontend(ListingHandlers):
 
 _REQUEST_ID = web.RequestKey("nearfaas_s3_request_id", str)
 _AUTH_CONTEXT = web.RequestKey("nearfaas_s3_auth_context", AuthContext)
-
-
-def _part_of(q: dict) -> tuple[str, int]:
-    """(upload id, part number) of an UploadPart / UploadPartCopy."""
-    upload_id, raw_number = q.get("uploadId"), q.get("partNumber", "")
-    if not upload_id:
-        raise S3Error("InvalidArgument", "UploadPart needs both partNumber and uploadId.")
-    if not raw_number.isdigit() or not 1 <= int(raw_number) <= 10000:
-        raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to 10000, not {raw_number!r}.")
-    return upload_id, int(raw_number)
 
 
 def _outside_scope(principal: Principal, bucket: str) -> S3Error:

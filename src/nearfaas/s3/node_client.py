@@ -32,6 +32,7 @@ from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, part_checksums_xml
+from nearfaas.s3.parts import PART_SIZES
 from nearfaas.s3.object_headers import COPY_CHECKSUMS_HEADER, COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER
 from nearfaas.s3.validation import format_range
 
@@ -256,7 +257,7 @@ class NodeClient:
     async def get_object(self, bucket: str, key: str,
                          byte_range: tuple[int | None, int | None] | None = None) -> ObjectStream:
         headers = {"Range": format_range(byte_range)} if byte_range is not None else {}
-        headers[CHECKSUM_MODE] = "ENABLED"  # the object's checksum is part of its info
+        headers[CHECKSUM_MODE] = headers[PART_SIZES] = "ENABLED"  # the object's checksum (and part sizes) are part of its info
         response = await self._request("GET", bucket, key, headers=headers, ok=(200, 206), stream=True)
         info = _info_from_headers(bucket, key, response.headers)
         length = int(response.headers.get("Content-Length", "0"))
@@ -281,7 +282,7 @@ class NodeClient:
         return _ResponseBody(self.node, response, self._read_chunk)
 
     async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        response = await self._request("HEAD", bucket, key, headers={CHECKSUM_MODE: "ENABLED"})
+        response = await self._request("HEAD", bucket, key, headers={CHECKSUM_MODE: "ENABLED", PART_SIZES: "ENABLED"})
         return _info_from_headers(bucket, key, response.headers)
 
     async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
@@ -371,8 +372,8 @@ def _object_write_headers(content_type: str | None, metadata: dict | None) -> di
 def _stored_out(stored: dict, *, copy: bool) -> dict[str, str]:
     """A write's stored headers as a request to a node: the standard ones as they are, the kinds
     the node is to checksum (COMPUTE_HEADER); a repair copy's checksums as they are, in JSON."""
-    out = {k: v for k, v in stored.items() if not k.startswith(CHECKSUM_PREFIX)}
-    sums = {k: v for k, v in stored.items() if k.startswith(CHECKSUM_PREFIX)}
+    out = {k: v for k, v in stored.items() if not k.startswith(CHECKSUM_PREFIX) and k != PART_SIZES}
+    sums = {k: v for k, v in stored.items() if k.startswith(CHECKSUM_PREFIX) or k == PART_SIZES}
     if copy and sums:
         out[COPY_CHECKSUMS_HEADER] = json.dumps(sums, separators=(",", ":"))
     return out
@@ -380,7 +381,8 @@ def _stored_out(stored: dict, *, copy: bool) -> dict[str, str]:
 
 def _stored_in(headers) -> dict[str, str]:
     """The stored system headers a node's GET / HEAD / write answer carries."""
-    return {name: headers[name] for name in (*STORED_HEADERS, *(h.lower() for h in headers if h.lower().startswith(CHECKSUM_PREFIX)))
+    return {name: headers[name] for name in (*STORED_HEADERS, PART_SIZES,
+                                             *(h.lower() for h in headers if h.lower().startswith(CHECKSUM_PREFIX)))
             if name in headers}
 
 

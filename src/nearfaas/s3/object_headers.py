@@ -12,6 +12,8 @@ from nearfaas.s3 import checksums
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import BucketInfo, ObjectInfo
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.validation import validate_metadata
+from nearfaas.s3.parts import PART_SIZES
 from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
 
 # A repair copy (gateway only) keeps the source replica's ETag and Last-Modified.
@@ -25,8 +27,10 @@ def is_true(value: str | None) -> bool:
 
 
 def user_metadata(request: web.Request) -> dict[str, str]:
-    return {name[11:].lower(): value for name, value in request.headers.items()
-            if name.lower().startswith("x-amz-meta-")}
+    """The request's x-amz-meta-* headers, checked here (names, size, sendable values) before any
+    replica is asked to store them: a value the gateway could not sign for a node answered 500."""
+    return validate_metadata({name[11:].lower(): value for name, value in request.headers.items()
+                              if name.lower().startswith("x-amz-meta-")})
 
 
 def exact_headers(info: ObjectInfo) -> dict[str, str]:
@@ -101,7 +105,7 @@ def copied_checksums(request: web.Request) -> dict[str, str]:
         found = json.loads(raw) if raw else {}
     except ValueError:
         found = None
-    if not isinstance(found, dict) or not all(isinstance(v, str) and k.startswith(checksums.CHECKSUM_PREFIX)
+    if not isinstance(found, dict) or not all(isinstance(v, str) and (k.startswith(checksums.CHECKSUM_PREFIX) or k == PART_SIZES)
                                               for k, v in found.items()):
         raise S3Error("InvalidArgument", f"{COPY_CHECKSUMS_HEADER} must be a JSON object of x-amz-checksum-* values.")
     return found
