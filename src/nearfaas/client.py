@@ -23,7 +23,8 @@ def s3_client(gateway_url: str, state_dir: Path | None = None, access_key: str |
         aws_access_key_id=access_key or "nearfaas",
         aws_secret_access_key=secret_key or "nearfaas",
         region_name="us-east-1",
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2, "mode": "standard"}),
+        # s3v4 everywhere, presigned URLs and POST forms included (boto3 presigns POSTs with SigV2 otherwise).
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2, "mode": "standard"}, signature_version="s3v4"),
     )
 
 
