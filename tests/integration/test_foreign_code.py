@@ -169,3 +169,21 @@ def test_a_second_tenant_cannot_read_through_its_endpoint_what_its_key_may_not(l
     resp = requests.post(f"{cluster.url}/function/nosy", json={"input": {"bucket": "foreign", "key": "big.bin"}}, timeout=60)
     assert resp.status_code == 502 and "AccessDenied" in resp.text, resp.text[:300]
     assert resp.headers.get("X-Nearfaas-Bytes-Local") in (None, "0")
+
+
+def test_a_boto3_multipart_upload_from_transfer_threads_is_charged_to_its_call(linked, functions_dir):
+    profile, cluster = linked
+    if profile != "local":
+        pytest.skip("the accounting does not depend on the link")
+    s3 = cluster.s3()
+    data = bytes(random.Random(3).randbytes(11 * 1024 * 1024))
+    s3.put_object(Bucket="foreign", Key="eleven.bin", Body=data)
+    resp = requests.post(f"{cluster.url}/function/upper-boto", json={"input": {"bucket": "foreign", "key": "eleven.bin"},
+                                                                    "multipart": True}, timeout=120)
+    assert resp.status_code == 200, resp.text[:300]
+    link = _link(resp)
+    # Every part's bytes, sent from s3transfer's own threads, plus the completion's small XML body.
+    assert len(data) <= link["write"] < len(data) + 4096, link
+    head = s3.head_object(Bucket="foreign", Key="eleven.bin.upper")
+    assert head["ContentLength"] == len(data) and head["ETag"].strip('"').endswith("-3")
+    assert s3.get_object(Bucket="foreign", Key="eleven.bin.upper")["Body"].read() == data.upper()

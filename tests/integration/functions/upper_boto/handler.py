@@ -17,6 +17,14 @@ def handle(event, context):
         part = s3.get_object(Bucket=ref["bucket"], Key=ref["key"], Range="bytes=0-9")["Body"].read()
         return {"range": part.hex(), "size": len(data)}
     out = {"bucket": ref["bucket"], "key": ref["key"] + ".upper"}
-    s3.put_object(Bucket=out["bucket"], Key=out["key"], Body=data.upper())
+    if doc.get("multipart"):  # s3transfer: a multipart upload from a pool of threads
+        import io
+
+        from boto3.s3.transfer import TransferConfig
+
+        s3.upload_fileobj(io.BytesIO(data.upper()), out["bucket"], out["key"],
+                          Config=TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024))
+    else:
+        s3.put_object(Bucket=out["bucket"], Key=out["key"], Body=data.upper())
     head = s3.head_object(Bucket=out["bucket"], Key=out["key"])
     return {"output": out, "size": head["ContentLength"], "endpoint": os.environ.get("AWS_ENDPOINT_URL", "")}
