@@ -30,7 +30,7 @@ import threading
 from nearfaas.dataservices import objects, sql
 from nearfaas.dataservices.select_request import SelectRequestError, parse_select_request, to_engine_sql
 from nearfaas.s3 import eventstream
-from nearfaas.s3.backend import ObjectStream, SelectResult
+from nearfaas.s3.backend import ObjectStream, SelectResult, aclose
 from nearfaas.s3.errors import S3Error
 
 MAX_OBJECT_BYTES = 256 << 20
@@ -101,7 +101,7 @@ async def select_object_stream(stream: ObjectStream, request_xml: bytes, key: st
         async for chunk in stream.body:
             chunks.append(chunk)
     finally:
-        await _aclose(stream.body)
+        await aclose(stream.body)
     with _lock:
         if _waiting >= MAX_WAITING:
             raise S3Error("SlowDown", f"{MAX_WAITING} queries are already waiting on this node; retry shortly.",
@@ -130,7 +130,7 @@ async def query_local_object(backend, bucket: str, key: str, text: str) -> tuple
             return 413, f"s3://{bucket}/{key} is over {MAX_OBJECT_BYTES} bytes"
         data = b"".join([c async for c in stream.body])
     finally:
-        await _aclose(stream.body)
+        await aclose(stream.body)
     with _lock:
         if _waiting >= MAX_WAITING:
             return 503, f"{MAX_WAITING} queries are already waiting on this node"
@@ -156,7 +156,3 @@ def _in_slot(fn, *args):
         return fn(*args)
 
 
-async def _aclose(body) -> None:
-    close = getattr(body, "aclose", None)
-    if close is not None:
-        await close()

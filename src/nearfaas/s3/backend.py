@@ -191,3 +191,10 @@ class StorageBackend(Protocol):
         key_marker: str = "",
         upload_id_marker: str = "",
     ) -> UploadListResult: ...
+
+
+async def aclose(body) -> None:
+    """Release an object body (an async generator) that may not have been read to its end."""
+    close = getattr(body, "aclose", None)
+    if close is not None:
+        await close()

@@ -16,11 +16,13 @@ Known caveats:
 
 from __future__ import annotations
 
+import contextlib
 from urllib.parse import unquote
 
 from aiohttp import web
 
 from nearfaas.s3 import checksums
+from nearfaas.s3.backend import aclose
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.conditions import check_read
 from nearfaas.s3.errors import S3Error
@@ -83,7 +85,8 @@ async def copy_object(frontend, request: web.Request, bucket: str, key: str, may
         info = await backend.put_object(bucket, key, chunks, content_type=content_type, metadata=metadata,
                                         **write_condition, **checksums.as_argument(stored, kinds))
     finally:
-        await _aclose(stream.body)
+        with contextlib.suppress(Exception):  # a source stream that already ended or broke
+            await aclose(stream.body)
     frontend._notify_created(request, bucket, key, info)
     body = (f'{s3xml._DECL}<CopyObjectResult xmlns="{s3xml.S3_NS}"><LastModified>{s3xml.iso8601(info.last_modified)}'
             f'</LastModified><ETag>"{info.etag}"</ETag></CopyObjectResult>').encode()
@@ -126,16 +129,9 @@ async def upload_part_copy(frontend, request: web.Request, bucket: str, key: str
             check_read(request.headers, stream.info, prefix="x-amz-copy-source-")
         etag = await backend.upload_part(bucket, key, upload_id, part_number, stream.body)
     finally:
-        await _aclose(stream.body)
+        with contextlib.suppress(Exception):  # a source stream that already ended or broke
+            await aclose(stream.body)
     body = (f'{s3xml._DECL}<CopyPartResult xmlns="{s3xml.S3_NS}"><LastModified>{s3xml.iso8601(stream.info.last_modified)}'
             f'</LastModified><ETag>"{etag}"</ETag></CopyPartResult>').encode()
     return frontend._xml(request, body)
 
-
-async def _aclose(body) -> None:
-    close = getattr(body, "aclose", None)
-    if close is not None:
-        try:
-            await close()
-        except Exception:  # a source stream that already ended or broke: nothing left to release
-            pass

@@ -56,7 +56,7 @@ from nearfaas.s3 import checksums
 from nearfaas.s3 import attributes as s3attributes, parts as s3parts, post_object as s3post  # issue 22's last three
 from nearfaas.s3 import copy as s3copy
 from nearfaas.s3 import xml as s3xml
-from nearfaas.s3.backend import ObjectInfo, StorageBackend
+from nearfaas.s3.backend import ObjectInfo, StorageBackend, aclose
 from nearfaas.s3.body import RequestBody, decode_content_md5
 from nearfaas.s3.conditions import WriteCondition, check_read
 from nearfaas.s3.errors import S3Error
@@ -311,7 +311,7 @@ class S3Frontend(ListingHandlers):
             response = web.StreamResponse(status=200, headers={**result.headers, **self._common(request)})
             return await _relay(request, response, result.body, f"SelectObjectContent {bucket}/{key}")
         finally:
-            await _aclose(result.body)
+            await aclose(result.body)
 
     async def _delete_objects(self, request, bucket: str) -> web.StreamResponse:
         """DeleteObjects (POST /bucket?delete): per-key results; a missing key counts as deleted.
@@ -422,7 +422,7 @@ class S3Frontend(ListingHandlers):
             response.content_length = stream.length
             return await _relay(request, response, body_iter, f"GET {bucket}/{key}")
         finally:
-            await _aclose(body_iter)
+            await aclose(body_iter)
 
     async def _head_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
         info = await self.backend.head_object(bucket, key)
@@ -583,12 +583,6 @@ async def _gunzipped(chunks, limit: int):
     except ValueError as e:
         code = "EntityTooLarge" if "more than" in str(e) else "InvalidRequest"
         raise S3Error(code, f"Content-Encoding gzip ({transfer.OPT_IN_HEADER}): {e}") from None
-
-
-async def _aclose(body) -> None:
-    aclose = getattr(body, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def _request_id(request: web.Request) -> str:

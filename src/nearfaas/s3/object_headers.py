@@ -109,17 +109,3 @@ def copied_checksums(request: web.Request) -> dict[str, str]:
                                               for k, v in found.items()):
         raise S3Error("InvalidArgument", f"{COPY_CHECKSUMS_HEADER} must be a JSON object of x-amz-checksum-* values.")
     return found
-
-
-def etag_matches(header: str, etag: str) -> bool:
-    candidates = [c.strip() for c in header.split(",")]
-    return "*" in candidates or any(c.removeprefix("W/").strip('"') == etag for c in candidates)
-
-
-def check_preconditions(request: web.Request, info: ObjectInfo) -> bool:
-    """Raise PreconditionFailed for a failed If-Match; True when If-None-Match says 304."""
-    if_match = request.headers.get("If-Match")
-    if if_match is not None and not etag_matches(if_match, info.etag):
-        raise S3Error("PreconditionFailed", f"If-Match {if_match} does not match the ETag \"{info.etag}\".")
-    if_none_match = request.headers.get("If-None-Match")
-    return if_none_match is not None and etag_matches(if_none_match, info.etag)
