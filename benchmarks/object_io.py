@@ -7,8 +7,8 @@ For 4 KiB, 1 MiB and 64 MiB objects:
   plain HTTP -> gw   the same gateway from `requests` (no SigV4 payload hash, no checksum):
                      separates what boto3 spends on the client from what the server spends
   raw file copy      write a file + fsync + rename (the same durability, no HTTP) / read it back
-  writes             interleaved: plain PUT, PUT If-None-Match: *, CopyObject via the gateway and
-                     on one node's own endpoint (all through boto3)
+  writes             interleaved: plain PUT, PUT If-None-Match: *, CopyObject via the gateway made
+                     in place and streamed, and on one node's own endpoint (all through boto3)
 
     python benchmarks/object_io.py [--repeats 5]
 
@@ -109,18 +109,25 @@ def http_io(base: str, bucket: str, data: bytes, repeats: int) -> tuple[list[flo
 
 
 def copy_and_conditional(gateway, direct, data: bytes, repeats: int) -> dict[str, list[float]]:
-    """CopyObject through the gateway (read from one replica, written to both) and on one storage
-    node's own endpoint (source and copy on that node), and a conditional PUT (If-None-Match: *,
-    a fresh key each time) next to a plain one, interleaved (issue 22)."""
+    """CopyObject through the gateway, made in place (both replicas hold the source: each copies
+    its own, no object byte on a link) and streamed (a copy of a named source version always
+    streams: read from one replica, written to both, as a copy between nodes does), on one storage
+    node's own endpoint (source and copy on that node), and a conditional PUT (If-None-Match: *, a
+    fresh key each time) next to a plain one, interleaved (issue 22)."""
     gateway.put_object(Bucket="bench", Key="copy-src", Body=data)
     direct.put_object(Bucket="bench-direct", Key="copy-src", Body=data)
+    named = gateway.put_object(Bucket="bench-versioned", Key="copy-src", Body=data)["VersionId"]
     counter = iter(range(10**9))
     size = len(data)  # keys per size: a conditional PUT must never meet an earlier round's key
     fns = {
         "put_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"plain/{size}/{next(counter)}", Body=data),
         "put_if_none_match_gateway": lambda: gateway.put_object(Bucket="bench", Key=f"cond/{size}/{next(counter)}", Body=data,
                                                                 IfNoneMatch="*"),
-        "copy_gateway": lambda: gateway.copy_object(Bucket="bench", Key=f"copy/{size}/{next(counter)}", CopySource="bench/copy-src"),
+        "copy_gateway_in_place": lambda: gateway.copy_object(Bucket="bench", Key=f"copy/{size}/{next(counter)}",
+                                                             CopySource="bench/copy-src"),
+        "copy_gateway_streamed": lambda: gateway.copy_object(
+            Bucket="bench", Key=f"copy/{size}/{next(counter)}",
+            CopySource={"Bucket": "bench-versioned", "Key": "copy-src", "VersionId": named}),
         "copy_node": lambda: direct.copy_object(Bucket="bench-direct", Key=f"copy/{size}/{next(counter)}",
                                                 CopySource="bench-direct/copy-src"),
     }
@@ -232,6 +239,8 @@ def main() -> int:
 
         gateway = _client(layout["gateway_url"])
         gateway.create_bucket(Bucket="bench")
+        gateway.create_bucket(Bucket="bench-versioned")
+        gateway.put_bucket_versioning(Bucket="bench-versioned", VersioningConfiguration={"Status": "Enabled"})
         node = next(n for n in layout["nodes"] if n["kind"] == "storage")
         direct = _client(node["url"], INTERNAL_ACCESS_KEY, layout["internal_secret"])
         direct.create_bucket(Bucket="bench-direct")
@@ -254,7 +263,7 @@ def main() -> int:
     ratios = {label: {f"gateway_vs_raw_{op}": r["raw_file_copy"][op]["median_s"] and
                       r["boto3_gateway"][op]["mb_per_s"] / r["raw_file_copy"][op]["mb_per_s"] for op in ("put", "get")}
               | {f"{op}_vs_put_gateway": r["writes"][op]["median_s"] / r["writes"]["put_gateway"]["median_s"]
-                 for op in ("put_if_none_match_gateway", "copy_gateway", "copy_node")}
+                 for op in ("put_if_none_match_gateway", "copy_gateway_in_place", "copy_gateway_streamed", "copy_node")}
               for label, r in results.items()}
     path = write_result("object_io", {"benchmark": "object_io", "label": "measured", "repeats": args.repeats,
                                       "machine": machine_facts(), "results": results, "ratios": ratios})

@@ -47,6 +47,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from nearfaas.gateway.copy_in_place import copy_in_place
 from nearfaas.gateway.nodes import NodeDirectory
 from nearfaas.gateway.replica_calls import Gate, HealthBound, Tee, close_answer, is_down, missed_upload, missed_write, settle, unavailable
 from nearfaas.placement.replicas import RENDEZVOUS, Scheme, replicas_for
@@ -54,10 +55,12 @@ from nearfaas.replication.hints import HintLog
 from nearfaas.replication.ordering import AckOrder
 from nearfaas.replication.repair import Repairer, newest, state_from
 from nearfaas.replication.version import HybridClock
+from nearfaas.gateway.versions import ClusterVersions
 from nearfaas.gateway.write_conditions import WriteConditions
 from nearfaas.s3.conditions import WriteCondition
 from nearfaas.s3.versions import DELETED_HEADER
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, StorageBackend, UploadInfo, UploadListResult
+from nearfaas.s3.backend import (BucketInfo, DeleteResult, ListResult, ObjectInfo, ObjectStream, SelectResult, StorageBackend, UploadInfo,
+                                 UploadListResult)
 from nearfaas.s3.errors import S3Error
 
 log = logging.getLogger("nearfaas.gateway.s3")
@@ -68,7 +71,7 @@ def _predicted(pred) -> dict:
     return {"X-Nearfaas-Predicted": pred.header()} if pred is not None else {}
 
 
-class ClusterBackend:
+class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
     # Conditional writes (s3/conditions.py) are checked and stamped as one step here: every write
     # of the cluster goes through this one gateway (gateway/write_conditions.py).
     atomic_conditions = True
@@ -148,6 +151,7 @@ class ClusterBackend:
                          condition: WriteCondition | None = None, headers=None) -> ObjectInfo:
         seen = await self.conditions.precheck(bucket, key, condition)
         targets = await self.replica_names(bucket, key, options)
+        versioned = await self._versioned(bucket)
         box: list[str] = []  # the version, once the body has ended
         tee = Tee(body, len(targets), trailer=lambda: self._stamp(bucket, key, box, seen).encode("ascii"))
 
@@ -155,7 +159,7 @@ class ClusterBackend:
             try:
                 return await self.client_for(name).put_object(
                     bucket, key, tee.stream(i), content_md5=content_md5, content_type=content_type, metadata=metadata,
-                    version_trailer=self.clock.width, **({"headers": headers} if headers else {}))
+                    version_trailer=self.clock.width, **({"headers": headers} if headers else {}), **versioned)
             except BaseException:
                 tee.drop(i)
                 raise
@@ -210,6 +214,7 @@ class ClusterBackend:
     async def _complete(self, bucket, key, upload_id, parts, condition: WriteCondition | None, extra: dict) -> ObjectInfo:
         seen = await self.conditions.precheck(bucket, key, condition)
         targets = await self.replica_names(bucket, key)
+        extra = {**extra, **await self._versioned(bucket)}
         box: list[str] = []
         version = self._stamp(bucket, key, box, seen)
         results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts, version=version, **extra)
@@ -243,18 +248,24 @@ class ClusterBackend:
     def _check(self, targets, results, missed=unavailable) -> list:
         return settle(targets, results, missed, "multipart call")
 
-    async def delete_object(self, bucket, key, condition: WriteCondition | None = None) -> None:
-        """Delete on every storage node (a copy may sit on any), as a versioned tombstone. A
-        node's refusal (an invalid key, AccessDenied, its own failure) is the answer, so that
-        DeleteObjects reports the key as an error, never as deleted; a node that is down is
-        owed the delete (a hint), unless every node is down."""
+    async def delete_object(self, bucket, key, condition: WriteCondition | None = None, *,
+                            version_id: str | None = None) -> DeleteResult | None:
+        """Delete on every storage node (a copy may sit on any), as a versioned tombstone (a
+        delete marker where the bucket has versioning). A node's refusal (an invalid key,
+        AccessDenied, its own failure) is the answer, so that DeleteObjects reports the key as an
+        error, never as deleted; a node that is down is owed the delete (a hint), unless every
+        node is down. ``version_id``: remove that one version for good (gateway/versions.py)."""
+        if version_id is not None:
+            return await self.delete_version(bucket, key, version_id)
         seen = await self.conditions.precheck(bucket, key, condition)
         names = [n.name for n in self.nodes.storage_nodes()]
+        status = await self.versioning_status(bucket)
+        versioned = {"versioned": True} if status == "Enabled" else {}
         box: list[str] = []
         version = self._stamp(bucket, key, box, seen)
         try:
-            results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key, version=version) for n in names),
-                                           return_exceptions=True)
+            results = await asyncio.gather(*(self.client_for(n).delete_object(bucket, key, version=version, **versioned)
+                                             for n in names), return_exceptions=True)
             refused = [(n, r) for n, r in zip(names, results, strict=True)
                        if isinstance(r, BaseException) and not missed_write(r)]
             if refused:
@@ -266,6 +277,7 @@ class ClusterBackend:
             self.order.end(bucket, key, version)
             raise
         await self._ordered(bucket, key, box, names, results, missed_write)
+        return DeleteResult(version_id=version if versioned else "null", delete_marker=True) if status else None
 
     # -- reads -------------------------------------------------------------------------------------
     async def _newest(self, bucket: str, key: str, fetch):
@@ -311,17 +323,29 @@ class ClusterBackend:
             self.repairer.soon(bucket, key)
         if best.deleted:
             await close_answer(got)
-            raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key)
+            said = answers[asked.index(best.node)]  # its 404, with a delete marker's x-amz-* headers
+            raise said if isinstance(said, S3Error) else S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket "
+                                                                 f"{bucket!r}.", resource=key)
         if states[first] is not None and states[first].version >= best.version:
             return got
         await close_answer(got)
         return await fetch(self.client_for(best.node))
 
-    async def get_object(self, bucket, key, byte_range=None) -> ObjectStream:
+    async def get_object(self, bucket, key, byte_range=None, *, version_id: str | None = None) -> ObjectStream:
+        if version_id is not None:
+            return await self.get_version(bucket, key, byte_range, version_id)
         return await self._newest(bucket, key, lambda c: c.get_object(bucket, key, byte_range))
 
-    async def head_object(self, bucket, key) -> ObjectInfo:
+    async def head_object(self, bucket, key, *, version_id: str | None = None) -> ObjectInfo:
+        if version_id is not None:
+            return await self.head_version(bucket, key, version_id)
         return await self._newest(bucket, key, lambda c: c.head_object(bucket, key))
+
+    async def copy_in_place(self, src_bucket: str, src_key: str, bucket: str, key: str, headers: dict,
+                            condition: WriteCondition | None = None):
+        """CopyObject made by the replicas from their own copies of the source, or None to
+        stream it (gateway/copy_in_place.py)."""
+        return await copy_in_place(self, src_bucket, src_key, bucket, key, headers, condition)
 
     async def query_node(self, bucket: str, key: str) -> str | None:
         """The storage node a query on the object would run on: the first healthy replica, or
@@ -469,5 +493,8 @@ class ClusterBackend:
         """Needs every storage node: a node that is down would keep the bucket (and its objects)."""
         if (await self.list_objects(name, max_keys=1)).contents:
             raise S3Error("BucketNotEmpty", resource=name)
+        if await self.versioning_status(name) and (await self.list_object_versions(name, max_keys=1)).versions:
+            raise S3Error("BucketNotEmpty", "The bucket still holds object versions or delete markers; delete them "
+                          "first (ListObjectVersions shows them).", resource=name)
         await self._all_nodes(lambda c: c.delete_bucket(name))
         self._bucket_options.pop(name, None)

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
 from nearfaas.s3.checksums import CHECKSUM_PREFIX, COMPUTE_HEADER
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
+from nearfaas.s3.backend import (BucketInfo, DeleteResult, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult,
+                                 VersionListResult)
 from nearfaas.s3.validation import resolve_range
 
 T = TypeVar("T")
@@ -89,22 +90,31 @@ class LocalBackend:
     async def delete_bucket(self, name: str) -> None:
         await self._run(self.store.delete_bucket, name)
 
+    async def get_bucket_versioning(self, name: str) -> str:
+        self.store.head_bucket(name)
+        return self.store.versioning(name)
+
+    async def put_bucket_versioning(self, name: str, status: str) -> None:
+        await self._run(self.store.set_versioning, name, status)
+
     # -- objects --------------------------------------------------------------------------------
 
     async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
                          content_md5: bytes | None = None, content_type: str | None = None,
                          metadata: dict | None = None, options: dict | None = None,
                          version: str | Callable[[], str] = "", copy_of: tuple[str, float] | None = None,
-                         headers: dict | None = None) -> ObjectInfo:
+                         headers: dict | None = None, versioned: bool = False) -> ObjectInfo:
         """`options` (e.g. dscs_replica) steer placement in the gateway; a node stores as asked.
         `version` orders the write (the gateway's); a callable is asked once the body has been
         read, for a version that travels at the end of the body. `copy_of` (etag, last_modified):
         a repair copy of another replica's object, which keeps both. `headers`: the stored system
-        headers (s3/checksums.py), whose checksums are filled in as the body ends: read then."""
+        headers (s3/checksums.py), whose checksums are filled in as the body ends: read then.
+        `versioned`: made while the bucket's versioning was Enabled (node/versions.py)."""
         writer = await self._run(self.store.open_writer, bucket, key, content_type=content_type, metadata=metadata,
                                  headers=headers)
         await self._stream_into(writer, body)
         writer.version = version() if callable(version) else version
+        writer.versioned = versioned
         writer.headers = _stored(headers)
         if copy_of is not None:
             info = await self._run(writer.commit, content_md5, etag=copy_of[0], last_modified=copy_of[1])
@@ -115,7 +125,7 @@ class LocalBackend:
     def _written(self, info: ObjectInfo) -> ObjectInfo:
         if self.on_written is not None:
             self.on_written(info.bucket, info.key)
-        return info
+        return self.store.public(info)
 
     async def _stream_into(self, writer, body: AsyncIterator[bytes]) -> None:
         """Write the body through the executor, one batch on the disk while the next arrives.
@@ -155,15 +165,19 @@ class LocalBackend:
         asyncio.get_running_loop().run_in_executor(self._executor, writer.abort)
 
     async def get_object(self, bucket: str, key: str,
-                         byte_range: tuple[int | None, int | None] | None = None) -> ObjectStream:
-        obj = await self._run(self.store.open_object, bucket, key)
+                         byte_range: tuple[int | None, int | None] | None = None, *,
+                         version_id: str | None = None) -> ObjectStream:
+        if version_id is not None:
+            obj = await self._run(self.store.open_version, bucket, key, version_id)
+        else:
+            obj = await self._run(self.store.open_object, bucket, key)
         try:
             start, end = resolve_range(byte_range, obj.info.size)
         except BaseException:
             obj.close()
             raise
         return ObjectStream(
-            info=obj.info, start=start, end=end,
+            info=self.store.public(obj.info), start=start, end=end,
             body=_FileChunks(self, obj, start, end, self._read_chunk),
             local_file=(str(obj.path), obj.data_offset),
         )
@@ -175,11 +189,25 @@ class LocalBackend:
         parse_request(request_xml)  # a bad request is refused before the object is opened
         return await select_object_stream(await self.get_object(bucket, key), request_xml, key, "near-data")
 
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        return self.store.head_object(bucket, key)
+    async def head_object(self, bucket: str, key: str, *, version_id: str | None = None) -> ObjectInfo:
+        if version_id is not None:
+            return self.store.head_version(bucket, key, version_id)
+        return self.store.public(self.store.head_object(bucket, key))
 
-    async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
-        await self._run(self.store.delete_object, bucket, key, version)
+    async def delete_object(self, bucket: str, key: str, version: str | None = None, *, versioned: bool = False,
+                            version_id: str | None = None) -> DeleteResult | None:
+        """A delete (a tombstone or delete marker with the gateway's ``version``), or, with
+        ``version_id``, the removal of that one version for good (``version``: the gateway's clock)."""
+        if version_id is not None:
+            return await self._run(self.store.delete_version, bucket, key, version_id, version or "")
+        await self._run(self.store.delete_object, bucket, key, version, versioned=versioned)
+        if version is not None and self.store.versioning(bucket):
+            return DeleteResult(version_id=version if versioned else "null", delete_marker=True)
+        return None
+
+    async def list_object_versions(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
+                                   key_marker: str = "", version_id_marker: str = "") -> VersionListResult:
+        return self.store.list_versions(bucket, prefix, delimiter, max_keys, key_marker, version_id_marker)
 
     async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
                            start_after: str = "") -> ListResult:
@@ -203,9 +231,10 @@ class LocalBackend:
         return await self._run(writer.commit, content_md5, checksums=sums)
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]],
-                                        version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
+                                        version: str = "", part_checksums: dict | None = None,
+                                        versioned: bool = False) -> ObjectInfo:
         return self._written(await self._run(self.store.complete_multipart_upload, bucket, key, upload_id, parts,
-                                             version=version, part_checksums=part_checksums))
+                                             version=version, part_checksums=part_checksums, versioned=versioned))
 
     async def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self._run(self.store.abort_multipart_upload, bucket, key, upload_id)

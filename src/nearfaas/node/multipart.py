@@ -221,7 +221,7 @@ class MultipartUploads:
             pass
 
     def complete(self, bucket: str, key: str, upload_id: str, parts: list[tuple[int, str]], *,
-                 version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
+                 version: str = "", part_checksums: dict | None = None, versioned: bool = False) -> ObjectInfo:
         """Join the listed parts into one object with ETag md5(md5_1 || ... || md5_n)-n."""
         record = self._require(bucket, key, upload_id)
         with self._lock:
@@ -229,7 +229,7 @@ class MultipartUploads:
                 raise _no_such_upload(upload_id)
             self._completing[upload_id] = self._completing.get(upload_id, 0) + 1
         try:
-            return self._complete(bucket, key, upload_id, record, parts, version, part_checksums or {})
+            return self._complete(bucket, key, upload_id, record, parts, version, part_checksums or {}, versioned)
         finally:
             with self._lock:
                 left = self._completing.pop(upload_id) - 1
@@ -237,7 +237,7 @@ class MultipartUploads:
                     self._completing[upload_id] = left
 
     def _complete(self, bucket: str, key: str, upload_id: str, record: dict,
-                  parts: list[tuple[int, str]], version: str, part_checksums: dict) -> ObjectInfo:
+                  parts: list[tuple[int, str]], version: str, part_checksums: dict, versioned: bool = False) -> ObjectInfo:
         if not parts:
             raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one part.")
         numbers = [number for number, _ in parts]
@@ -277,6 +277,7 @@ class MultipartUploads:
             headers[PART_SIZES] = encode_sizes([size for _, _, size in opened])  # GET ?partNumber (s3/parts.py)
             with self.store.open_writer(bucket, key, content_type=record.get("content_type"), metadata=record.get("metadata"),
                                         compute_md5=False, version=version, headers=headers) as writer:
+                writer.versioned = versioned
                 for fd, data_offset, size in opened:
                     writer.copy_from(fd, data_offset, size)
                 info = writer.commit(etag=etag)

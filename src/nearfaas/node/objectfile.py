@@ -10,8 +10,9 @@ Every object (and every multipart part) is ONE file::
     16      4     length of the JSON header in bytes
     20      4     CRC-32 of the JSON header
     24      n     JSON header (UTF-8): kind, key, size, etag, content_type, metadata,
-                  last_modified, version
-                  and headers (stored system headers and checksums; may be absent)
+                  last_modified, version, headers (stored system headers and checksums;
+                  may be absent) and versioned (true: written while the bucket's
+                  versioning was Enabled, so its S3 version id is its version)
     24+n    ...   zero padding up to data_offset
     data_offset   the object's bytes, exactly `size` of them
 
@@ -94,6 +95,33 @@ def make_dir_durable(path: Path) -> None:
     fsync_dir(path.parent)
 
 
+def make_subdir(path: Path) -> None:
+    """Create ``path`` durably, but never its parents: if the bucket directory is gone (deleted
+    meanwhile), leave it gone and let the caller report NoSuchBucket."""
+    try:
+        os.mkdir(path)
+    except (FileExistsError, FileNotFoundError):
+        return
+    fsync_dir(path.parent)
+
+
+def make_versions_dir(path: Path) -> None:
+    """Create a key's ``versions/<h>`` directory (and ``versions/``) durably."""
+    if path.is_dir():
+        return
+    make_subdir(path.parent)
+    make_subdir(path)
+
+
+def fsync_dir_unless_gone(path: Path) -> None:
+    """fsync a directory that a concurrent bucket deletion may have removed: then nothing is left
+    to make durable."""
+    try:
+        fsync_dir(path)
+    except FileNotFoundError:
+        pass
+
+
 def remove_tree_atomically(path: Path, tmp_dir: Path, lock: AbstractContextManager | None = None) -> None:
     """Make `path` disappear in one step (rename into tmp/, under `lock` if given), then delete
     it at leisure. A crash midway leaves it in tmp/, which start-up empties."""
@@ -151,6 +179,15 @@ def read_header(fd: int) -> tuple[int, dict]:
     return data_offset, fields
 
 
+def read_file_header(path: Path) -> dict:
+    """The header fields of the object file at ``path`` (start-up scans)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return read_header(fd)[1]
+    finally:
+        os.close(fd)
+
+
 def info_from_header(bucket: str, fields: dict) -> ObjectInfo:
     return ObjectInfo(
         bucket=bucket,
@@ -162,6 +199,7 @@ def info_from_header(bucket: str, fields: dict) -> ObjectInfo:
         metadata=dict(fields.get("metadata") or {}),
         version=str(fields.get("version") or ""),
         headers=dict(fields.get("headers") or {}),  # absent in files written before issue 22
+        version_id=str(fields.get("version") or "") if fields.get("versioned") else "",
     )
 
 
@@ -176,11 +214,19 @@ def header_from_info(info: ObjectInfo) -> dict:
         "last_modified": info.last_modified,
         "version": info.version,
         **({"headers": info.headers} if info.headers else {}),
+        **({"versioned": True} if is_versioned_id(info.version_id) else {}),
     }
 
 
-def tombstone_header(key: str, version: str, deleted_at: float) -> dict:
-    return {"kind": "tombstone", "key": key, "size": 0, "etag": "", "last_modified": deleted_at, "version": version}
+def is_versioned_id(version_id: str) -> bool:
+    """Whether an S3 version id names the write itself (not "null", not "" for none)."""
+    return version_id not in ("", "null")
+
+
+def tombstone_header(key: str, version: str, deleted_at: float, *, versioned: bool = False) -> dict:
+    """A delete's record; ``versioned``: a delete marker made while versioning was Enabled."""
+    return {"kind": "tombstone", "key": key, "size": 0, "etag": "", "last_modified": deleted_at, "version": version,
+            **({"versioned": True} if versioned else {})}
 
 
 def is_tombstone(fields: dict) -> bool:

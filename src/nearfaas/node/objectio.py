@@ -27,6 +27,9 @@ class ObjectWriter:
                  *, compute_md5: bool = True, version: str = "", headers: dict | None = None):
         self._store = store
         self.bucket, self.key, self.version = bucket, key, version
+        # Written while the bucket's versioning was Enabled (the gateway says): its S3 version id
+        # is its version, and the write it replaces is kept as a noncurrent version (versions.py).
+        self.versioned = False
         # Stored system headers; the checksums among them may be set until commit (s3/checksums.py).
         self.content_type, self.metadata, self.headers = content_type, metadata, dict(headers or {})
         sizing = {"key": key, "content_type": content_type, "metadata": metadata, "headers": self.headers}
@@ -74,10 +77,11 @@ class ObjectWriter:
             if etag is None:
                 assert digest is not None, "an ETag is needed when MD5 is not computed"
                 etag = digest.hex()
+            version = self.version or self._store.clock.now()
             info = ObjectInfo(
                 bucket=self.bucket, key=self.key, size=self._file.size, etag=etag,
                 last_modified=last_modified or time.time(), content_type=self.content_type, metadata=self.metadata,
-                version=self.version or self._store.clock.now(), headers=dict(self.headers),
+                version=version, headers=dict(self.headers), version_id=version if self.versioned else "",
             )
             self._file.finish(header_from_info(info))
             self._store._install(info, self._file)

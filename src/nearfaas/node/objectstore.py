@@ -28,7 +28,6 @@ them in an executor). One lock orders renames and index updates; fsyncs run outs
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import itertools
 import json
 import logging
@@ -43,7 +42,6 @@ from pathlib import Path
 from sortedcontainers import SortedDict
 
 from nearfaas.node.objectfile import (
-    PAGE,
     AtomicObjectFile,
     CorruptObjectFile,
     bucket_dir,
@@ -54,12 +52,15 @@ from nearfaas.node.objectfile import (
     live_fields,
     locate_object,
     make_dir_durable,
+    make_subdir,
+    make_versions_dir,
+    fsync_dir_unless_gone,
     object_path,
-    read_header,
+    read_file_header,
     remove_tree_atomically,
-    tombstone_header,
 )
 from nearfaas.node.objectio import ObjectWriter, OpenObject
+from nearfaas.node.versions import VERSIONING_OPTION, Entry, Tomb, VersionedStore, entry_hash, marker_file
 from nearfaas.replication.version import HybridClock
 from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, UploadListResult
@@ -106,7 +107,7 @@ class StoreCounters:
                     "uploads_expired": self.uploads_expired, "upload_bytes_reclaimed": self.upload_bytes_reclaimed}
 
 
-class ObjectStore:
+class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
     def __init__(self, root: str | Path, *, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
                  min_part_size: int = DEFAULT_MIN_PART_SIZE, clock_origin: str = "local"):
         from nearfaas.node.multipart import MultipartUploads  # multipart builds on this module
@@ -125,7 +126,9 @@ class ObjectStore:
         self._bucket_ops_lock = threading.Lock()
         self._buckets: dict[str, BucketInfo] = {}
         self._index: dict[str, SortedDict] = {}  # live objects only: HEAD and listing
-        self._tombs: dict[str, dict[str, tuple[str, float]]] = {}  # key -> (version, deleted_at)
+        self._tombs: dict[str, dict[str, Tomb]] = {}  # key -> its tombstone or delete marker
+        self._shelf: dict[str, SortedDict] = {}  # key -> noncurrent versions, oldest first (versions.py)
+        self._gone: dict[str, dict] = {}  # key digest -> versions deleted for good (versions.py)
         self._digests: dict[str, int] = {}  # XOR of _entry_hash over live objects and tombstones
         for sub in ("tmp", "buckets", "uploads"):
             make_dir_durable(self.root / sub)
@@ -168,12 +171,13 @@ class ObjectStore:
             self._index[info.name], self._tombs[info.name] = self._scan_objects(info.name)
             self._digests[info.name] = 0
             for entry in self._index[info.name].values():
-                self._digests[info.name] ^= _entry_hash(entry.key, entry.version, False)
+                self._digests[info.name] ^= entry_hash(entry.key, entry.version, False)
                 self.clock.observe(entry.version)
-            for key, (version, _) in self._tombs[info.name].items():
-                self._digests[info.name] ^= _entry_hash(key, version, True)
-                self.clock.observe(version)
+            for key, tomb in self._tombs[info.name].items():
+                self._digests[info.name] ^= entry_hash(key, tomb.version, True)
+                self.clock.observe(tomb.version)
             self.counters.add(objects=len(self._index[info.name]))
+            self._load_versions(info.name)
 
     def _scan_objects(self, bucket: str) -> tuple[SortedDict, dict]:
         index, tombs = SortedDict(), {}
@@ -184,15 +188,12 @@ class ObjectStore:
         for sub in objects_dir.iterdir():
             for path in sub.iterdir() if sub.is_dir() else ():
                 try:
-                    fd = os.open(path, os.O_RDONLY)
-                    try:
-                        _, fields = read_header(fd)
-                    finally:
-                        os.close(fd)
+                    fields = read_file_header(path)
                     if key_digest(fields["key"]) != path.name:
                         raise CorruptObjectFile("file name is not the hash of its key")
                     if is_tombstone(fields):
-                        tombs[fields["key"]] = (str(fields["version"]), float(fields["last_modified"]))
+                        tombs[fields["key"]] = Tomb(str(fields["version"]), float(fields["last_modified"]),
+                                                    bool(fields.get("versioned")))
                         continue
                     info = info_from_header(bucket, fields)
                 except (OSError, CorruptObjectFile, KeyError, TypeError, ValueError) as exc:
@@ -233,6 +234,7 @@ class ObjectStore:
             with self._lock:
                 self._buckets[name] = info
                 self._index[name], self._tombs[name], self._digests[name] = SortedDict(), {}, 0
+                self._shelf[name], self._gone[name] = SortedDict(), {}
             return info, True
 
     def head_bucket(self, name: str) -> BucketInfo:
@@ -245,24 +247,50 @@ class ObjectStore:
         with self._bucket_ops_lock:
             with self._lock:
                 info = self._require_bucket(name)
-                if self._index[name]:
+                held = len(self._index[name]) + sum(len(v) for v in self._shelf[name].values())
+                if self.versioning(name):  # its delete markers are versions too (S3)
+                    held += len(self._tombs[name])
+                if held:
                     raise S3Error(
                         "BucketNotEmpty",
-                        f"The bucket {name!r} still holds {len(self._index[name])} objects; delete them first.",
+                        f"The bucket {name!r} still holds {held} objects or versions; delete them first "
+                        "(ListObjectVersions shows every version and delete marker).",
                         resource=name,
                     )
                 # Gone from memory first: a write committing from now on gets NoSuchBucket.
                 # Its tombstones go with it: a bucket created again starts empty.
-                saved = (self._index.pop(name), self._tombs.pop(name), self._digests.pop(name))
+                saved = (self._index.pop(name), self._tombs.pop(name), self._digests.pop(name), self._shelf.pop(name),
+                         self._gone.pop(name))
                 del self._buckets[name]
             try:
                 remove_tree_atomically(bucket_dir(self.root, name), self.tmp_dir)
             except BaseException:
                 with self._lock:
                     self._buckets[name] = info
-                    self._index[name], self._tombs[name], self._digests[name] = saved
+                    self._index[name], self._tombs[name], self._digests[name], self._shelf[name], self._gone[name] = saved
                 raise
         self.uploads.abort_all_in_bucket(name)
+
+    def set_versioning(self, name: str, status: str) -> BucketInfo:
+        """Record the bucket's versioning status ("Enabled" / "Suspended"), durably."""
+        validate_bucket_name(name)
+        with self._bucket_ops_lock:
+            with self._lock:
+                info = self._require_bucket(name)
+            options = {**info.options, VERSIONING_OPTION: status}
+            meta = json.dumps({"name": name, "created": info.created, "options": options}).encode()
+            staging = self.tmp_dir / f"{uuid.uuid4().hex}.bucket.json"
+            fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.write(fd, meta)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(staging, bucket_dir(self.root, name) / ".bucket.json")
+            fsync_dir(bucket_dir(self.root, name))
+            with self._lock:
+                self._buckets[name] = info = BucketInfo(name=name, created=info.created, options=options)
+            return info
 
     def _require_bucket(self, name: str) -> BucketInfo:
         info = self._buckets.get(name)
@@ -295,31 +323,31 @@ class ObjectStore:
             writer.write(data)
             return writer.commit(content_md5)
 
-    def _install(self, info: ObjectInfo, file: AtomicObjectFile, *, deleted: bool = False) -> bool:
+    def _install(self, info: ObjectInfo, file: AtomicObjectFile, *, deleted: bool = False, versioned: bool = False) -> bool:
         """The commit point of a write or a versioned delete (``deleted``: ``file`` is its
-        tombstone): rename into place and index it, if its version is newer than what the key
-        holds. Returns whether it was applied; a stale one is discarded."""
+        tombstone): rename into place and index it if its version is newer than what the key
+        holds; an older one is kept as a noncurrent version where versioning says so
+        (versions.py), else discarded. Returns whether it was kept."""
         path = object_path(self.root, info.bucket, info.key)
-        _make_subdir(path.parent)  # first object in this subdirectory: fsyncs, so not under the lock
+        make_subdir(path.parent)  # first object in this subdirectory: fsyncs, so not under the lock
+        if self.versioning(info.bucket) and not self._versions_dir(info.bucket, info.key).is_dir():
+            make_versions_dir(self._versions_dir(info.bucket, info.key))  # fsyncs: not under the lock
+        entry = Entry(info.version, versioned or bool(info.version_id), deleted, info.last_modified, None if deleted else info)
         with self._lock:
             self._require_bucket(info.bucket)
-            if info.version <= self._version_held(info.bucket, info.key):
-                file.discard()
-                return False
-            try:
-                file.install(path)
-            except FileNotFoundError:  # the bucket was deleted and re-created meanwhile
-                _make_subdir(path.parent)
-                file.install(path)
-            self._forget(info.bucket, info.key)
-            if deleted:
-                self._tombs[info.bucket][info.key] = (info.version, info.last_modified)
-            else:
-                self._index[info.bucket][info.key] = info
-                self.counters.add(bytes_in=info.size, objects=1)
-            self._digests[info.bucket] ^= _entry_hash(info.key, info.version, deleted)
-        _fsync_dir_unless_gone(path.parent)
-        return True
+            dirs = self._install_entry(info.bucket, info.key, entry, file, path)
+        for d in dirs or ():
+            fsync_dir_unless_gone(d)
+        return dirs is not None
+
+    def _add_current(self, bucket: str, key: str, entry: Entry) -> None:
+        """Make ``entry`` the key's current one in memory (its file is in place). Under _lock."""
+        if entry.deleted:
+            self._tombs[bucket][key] = Tomb(entry.version, entry.last_modified, entry.versioned)
+        else:
+            self._index[bucket][key] = entry.info
+            self.counters.add(bytes_in=entry.info.size, objects=1)
+        self._digests[bucket] ^= entry_hash(key, entry.version, entry.deleted)
 
     def _version_held(self, bucket: str, key: str) -> str:
         """The version of the key's live object or tombstone, "" if neither. Under _lock."""
@@ -333,10 +361,10 @@ class ObjectStore:
         live = self._index[bucket].pop(key, None)
         if live is not None:
             self.counters.add(objects=-1)
-            self._digests[bucket] ^= _entry_hash(key, live.version, False)
+            self._digests[bucket] ^= entry_hash(key, live.version, False)
         tomb = self._tombs[bucket].pop(key, None)
         if tomb is not None:
-            self._digests[bucket] ^= _entry_hash(key, tomb[0], True)
+            self._digests[bucket] ^= entry_hash(key, tomb.version, True)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
         validate_bucket_name(bucket)
@@ -348,7 +376,9 @@ class ObjectStore:
         if info is None:
             # A deleted key's 404 says which delete removed it: the gateway compares it with the
             # other replicas' versions, so a replica that missed the delete cannot win a read.
-            headers = {VERSION_HEADER: tomb[0], DELETED_HEADER: "true"} if tomb else None
+            headers = {VERSION_HEADER: tomb.version, DELETED_HEADER: "true"} if tomb else None
+            if tomb and self.versioning(bucket):  # S3: the latest version is a delete marker
+                headers |= {"x-amz-delete-marker": "true", "x-amz-version-id": tomb.version if tomb.versioned else "null"}
             raise S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket {bucket!r}.", resource=key,
                           headers=headers)
         return info
@@ -383,24 +413,24 @@ class ObjectStore:
             last = obj.info.size - 1 if end is None else min(end, obj.info.size - 1)
             return obj.read(start, last - start + 1)
 
-    def delete_object(self, bucket: str, key: str, version: str | None = None) -> bool:
+    def delete_object(self, bucket: str, key: str, version: str | None = None, *, versioned: bool = False) -> bool:
         """Delete a key; deleting a missing key succeeds (S3 semantics). With a ``version`` (from
         the gateway) the delete leaves a tombstone and is ordered against the key's writes like
         one of them; returns whether it was applied (False: the key holds something newer).
-        Without one the file is simply removed (node-local data nobody replicates)."""
+        ``versioned``: a delete marker made while versioning was Enabled (versions.py). Without a
+        version the file is simply removed (node-local data nobody replicates)."""
         validate_bucket_name(bucket)
         validate_key(key)
         path = object_path(self.root, bucket, key)
         if version is not None:
             with self._lock:
                 self._require_bucket(bucket)
-                if version <= self._version_held(bucket, key):
+                if version <= self._version_held(bucket, key) and not self.versioning(bucket):
                     return False  # checked again at install; this spares a file and an fsync
-            tomb = AtomicObjectFile(self.tmp_dir, PAGE)
+            tomb = marker_file(self.tmp_dir, key, version, versioned)
             try:
-                tomb.finish(tombstone_header(key, version, time.time()))
                 info = ObjectInfo(bucket=bucket, key=key, size=0, etag="", last_modified=time.time(), version=version)
-                return self._install(info, tomb, deleted=True)
+                return self._install(info, tomb, deleted=True, versioned=versioned)
             except BaseException:
                 tomb.discard()
                 raise
@@ -410,7 +440,7 @@ class ObjectStore:
                 return False
             self._forget(bucket, key)
             path.unlink(missing_ok=True)
-        _fsync_dir_unless_gone(path.parent)
+        fsync_dir_unless_gone(path.parent)
         return True
 
     # -- anti-entropy (replication/antientropy.py) --------------------------------------------
@@ -423,7 +453,7 @@ class ObjectStore:
             self._require_bucket(bucket)
             tombs = self._tombs[bucket]
             return {"digest": f"{self._digests[bucket]:016x}", "objects": len(self._index[bucket]),
-                    "tombstones": len(tombs), "oldest_tombstone": min((t for _, t in tombs.values()), default=None)}
+                    "tombstones": len(tombs), "oldest_tombstone": min((t.deleted_at for t in tombs.values()), default=None)}
 
     def tombstone_count(self) -> int:
         with self._lock:
@@ -437,19 +467,21 @@ class ObjectStore:
             live = self._index[bucket]
             keys = itertools.islice(live.irange(minimum=after, inclusive=(False, True)), limit)
             merged = [(k, live[k].version, False) for k in keys]
-            merged += [(k, v, True) for k, (v, _) in self._tombs[bucket].items() if k > after]
+            merged += [(k, t.version, True) for k, t in self._tombs[bucket].items() if k > after]
         merged.sort()
         return merged[:limit]
 
     def purge_tombstones(self, bucket: str, tombstones: list[tuple[str, str]]) -> int:
         """Drop the named tombstones (key, version) that are still the key's newest entry;
-        returns how many went. Called once every replica holds them (anti-entropy)."""
+        returns how many went. Called once every replica holds them (anti-entropy). In a bucket
+        that has had versioning they are delete markers, versions in their own right: kept."""
         validate_bucket_name(bucket)
         purged, dirs = 0, set()
         with self._lock:
             self._require_bucket(bucket)
             for key, version in tombstones:
-                if self._tombs[bucket].get(key, ("", 0))[0] != version:
+                tomb = self._tombs[bucket].get(key)
+                if tomb is None or tomb.version != version or self.versioning(bucket) or key in self._shelf[bucket]:
                     continue
                 path = object_path(self.root, bucket, key)
                 path.unlink(missing_ok=True)
@@ -457,7 +489,7 @@ class ObjectStore:
                 dirs.add(path.parent)
                 purged += 1
         for d in dirs:
-            _fsync_dir_unless_gone(d)
+            fsync_dir_unless_gone(d)
         return purged
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
@@ -491,8 +523,10 @@ class ObjectStore:
             return writer.commit(content_md5)
 
     def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
-                                  parts: list[tuple[int, str]], *, version: str = "", part_checksums: dict | None = None) -> ObjectInfo:
-        return self.uploads.complete(bucket, key, upload_id, parts, version=version, part_checksums=part_checksums)
+                                  parts: list[tuple[int, str]], *, version: str = "", part_checksums: dict | None = None,
+                                  versioned: bool = False) -> ObjectInfo:
+        return self.uploads.complete(bucket, key, upload_id, parts, version=version, part_checksums=part_checksums,
+                                     versioned=versioned)
 
     def abort_multipart_upload(self, bucket: str, key: str, upload_id: str) -> None:
         self.uploads.abort(bucket, key, upload_id)
@@ -503,30 +537,6 @@ class ObjectStore:
 
     def list_parts(self, bucket: str, key: str, upload_id: str, max_parts: int = 1000, part_number_marker: int = 0):
         return self.uploads.list_parts(bucket, key, upload_id, max_parts, part_number_marker)
-
-
-def _entry_hash(key: str, version: str, deleted: bool) -> int:
-    raw = hashlib.blake2b(f"{key}\0{version}\0{int(deleted)}".encode("utf-8", "surrogateescape"), digest_size=8)
-    return int.from_bytes(raw.digest(), "little")
-
-
-def _make_subdir(path: Path) -> None:
-    """Create objects/<xx>/ durably, but never its parents: if the bucket directory is gone
-    (deleted meanwhile), leave it gone and let the caller report NoSuchBucket."""
-    try:
-        os.mkdir(path)
-    except (FileExistsError, FileNotFoundError):
-        return
-    fsync_dir(path.parent)
-
-
-def _fsync_dir_unless_gone(path: Path) -> None:
-    # The fsync runs outside the lock; if the bucket was deleted meanwhile there is nothing left
-    # to make durable.
-    try:
-        fsync_dir(path)
-    except FileNotFoundError:
-        pass
 
 
 def _after_group(prefix_group: str) -> str:

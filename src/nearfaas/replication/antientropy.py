@@ -14,6 +14,10 @@ hint) and, on SIGCONT, applied an older queued PUT k@v3. The hint brings it to v
 gateway crashed before the hint, the next pass would find digests differing, see v5 on
 storage-0 and v3 on storage-1, and copy v5 across.
 
+In a bucket with versioning the digest covers every version and delete marker, and a pass that
+finds digests differing also copies each noncurrent version to the replicas of its key that lack
+it (``Repairer.sync_versions``).
+
 Buckets named in ``local_buckets`` hold node-local data by design (chain intermediates, written
 next to the worker that reads them next): they are never repaired, only their tombstones are
 collected.
@@ -102,6 +106,8 @@ class AntiEntropy:
         entries = await self._entries(bucket, names)
         if not same:
             await self._repair_all(bucket, names, entries)
+            if await self.cluster.versioning_status(bucket):  # noncurrent versions too (repair.py)
+                await self.repairer.sync_versions(bucket, names)
         await self._purge(bucket, names, entries, old)
         return same
 

@@ -41,6 +41,7 @@ class ReplicaState:
     deleted: bool  # a tombstone, or nothing at all
     info: ObjectInfo | None = None
     bucket_missing: bool = False
+    versioned: bool = False  # a delete marker made while versioning was Enabled (node/versions.py)
 
 
 def state_from(node: str, answer) -> ReplicaState | None:
@@ -49,7 +50,8 @@ def state_from(node: str, answer) -> ReplicaState | None:
         return ReplicaState(node, answer.version, False, answer)
     if isinstance(answer, S3Error) and answer.code == "NoSuchKey":
         deleted = answer.headers.get(DELETED_HEADER) == "true"
-        return ReplicaState(node, answer.headers.get(VERSION_HEADER, "") if deleted else "", True)
+        version = answer.headers.get(VERSION_HEADER, "") if deleted else ""
+        return ReplicaState(node, version, True, versioned=bool(version) and answer.headers.get("x-amz-version-id") == version)
     if isinstance(answer, S3Error) and answer.code == "NoSuchBucket":
         return ReplicaState(node, "", True, bucket_missing=True)
     return None
@@ -124,21 +126,60 @@ class Repairer:
             info = await self.cluster.client_for(best.node).head_bucket(bucket)
             if not await self.ensure_bucket(stale.node, bucket, info.options):
                 return False
-        target = self.cluster.client_for(stale.node)
         if best.deleted:
-            await target.delete_object(bucket, key, version=best.version)
+            await self._mark(bucket, key, stale.node, best.version, best.versioned)
             return True
-        stream = await self.cluster.client_for(best.node).get_object(bucket, key)
+        await self._copy(bucket, key, best.node, stale.node)
+        return True
+
+    async def _mark(self, bucket: str, key: str, node: str, version: str, versioned: bool) -> None:
+        """A tombstone (or a delete marker) of ``version`` on ``node``."""
+        await self.cluster.client_for(node).delete_object(bucket, key, version=version, **({"versioned": True} if versioned else {}))
+
+    async def _copy(self, bucket: str, key: str, source_node: str, target_node: str, version_id: str | None = None) -> None:
+        """Copy the key's current object (or the version named) from one node to another, as it is."""
+        stream = await self.cluster.client_for(source_node).get_object(bucket, key, **({"version_id": version_id} if version_id else {}))
         source = stream.info  # may be newer than the HEAD said: copy what is read, with its version
         try:
-            await target.put_object(bucket, key, with_trailer(stream.body, source.version), content_type=source.content_type,
-                                    metadata=source.metadata, version_trailer=len(source.version), copy_of=source,
-                                    headers=source.headers)  # Cache-Control ... and the checksums, as they are
+            await self.cluster.client_for(target_node).put_object(
+                bucket, key, with_trailer(stream.body, source.version), content_type=source.content_type,
+                metadata=source.metadata, version_trailer=len(source.version), copy_of=source,
+                headers=source.headers,  # Cache-Control ... and the checksums, as they are
+                **({"versioned": True} if source.version_id == source.version else {}))
         finally:
             aclose = getattr(stream.body, "aclose", None)
             if aclose is not None:
                 await aclose()
-        return True
+
+    async def sync_versions(self, bucket: str, names: list[str]) -> int:
+        """Anti-entropy for a bucket with versioning: copy every noncurrent version and delete
+        marker that some node holds to the replicas of its key that lack it (each node files it by
+        its version: node/versions.py). Returns how many copies were made."""
+        held: dict[tuple[str, str], dict[str, object]] = {}
+        for name in names:
+            client, key_marker, id_marker = self.cluster.client_for(name), "", ""
+            while True:
+                page = await client.list_object_versions(bucket, max_keys=1000, key_marker=key_marker, version_id_marker=id_marker)
+                for entry in page.versions:
+                    held.setdefault((entry.key, entry.version), {})[name] = entry
+                if not page.is_truncated or not page.versions:
+                    break
+                key_marker, id_marker = page.next_key_marker or "", page.next_version_id_marker or ""
+        copies = 0
+        for (key, version), where in held.items():
+            missing = [n for n in await self.cluster.replica_names(bucket, key) if n not in where]
+            source, entry = next(iter(where.items()))
+            for node in missing:
+                try:
+                    if entry.delete_marker:
+                        await self._mark(bucket, key, node, version, entry.version_id == version)
+                    else:
+                        await self._copy(bucket, key, source, node, entry.version_id)
+                    copies += 1
+                except S3Error as exc:
+                    log.warning("copying version %s of s3://%s/%s to %s failed: %r", version, bucket, ascii(key), node, exc)
+        self.repaired["anti_entropy"] += copies
+        return copies
 
     async def ensure_bucket(self, node: str, bucket: str, options: dict) -> bool:
         await self.cluster.client_for(node).create_bucket(bucket, options or None)

@@ -12,20 +12,25 @@ GET / (ListBuckets)                        s3:ListAllMyBuckets               arn
 GET /b (ListObjects v1/v2), HEAD /b        s3:ListBucket                     arn:aws:s3:::b
 GET /b?location                            s3:GetBucketLocation              arn:aws:s3:::b
 GET /b?uploads                             s3:ListBucketMultipartUploads     arn:aws:s3:::b
+GET /b?versions (ListObjectVersions)       s3:ListBucketVersions             arn:aws:s3:::b
+GET /b?versioning                          s3:GetBucketVersioning            arn:aws:s3:::b
+PUT /b?versioning                          s3:PutBucketVersioning            arn:aws:s3:::b
 PUT /b                                     s3:CreateBucket                   arn:aws:s3:::b
 DELETE /b                                  s3:DeleteBucket                   arn:aws:s3:::b
 POST /b?delete (DeleteObjects)             s3:DeleteObject, for each key     arn:aws:s3:::b/key
 GET, HEAD /b/k; POST /b/k?select           s3:GetObject                      arn:aws:s3:::b/k
+GET, HEAD /b/k?versionId=                  s3:GetObjectVersion               arn:aws:s3:::b/k
 GET /b/k?attributes                        s3:GetObjectAttributes            arn:aws:s3:::b/k
 GET /b/k?uploadId (ListParts)              s3:ListMultipartUploadParts       arn:aws:s3:::b/k
 PUT /b/k (also CopyObject's destination,   s3:PutObject                      arn:aws:s3:::b/k
 UploadPart), POST /b/k?uploads|?uploadId
 DELETE /b/k                                s3:DeleteObject                   arn:aws:s3:::b/k
+DELETE /b/k?versionId=                     s3:DeleteObjectVersion            arn:aws:s3:::b/k
 DELETE /b/k?uploadId                       s3:AbortMultipartUpload           arn:aws:s3:::b/k
 =========================================  ================================  ========================
 
-CopyObject / UploadPartCopy also need s3:GetObject on the source: call :func:`require` with
-the source's bucket and key (``copy_source_check``).
+CopyObject / UploadPartCopy also need s3:GetObject on the source (s3:GetObjectVersion when it
+names a versionId): call :func:`require` with the source's bucket and key (``copy_source_check``).
 """
 
 from __future__ import annotations
@@ -49,10 +54,16 @@ LIST_MULTIPART_UPLOAD_PARTS = "s3:ListMultipartUploadParts"
 PUT_OBJECT = "s3:PutObject"
 DELETE_OBJECT = "s3:DeleteObject"
 ABORT_MULTIPART_UPLOAD = "s3:AbortMultipartUpload"
+LIST_BUCKET_VERSIONS = "s3:ListBucketVersions"
+GET_BUCKET_VERSIONING = "s3:GetBucketVersioning"
+PUT_BUCKET_VERSIONING = "s3:PutBucketVersioning"
+GET_OBJECT_VERSION = "s3:GetObjectVersion"
+DELETE_OBJECT_VERSION = "s3:DeleteObjectVersion"
 
 ACTIONS = frozenset({
     LIST_ALL_MY_BUCKETS, LIST_BUCKET, GET_BUCKET_LOCATION, LIST_BUCKET_MULTIPART_UPLOADS, CREATE_BUCKET, DELETE_BUCKET,
     GET_OBJECT, GET_OBJECT_ATTRIBUTES, LIST_MULTIPART_UPLOAD_PARTS, PUT_OBJECT, DELETE_OBJECT, ABORT_MULTIPART_UPLOAD,
+    LIST_BUCKET_VERSIONS, GET_BUCKET_VERSIONING, PUT_BUCKET_VERSIONING, GET_OBJECT_VERSION, DELETE_OBJECT_VERSION,
 })
 
 
@@ -74,18 +85,26 @@ def action_for(method: str, bucket: str | None, key: str, q: dict) -> str | None
                 return GET_BUCKET_LOCATION
             if "uploads" in q:
                 return LIST_BUCKET_MULTIPART_UPLOADS
+            if "versions" in q:
+                return LIST_BUCKET_VERSIONS
+            if "versioning" in q:
+                return GET_BUCKET_VERSIONING
             return LIST_BUCKET
+        if method == "PUT" and "versioning" in q:
+            return PUT_BUCKET_VERSIONING
         return {"HEAD": LIST_BUCKET, "PUT": CREATE_BUCKET, "DELETE": DELETE_BUCKET}.get(method)
     if method in ("GET", "HEAD"):
         if "uploadId" in q:
             return LIST_MULTIPART_UPLOAD_PARTS
         if "attributes" in q:
             return GET_OBJECT_ATTRIBUTES
-        return GET_OBJECT
+        return GET_OBJECT_VERSION if "versionId" in q else GET_OBJECT
     if method == "PUT":
         return PUT_OBJECT
     if method == "DELETE":
-        return ABORT_MULTIPART_UPLOAD if "uploadId" in q else DELETE_OBJECT
+        if "uploadId" in q:
+            return ABORT_MULTIPART_UPLOAD
+        return DELETE_OBJECT_VERSION if "versionId" in q else DELETE_OBJECT
     if method == "POST":
         if "select" in q:
             return GET_OBJECT
@@ -108,7 +127,8 @@ def require(principal: Principal | None, action: str, bucket: str | None, key: s
         raise denied(principal, action, bucket, key)
 
 
-def copy_source_check(principal: Principal | None, source_bucket: str, source_key: str) -> None:
-    """CopyObject / UploadPartCopy: the source must be readable by the same key (s3:GetObject);
-    the destination's s3:PutObject is checked with the request itself."""
-    require(principal, GET_OBJECT, source_bucket, source_key)
+def copy_source_check(principal: Principal | None, source_bucket: str, source_key: str, version_id: str | None = None) -> None:
+    """CopyObject / UploadPartCopy: the source must be readable by the same key (s3:GetObject, or
+    s3:GetObjectVersion for a named version); the destination's s3:PutObject is checked with the
+    request itself."""
+    require(principal, GET_OBJECT if version_id is None else GET_OBJECT_VERSION, source_bucket, source_key)

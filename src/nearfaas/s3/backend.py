@@ -36,6 +36,9 @@ class ObjectInfo:
     # Stored system headers, lower-case names: Cache-Control, Content-Encoding, ... and the
     # object's x-amz-checksum-<kind> / x-amz-checksum-type (s3/checksums.py).
     headers: dict = field(default_factory=dict)
+    # Its S3 version id (x-amz-version-id): ``version`` when written while the bucket's versioning
+    # was Enabled, "null" for any other write in a bucket that has had versioning, "" otherwise.
+    version_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,42 @@ class UploadListResult:
     # within it after this upload id ("" when the page ended on a common prefix).
     next_key_marker: str | None = None
     next_upload_id_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class VersionEntry:
+    """One entry of ListObjectVersions: a version of an object, or a delete marker."""
+
+    key: str
+    # What clients name it by: the write's version (replication/version.py) when the bucket's
+    # versioning was Enabled at the write, "null" when it was off or Suspended.
+    version_id: str
+    is_latest: bool
+    last_modified: float  # unix seconds
+    delete_marker: bool = False
+    info: ObjectInfo | None = None  # size, ETag, ... of an object version (None for a marker)
+    # The write's place in the key's order (a "null" version has one too): newest first.
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class VersionListResult:
+    # (key ascending, newest version first) order; keys under the delimiter roll up.
+    versions: list[VersionEntry]
+    common_prefixes: list[str]
+    is_truncated: bool
+    # Where the next page starts: after this key (a whole common prefix when it is one), and
+    # within it after this version id ("" when the page ended on a common prefix).
+    next_key_marker: str | None = None
+    next_version_id_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What a DeleteObject did, for its x-amz-version-id / x-amz-delete-marker answer."""
+
+    version_id: str | None = None  # the delete marker made, or the version removed
+    delete_marker: bool = False  # a marker was made (or the version removed was one)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ ERRORS: dict[str, tuple[int, str]] = {
     "MissingContentLength": (411, "You must provide the Content-Length HTTP header."),
     "NoSuchBucket": (404, "The specified bucket does not exist."),
     "NoSuchKey": (404, "The specified key does not exist."),
+    "NoSuchVersion": (404, "The version ID specified in the request does not match an existing version."),
+    "IllegalVersioningConfigurationException": (400, "The versioning configuration specified in the request is invalid."),
     "NoSuchUpload": (404, "The specified multipart upload does not exist; it may have been aborted or completed."),
     "NotImplemented": (501, "A header or operation you provided implies functionality that is not implemented."),
     "PreconditionFailed": (412, "At least one of the preconditions you specified did not hold."),

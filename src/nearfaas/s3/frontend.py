@@ -55,6 +55,7 @@ from nearfaas.s3 import actions as s3actions
 from nearfaas.s3 import checksums
 from nearfaas.s3 import attributes as s3attributes, parts as s3parts, post_object as s3post  # issue 22's last three
 from nearfaas.s3 import copy as s3copy
+from nearfaas.s3 import versioning as s3versioning
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import ObjectInfo, StorageBackend, aclose
 from nearfaas.s3.body import RequestBody, decode_content_md5
@@ -82,7 +83,7 @@ UNSUPPORTED_SUBRESOURCES = frozenset({
     "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
     "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
-    "restore", "retention", "tagging", "torrent", "versioning", "versionId", "versions", "website",
+    "restore", "retention", "tagging", "torrent", "website",
 })
 _RESPONSE_OVERRIDES = {
     "response-content-type": "Content-Type", "response-content-language": "Content-Language",
@@ -234,7 +235,14 @@ class S3Frontend(ListingHandlers):
                 return self._xml(request, s3xml.location_xml(""))
             if "uploads" in q:
                 return await self._list_uploads(request, bucket, q)
+            if "versions" in q:
+                internal = self.version_writer(request[_AUTH_CONTEXT].principal)
+                return await s3versioning.list_versions(self, request, bucket, q, internal)
+            if "versioning" in q:
+                return await s3versioning.bucket_versioning(self, request, method, bucket)
             return await self._list_objects(request, bucket, q)
+        if method == "PUT" and "versioning" in q:
+            return await s3versioning.bucket_versioning(self, request, method, bucket)
         if method == "PUT":
             checksums.check_acl(request.headers)
             body = self._body(request, require_length=False)
@@ -282,11 +290,8 @@ class S3Frontend(ListingHandlers):
         if method == "DELETE":
             if "uploadId" in q:
                 await self.backend.abort_multipart_upload(bucket, key, q["uploadId"])
-            elif (version := self._version(request)) is not None:
-                await self.backend.delete_object(bucket, key, version=version)
-            else:
-                await self.backend.delete_object(bucket, key, **await self._condition(request, bucket, key))
-            return self._empty(request, 204)
+                return self._empty(request, 204)
+            return self._empty(request, 204, await s3versioning.delete_object(self, request, bucket, key, q))
         if method == "POST":
             if "select" in q:
                 return await self._select(request, bucket, key, q)
@@ -322,30 +327,31 @@ class S3Frontend(ListingHandlers):
         body = await self._body(request, require_length=False).read_all(MAX_XML_BODY)
         if content_md5 is not None and hashlib.md5(body).digest() != content_md5:
             raise S3Error("BadDigest", "The Content-MD5 you specified does not match the request body.")
-        keys, quiet = s3xml.parse_delete_objects(body)
+        keys, quiet = s3xml.parse_delete_objects(body)  # (key, version id or None)
         await self.backend.head_bucket(bucket)
         gate = asyncio.Semaphore(DELETE_CONCURRENCY)
         context = request.get(_AUTH_CONTEXT)
         principal = context.principal if context is not None else None
 
-        async def delete_one(key: str) -> S3Error | None:
+        async def delete_one(key: str, version_id: str | None) -> S3Error | dict:
             try:
                 # The same check a single DeleteObject gets in _dispatch: the gateway fans a
                 # delete out by its key, so a bad one must stop here.
                 validate_key(key)
-                s3actions.require(principal, s3actions.DELETE_OBJECT, bucket, key)  # per key, as S3
+                named = s3versioning.version_arg({} if version_id is None else {"versionId": version_id})
+                action = s3actions.DELETE_OBJECT_VERSION if named else s3actions.DELETE_OBJECT
+                s3actions.require(principal, action, bucket, key)  # per key, as S3
                 async with gate:
-                    await self.backend.delete_object(bucket, key)
+                    return s3versioning.delete_headers(await self.backend.delete_object(bucket, key, **named))
             except S3Error as error:
                 return error
             except Exception:
                 log.exception("DeleteObjects: deleting s3://%s/%s failed", bucket, ascii(key))
                 return S3Error("InternalError", "Deleting this key failed unexpectedly; it may still exist. Retry.")
-            return None
 
-        outcomes = await asyncio.gather(*(delete_one(key) for key in keys))
-        deleted = [key for key, error in zip(keys, outcomes, strict=True) if error is None]
-        errors = [(key, error) for key, error in zip(keys, outcomes, strict=True) if error is not None]
+        outcomes = await asyncio.gather(*(delete_one(key, vid) for key, vid in keys))
+        deleted = [(key, vid, out) for (key, vid), out in zip(keys, outcomes, strict=True) if not isinstance(out, S3Error)]
+        errors = [(key, out) for (key, _), out in zip(keys, outcomes, strict=True) if isinstance(out, S3Error)]
         return self._xml(request, s3xml.delete_result_xml([] if quiet else deleted, errors))
 
     # -- listing ---------------------------------------------------------------------------------
@@ -355,7 +361,7 @@ class S3Frontend(ListingHandlers):
         body = self._body(request)
         options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
         trailer = self._version_trailer(request)
-        extra = {"version": trailer.version} if trailer is not None else {}
+        extra = {"version": trailer.version, **s3versioning.versioned_write(self, request)} if trailer is not None else {}
         if self._may_version(request, COPY_ETAG_HEADER):
             extra["copy_of"] = copy_of(request)
         if trailer is None:
@@ -391,8 +397,9 @@ class S3Frontend(ListingHandlers):
         return self._empty(request, 200, {"ETag": f'"{etag}"', **checksums.checksum_response(stored)})
 
     async def _get_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
-        byte_range, part_headers = await s3parts.read_range(self.backend, request.headers, bucket, key, q)
-        stream = await self.backend.get_object(bucket, key, byte_range)
+        named = s3versioning.version_arg(q)
+        byte_range, part_headers = await s3parts.read_range(self.backend, request.headers, bucket, key, q, named)
+        stream = await self.backend.get_object(bucket, key, byte_range, **named)
         body_iter = stream.body
         try:
             not_modified = check_read(request.headers, stream.info)
@@ -425,7 +432,7 @@ class S3Frontend(ListingHandlers):
             await aclose(body_iter)
 
     async def _head_object(self, request, bucket: str, key: str, q: dict) -> web.StreamResponse:
-        info = await self.backend.head_object(bucket, key)
+        info = await self.backend.head_object(bucket, key, **s3versioning.version_arg(q))
         headers = object_headers(info, request.headers) | self._internal(request, info)
         if check_read(request.headers, info):
             return self._empty(request, 304, {"ETag": headers["ETag"]})
@@ -456,7 +463,7 @@ class S3Frontend(ListingHandlers):
         document = await body.read_all(MAX_XML_BODY)
         parts, part_checksums = s3xml.parse_complete_multipart(document), checksums.parse_part_checksums(document)
         version = self._version(request)
-        extra = {"version": version} if version is not None else {}
+        extra = {"version": version, **s3versioning.versioned_write(self, request)} if version is not None else {}
         if version is None:
             extra = await self._condition(request, bucket, key)
         extra |= {"part_checksums": part_checksums} if part_checksums else {}
@@ -467,13 +474,13 @@ class S3Frontend(ListingHandlers):
         return self._xml(request, checksums.with_checksum_xml(xml_body, info.headers),
                          {**exact_headers(info), **metadata_headers, **checksums.checksum_response(info.headers)})
 
-    def _may_read_source(self, request, bucket: str, key: str) -> None:
+    def _may_read_source(self, request, bucket: str, key: str, version_id: str | None = None) -> None:
         """A copy reads its source: the caller must be allowed to read that bucket too."""
         context = request.get(_AUTH_CONTEXT)
         principal = context.principal if context is not None else None
         if principal is not None and not principal.may_use(bucket):
             raise _outside_scope(principal, bucket)
-        s3actions.copy_source_check(principal, bucket, key)  # the key's policy: s3:GetObject on the source
+        s3actions.copy_source_check(principal, bucket, key, version_id)  # the key's policy: s3:GetObject(Version) on the source
 
     async def _condition(self, request, bucket: str, key: str) -> dict:
         """The write's If-Match / If-None-Match (s3/conditions.py) as backend arguments: checked

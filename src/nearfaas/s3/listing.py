@@ -19,14 +19,7 @@ class ListingHandlers:
         list_type = q.get("list-type", "1")
         if list_type not in ("1", "2"):
             raise S3Error("InvalidArgument", f"list-type must be 1 or 2, not {list_type!r}.")
-        encoding = q.get("encoding-type", "")
-        if encoding not in ("", "url"):
-            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
-        raw_max = q.get("max-keys", str(MAX_LIST_KEYS))
-        if not raw_max.strip().isdigit():
-            raise S3Error("InvalidArgument", f"max-keys must be a non-negative integer, not {raw_max!r}.")
-        max_keys = min(int(raw_max), MAX_LIST_KEYS)
-        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+        encoding, max_keys, prefix, delimiter = list_params(q, "max-keys")
         if list_type == "2":
             token = q.get("continuation-token") or None  # an empty token asks for the first page, as in S3
             start_after = q.get("start-after", "")
@@ -44,14 +37,7 @@ class ListingHandlers:
 
     async def _list_uploads(self, request, bucket: str, q: dict) -> web.StreamResponse:
         """ListMultipartUploads: prefix, delimiter, key-marker / upload-id-marker, max-uploads."""
-        encoding = q.get("encoding-type", "")
-        if encoding not in ("", "url"):
-            raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
-        raw_max = q.get("max-uploads", str(MAX_LIST_KEYS))
-        if not raw_max.strip().isdigit() or not raw_max.strip().isascii():
-            raise S3Error("InvalidArgument", f"max-uploads must be a non-negative integer, not {raw_max!r}.")
-        max_uploads = min(int(raw_max), MAX_LIST_KEYS)
-        prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+        encoding, max_uploads, prefix, delimiter = list_params(q, "max-uploads")
         key_marker = q.get("key-marker", "")
         # S3 ignores upload-id-marker without a key-marker.
         upload_id_marker = q.get("upload-id-marker", "") if key_marker else ""
@@ -67,6 +53,17 @@ class ListingHandlers:
         max_parts, marker = (_bounded(q, name, default, 0, 10000) for name, default in (("max-parts", 1000), ("part-number-marker", 0)))
         result = await self.backend.list_parts(bucket, key, q["uploadId"], max_parts, marker)
         return self._xml(request, s3xml.list_parts_xml(bucket, key, q["uploadId"], result, max_parts=max_parts, marker=marker))
+
+
+def list_params(q: dict, max_name: str) -> tuple[str, int, str, str]:
+    """(encoding-type, the page size named ``max_name``, prefix, delimiter) of a listing."""
+    encoding = q.get("encoding-type", "")
+    if encoding not in ("", "url"):
+        raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
+    raw_max = q.get(max_name, str(MAX_LIST_KEYS))
+    if not raw_max.strip().isdigit() or not raw_max.strip().isascii():
+        raise S3Error("InvalidArgument", f"{max_name} must be a non-negative integer, not {raw_max!r}.")
+    return encoding, min(int(raw_max), MAX_LIST_KEYS), q.get("prefix", ""), q.get("delimiter", "")
 
 
 def _bounded(q: dict, name: str, default: int, lo: int, hi: int) -> int:

@@ -27,8 +27,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER
+from nearfaas.s3 import versioning_xml
 from nearfaas.s3 import xml as s3xml
-from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult
+from nearfaas.s3.backend import (BucketInfo, DeleteResult, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult,
+                                 VersionListResult)
+from nearfaas.s3.copy import SOURCE_VERSION_HEADER
+from nearfaas.s3.versioning import VERSIONED_HEADER
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, part_checksums_xml
@@ -204,7 +208,8 @@ class NodeClient:
             code = response.headers.get("x-nearfaas-error-code") or _code_for_status(response.status)
             message, resource = "", ""
         # A 404 from a replica that holds the key's tombstone names the delete's version.
-        versioned = {h: response.headers[h] for h in (VERSION_HEADER, DELETED_HEADER) if h in response.headers}
+        versioned = {h: response.headers[h] for h in (VERSION_HEADER, DELETED_HEADER, *_DELETE_MARKER_HEADERS)
+                     if h in response.headers}
         return S3Error(code, message or None, resource=resource, status=response.status, headers=versioned)
 
     # -- buckets ---------------------------------------------------------------------------------
@@ -225,20 +230,32 @@ class NodeClient:
     async def delete_bucket(self, name: str) -> None:
         await self._request("DELETE", name, ok=(204, 200))
 
+    async def get_bucket_versioning(self, name: str) -> str:
+        response = await self._request("GET", name, params=[("versioning", "")])
+        root = s3xml.parse_xml(await response.read(), "VersioningConfiguration")
+        return (s3xml._child_text(root, "Status") or "").strip()
+
+    async def put_bucket_versioning(self, name: str, status: str) -> None:
+        body = versioning_xml.versioning_configuration_xml(status)
+        await self._request("PUT", name, params=[("versioning", "")], data=body, headers={"Content-Type": "application/xml"})
+
     # -- objects ---------------------------------------------------------------------------------
 
     async def put_object(self, bucket: str, key: str, body: AsyncIterator[bytes], *,
                          content_md5: bytes | None = None, content_type: str | None = None,
                          metadata: dict | None = None, options: dict | None = None,
                          content_length: int | None = None, version_trailer: int | None = None,
-                         copy_of: ObjectInfo | None = None, headers: dict | None = None) -> ObjectInfo:
+                         copy_of: ObjectInfo | None = None, headers: dict | None = None, versioned: bool = False) -> ObjectInfo:
         """Stream `body` to the node. With `content_length` the request carries Content-Length;
         without it, chunked transfer encoding. `version_trailer`: the body's last that many
         bytes are the write's version (the gateway's; s3/frontend.py). `copy_of`: a repair
         copy keeps that replica's ETag and Last-Modified (and checksums). `headers`: the stored
-        system headers (s3/checksums.py); the checksums the node is to compute are named in them."""
+        system headers (s3/checksums.py); the checksums the node is to compute are named in them.
+        `versioned`: made while the bucket's versioning was Enabled (s3/versioning.py)."""
         stored = headers or {}
         headers = {**_object_write_headers(content_type, metadata), **_stored_out(stored, copy=copy_of is not None)}
+        if versioned:
+            headers[VERSIONED_HEADER] = "true"
         if version_trailer is not None:
             headers[VERSION_TRAILER_HEADER] = str(version_trailer)
         if copy_of is not None:
@@ -255,10 +272,12 @@ class NodeClient:
                                   stored=stored)
 
     async def get_object(self, bucket: str, key: str,
-                         byte_range: tuple[int | None, int | None] | None = None) -> ObjectStream:
+                         byte_range: tuple[int | None, int | None] | None = None, *,
+                         version_id: str | None = None) -> ObjectStream:
         headers = {"Range": format_range(byte_range)} if byte_range is not None else {}
         headers[CHECKSUM_MODE] = headers[PART_SIZES] = "ENABLED"  # the object's checksum (and part sizes) are part of its info
-        response = await self._request("GET", bucket, key, headers=headers, ok=(200, 206), stream=True)
+        response = await self._request("GET", bucket, key, headers=headers, ok=(200, 206), stream=True,
+                                       params=_version_params(version_id))
         info = _info_from_headers(bucket, key, response.headers)
         length = int(response.headers.get("Content-Length", "0"))
         start = 0
@@ -269,6 +288,20 @@ class NodeClient:
             info = dataclasses.replace(info, size=int(size))
         return ObjectStream(info=info, start=start, end=start + length - 1,
                             body=self._stream_body(response))
+
+    async def copy_object(self, bucket: str, key: str, headers: dict, *, version: str, source_version: str,
+                          versioned: bool = False) -> tuple[ObjectInfo, str]:
+        """CopyObject made by this node from its own copy of the source (gateway/copy_in_place.py):
+        ``headers`` are the client's copy headers; the copy is the write ``version`` and must read
+        the source at ``source_version``. Returns (the copy's info, the source's version id)."""
+        headers = {**headers, VERSION_HEADER: version, SOURCE_VERSION_HEADER: source_version}
+        if versioned:
+            headers[VERSIONED_HEADER] = "true"
+        response = await self._request("PUT", bucket, key, headers=headers)
+        root = s3xml.parse_xml(await response.read(), "CopyObjectResult")
+        info = dataclasses.replace(_info_from_headers(bucket, key, response.headers),
+                                   etag=(s3xml._child_text(root, "ETag") or "").strip('"'))
+        return info, response.headers.get("x-amz-copy-source-version-id", "")
 
     async def select_object(self, bucket: str, key: str, request_xml: bytes) -> SelectResult:
         """SelectObjectContent on this node, next to its copy of the object: the node's event
@@ -281,13 +314,32 @@ class NodeClient:
     def _stream_body(self, response: aiohttp.ClientResponse) -> _ResponseBody:
         return _ResponseBody(self.node, response, self._read_chunk)
 
-    async def head_object(self, bucket: str, key: str) -> ObjectInfo:
-        response = await self._request("HEAD", bucket, key, headers={CHECKSUM_MODE: "ENABLED", PART_SIZES: "ENABLED"})
+    async def head_object(self, bucket: str, key: str, *, version_id: str | None = None) -> ObjectInfo:
+        response = await self._request("HEAD", bucket, key, headers={CHECKSUM_MODE: "ENABLED", PART_SIZES: "ENABLED"},
+                                       params=_version_params(version_id))
         return _info_from_headers(bucket, key, response.headers)
 
-    async def delete_object(self, bucket: str, key: str, version: str | None = None) -> None:
-        headers = {VERSION_HEADER: version} if version is not None else None
-        await self._request("DELETE", bucket, key, headers=headers, ok=(204, 200))
+    async def delete_object(self, bucket: str, key: str, version: str | None = None, *, versioned: bool = False,
+                            version_id: str | None = None) -> DeleteResult | None:
+        headers = {VERSION_HEADER: version} if version is not None else {}
+        if versioned:
+            headers[VERSIONED_HEADER] = "true"
+        response = await self._request("DELETE", bucket, key, headers=headers, ok=(204, 200), params=_version_params(version_id))
+        if "x-amz-version-id" not in response.headers and "x-amz-delete-marker" not in response.headers:
+            return None
+        return DeleteResult(version_id=response.headers.get("x-amz-version-id"),
+                            delete_marker=response.headers.get("x-amz-delete-marker") == "true")
+
+    async def list_object_versions(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
+                                   key_marker: str = "", version_id_marker: str = "") -> VersionListResult:
+        # url encoding, and the node's exact versions (it answers the gateway with them).
+        params = [("versions", ""), ("encoding-type", "url"), ("max-keys", str(max_keys))]
+        for name, value in (("prefix", prefix), ("delimiter", delimiter), ("key-marker", key_marker),
+                            ("version-id-marker", version_id_marker)):
+            if value:
+                params.append((name, value))
+        response = await self._request("GET", bucket, params=params)
+        return versioning_xml.parse_list_versions(bucket, await response.read())
 
     async def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", max_keys: int = 1000,
                            start_after: str = "") -> ListResult:
@@ -324,7 +376,7 @@ class NodeClient:
 
     async def complete_multipart_upload(self, bucket: str, key: str, upload_id: str,
                                         parts: list[tuple[int, str]], version: str | None = None,
-                                        part_checksums: dict | None = None) -> ObjectInfo:
+                                        part_checksums: dict | None = None, versioned: bool = False) -> ObjectInfo:
         sums = part_checksums or {}
         document = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(etag.strip(chr(34)))}\"</ETag>"
                            f"{part_checksums_xml(sums.get(n, {}))}</Part>" for n, etag in parts)
@@ -332,6 +384,8 @@ class NodeClient:
         headers = {"Content-Type": "application/xml"}
         if version is not None:
             headers[VERSION_HEADER] = version
+        if versioned:
+            headers[VERSIONED_HEADER] = "true"
         response = await self._request("POST", bucket, key, params=[("uploadId", upload_id)], data=body, headers=headers)
         etag = s3xml.parse_complete_result(await response.read())
         return dataclasses.replace(_info_from_headers(bucket, key, response.headers), etag=etag)
@@ -354,6 +408,13 @@ class NodeClient:
                 params.append((name, value))
         response = await self._request("GET", bucket, params=params)
         return s3xml.parse_list_multipart_uploads(bucket, await response.read())
+
+
+_DELETE_MARKER_HEADERS = ("x-amz-delete-marker", "x-amz-version-id", "Last-Modified")
+
+
+def _version_params(version_id: str | None) -> list[tuple[str, str]] | None:
+    return [("versionId", version_id)] if version_id is not None else None
 
 
 def _code_for_status(status: int) -> str:
@@ -419,6 +480,7 @@ def _info_from_headers(bucket: str, key: str, headers, *, content_type: str | No
         content_type=found_type or DEFAULT_CONTENT_TYPE,
         metadata=found_metadata or {k.lower(): str(v) for k, v in (metadata or {}).items()},
         version=headers.get(VERSION_HEADER, ""),
+        version_id=headers.get("x-amz-version-id", ""),
         headers={**{k: v for k, v in (stored or {}).items() if k != COMPUTE_HEADER}, **_stored_in(headers)},
     )
 

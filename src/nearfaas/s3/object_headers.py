@@ -38,6 +38,8 @@ def exact_headers(info: ObjectInfo) -> dict[str, str]:
                "x-nearfaas-content-type": info.content_type, "Last-Modified": s3xml.rfc1123(info.last_modified)}
     if info.version:
         headers[VERSION_HEADER] = info.version
+    if info.version_id:  # S3's own, in a bucket that has had versioning (s3/versioning.py)
+        headers["x-amz-version-id"] = info.version_id
     return headers
 
 

@@ -113,12 +113,13 @@ def with_part(headers: dict[str, str], extra: dict[str, str], info: ObjectInfo) 
     return kept | {PARTS_COUNT: extra[PARTS_COUNT]}
 
 
-async def read_range(backend, request_headers, bucket: str, key: str, q: dict):
-    """part_range for a GET, which has no ObjectInfo before it reads: one HEAD first, only for a partNumber read."""
+async def read_range(backend, request_headers, bucket: str, key: str, q: dict, version: dict | None = None):
+    """part_range for a GET, which has no ObjectInfo before it reads: one HEAD first, only for a
+    partNumber read (of the version named, ``{"version_id": ...}``, if any)."""
     if "partNumber" not in q:
         return parse_range_header(request_headers.get("Range")), {}
     part_number(q)  # a bad partNumber is a 400 before the object is looked up
-    return part_range(await backend.head_object(bucket, key), q, request_headers)
+    return part_range(await backend.head_object(bucket, key, **(version or {})), q, request_headers)
 
 
 def internal_headers(request_headers, info: ObjectInfo, trusted: Callable[[], bool]) -> dict[str, str]:

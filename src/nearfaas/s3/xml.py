@@ -324,8 +324,8 @@ def _stand_in(match: re.Match) -> bytes:
     return chr(_STAND_IN + value).encode()
 
 
-def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[str], bool]:
-    """(keys, quiet) of a DeleteObjects (POST ?delete) request. A key holding a control
+def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[tuple[str, str | None]], bool]:
+    """([(key, version id or None)], quiet) of a DeleteObjects (POST ?delete) request. A key holding a control
     character still parses, so that it gets its own error entry (the key is invalid) rather
     than failing the whole request as malformed XML."""
     substituted = _XML_CONTROLS.sub(_stand_in, body)
@@ -337,15 +337,21 @@ def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[str], boo
             key = _child_text(el, "Key")
             if key is None:
                 raise S3Error("MalformedXML", "Every <Object> needs a <Key>.")
-            keys.append(key.translate(_FROM_STAND_IN) if stood_in else key)
+            keys.append((key.translate(_FROM_STAND_IN) if stood_in else key, _child_text(el, "VersionId")))
     if not keys or len(keys) > limit:
         raise S3Error("MalformedXML", f"DeleteObjects takes 1 to {limit} <Object> entries; got {len(keys)}.")
     return keys, (_child_text(root, "Quiet") or "").strip().lower() == "true"
 
 
-def delete_result_xml(deleted: list[str], errors: list[tuple[str, S3Error]]) -> bytes:
+def delete_result_xml(deleted: list[tuple[str, str | None, dict]], errors: list[tuple[str, S3Error]]) -> bytes:
+    """``deleted``: (key, the version id the request named or None, the DeleteObject's answer
+    headers: x-amz-version-id, x-amz-delete-marker) per key."""
     out = [f'{_DECL}<DeleteResult xmlns="{S3_NS}">']
-    out += [f"<Deleted>{_el('Key', xml_safe(key))}</Deleted>" for key in deleted]
+    for key, named, answer in deleted:
+        fields = _el("VersionId", named) if named is not None else ""
+        if answer.get("x-amz-delete-marker") == "true":  # a marker made, or the version removed was one
+            fields += _el("DeleteMarker", "true") + _el("DeleteMarkerVersionId", answer.get("x-amz-version-id", named or ""))
+        out.append(f"<Deleted>{_el('Key', xml_safe(key))}{fields}</Deleted>")
     out += [f"<Error>{_el('Key', xml_safe(key))}{_el('Code', e.code)}{_el('Message', xml_safe(e.message))}</Error>"
             for key, e in errors]
     out.append("</DeleteResult>")
