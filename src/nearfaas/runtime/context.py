@@ -239,9 +239,8 @@ class ObjectClient:
     def list(self, bucket: str, prefix: str = "") -> list[dict]:
         """Every object under ``prefix`` in ``bucket``, as ``{"key", "size", "etag", "last_modified"}``
         in key order (S3 ListObjectsV2, page by page). The listing crosses the link like a read."""
-        import xml.etree.ElementTree as ET
+        from nearfaas.s3.xml import encode_token, iso8601, parse_list_objects
 
-        ns = "{http://s3.amazonaws.com/doc/2006-03-01/}"
         out, token = [], None
         started = time.perf_counter()
         try:
@@ -252,14 +251,12 @@ class ObjectClient:
                 if status >= 300:
                     raise ObjectError(status, ObjectRef(bucket, prefix), payload)
                 self.stats.add(bytes_read_remote=len(payload))
-                root = ET.fromstring(payload)
-                for item in root.iter(ns + "Contents"):
-                    out.append({"key": item.findtext(ns + "Key"), "size": int(item.findtext(ns + "Size") or 0),
-                                "etag": (item.findtext(ns + "ETag") or "").strip('"'),
-                                "last_modified": item.findtext(ns + "LastModified")})
-                token = root.findtext(ns + "NextContinuationToken")
-                if root.findtext(ns + "IsTruncated") != "true" or not token:
+                page = parse_list_objects(bucket, payload)
+                out += [{"key": o.key, "size": o.size, "etag": o.etag, "last_modified": iso8601(o.last_modified)}
+                        for o in page.contents]
+                if not page.is_truncated or page.next_marker is None:
                     return out
+                token = encode_token(page.next_marker)
         finally:
             self.stats.add(read_seconds=time.perf_counter() - started)
 

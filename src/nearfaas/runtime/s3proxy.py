@@ -44,7 +44,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import os
-import re
 import secrets
 import select
 import threading
@@ -57,6 +56,7 @@ from nearfaas.runtime.context import ObjectClient, ObjectRef
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.object_headers import object_headers
 from nearfaas.s3.sigv4 import S3Auth
+from nearfaas.s3.validation import parse_range_header, resolve_range
 
 CALL_HEADER = "x-nearfaas-call"
 # The call the running handler code serves: set by the worker around each call, read by botocore's hook.
@@ -66,7 +66,6 @@ _NOT_FORWARDED = {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-
                   "connection", "keep-alive", "expect", "transfer-encoding", "te", "upgrade", "accept-encoding",
                   "amz-sdk-invocation-id", "amz-sdk-request"}
 _NOT_RETURNED = {"content-length", "transfer-encoding", "connection", "keep-alive", "server", "date"}
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
 MAX_CONNECTIONS = 64  # per worker: a thread each; more are closed at once (pids are limited by the jail)
 IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 
@@ -352,12 +351,12 @@ def _local_candidate(query, headers) -> bool:
 
 
 def _single_range(value: str, size: int) -> tuple[int, int] | None:
-    m = _RANGE.fullmatch(value.strip())
-    if not m or (not m.group(1) and not m.group(2)):
+    """The bytes one valid range selects, or None for what only the cluster's S3 answers exactly
+    (a range it would ignore, or refuse with 416): those are forwarded."""
+    parsed = parse_range_header(value)
+    if parsed is None:
         return None
-    if not m.group(1):  # the last n bytes
-        n = int(m.group(2))
-        return (max(0, size - n), size - 1) if n and size else None
-    first = int(m.group(1))
-    last = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
-    return (first, last) if first <= last and first < size else None
+    try:
+        return resolve_range(parsed, size)
+    except S3Error:
+        return None
