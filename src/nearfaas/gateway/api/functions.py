@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
 from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
@@ -106,13 +107,19 @@ class FunctionsAPI:
         self.store.save([s.spec for s in self.invoker.functions.values()])
 
     def _status(self, name: str) -> dict:
+        """A FunctionStatus as faas-provider's Go type marshals it: ``omitempty`` fields left out
+        when empty (clients tell nil from empty), ``faas_function`` among the labels; then
+        nearfaas's own fields."""
         state = self.invoker.functions[name]
         spec = FunctionSpec.from_dict(state.spec)
+        openfaas = state.spec.get("openfaas") or {}
+        optional = {"envProcess": state.spec.get("fprocess") or openfaas.get("envProcess"), "envVars": spec.environment,
+                    "constraints": spec.constraints, "secrets": spec.secrets, "annotations": spec.annotations,
+                    "limits": spec.limits, "requests": spec.requests, "readOnlyRootFilesystem": openfaas.get("readOnlyRootFilesystem")}
         return {
-            "name": name, "image": "", "namespace": "openfaas-fn", "envProcess": "handler.handle",
-            "envVars": spec.environment, "constraints": spec.constraints, "secrets": spec.secrets,
-            "labels": spec.labels, "annotations": spec.annotations, "limits": spec.limits or None, "requests": None,
-            "readOnlyRootFilesystem": False, "invocationCount": state.invocations,
+            "name": name, "image": spec.image, "namespace": namespaces.DEFAULT_NAMESPACE,
+            **{k: v for k, v in optional.items() if v},
+            "labels": {**spec.labels, "faas_function": name}, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
                else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
@@ -131,10 +138,14 @@ class FunctionsAPI:
         }
 
     async def list_functions(self, request):
+        if (refused := namespaces.requested(request)) is not None:
+            return refused
         return web.json_response([self._status(n) for n in sorted(self.invoker.functions)])
 
     async def get_function(self, request):
-        name = request.match_info["name"]
+        name, namespace = namespaces.split(request.match_info["name"])
+        if (refused := namespaces.requested(request, {"namespace": namespace})) is not None:
+            return refused
         if name not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         return web.json_response(self._status(name))
@@ -154,6 +165,8 @@ class FunctionsAPI:
             env.update(value or {})
         if env:
             fn["environment"] = env
+        if isinstance(body.get("envProcess"), str) and body["envProcess"]:
+            fn.setdefault("fprocess", body["envProcess"])
         fn.setdefault("lang", "python3-http")
         # With no code at all (an image-only deployment, say), parse_stack names what is missing.
         has_code = body.get("bundle") is not None or body.get("handler") is not None
@@ -166,6 +179,9 @@ class FunctionsAPI:
             self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
         buckets = NearfaasOptions.from_dict(spec["x"]).allowed_buckets()
         spec["buckets"] = sorted(buckets) if buckets is not None else ["*"]  # what its workers may read locally
+        # Echoed as deployed (GET /system/function/NAME), whatever the runtime makes of them.
+        spec["openfaas"] = {k: body[k] for k in ("envProcess", "readOnlyRootFilesystem")
+                            if isinstance(body.get(k), str | bool) and body[k]}
         return spec
 
     def _code(self, name: str, body: dict) -> Path:
@@ -199,6 +215,11 @@ class FunctionsAPI:
 
     async def deploy(self, request, update: bool = False):
         body = await json_body(request)
+        if (refused := namespaces.requested(request, body)) is not None:
+            return refused
+        if update and body.get("service") not in self.invoker.functions:
+            # faas-cli deploy tries PUT first and creates with POST only on a 404
+            return error(404, f"function {body.get('service')!r} not found; deploy it with POST /system/functions")
         try:
             spec = self._spec_from_request(body)
         except SpecError as exc:
@@ -228,6 +249,8 @@ class FunctionsAPI:
 
     async def delete(self, request):
         body = await json_body(request)
+        if (refused := namespaces.requested(request, body)) is not None:
+            return refused
         name = body.get("functionName")
         if not isinstance(name, str):
             return error(400, "functionName: required, the name of the function to delete")
@@ -242,8 +265,10 @@ class FunctionsAPI:
         return web.Response(status=202, text=f"removed {name}\n")
 
     async def scale(self, request):
-        name = request.match_info["name"]
+        name, namespace = namespaces.split(request.match_info["name"])
         body = await json_body(request)
+        if (refused := namespaces.requested(request, {**body, "namespace": namespace or body.get("namespace")})) is not None:
+            return refused
         replicas = body.get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             return error(400, "replicas: required, a non-negative integer")

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 
 from aiohttp import web
 from multidict import CIMultiDict
 
+from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import error, is_fastpath, new_call_id
 from nearfaas.gateway.stream import is_stream
 from nearfaas.gateway.stream import status_name as stream_status
@@ -73,8 +75,9 @@ class InvokeAPI:
             self.metrics.triggers.labels(name).inc()
 
     def requires_auth(self, name: str) -> bool:
-        """Whether calls of function ``name`` need the cluster's credentials (x-nearfaas.auth)."""
-        state = self.invoker.functions.get(name)
+        """Whether calls of function ``name`` (or ``name.namespace``) need the cluster's
+        credentials (x-nearfaas.auth)."""
+        state = self.invoker.functions.get(namespaces.split(name)[0])
         return state is not None and state.options.auth
 
     async def _read_invocation_body(self, request) -> bytes:
@@ -105,7 +108,9 @@ class InvokeAPI:
         return "/" + (parts[3] if len(parts) > 3 else ""), raw_query
 
     async def invoke(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+        name, namespace = namespaces.split(request.match_info["name"])
+        if namespace is not None and namespace not in namespaces.NAMESPACES:
+            return namespaces.unknown(namespace)
         if self.max_inflight and self.inflight >= self.max_inflight:
             return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); retry",
                           headers={"Retry-After": "1"})
@@ -113,17 +118,21 @@ class InvokeAPI:
         try:
             body = await self._read_invocation_body(request)
             state = self.invoker.functions.get(name)
+            started = time.time()  # OpenFaaS's gateway sends it to the function and back: unix nanoseconds
             if state is not None and is_fastpath(state.spec):
                 return await self._invoke_fastpath(name, body)
             if state is not None and is_stream(state.spec):
                 return await self._invoke_stream(name, body)
             path, query = self._raw_target(request)
-            result = await self.calls.invoke(name, request.method, path, query, request.headers, body, request.get("call_id"))
+            headers = CIMultiDict(request.headers)
+            headers["X-Start-Time"] = str(int(started * 1e9))
+            result = await self.calls.invoke(name, request.method, path, query, headers, body, request.get("call_id"))
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer, exc.headers)
         finally:
             self.inflight -= 1
-        return web.Response(status=result.status, headers=result.headers, body=result.body)
+        return web.Response(status=result.status, headers={**result.headers, "X-Start-Time": headers["X-Start-Time"]},
+                            body=result.body)
 
     async def _invoke_fastpath(self, name: str, body: bytes) -> web.Response:
         lambda_id = self.fastpath.ids.get(name)  # before the await: a delete meanwhile must not make this a 500
@@ -139,7 +148,9 @@ class InvokeAPI:
         return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
 
     async def invoke_async(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+        name, namespace = namespaces.split(request.match_info["name"])
+        if namespace is not None and namespace not in namespaces.NAMESPACES:
+            return namespaces.unknown(namespace)
         if name not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         callback = request.headers.get("X-Callback-Url")

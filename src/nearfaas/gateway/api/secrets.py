@@ -1,13 +1,20 @@
-"""/system/secrets: named secrets a function's spec can mount (files under the state dir, 0600)."""
+"""/system/secrets: named secrets a function's spec can mount (files under the state dir, 0600).
+
+The OpenFaaS contract: ``{"name", "value"}`` (text) or ``{"name", "rawValue"}`` (base64 of the
+bytes, how Go encodes ``[]byte``); POST creates (201), PUT creates or updates (200), DELETE answers 200 (what
+faas-cli accepts); a ``namespace`` other than the cluster's is 404 (gateway/api/namespaces.py)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import error, json_body
 
 SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
@@ -25,18 +32,30 @@ class SecretsAPI:
         r.add_delete("/system/secrets", self.delete_secret)
 
     async def list_secrets(self, request):
-        return web.json_response([{"name": p.name} for p in sorted(self.secrets_dir.iterdir()) if p.is_file()])
+        if (refused := namespaces.requested(request)) is not None:
+            return refused
+        return web.json_response([{"name": p.name, "namespace": namespaces.DEFAULT_NAMESPACE}
+                                  for p in sorted(self.secrets_dir.iterdir()) if p.is_file() and not p.name.startswith(".")])
 
     async def put_secret(self, request):
         body = await json_body(request)
-        name, value = body.get("name"), body.get("value", body.get("rawValue"))
+        if (refused := namespaces.requested(request, body)) is not None:
+            return refused
+        name = body.get("name")
         if not isinstance(name, str) or not SECRET_NAME.match(name):
             return error(400, "name: required, lower-case letters, digits, '-', '_' or '.', at most 63 characters")
-        if not isinstance(value, str):
-            return error(400, "value: required, the secret as a string")
+        if body.get("rawValue") not in (None, ""):
+            try:
+                value = base64.b64decode(str(body["rawValue"]), validate=True)
+            except (binascii.Error, ValueError):
+                return error(400, "rawValue: must be base64 of the secret's bytes (or send the text as value)")
+        elif isinstance(body.get("value"), str):
+            value = body["value"].encode()
+        else:
+            return error(400, "value: required, the secret as a string (or rawValue: base64 of its bytes)")
         tmp = self.secrets_dir / f".{name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb") as f:
             f.write(value)
             f.flush()
             os.fsync(f.fileno())
@@ -45,8 +64,10 @@ class SecretsAPI:
 
     async def delete_secret(self, request):
         body = await json_body(request)
+        if (refused := namespaces.requested(request, body)) is not None:
+            return refused
         name = body.get("name")
         if not isinstance(name, str) or not SECRET_NAME.match(name) or not (self.secrets_dir / name).is_file():
             return error(404, f"secret {name!r} not found")
         (self.secrets_dir / name).unlink()
-        return web.Response(status=204)
+        return web.Response(status=200, text=f"removed secret {name}\n")

@@ -4,13 +4,16 @@ gateway and its nodes as the operator sees them."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import platform
+import subprocess
 from pathlib import Path
 
 from aiohttp import web
 
 from nearfaas import __version__
+from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import error, json_body, rfc3339
 
 
@@ -22,6 +25,7 @@ class SystemAPI:
         r.add_get("/healthz", self.healthz)
         r.add_get("/metrics", self.metrics_endpoint)
         r.add_get("/system/info", self.info)
+        r.add_get("/system/namespaces", namespaces.list_namespaces)
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/logs", self.logs)
         r.add_get("/system/nodes", self.list_nodes)
@@ -34,11 +38,9 @@ class SystemAPI:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
 
     async def info(self, request):
-        return web.json_response({
-            "provider": {"provider": "nearfaas", "orchestration": "nearfaas-local", "version": {"release": __version__, "sha": "", "commit_message": ""}},
-            "version": {"release": __version__, "sha": "", "commit_message": ""},
-            "arch": platform.machine(),
-        })
+        version = {"release": __version__, **_git_facts()}
+        return web.json_response({"provider": {"provider": "nearfaas", "orchestration": "nearfaas-local", "version": version},
+                                  "version": version, "arch": platform.machine()})
 
     async def openapi(self, request):
         import yaml
@@ -50,6 +52,8 @@ class SystemAPI:
         name = request.query.get("name")
         if not name:
             return error(400, "name: required query parameter, the function whose logs to read")
+        if (refused := namespaces.requested(request)) is not None:
+            return refused
         if name not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         try:
@@ -61,7 +65,7 @@ class SystemAPI:
         except ValueError:
             return error(400, "tail must be an integer and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
         records = await self.nodes.logs(name, since, tail)
-        lines = [json.dumps({"name": name, "namespace": "openfaas-fn", "instance": r.get("instance", ""),
+        lines = [json.dumps({"name": name, "namespace": namespaces.DEFAULT_NAMESPACE, "instance": r.get("instance", ""),
                              "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
         return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
 
@@ -90,3 +94,16 @@ class SystemAPI:
             return error(400, 'available: required, true or false (e.g. {"available": false})')
         self.invoker.accel_available[node.name] = available
         return web.json_response(self._node_status(node))
+
+
+@functools.cache
+def _git_facts() -> dict[str, str]:
+    """The commit this gateway runs (`sha`, `commit_message`), when it runs from a git checkout;
+    "unknown" otherwise (an installed package carries only its release)."""
+    root = Path(__file__).resolve().parents[4]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%H%n%s"], capture_output=True, text=True,
+                             timeout=5, check=True).stdout.split("\n", 1)
+        return {"sha": out[0].strip(), "commit_message": out[1].strip() if len(out) > 1 else ""}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": "unknown", "commit_message": ""}

@@ -1,0 +1,94 @@
+"""The OpenFaaS REST contract as faas-cli and the OpenFaaS gateway's clients drive it (issue 23):
+namespaces (one, ``openfaas-fn``), ``/function/NAME.NAMESPACE``, FunctionStatus fields as Go's
+``omitempty`` marshals them, ``faas-cli deploy``'s PUT-then-POST, secrets with ``rawValue``, and
+the headers a function's answer carries. Real cluster, plain HTTP."""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def echo(cluster, functions_dir):
+    resp = cluster.deploy("contract-echo", functions_dir / "echo", envProcess="python3 index.py",
+                          labels={"team": "web"}, readOnlyRootFilesystem=True)
+    assert resp.status_code == 202, resp.text
+    return "contract-echo"
+
+
+def test_one_namespace_and_function_urls_that_name_it(cluster, echo):
+    http = cluster.http
+    assert http.get(f"{cluster.url}/system/namespaces").json() == ["openfaas-fn"]
+    called = requests.post(f"{cluster.url}/function/{echo}.openfaas-fn", data=b"hi", timeout=30)
+    assert called.status_code == 200 and called.json()["body"] == "hi"
+    start = int(called.headers["X-Start-Time"])  # unix nanoseconds, as OpenFaaS's gateway sends it
+    assert abs(start / 1e9 - time.time()) < 60 and float(called.headers["X-Duration-Seconds"]) > 0
+    assert requests.post(f"{cluster.url}/function/{echo}.elsewhere", timeout=10).status_code == 404
+    assert requests.post(f"{cluster.url}/async-function/{echo}.openfaas-fn", timeout=10).status_code == 202
+    assert requests.post(f"{cluster.url}/async-function/{echo}.elsewhere", timeout=10).status_code == 404
+    for path in ("/system/functions?namespace=elsewhere", f"/system/function/{echo}?namespace=elsewhere",
+                 "/system/secrets?namespace=elsewhere", f"/system/logs?name={echo}&namespace=elsewhere"):
+        refused = http.get(f"{cluster.url}{path}")
+        assert refused.status_code == 404 and "openfaas-fn" in refused.text, path
+    assert http.get(f"{cluster.url}/system/functions?namespace=openfaas-fn").status_code == 200
+
+
+def test_function_status_marshals_like_faas_provider(cluster, echo):
+    status = cluster.http.get(f"{cluster.url}/system/function/{echo}?namespace=openfaas-fn").json()
+    assert status["name"] == echo and status["namespace"] == "openfaas-fn" and status["image"] == ""
+    assert status["labels"] == {"team": "web", "faas_function": echo}
+    assert status["envProcess"] == "python3 index.py" and status["readOnlyRootFilesystem"] is True
+    for omitted in ("envVars", "constraints", "secrets", "annotations", "limits", "requests"):
+        assert omitted not in status, omitted  # Go's omitempty: absent, not null or {}
+    assert isinstance(status["invocationCount"], int | float) and status["replicas"] >= 1
+    listed = {f["name"]: f for f in cluster.http.get(f"{cluster.url}/system/functions").json()}
+    assert listed[echo]["labels"]["faas_function"] == echo
+
+
+def test_faas_cli_deploy_puts_first_and_posts_on_404(cluster):
+    """faas-cli sends every function with an image and tries PUT before POST."""
+    body = {"service": "contract-never-deployed", "image": "ghcr.io/example/fn:latest", "namespace": "openfaas-fn"}
+    put = cluster.http.put(f"{cluster.url}/system/functions", json=body)
+    assert put.status_code == 404, put.text
+    assert cluster.http.post(f"{cluster.url}/system/functions", json={**body, "namespace": "elsewhere"}).status_code == 404
+    assert cluster.http.delete(f"{cluster.url}/system/functions",
+                               json={"functionName": "x", "namespace": "elsewhere"}).status_code == 404
+
+
+def test_secrets_take_raw_bytes_and_delete_answers_200(cluster, functions_dir):
+    http = cluster.http
+    created = http.post(f"{cluster.url}/system/secrets", json={"name": "contract-raw", "rawValue": base64.b64encode(b"bytes!").decode()})
+    assert created.status_code == 201
+    cluster.deploy("contract-secret", functions_dir / "secretreader", secrets=["contract-raw"])
+    # secretreader reads "api-key": give it that name too, from raw bytes
+    http.post(f"{cluster.url}/system/secrets", json={"name": "api-key", "rawValue": base64.b64encode(b"raw-value").decode()})
+    cluster.deploy("contract-secret2", functions_dir / "secretreader", secrets=["api-key"])
+    assert requests.post(f"{cluster.url}/function/contract-secret2", timeout=30).text == "raw-value"
+    assert http.post(f"{cluster.url}/system/secrets", json={"name": "contract-bad", "rawValue": "%%%"}).status_code == 400
+    assert http.post(f"{cluster.url}/system/secrets", json={"name": "contract-ns", "value": "v", "namespace": "x"}).status_code == 404
+    listed = http.get(f"{cluster.url}/system/secrets").json()
+    assert {"name": "contract-raw", "namespace": "openfaas-fn"} in listed
+    assert all("value" not in s and "rawValue" not in s for s in listed)
+    assert http.delete(f"{cluster.url}/system/secrets", json={"name": "contract-raw"}).status_code == 200
+    assert http.delete(f"{cluster.url}/system/secrets", json={"name": "contract-raw"}).status_code == 404
+
+
+def test_a_protected_function_is_protected_under_its_namespaced_name_too(cluster, functions_dir):
+    cluster.deploy("contract-private", functions_dir / "echo", **{"x-nearfaas": {"auth": True}})
+    for path in ("/function/contract-private", "/function/contract-private.openfaas-fn",
+                 "/async-function/contract-private.openfaas-fn"):
+        assert requests.post(f"{cluster.url}{path}", timeout=10).status_code == 401, path
+    assert cluster.http.post(f"{cluster.url}/function/contract-private.openfaas-fn", timeout=30).status_code == 200
+
+
+def test_system_info_names_the_release_and_commit(cluster):
+    info = cluster.http.get(f"{cluster.url}/system/info").json()
+    assert info["version"]["release"] and info["provider"]["provider"] == "nearfaas"
+    assert re.fullmatch(r"[0-9a-f]{40}", info["version"]["sha"]) or info["version"]["sha"] == "unknown"
