@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
 import time
 
 import pytest
@@ -92,3 +93,60 @@ def test_system_info_names_the_release_and_commit(cluster):
     info = cluster.http.get(f"{cluster.url}/system/info").json()
     assert info["version"]["release"] and info["provider"]["provider"] == "nearfaas"
     assert re.fullmatch(r"[0-9a-f]{40}", info["version"]["sha"]) or info["version"]["sha"] == "unknown"
+
+
+def _status(cluster, name: str) -> dict:
+    return cluster.http.get(f"{cluster.url}/system/function/{name}").json()
+
+
+def test_replicas_follow_request_rate_up_to_max_and_back_to_min(cluster, functions_dir):
+    """OpenFaaS's autoscaling under 10 calls/s from 2 callers, com.openfaas.scale.max 2."""
+    name = "contract-scaled"
+    cluster.deploy(name, functions_dir / "echo", labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
+    stop = threading.Event()
+
+    def caller():
+        while not stop.is_set():
+            started = time.monotonic()
+            requests.post(f"{cluster.url}/function/{name}", data=b"x", timeout=30)
+            time.sleep(max(0.0, 0.2 - (time.monotonic() - started)))  # 5 calls/s each
+
+    callers = [threading.Thread(target=caller) for _ in range(2)]
+    began = time.monotonic()
+    for t in callers:
+        t.start()
+    try:
+        while _status(cluster, name)["replicas"] < 2 and time.monotonic() - began < 30:
+            time.sleep(0.2)
+        up = time.monotonic() - began
+    finally:
+        stop.set()
+        for t in callers:
+            t.join()
+    print(f"replicas reached scale.max=2 after {up:.1f} s of load")
+    assert _status(cluster, name)["replicas"] == 2 and up < 30
+    cluster.wait_warm(name, replicas=2)
+    stopped = time.monotonic()
+    while _status(cluster, name)["replicas"] > 1 and time.monotonic() - stopped < 40:
+        time.sleep(0.5)
+    print(f"back to scale.min=1 {time.monotonic() - stopped:.1f} s after the load stopped")
+    assert _status(cluster, name)["replicas"] == 1
+    metrics = requests.get(f"{cluster.url}/metrics", timeout=10).text
+    assert re.search(rf'nearfaas_autoscale_decisions_total{{direction="up",function_name="{name}"}} [1-9]', metrics)
+    assert re.search(rf'nearfaas_autoscale_decisions_total{{direction="down",function_name="{name}"}} [1-9]', metrics)
+    refused = cluster.deploy("contract-cpu", functions_dir / "echo", wait=False, labels={"com.openfaas.scale.type": "cpu"})
+    assert refused.status_code == 400 and "com.openfaas.scale.type" in refused.text
+
+
+def test_scale_to_zero_after_the_idle_duration_and_back_on_a_call(cluster, functions_dir):
+    name = "contract-zero"
+    cluster.deploy(name, functions_dir / "echo", labels={"com.openfaas.scale.zero": "true",
+                                                          "com.openfaas.scale.zero-duration": "2s"})
+    idle = time.monotonic()
+    while (_status(cluster, name)["availableReplicas"] or _status(cluster, name)["replicas"]) and time.monotonic() - idle < 20:
+        time.sleep(0.2)
+    print(f"scaled to zero {time.monotonic() - idle:.1f} s after deploy (zero-duration 2s)")
+    assert _status(cluster, name)["replicas"] == 0 and _status(cluster, name)["availableReplicas"] == 0
+    called = requests.post(f"{cluster.url}/function/{name}", data=b"wake", timeout=60)
+    assert called.status_code == 200 and called.headers["X-Nearfaas-Start"] == "cold"
+    print(f"cold start from zero: {called.headers['X-Nearfaas-Timing']}")

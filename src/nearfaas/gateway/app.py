@@ -18,6 +18,7 @@ from nearfaas.auth import function_keys
 from nearfaas.auth.admin import AdminGuard
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
+from nearfaas.gateway.autoscale import Autoscaler
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
@@ -171,6 +172,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
         await api.restore()
         loop = asyncio.get_running_loop()
         app["background"] = [loop.create_task(invoker.reap_idle_forever()),
+                             loop.create_task(Autoscaler(invoker.pool, metrics.registry).run_forever()),
                              loop.create_task(replay_forever(backend.hints, nodes, backend.repairer)),
                              loop.create_task(anti_entropy.run_forever())]
 

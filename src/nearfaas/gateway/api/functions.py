@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas.gateway import autoscale
 from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
 from nearfaas.gateway.errors import CallError
@@ -174,6 +175,8 @@ class FunctionsAPI:
             fn["handler"] = str(self._code(name, body))
         stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path("/"), whole=False)
         spec = stack.functions[name].to_dict()
+        if (problem := autoscale.check_labels(spec.get("labels") or {})) is not None:
+            raise SpecErrorResponse(problem)
         current = self.invoker.functions.get(name)
         spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
             self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])

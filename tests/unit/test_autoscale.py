@@ -1,0 +1,74 @@
+"""The OpenFaaS-style autoscaler (gateway/autoscale.py): what replicas it wants for a load, when
+it scales up and down, and the labels it refuses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from nearfaas.gateway.autoscale import Autoscaler, check_labels, wanted
+from nearfaas.gateway.instances import FunctionState, Instance
+
+
+@given(load=st.floats(0, 1e4), more=st.floats(0, 1e4), low=st.integers(1, 5), extra=st.integers(0, 20))
+def test_wanted_replicas_grow_with_load_and_stay_within_min_and_max(load, more, low, extra):
+    high = low + extra
+    a, b = wanted(load, {}, low, high), wanted(load + more, {}, low, high)
+    assert low <= a <= b <= high
+
+
+def test_the_target_and_type_labels_set_the_load_one_replica_carries():
+    assert wanted(10, {}, 1, 10) == 3  # rps: 10 / (5 * 0.9)
+    assert wanted(10, {"com.openfaas.scale.target": "10", "com.openfaas.scale.target-proportion": "1"}, 1, 10) == 1
+    assert wanted(3, {"com.openfaas.scale.type": "capacity", "com.openfaas.scale.target-proportion": "1"}, 1, 10) == 3
+
+
+def test_labels_it_cannot_honour_are_named():
+    assert check_labels({}) is None
+    assert "cpu" in check_labels({"com.openfaas.scale.type": "cpu"})
+    assert "target" in check_labels({"com.openfaas.scale.target": "zero"})
+    assert "target-proportion" in check_labels({"com.openfaas.scale.target-proportion": "1.5"})
+
+
+class _Pool:
+    def __init__(self, state):
+        self.functions = {state.name: state}
+        self.scaled: list[int] = []
+
+    async def scale(self, name, replicas):
+        self.scaled.append(replicas)
+
+
+def test_scales_up_at_once_and_down_only_after_the_load_stayed_low():
+    async def run():
+        state = FunctionState({"name": "f", "scale_min": 1, "scale_max": 2, "labels": {}}, desired=1)
+        state.instances["i"] = Instance("i", "n", "127.0.0.1", 1)
+        pool = _Pool(state)
+        scaler = Autoscaler(pool, CollectorRegistry(), window_s=5.0, down_after_s=10.0)
+        t = 0.0
+        for _ in range(6):  # 10 calls/s for 5 s
+            scaler.tick(t)
+            state.invocations += 10
+            t += 1.0
+        scaler.tick(t)
+        await asyncio.sleep(0)
+        assert state.desired == 2 and pool.scaled[-1] == 2
+        for _ in range(9):  # idle, but not for down_after_s yet
+            t += 1.0
+            scaler.tick(t)
+        assert state.desired == 2
+        for _ in range(8):
+            t += 1.0
+            scaler.tick(t)
+        await asyncio.sleep(0)
+        assert state.desired == 1 and pool.scaled[-1] == 1
+        state.desired = 0  # the idler scaled it to zero: the autoscaler leaves it there
+        for _ in range(5):
+            t += 1.0
+            scaler.tick(t)
+        assert state.desired == 0
+
+    asyncio.run(run())
