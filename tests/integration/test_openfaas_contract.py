@@ -150,3 +150,10 @@ def test_scale_to_zero_after_the_idle_duration_and_back_on_a_call(cluster, funct
     called = requests.post(f"{cluster.url}/function/{name}", data=b"wake", timeout=60)
     assert called.status_code == 200 and called.headers["X-Nearfaas-Start"] == "cold"
     print(f"cold start from zero: {called.headers['X-Nearfaas-Timing']}")
+
+
+def test_repeated_response_headers_pass_through(cluster, functions_dir):
+    cluster.deploy("contract-cookies", functions_dir / "cookies")
+    called = requests.post(f"{cluster.url}/function/contract-cookies", timeout=30)
+    assert called.status_code == 200
+    assert called.raw.headers.getlist("Set-Cookie") == ["session=abc; Path=/", "theme=dark; Path=/"]

@@ -67,6 +67,8 @@ from pathlib import Path
 
 import aiohttp
 
+from multidict import CIMultiDict
+
 from nearfaas.gateway.errors import CallError
 from nearfaas.journal import Journal
 
@@ -269,9 +271,9 @@ class AsyncQueue:
         if call.attempts > 1 or status >= 400 or outcome.startswith("failed"):  # no client is waiting to see it
             _log("async-done", call_id=call.call_id, function=call.name, attempts=call.attempts, status=status, callback=outcome)
 
-    async def _deliver(self, call: Call, status: int, headers: dict, body: bytes, seconds: float) -> str:
+    async def _deliver(self, call: Call, status: int, headers, body: bytes, seconds: float) -> str:
         """POST the result to the callback URL; "delivered" or "failed: <why>" after the retries."""
-        headers = {k: v for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+        headers = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding"))
         headers.update({"X-Call-Id": call.call_id, "X-Call-Attempt": str(call.attempts), "X-Function-Status": str(status),
                         "X-Function-Name": call.name, "X-Duration-Seconds": f"{seconds:.6f}"})
         why = ""

@@ -24,6 +24,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from multidict import CIMultiDict
+
 from nearfaas.gateway.errors import CallError
 from nearfaas.gateway.invoker import CallResult, Invoker, StageIO
 from nearfaas.placement.chain import ChainCycle, Stage, StageMissing, intermediate_key, plan
@@ -174,7 +176,7 @@ class ChainRunner:
         last = results[failed] if failed else results[sinks[0]] if len(sinks) == 1 else None
         if last is not None:
             status, body = last.status, last.body
-            headers = {k: v for k, v in last.headers.items() if not k.lower().startswith("x-nearfaas-")}
+            headers = CIMultiDict((k, v) for k, v in last.headers.items() if not k.lower().startswith("x-nearfaas-"))
         else:
             status, headers = 200, {"Content-Type": "application/json"}
             body = json.dumps({name: _decoded(results[name].body) for name in sinks}).encode()

@@ -15,6 +15,8 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from multidict import CIMultiDict
+
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.gateway.errors import CallError, NodeLost
 from nearfaas.gateway.inputs import InputResolver
@@ -249,7 +251,7 @@ class Invoker:
             self.located[stage.output] = [decision.node]
         timing = report["timing"]
         # What the function read stays with the gateway: a caller need not learn other objects' names.
-        out = {k: v for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS and k.lower() != "x-nearfaas-read"}
+        out = CIMultiDict((k, v) for k, v in reply_headers.items() if k.lower() not in _HOP_HEADERS and k.lower() != "x-nearfaas-read")
         out.update({
             "X-Call-Id": call_id,
             "X-Duration-Seconds": f"{timing['total']:.6f}",

@@ -13,6 +13,8 @@ import asyncio
 import socket
 import time
 
+from multidict import CIMultiDict
+
 _IDLE_S = 60.0  # close connections idle longer than this (the worker keeps them far longer)
 
 
@@ -126,15 +128,15 @@ class WorkerClient:
         raise WorkerFailed("the worker closed the connection twice")
 
     @staticmethod
-    async def _read_response(conn: _Connection) -> tuple[int, dict[str, str], bytes]:
+    async def _read_response(conn: _Connection) -> tuple[int, CIMultiDict, bytes]:
         raw = await conn.reader.readuntil(b"\r\n\r\n")
         lines = raw.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
-        headers: dict[str, str] = {}
+        headers: CIMultiDict = CIMultiDict()  # a header sent twice (Set-Cookie) stays twice
         for line in lines[1:]:
             if line:
                 name, _, value = line.partition(":")
-                headers[name.strip()] = value.strip()
+                headers.add(name.strip(), value.strip())
         length = int(headers.get("Content-Length", "0"))
         data = await conn.reader.readexactly(length) if length else b""
         return status, headers, data

@@ -42,6 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from urllib.parse import parse_qsl, unquote
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
@@ -127,12 +128,15 @@ class MainThread:
                 future.set_exception(exc)
 
 
-def to_response(result) -> tuple[int, dict, bytes]:
-    """Map a handler's return value onto (status, headers, body), python3-http style."""
-    status, headers, body = 200, {}, result
+def to_response(result) -> tuple[int, CIMultiDict, bytes]:
+    """Map a handler's return value onto (status, headers, body), python3-http style. A header
+    whose value is a list is sent once per item (several ``Set-Cookie``, say)."""
+    status, headers, body = 200, CIMultiDict(), result
     if isinstance(result, dict) and ("statusCode" in result or "body" in result):
         status = int(result.get("statusCode", 200))  # a non-number raises ValueError: reported as a bad answer
-        headers = {str(k): str(v) for k, v in (result.get("headers") or {}).items()}
+        for k, v in (result.get("headers") or {}).items():
+            for item in (v if isinstance(v, list | tuple) else [v]):
+                headers.add(str(k), str(item))
         body = result.get("body", b"")
     if isinstance(body, (bytes, bytearray, memoryview)):
         payload = bytes(body)
@@ -271,7 +275,7 @@ class Worker:
         elapsed = time.perf_counter() - started
         data_s = stats.read_seconds + stats.write_seconds
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
-        out = {k: v for k, v in headers.items() if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("x-nearfaas-")}
+        out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("x-nearfaas-"))
         out.update({
             "X-Nearfaas-Exec-Seconds": f"{elapsed:.6f}",
             "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",

@@ -131,8 +131,9 @@ class InvokeAPI:
             return error(exc.status, str(exc), exc.layer, exc.headers)
         finally:
             self.inflight -= 1
-        return web.Response(status=result.status, headers={**result.headers, "X-Start-Time": headers["X-Start-Time"]},
-                            body=result.body)
+        answer = CIMultiDict(result.headers)  # repeated headers (Set-Cookie) stay repeated
+        answer["X-Start-Time"] = headers["X-Start-Time"]
+        return web.Response(status=result.status, headers=answer, body=result.body)
 
     async def _invoke_fastpath(self, name: str, body: bytes) -> web.Response:
         lambda_id = self.fastpath.ids.get(name)  # before the await: a delete meanwhile must not make this a 500
