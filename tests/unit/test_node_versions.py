@@ -236,3 +236,12 @@ def test_two_replicas_that_get_the_same_writes_in_any_order_hold_the_same_versio
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_bucket_never_versioned_lists_no_delete_markers(store, clock):
+    put(store, b"a", version=clock.now(), versioned=False)
+    store.delete_object("bkt", "k", clock.now())
+    assert listing(store) == []
+    with pytest.raises(S3Error) as missing:
+        store.head_version("bkt", "k", "null")
+    assert missing.value.code == "NoSuchVersion"

@@ -340,13 +340,14 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
             fsync_dir_unless_gone(d)
         return dirs is not None
 
-    def _add_current(self, bucket: str, key: str, entry: Entry) -> None:
-        """Make ``entry`` the key's current one in memory (its file is in place). Under _lock."""
+    def _add_current(self, bucket: str, key: str, entry: Entry, *, written: bool = True) -> None:
+        """Make ``entry`` the key's current one in memory (its file is in place; ``written``: it
+        just arrived, rather than an older version promoted back). Under _lock."""
         if entry.deleted:
             self._tombs[bucket][key] = Tomb(entry.version, entry.last_modified, entry.versioned)
         else:
             self._index[bucket][key] = entry.info
-            self.counters.add(bytes_in=entry.info.size, objects=1)
+            self.counters.add(bytes_in=entry.info.size if written else 0, objects=1)
         self._digests[bucket] ^= entry_hash(key, entry.version, entry.deleted)
 
     def _version_held(self, bucket: str, key: str) -> str:

@@ -135,6 +135,12 @@ class VersionedStore:
         current = self._current(bucket, key)
         return ([current] if current is not None else []) + self._shelf[bucket].get(key, [])[::-1]
 
+    def _versions_of(self, bucket: str, key: str) -> list[Entry]:
+        """What S3 shows of the key's entries, newest first: in a bucket that never had
+        versioning a delete leaves nothing (its tombstone is the replicas' business only)."""
+        entries = self._entries_of(bucket, key)
+        return entries if self.versioning(bucket) else [e for e in entries if not e.deleted]
+
     def _is_gone(self, bucket: str, key: str, entry: Entry) -> bool:
         gone = self._gone[bucket].get(key_digest(key))
         if gone is None:
@@ -217,9 +223,10 @@ class VersionedStore:
         """(entry, is it the current one). Under _lock."""
         if version_id != "null" and not self.versioning(bucket):
             raise _unversioned(bucket, version_id)
-        for i, entry in enumerate(self._entries_of(bucket, key)):
+        for entry in self._versions_of(bucket, key):
             if entry.version_id == version_id:
-                return entry, i == 0
+                current = self._current(bucket, key)
+                return entry, current is not None and current.version == entry.version
         raise _no_version(key, version_id)
 
     def head_version(self, bucket: str, key: str, version_id: str) -> ObjectInfo:
@@ -288,7 +295,7 @@ class VersionedStore:
                     if shelf:
                         promoted = shelf[-1]
                         self._unshelve(bucket, key, promoted, into=path)
-                        self._add_current(bucket, key, promoted)
+                        self._add_current(bucket, key, promoted, written=False)
                     else:
                         path.unlink(missing_ok=True)
         for d in (vdir, path.parent):
@@ -347,7 +354,7 @@ class VersionedStore:
         if current is None or entry.version > current.version:  # defensive: keep "current is the newest"
             self._forget(bucket, key)
             self._unshelve(bucket, key, entry, into=object_path(self.root, bucket, key))
-            self._add_current(bucket, key, entry)
+            self._add_current(bucket, key, entry, written=False)
 
 
 def _read_entry(bucket: str, path: Path, digest: str) -> tuple[str, Entry] | None:
@@ -409,7 +416,7 @@ class _VersionPager:
                 groups.append(group)
                 last = (group, "")
                 continue
-            entries = self.store._entries_of(self.bucket, key)
+            entries = self.store._versions_of(self.bucket, key)
             newest = entries[0].version if entries else ""
             if key == key_marker and version_id_marker:
                 ids = [e.version_id for e in entries]
