@@ -9,8 +9,11 @@ Systems, each serving a no-op that answers "ok":
   gateway-auth   — (secured only) the same through a function with x-nearfaas auth: true, called
                    with the admin's basic-auth header: the cost of checking credentials per call
   worker         — the same warm worker, called directly (no gateway hop)
+  image-gateway  — (secured only, where an OCI runtime works) the same call to an image-only
+                   function in a container (of-watchdog HTTP mode, docs/images.md), built here
   baseline       — a plain Python http.server (ThreadingHTTPServer, keep-alive, TCP_NODELAY)
-at 1 and 8 concurrent clients, several repeats each, interleaved; then cold starts on both.
+at 1 and 8 concurrent clients, several repeats each, interleaved; then cold starts on both (and
+the image function's: container creation plus its server's start).
 
 Load comes from `wrk` (C, keep-alive) when installed, so the client costs little CPU on this
 2-core box; otherwise from a Python client, which is recorded in the result.
@@ -24,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -134,25 +139,26 @@ def _pools_refilled(layout: dict) -> bool:
     return True
 
 
-def cold_starts(layout: dict, count: int, headers: dict) -> dict:
+def cold_starts(layout: dict, count: int, headers: dict, name: str = "hello") -> dict:
     """Scale to zero, let the nodes refill their pre-warmed pools, then call: the call pays the
-    cold start a function sees at a steady pace (specialise a generic worker + import + init)."""
+    cold start a function sees at a steady pace (specialise a generic worker + import + init;
+    for an image function: create the container and wait for its server)."""
     gw = layout["gateway_url"]
     cold, end_to_end = [], []
     for _ in range(count):
-        _post(f"{gw}/system/scale-function/hello", {"replicas": 0}, headers)
+        _post(f"{gw}/system/scale-function/{name}", {"replicas": 0}, headers)
         deadline = time.monotonic() + 10
-        while (_available(gw, "hello", headers) or not _pools_refilled(layout)) and time.monotonic() < deadline:
+        while (_available(gw, name, headers) or not _pools_refilled(layout)) and time.monotonic() < deadline:
             time.sleep(0.02)
         t0 = time.perf_counter()
-        with urllib.request.urlopen(f"{gw}/function/hello", timeout=60) as resp:
+        with urllib.request.urlopen(f"{gw}/function/{name}", timeout=60) as resp:
             resp.read()
             elapsed = time.perf_counter() - t0
             assert resp.headers["X-Nearfaas-Start"] == "cold", resp.headers
             timing = parse_timing(resp.headers["X-Nearfaas-Timing"])
         cold.append(float(timing["cold_start"]) * 1e3)
         end_to_end.append(elapsed * 1e3)
-    _post(f"{gw}/system/scale-function/hello", {"replicas": 1}, headers)
+    _post(f"{gw}/system/scale-function/{name}", {"replicas": 1}, headers)
     return {"count": count, "cold_start_p50_ms": percentile(cold, 50), "cold_start_p95_ms": percentile(cold, 95),
             "cold_call_p50_ms": percentile(end_to_end, 50), "cold_call_p95_ms": percentile(end_to_end, 95),
             "samples_ms": [round(c, 2) for c in cold]}
@@ -172,6 +178,29 @@ def _deploy_hello(gw: str, headers: dict, name: str = "hello", auth: bool = Fals
     return instance["url"] + "/", {WORKER_TOKEN_HEADER: instance["token"]}
 
 
+def _deploy_image(gw: str, headers: dict, image: str, name: str = "hello-image") -> None:
+    """The of-watchdog HTTP-mode image function (bench/images.py), one warm replica."""
+    _post(f"{gw}/system/functions", {"service": name, "image": image,
+                                     "labels": {"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "1"}}, headers)
+    deadline = time.monotonic() + 60
+    while not _available(gw, name, headers):
+        assert time.monotonic() < deadline, f"{name} never warmed up"
+        time.sleep(0.05)
+
+
+def _images(scratch: Path) -> dict | None:
+    """Local images for the image-function rows, or None (with the reason printed) where no OCI
+    runtime can run a container here (docs/images.md)."""
+    from nearfaas.bench.images import BUSYBOX, build_images
+    from nearfaas.node.oci import tools
+
+    refusal = tools.find(scratch / "probe").refusal() or (None if BUSYBOX else "busybox is not installed")
+    if refusal is not None:
+        print(f"image-function rows skipped: {refusal}")
+        return None
+    return build_images(scratch)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measured run")
@@ -180,8 +209,11 @@ def main() -> int:
     args = parser.parse_args()
     print(f"load generator: {generator()}")
     baseline, baseline_url = start_baseline()
+    scratch = Path(tempfile.mkdtemp(prefix="nearfaas-images-"))
     try:
-        with scratch_cluster(auth=None, isolation=False) as (open_layout, _), scratch_cluster() as (layout, _):
+        images = _images(scratch)
+        with scratch_cluster(auth=None, isolation=False) as (open_layout, _), \
+                scratch_cluster(handler_roots=[str(scratch)]) as (layout, _):
             open_gw, gw, admin = open_layout["gateway_url"], layout["gateway_url"], admin_headers(layout)
             systems = {"open/gateway": (f"{open_gw}/function/hello", {}),
                        "open/worker": _deploy_hello(open_gw, {}),
@@ -190,16 +222,22 @@ def main() -> int:
                        "secured/gateway-auth": (f"{gw}/function/hello-auth", admin),
                        "baseline": (baseline_url, {})}
             _deploy_hello(gw, admin, "hello-auth", auth=True)
+            if images is not None:  # an image function (HTTP mode) next to the Python worker
+                _deploy_image(gw, admin, images["py-http"])
+                systems["secured/image-gateway"] = (f"{gw}/function/hello-image", {})
             print("warm no-op calls (measured):")
             warm = warm_calls(systems, args.duration, args.repeats)
             cold = {}
-            for config, config_layout, headers in (("open", open_layout, {}), ("secured", layout, admin)):
+            runs = [("open", open_layout, {}, "hello"), ("secured", layout, admin, "hello")]
+            runs += [("secured-image", layout, admin, "hello-image")] if images is not None else []
+            for config, config_layout, headers, name in runs:
                 print(f"cold starts, {config} (measured):")
-                cold[config] = c = cold_starts(config_layout, args.cold, headers)
+                cold[config] = c = cold_starts(config_layout, args.cold, headers, name)
                 print(f"  cold start p50 {c['cold_start_p50_ms']:.0f} ms, p95 {c['cold_start_p95_ms']:.0f} ms; "
                       f"cold call p50 {c['cold_call_p50_ms']:.0f} ms, p95 {c['cold_call_p95_ms']:.0f} ms")
     finally:
         baseline.terminate()
+        shutil.rmtree(scratch, ignore_errors=True)
     g1, g8 = warm["secured/gateway@1"], warm["secured/gateway@8"]
     trust = {f"{system}@{c}": warm[f"secured/{system}@{c}"]["p50_ms"] / warm[f"open/{other}@{c}"]["p50_ms"] - 1
              for system, other in (("gateway", "gateway"), ("gateway-auth", "gateway"), ("worker", "worker")) for c in (1, 8)}

@@ -55,7 +55,9 @@ def deployment_body(fn) -> dict:
     from nearfaas.spec.bundle import pack
 
     d = fn.to_dict()
+    body = {"service": fn.name, "lang": fn.lang, "envVars": fn.environment, "labels": fn.labels, "annotations": fn.annotations,
+            "secrets": fn.secrets, "limits": fn.limits or None, "constraints": fn.constraints, "x-nearfaas": d.get("x")}
+    if fn.image_source:  # an image-only function (docs/images.md): the nodes read the image where it was resolved
+        return body | {"image": fn.image_source}
     # The code travels with the deployment (spec/bundle.py): the gateway runs no path it is told.
-    return {"service": fn.name, "lang": fn.lang, "bundle": pack(fn.handler_dir), "envVars": fn.environment,
-            "labels": fn.labels, "annotations": fn.annotations, "secrets": fn.secrets, "limits": fn.limits or None,
-            "constraints": fn.constraints, "x-nearfaas": d.get("x")}
+    return body | {"bundle": pack(fn.handler_dir)}

@@ -217,8 +217,10 @@ def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir, tm
 
 def test_bad_requests_get_4xx_naming_the_field(cluster, functions_dir):
     url = cluster.url
-    image_only = cluster.http.post(f"{url}/system/functions", json={"service": "img", "image": "ghcr.io/x/y:latest"})
-    assert image_only.status_code == 400 and "container engine" in image_only.text and "handler" in image_only.text
+    missing_image = cluster.http.post(f"{url}/system/functions", json={"service": "img", "image": "oci-archive:/nonexistent.tar"})
+    assert missing_image.status_code == 400 and "image" in missing_image.text and "does not exist" in missing_image.text
+    outside = cluster.http.post(f"{url}/system/functions", json={"service": "img", "image": "oci:/etc"})
+    assert outside.status_code == 400 and "image" in outside.text
     bad_timeout = cluster.http.post(f"{url}/system/functions", json={"service": "t", "handler": str(functions_dir / "echo"),
                                                                  "envVars": {"exec_timeout": "soon"}})
     assert bad_timeout.status_code == 400 and "exec_timeout" in bad_timeout.text

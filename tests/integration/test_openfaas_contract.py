@@ -9,6 +9,7 @@ import base64
 import re
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -157,3 +158,15 @@ def test_repeated_response_headers_pass_through(cluster, functions_dir):
     called = requests.post(f"{cluster.url}/function/contract-cookies", timeout=30)
     assert called.status_code == 200
     assert called.raw.headers.getlist("Set-Cookie") == ["session=abc; Path=/", "theme=dark; Path=/"]
+
+
+def test_a_python_function_reads_its_secret_at_the_openfaas_path(cluster, functions_dir):
+    http = cluster.http
+    http.post(f"{cluster.url}/system/secrets", json={"name": "api-key", "rawValue": base64.b64encode(b"raw-value").decode()})
+    cluster.deploy("contract-ofsecret", functions_dir / "ofsecret", secrets=["api-key"])
+    assert requests.post(f"{cluster.url}/function/contract-ofsecret", timeout=30).text == "raw-value"
+    # a function not given the secret finds no such file (and the host's /var/openfaas stays empty)
+    cluster.deploy("contract-nosecret", functions_dir / "ofsecret")
+    denied = requests.post(f"{cluster.url}/function/contract-nosecret", timeout=30)
+    assert denied.status_code == 502 and "No such file" in denied.text
+    assert not any(Path("/var/openfaas").glob("**/api-key"))

@@ -185,15 +185,13 @@ def test_lang_must_be_supported(proj: Path, lang: Any) -> None:
     assert all(name in p.message for name in SUPPORTED_LANGS)
 
 
-def test_image_without_handler_explains_there_is_no_container_engine(proj: Path) -> None:
+def test_image_without_handler_runs_the_image_and_neither_is_missing(proj: Path) -> None:
     data = minimal(image="ghcr.io/x/y:1")
     del data["functions"]["fn"]["handler"]
-    p = problem_at(problems_of(data, proj), "functions.fn.handler")
-    assert "no container engine" in p.message
-    assert "handler: ./" in p.fix and "handler.py" in p.fix and "handle(event, context)" in p.fix
-    assert "python3-http" in p.fix
+    assert parse_stack(data, proj).functions["fn"].image_source == "docker://ghcr.io/x/y:1"
     del data["functions"]["fn"]["image"]
-    assert "missing" in problem_at(problems_of(data, proj), "functions.fn.handler").message
+    p = problem_at(problems_of(data, proj), "functions.fn.handler")
+    assert "missing" in p.message and "image:" in p.fix
 
 
 @pytest.mark.parametrize("handler,expect", [("./nope", "does not exist"), ("./nopy", "no handler.py"),
@@ -358,7 +356,7 @@ def test_missing_file_and_directory(tmp_path: Path, source: Any, text: str) -> N
 
 def test_all_problems_collected_and_rendered_one_per_line(proj: Path) -> None:
     data = minimal(lang="node", environment={"exec_timeout": "ten"}, secrets=[1])
-    data["functions"]["BadName"] = {"lang": "python3-http", "image": "x"}
+    data["functions"]["BadName"] = {"lang": "python3-http"}
     data["version"] = 3
     with pytest.raises(SpecError) as info:
         parse_stack(data, proj)

@@ -34,7 +34,10 @@ def scratch_cluster(src_root: Path | None = None, **overrides):
         spec = load_cluster(None)
         spec.gateway.port = 0
         for key, value in overrides.items():
-            setattr(spec, key, value)
+            if key == "handler_roots":  # the gateway's: folders (and images) the REST API may name
+                spec.gateway.handler_roots = list(value)
+            else:
+                setattr(spec, key, value)
         if src_root is None:
             layout = launcher.up(spec, state)
             try:

@@ -84,6 +84,7 @@ MIN_UID = 200000                 # the gateway assigns function uids from here u
 DERIVED_UID_BASE = 1_000_000_000  # see "Known caveats": never assigned by the gateway
 PROBE_UID = MIN_UID - 1          # the probe's stand-in for a function uid; no function has it
 TMP_SIZE = "64m"                 # a worker's private /tmp (and /dev/shm) unless its plan says (x-nearfaas.tmp_size)
+OPENFAAS_DIR = "/var/openfaas"     # where OpenFaaS functions find /var/openfaas/secrets/<name>
 PRIVATE = ("/tmp", "/dev/shm")   # hidden by a writable tmpfs of the worker's own, sized by the plan's tmp_size
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 256
@@ -186,6 +187,21 @@ def _mount_view(plan: dict) -> None:
     for path in hidden:
         if path not in PRIVATE:  # stand-ins for hidden folders: nothing to write there
             _mount("tmpfs", path, "tmpfs", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if plan.get("secrets"):
+        _mount_openfaas_secrets(plan["secrets"])
+
+
+def _mount_openfaas_secrets(folder: str) -> None:
+    """The instance's secrets, read-only, at /var/openfaas/secrets (OpenFaaS's path), on a
+    stand-in /var/openfaas of this namespace's own: the host's (an empty folder made once as the
+    mount point) is never written."""
+    os.makedirs(OPENFAAS_DIR, mode=0o755, exist_ok=True)
+    _mount("tmpfs", OPENFAAS_DIR, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+    target = os.path.join(OPENFAAS_DIR, "secrets")
+    os.mkdir(target, 0o755)
+    _mount(folder, target, None, MS_BIND)
+    _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _mount("tmpfs", OPENFAAS_DIR, "tmpfs", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def _drop(uid: int, gid: int) -> None:
@@ -232,9 +248,11 @@ def python_paths() -> list[str]:
 
 
 def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: list[str] = (),
-         tmp_size: int | str = TMP_SIZE) -> dict:
+         tmp_size: int | str = TMP_SIZE, secrets: Path | None = None) -> dict:
     """The jail plan: ``show`` read-only, ``write`` (the function's volume) read-write, a private
-    ``/tmp`` and ``/dev/shm`` of ``tmp_size`` each (bytes, or a tmpfs size such as "64m")."""
+    ``/tmp`` and ``/dev/shm`` of ``tmp_size`` each (bytes, or a tmpfs size such as "64m"), and
+    the instance's ``secrets`` folder (one of ``show``) also at /var/openfaas/secrets, where
+    OpenFaaS functions read them."""
     hide = {*PRIVATE, str(Path(state_dir).resolve())}
     show = list(show) + [str(Path(state_dir).resolve() / s) for s in SHARED_STATE if (Path(state_dir) / s).is_dir()]
     shown = {os.path.realpath(p) for p in show}
@@ -252,7 +270,7 @@ def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: 
         if not under(p, binds):
             binds.append(p)
     return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": str(tmp_size),
-            "write": sorted(os.path.realpath(p) for p in write)}
+            "write": sorted(os.path.realpath(p) for p in write), **({"secrets": os.path.realpath(secrets)} if secrets else {})}
 
 
 def _closed_ancestor(path: str) -> str | None:

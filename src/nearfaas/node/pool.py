@@ -34,6 +34,7 @@ from pathlib import Path
 
 from nearfaas.node import jail
 from nearfaas.node.objectfds import Channel, ObjectFdServer
+from nearfaas.node.oci import is_image_function
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
 from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
 from nearfaas.spec.options import DEFAULT_TMP_SIZE
@@ -142,6 +143,10 @@ class WorkerPools:
                             f"remove or scale down functions, or raise nodes[].workers_max in the cluster file", status=429)
         self._starting += 1
         try:
+            if is_image_function(spec):  # an image-only OpenFaaS function: a container behind the same contract (node/oci/)
+                from nearfaas.node.oci.launch import start_image
+
+                return await start_image(self, spec, name)
             return await self._start(spec, name)
         finally:
             self._starting -= 1
@@ -193,7 +198,7 @@ class WorkerPools:
                 if held.channel is not None:
                     held.channel.authorise(spec)
                 held.cgroups, generic.cgroups = generic.cgroups, []  # the worker's from now on
-                plan = self._plan(uid, show, [], volume, tmp_size) if uid is not None else None  # groups joined at spawn
+                plan = self._plan(uid, show, [], volume, tmp_size, secrets_dir) if uid is not None else None  # groups joined at spawn
                 launched = await self._specialise(generic, args, plan, env, extra_path, spec["handler_dir"], name)
                 if launched is None:
                     spawn_reason = "the pre-warmed worker exited before it could be used"
@@ -207,26 +212,12 @@ class WorkerPools:
                 plan = None
                 if uid is not None:
                     held.cgroups = self._cgroups(instance, limits)
-                    plan = self._plan(uid, show, held.cgroups, volume, tmp_size)
+                    plan = self._plan(uid, show, held.cgroups, volume, tmp_size, secrets_dir)
                 launched = await self._spawn(args, plan, held.channel, env, spec["handler_dir"], name)
             process, ready, transport = launched
             prewarmed = spawn_reason is None
-            try:
-                line = (await asyncio.wait_for(ready.readline(), COLD_START_TIMEOUT_S)).decode(errors="replace")
-            except TimeoutError:
-                kill_group(process)
-                raise PoolError(f"cold start of {name!r} on {self.node} did not finish in {COLD_START_TIMEOUT_S:g}s "
-                                f"(handler import or init() is too slow)", status=504) from None
-            finally:
-                transport.close()
-            if not line.startswith("READY "):
-                await process.wait()
-                detail = line.removeprefix("FAILED ").strip()
-                try:
-                    detail = "\n".join(json.loads(detail))
-                except ValueError:
-                    detail = detail or self.tail_log(name, 8)
-                raise PoolError(f"cold start of {name!r} failed on {self.node}: the handler could not be loaded:\n{detail}")
+            line = await self.await_ready(process, ready, transport, name, COLD_START_TIMEOUT_S, f"cold start of {name!r}",
+                                          "(handler import or init() is too slow)", "the handler could not be loaded:")
         except BaseException:
             await self._release(held)
             raise
@@ -287,9 +278,31 @@ class WorkerPools:
             raise PoolError(f"function {spec['name']!r} has an invalid x-nearfaas.tmp_size: {exc}; write e.g. tmp_size: 256Mi",
                             status=400) from None
 
-    def _plan(self, uid: int, show: list[str], cgroups: list[str], volume: Path | None, tmp_size: int) -> dict:
-        """The jail plan of an instance: its view, its groups, its volume and its /tmp's size."""
-        return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size)
+    def _plan(self, uid: int, show: list[str], cgroups: list[str], volume: Path | None, tmp_size: int,
+              secrets_dir: Path | None = None) -> dict:
+        """The jail plan of an instance: its view, its groups, its volume, its /tmp's size and its
+        secrets (also at /var/openfaas/secrets, where OpenFaaS functions read them)."""
+        return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size, secrets=secrets_dir)
+
+    async def await_ready(self, process, ready, transport, name: str, timeout: float, what: str, slow: str, failed: str) -> str:
+        """The new worker's ``READY <port>`` line; its ``FAILED <why>`` (or log tail) and a start
+        slower than ``timeout`` are PoolErrors saying ``what`` went wrong."""
+        try:
+            line = (await asyncio.wait_for(ready.readline(), timeout)).decode(errors="replace")
+        except TimeoutError:
+            kill_group(process)
+            raise PoolError(f"{what} on {self.node} did not finish in {timeout:g}s {slow}".rstrip(), status=504) from None
+        finally:
+            transport.close()
+        if not line.startswith("READY "):
+            await process.wait()
+            detail = line.removeprefix("FAILED ").strip()
+            try:
+                detail = "\n".join(json.loads(detail))
+            except ValueError:
+                detail = detail or self.tail_log(name, 8)
+            raise PoolError(f"{what} failed on {self.node}: {failed}\n{detail}")
+        return line
 
     def _private_tmp(self, instance: str) -> Path:
         """An unjailed instance's /tmp: ``<node>/tmp/<instance>``, 0700, empty. Nothing bounds

@@ -1,9 +1,10 @@
 """OpenFaaS `stack.yml` loader: turns the file users already have into `FunctionSpec`s.
 
-There is no container engine here, so a function is a folder with `handler.py`, run by our
-Python runner. Every supported `lang` maps onto it (see `SUPPORTED_LANGS`). Fields that only
-matter for building images (`image`, `build_args`, ...) are accepted and ignored so that a
-stack file works unchanged with `faas-cli` too. nearfaas's own options live under a
+A function is a folder with `handler.py`, run by our Python runner. Every supported `lang` maps
+onto it (see `SUPPORTED_LANGS`). Fields that only matter for building images (`build_args`,
+...) are accepted and ignored so that a stack file works unchanged with `faas-cli` too; `image`
+is informational when a handler is given. A function with only an `image:` runs that image in a
+container (node/oci/, docs/images.md): `_image_source` resolves where the image comes from. nearfaas's own options live under a
 per-function `x-nearfaas:` key, which faas-cli ignores (parsed in spec/options.py).
 
 As with OpenFaaS's watchdog, timeouts and concurrency come from the function's environment
@@ -57,6 +58,9 @@ KNOWN_FUNCTION_KEYS = {
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _CPU = re.compile(r"\d+(?:\.\d+)?m?")
+# An image-only function has no folder of code. The wire format wants an absolute path: this one
+# never exists, so whatever would read or pack a handler folder fails at once instead of walking "/".
+IMAGE_ONLY_HANDLER = Path("/.nearfaas-image-only")
 DURATION_FIX = 'write a duration like "30s", "1m30s", "500ms", "2m" or a plain number of seconds'
 
 
@@ -85,7 +89,8 @@ class FunctionSpec:
     constraints: list[str] = field(default_factory=list)
     x: NearfaasOptions = field(default_factory=NearfaasOptions)
     requests: dict[str, str] = field(default_factory=dict)   # same shape as limits
-    image: str = ""                         # informational only; reported by the REST API
+    image: str = ""                         # as given; reported by the REST API
+    image_source: str = ""                  # image-only functions: where the node reads the image (_image_source)
 
     @property
     def handler_style(self) -> str:
@@ -101,6 +106,7 @@ class FunctionSpec:
             "scale_zero": self.scale_zero, "scale_zero_after": self.scale_zero_after, "labels": dict(self.labels), "annotations": dict(self.annotations),
             "limits": dict(self.limits), "secrets": list(self.secrets), "constraints": list(self.constraints),
             "x": self.x.to_dict(), "requests": dict(self.requests), "image": self.image,
+            **({"image_source": self.image_source} if self.image_source else {}),
         }
 
     @classmethod
@@ -128,7 +134,7 @@ _WIRE_OPTIONAL: dict[str, tuple[type, Any]] = {
     "exec_timeout": (float, DEFAULT_TIMEOUT_S), "max_inflight": (int, 0), "scale_min": (int, DEFAULT_SCALE_MIN),
     "scale_max": (int, DEFAULT_SCALE_MAX), "scale_zero": (bool, False), "scale_zero_after": (float, 300.0), "labels": (dict, {}),
     "annotations": (dict, {}), "limits": (dict, {}), "secrets": (list, []), "constraints": (list, []),
-    "requests": (dict, {}), "image": (str, ""),
+    "requests": (dict, {}), "image": (str, ""), "image_source": (str, ""),
 }
 
 
@@ -307,11 +313,7 @@ def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collec
     hpath = join_path(path, "handler")
     handler = fn.get("handler")
     if handler is None:
-        if fn.get("image") is not None:
-            c.error(hpath, "this function gives only an image, but there is no container engine on this platform",
-                    "give `handler: ./folder` with a handler.py defining handle(event, context) and lang: python3-http")
-        else:
-            c.error(hpath, "is missing", f"add `handler: ./{name}`, a folder holding handler.py")
+        c.error(hpath, "is missing", f"add `handler: ./{name}`, a folder holding handler.py, or `image:` to run an image")
         return None
     if not isinstance(handler, str) or not handler.strip():
         c.error(hpath, f"must be a folder path, got {type_name(handler)}", f"write `handler: ./{name}`")
@@ -348,7 +350,16 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
     fast = x.fastpath if x is not None and x.target == "fastpath" else None
     stream = x.stream if x is not None and x.target == "stream" else None
     lang = fn.get("lang")
-    if stream is not None:
+    image = fn.get("image")
+    image_only = fn.get("handler") is None and isinstance(image, str) and bool(image.strip())
+    image_source = ""
+    if image_only:  # any lang: it built the image, which now says what runs (docs/images.md)
+        lang = lang if isinstance(lang, str) and lang else "dockerfile"
+        if fast is not None or stream is not None:
+            c.error(join_path(path, X_KEY), "an image function runs in a container, not on the fast path",
+                    "remove x-nearfaas target, or give a handler instead of the image")
+        image_source = _image_source(image.strip(), join_path(path, "image"), base_dir, c)
+    elif stream is not None:
         want = "wasm" if stream.get("fn") == "wasm" else "native"
         if lang != want:
             c.error(join_path(path, "lang"), f"a {'WebAssembly' if want == 'wasm' else 'native'} stream function needs lang: {want}, "
@@ -363,8 +374,7 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         c.error(join_path(path, "lang"), f"{what}; supported: {', '.join(SUPPORTED_LANGS)}",
                 "use lang: python3-http (handler.py defines handle(event, context)), or lang: wasm with x-nearfaas target: fastpath")
     needs = fast["module"] if fast else (stream.get("module") if stream is not None else "handler.py")
-    handler_dir = _handler(fn, name, path, base_dir, c, needs=needs)
-    image = fn.get("image")
+    handler_dir = IMAGE_ONLY_HANDLER if image_only else _handler(fn, name, path, base_dir, c, needs=needs)
     if image is not None and not isinstance(image, str):
         c.error(join_path(path, "image"), f"must be a string, got {type_name(image)}")
     env, origin = _environment(fn, path, base_dir, c)
@@ -386,8 +396,54 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         name=name, lang=str(lang), handler_dir=handler_dir, environment=env,  # type: ignore[arg-type]
         labels=labels or {}, annotations=annotations or {}, limits=limits or {}, requests=requests or {},
         secrets=secrets or [], constraints=constraints or [], x=x or NearfaasOptions(),
-        image=image or "", **tune, **scale)
+        image=image or "", image_source=image_source, **tune, **scale)
     return spec, x
+
+
+_IMAGE_FIX = ("give an OCI layout folder (image: oci:/path/layout:tag), an archive (image: oci-archive:/path/image.tar or "
+              "docker-archive:/path/image.tar, as `skopeo copy` or `docker save` write them) or a registry reference")
+
+
+def _image_source(image: str, path: str, base_dir: Path, c: Collector) -> str:
+    """Where an image-only function's image comes from, checked as far as the disk allows, so a
+    missing or broken image is a 400 at deploy, not a failed first call. A path resolves against
+    the stack file's folder (the REST API: "/"); a bare reference (name:tag) means a registry,
+    or the node's own image store, which only the node can look at."""
+    import json
+    import tarfile
+
+    transport, sep, rest = image.partition(":")
+    if image.startswith("docker://") or (not image.startswith(("/", "./", "../")) and transport not in ("oci", "oci-archive", "docker-archive")):
+        return image if image.startswith("docker://") else f"docker://{image}"
+    if not sep or transport not in ("oci", "oci-archive", "docker-archive"):
+        transport, rest = "", image  # a plain path: a folder is a layout, a file an archive
+    file, _, tag = rest.partition(":") if transport in ("", "oci") else (rest, "", "")
+    try:
+        where = (base_dir / file).resolve()
+        if not where.exists():
+            c.error(path, f"{short_repr(image)}: {where} does not exist", _IMAGE_FIX)
+            return ""
+        if where.is_dir():
+            if transport not in ("", "oci"):
+                raise ValueError(f"{where} is a folder, not a {transport} file")
+            index = json.loads((where / "index.json").read_text())
+            if not (where / "oci-layout").is_file():
+                raise ValueError("it has no oci-layout file")
+            tags = [(m.get("annotations") or {}).get("org.opencontainers.image.ref.name") for m in index.get("manifests") or []]
+            if tag and tag not in tags:
+                raise ValueError(f"it has no image tagged {tag!r} (tags: {', '.join(t for t in tags if t) or 'none'})")
+            if not tag and len(tags) != 1:
+                raise ValueError(f"it holds {len(tags)} images; name one as oci:{file}:TAG")
+            return f"oci:{where}" + (f":{tag}" if tag else "")
+        with tarfile.open(where) as tar:
+            names = {n.lstrip("./") for n in tar.getnames()}
+        kind = transport or ("oci-archive" if "index.json" in names else "docker-archive")
+        if not ({"index.json", "oci-layout"} <= names if kind == "oci-archive" else "manifest.json" in names):
+            raise ValueError(f"it has no {'index.json and oci-layout' if kind == 'oci-archive' else 'manifest.json'}")
+        return f"{kind}:{where}"
+    except (OSError, ValueError, RuntimeError, tarfile.TarError) as exc:
+        c.error(path, f"{short_repr(image)} is not a usable image: {exc}", _IMAGE_FIX)
+        return ""
 
 
 # ---------------------------------------------------------------- entry points

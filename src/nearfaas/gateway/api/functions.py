@@ -177,6 +177,7 @@ class FunctionsAPI:
         spec = stack.functions[name].to_dict()
         if (problem := autoscale.check_labels(spec.get("labels") or {})) is not None:
             raise SpecErrorResponse(problem)
+        self._check_image_path(spec.get("image_source") or "")
         current = self.invoker.functions.get(name)
         spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
             self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
@@ -186,6 +187,18 @@ class FunctionsAPI:
         spec["openfaas"] = {k: body[k] for k in ("envProcess", "readOnlyRootFilesystem")
                             if isinstance(body.get(k), str | bool) and body[k]}
         return spec
+
+    def _check_image_path(self, source: str) -> None:
+        """An image read from the nodes' disk must lie under gateway.handler_roots, like a handler
+        folder named by path: the API runs nothing from a path it is merely told."""
+        transport, _, rest = source.partition(":")
+        if transport not in ("oci", "oci-archive", "docker-archive"):
+            return  # a registry reference
+        where = Path(rest.rpartition(":")[0] if transport == "oci" and rest.count(":") else rest).resolve()
+        if not any(where.is_relative_to(root) for root in self.handler_roots):
+            roots = ", ".join(map(str, self.handler_roots)) or "none are configured"
+            raise SpecErrorResponse(f"image: {where} is not under the cluster's gateway.handler_roots ({roots}); put the "
+                                    "image there, or add its folder to handler_roots")
 
     def _code(self, name: str, body: dict) -> Path:
         """The deployment's code, copied into the state dir: from an uploaded ``bundle``, or from

@@ -1,0 +1,194 @@
+"""Image-only OpenFaaS functions on a real cluster (issue 23, docs/images.md): images built here,
+with umoci, from files of this host (busybox-static; the host's python3 and part of its
+stdlib), deployed through the REST API as faas-cli sends them (only ``image:``), called through
+/function/NAME. Skipped only when no OCI runtime can run a container on this host (the reason
+says what failed); where one can, these run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from conftest import running_cluster
+
+from nearfaas.bench.images import BUSYBOX, build_images
+from nearfaas.node.oci import tools
+
+pytestmark = pytest.mark.integration
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    found = tools.find(tmp_path_factory.mktemp("oci-probe"))
+    if found.refusal() is not None:
+        pytest.skip(found.refusal())
+    if BUSYBOX is None:
+        pytest.skip("busybox is not installed (apt-get install busybox-static)")
+    return found
+
+
+@pytest.fixture(scope="module")
+def images(runtime, tmp_path_factory) -> dict[str, str]:
+    """Three images in one OCI layout, two of them also as archives: every source kind."""
+    return build_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture
+def deploy(cluster):
+    names = []
+
+    def go(name: str, image: str, wait: bool = True, **fields) -> requests.Response:
+        names.append(name)
+        resp = cluster.http.post(f"{cluster.url}/system/functions", json={"service": name, "image": image} | fields, timeout=30)
+        if wait and resp.status_code < 300:
+            cluster.wait_warm(name)
+        return resp
+
+    yield go
+    for name in names:
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def test_a_classic_shell_function_from_an_oci_layout(cluster, images, deploy):
+    started = time.perf_counter()
+    assert deploy("img-shout", images["sh"], wait=False).status_code == 202
+    call = requests.post(f"{cluster.url}/function/img-shout/sub?x=1", data=b"hello image", headers={"X-Test-Header": "yes"}, timeout=60)
+    cold = time.perf_counter() - started
+    assert call.status_code == 200, call.text
+    assert call.text.startswith("HELLO IMAGE")
+    assert "method=POST path=/sub query=x=1 header=yes" in call.text
+    print(f"\nclassic shell image: deploy to first answer {cold:.3f}s")
+
+
+def test_a_classic_python_function_from_a_docker_archive_within_its_memory_limit(cluster, images, deploy):
+    assert deploy("img-pyshout", images["py-classic"], limits={"memory": "48Mi"}).status_code == 202
+    call = requests.post(f"{cluster.url}/function/img-pyshout", data=b"abc", headers={"Content-Type": "text/x-test"}, timeout=30)
+    assert call.status_code == 200, call.text
+    assert call.text == "ABC\nmethod=POST content_type=text/x-test\n"
+    assert requests.post(f"{cluster.url}/function/img-pyshout?alloc=8", timeout=30).text == "allocated 8 MiB\n"
+    over = requests.post(f"{cluster.url}/function/img-pyshout?alloc=200", timeout=30)
+    assert over.status_code == 500 and "killed" in over.text, over.text
+    assert requests.post(f"{cluster.url}/function/img-pyshout", data=b"again", timeout=30).text.startswith("AGAIN")
+
+
+def test_an_http_mode_function_reads_its_secret_and_nothing_of_the_host(cluster, images, deploy):
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "img-key", "value": "s3cr3t"}, timeout=10).status_code == 200
+    started = time.perf_counter()
+    assert deploy("img-http", images["py-http"], secrets=["img-key"], wait=False).status_code == 202
+    first = requests.post(f"{cluster.url}/function/img-http/p?secret=img-key", data=b"hi", timeout=60)
+    cold = time.perf_counter() - started
+    assert first.status_code == 200, first.text
+    answer = first.json()
+    assert answer["secret"] == "s3cr3t" and answer["body"] == "HI" and answer["path"] == "/p" and answer["uid"] != 0
+    marker = f"/tmp/nearfaas-escape-{uuid.uuid4().hex}"
+    wrote = requests.get(f"{cluster.url}/function/img-http?write={marker}", timeout=10).json()
+    assert wrote.get("written") and not os.path.exists(marker)  # its /tmp is its own
+    assert requests.get(f"{cluster.url}/function/img-http?write=/app/x", timeout=10).json()["write_error"]  # read-only rootfs
+    seen = requests.get(f"{cluster.url}/function/img-http?ls=/", timeout=10).json()["ls"]
+    assert "work" not in seen and set(seen) <= {"app", "usr", "lib", "lib64", "proc", "dev", "sys", "tmp", "var", "etc"}, seen
+    # Another function of the same image does not see img-http's secret.
+    assert deploy("img-http-other", images["py-http"]).status_code == 202
+    other = requests.get(f"{cluster.url}/function/img-http-other?secret=img-key", timeout=10).json()
+    assert "secret" not in other and other["secret_error"]
+    warm = []
+    for _ in range(50):
+        t = time.perf_counter()
+        assert requests.post(f"{cluster.url}/function/img-http", data=b"x", timeout=10).status_code == 200
+        warm.append(time.perf_counter() - t)
+    print(f"\nhttp-mode python image: deploy to first answer {cold:.3f}s, warm p50 {statistics.median(warm) * 1000:.1f} ms")
+
+
+def test_exec_timeout_ends_a_classic_call(cluster, images, deploy):
+    assert deploy("img-slow", images["sh"], envVars={"fprocess": "sleep 5", "exec_timeout": "1s"}).status_code == 202
+    t = time.perf_counter()
+    call = requests.post(f"{cluster.url}/function/img-slow", timeout=30)
+    assert call.status_code == 504 and "exec_timeout" in call.text and time.perf_counter() - t < 4
+
+
+def test_a_missing_or_broken_image_is_a_400_naming_image_and_the_fix(cluster, images, deploy, tmp_path):
+    broken = Path(images["root"]) / "broken.tar"
+    broken.write_bytes(b"not a tar at all" * 100)
+    for image in (f"oci-archive:{images['root']}/missing.tar", f"docker-archive:{broken}", f"oci:{images['layout']}:no-such-tag"):
+        resp = deploy("img-bad", image, wait=False)
+        assert resp.status_code == 400, (image, resp.text)
+        assert "functions.img-bad.image" in resp.text and "oci-archive:" in resp.text, resp.text
+    # A registry reference is accepted (a registry may answer); here none does: the call says so and what to do.
+    assert deploy("img-registry", "ghcr.io/openfaas/figlet:latest", wait=False).status_code == 202
+    call = requests.post(f"{cluster.url}/function/img-registry", timeout=60)
+    assert call.status_code >= 500 and "no registry answered" in call.text and "docker-archive:" in call.text, call.text
+
+
+def test_the_warm_instance_is_reused_and_its_container_goes_with_it(cluster, images, deploy):
+    assert deploy("img-reuse", images["sh"]).status_code == 202
+    status = cluster.http.get(f"{cluster.url}/system/function/img-reuse", timeout=5).json()
+    (instance,) = status["instances"]
+    for _ in range(3):
+        assert requests.post(f"{cluster.url}/function/img-reuse", data=b"a", timeout=10).headers["X-Nearfaas-Instance"] == instance["id"]
+    state_dirs = list(Path(cluster.state_dir).glob("nodes/*/oci/state"))
+    listed = [json.loads(subprocess.run([tools.find(Path(cluster.state_dir) / "oci" / "probe").runtime, "--root", str(d), "list",
+                                         "--format", "json"], capture_output=True, text=True).stdout or "[]") for d in state_dirs]
+    assert any(c["id"] == instance["id"] for group in listed for c in group or [])
+    # A second replica is a second container of the same unpacked image.
+    assert cluster.http.post(f"{cluster.url}/system/scale-function/img-reuse", json={"replicas": 2}, timeout=10).status_code == 202
+    ids = {i["id"] for i in cluster.wait_warm("img-reuse", replicas=2)["instances"]}
+    assert len(ids) == 2 and instance["id"] in ids
+    answered = {requests.post(f"{cluster.url}/function/img-reuse", data=b"a", timeout=10).headers["X-Nearfaas-Instance"] for _ in range(8)}
+    assert answered <= ids
+    assert cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "img-reuse"}, timeout=30).status_code == 202
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any((d / i).exists() for d in state_dirs for i in ids):
+        time.sleep(0.1)
+    assert not any((d / i).exists() for d in state_dirs for i in ids), "a container outlived its instance"
+    log = next(Path(cluster.state_dir).glob("nodes/*/logs/img-reuse.log")).read_text()
+    assert log.count('"event": "container-ready"') >= 2  # the container's part of each cold start, measured
+
+
+def test_without_a_working_runtime_the_call_names_what_is_missing(images, tmp_path, monkeypatch):
+    """Fail closed: a node whose runtime is missing refuses image functions, naming it and
+    `make setup`; it never runs the image some other way."""
+    monkeypatch.setenv("NEARFAAS_OCI_RUNTIME", "nearfaas-no-such-runtime")  # the nodes inherit it
+    with running_cluster(tmp_path / "state") as other:
+        resp = other.http.post(f"{other.url}/system/functions", json={"service": "img-none", "image": images["sh"]}, timeout=30)
+        assert resp.status_code == 202
+        call = requests.post(f"{other.url}/function/img-none", data=b"x", timeout=60)
+        assert call.status_code == 503, call.text
+        assert "nearfaas-no-such-runtime is not installed" in call.text and "make setup" in call.text, call.text
+
+
+def test_a_server_that_dies_at_start_is_a_cold_start_error_with_its_reason(cluster, images, deploy):
+    env = {"fprocess": "python3 -c 'raise SystemExit(3)'", "mode": "http", "upstream_url": "http://127.0.0.1:5000"}
+    assert deploy("img-dies", images["py-http"], wait=False, envVars=env).status_code == 202
+    call = requests.post(f"{cluster.url}/function/img-dies", timeout=60)
+    assert call.status_code == 502 and "exited before it listened on port 5000" in call.text, call.text
+
+
+def test_a_stack_file_of_image_only_functions_deploys_with_nearfaas_deploy(cluster, images, tmp_path):
+    """The issue's acceptance flow: `nearfaas deploy -f stack.yml` with only `image:` per function
+    (a classic-watchdog and an of-watchdog HTTP one), called as NAME.openfaas-fn as faas-cli does,
+    the HTTP one reading its secret from /var/openfaas/secrets."""
+    assert cluster.http.post(f"{cluster.url}/system/secrets", json={"name": "stack-key", "value": "from-stack"}).status_code == 201
+    stack = tmp_path / "stack.yml"
+    stack.write_text(json.dumps({"version": 1.0, "provider": {"name": "openfaas"}, "functions": {
+        "stack-shout": {"image": images["sh"]},
+        "stack-http": {"image": images["py-http"], "secrets": ["stack-key"]}}}))
+    env = dict(os.environ, NEARFAAS_STATE=str(cluster.state_dir))
+    done = subprocess.run([sys.executable, "-m", "nearfaas.cli", "deploy", "-f", str(stack)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        shout = requests.post(f"{cluster.url}/function/stack-shout.openfaas-fn", data=b"stack", timeout=60)
+        assert shout.status_code == 200 and shout.text.startswith("STACK"), shout.text
+        http = requests.post(f"{cluster.url}/function/stack-http.openfaas-fn?secret=stack-key", data=b"x", timeout=60)
+        assert http.status_code == 200 and http.json()["secret"] == "from-stack", http.text
+        assert cluster.http.get(f"{cluster.url}/system/function/stack-http").json()["image"] == images["py-http"]
+    finally:
+        for name in ("stack-shout", "stack-http"):
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
