@@ -72,3 +72,23 @@ def test_scales_up_at_once_and_down_only_after_the_load_stayed_low():
         assert state.desired == 0
 
     asyncio.run(run())
+
+
+def test_a_scale_by_hand_stands_until_new_load_says_otherwise():
+    async def run():
+        state = FunctionState({"name": "f", "scale_min": 1, "scale_max": 4, "labels": {}}, desired=1)
+        pool = _Pool(state)
+        scaler = Autoscaler(pool, CollectorRegistry(), window_s=5.0, down_after_s=10.0)
+        for t in range(4):  # busy
+            scaler.tick(float(t))
+            state.invocations += 20
+        state.desired, state.scaled_by_hand = 0, 3.5  # POST /system/scale-function {"replicas": 0}
+        for t in (4.0, 5.0, 6.0):
+            scaler.tick(t)
+        assert state.desired == 0
+        state.invocations += 30  # calls again
+        scaler.tick(7.0)
+        await asyncio.sleep(0)
+        assert state.desired >= 1
+
+    asyncio.run(run())

@@ -5,7 +5,8 @@ Labels (OpenFaaS's names): ``com.openfaas.scale.type`` is ``rps`` (calls per sec
 default, what OpenFaaS CE's alert rule watches) or ``capacity`` (calls in flight);
 ``com.openfaas.scale.target`` is the load one replica should carry (default 5 for rps, CE's
 alert threshold, and 1 for capacity); ``com.openfaas.scale.target-proportion`` (default 0.9)
-scales up before replicas are quite full. ``cpu`` is refused at deploy: a function's CPU share is
+scales up before replicas are quite full. A scale by hand (``POST /system/scale-function``) stands
+until load measured after it says otherwise. ``cpu`` is refused at deploy: a function's CPU share is
 not metered per function here. ``com.openfaas.scale.zero`` / ``zero-duration`` stay the idler's
 (gateway/instances.py ``reap_idle``); a function at zero stays there until a call arrives.
 
@@ -85,6 +86,8 @@ class Autoscaler:
 
     def load(self, state, now: float) -> float:
         samples = self._samples.setdefault(state.name, deque())
+        while samples and samples[0][0] < state.scaled_by_hand:  # scaled by hand: what came before is no guide
+            samples.popleft()
         busy = sum(i.inflight for i in state.instances.values()) + state.waiting
         samples.append((now, state.invocations, busy))
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:

@@ -61,6 +61,7 @@ class FunctionState:
     retry_scale_at: float = 0.0  # monotonic time to retry a scale-up that failed (0: none pending)
     scale_failures: int = 0  # failed scale-ups in a row
     freed: asyncio.Event = field(default_factory=asyncio.Event)
+    scaled_by_hand: float = 0.0  # monotonic time of the last POST /system/scale-function (gateway/autoscale.py)
 
     def notify(self) -> None:
         """Wake every queued call: a slot freed or an instance arrived (each re-checks)."""

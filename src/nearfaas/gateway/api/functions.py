@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 from aiohttp import web
@@ -294,5 +295,6 @@ class FunctionsAPI:
         limit = int(state.spec.get("scale_max", 5))
         if replicas > limit:
             return error(400, f"replicas: {replicas} exceeds com.openfaas.scale.max={limit} of {name!r}")
+        state.scaled_by_hand = time.monotonic()  # the autoscaler judges the load from now on
         asyncio.get_running_loop().create_task(self.invoker.scale(name, replicas))
         return web.Response(status=202, text=f"scaling {name} to {replicas}\n")
