@@ -482,3 +482,13 @@ def test_aws_cli_versioning_flow(aws, s3, fresh, tmp_path):
     aws("s3", "rm", f"s3://{fresh}/notes.txt")  # a delete marker
     listed = json.loads(aws("s3api", "list-object-versions", "--bucket", fresh).stdout)
     assert len(listed["Versions"]) == 2 and [m["IsLatest"] for m in listed["DeleteMarkers"]] == [True]
+
+
+@cluster_only
+def test_a_deleted_keys_404_tells_clients_nothing_of_the_replicas(s3, fresh):
+    """The replicas' own version headers stay between the nodes and the gateway."""
+    s3.put_object(Bucket=fresh, Key="gone", Body=b"x")
+    s3.delete_object(Bucket=fresh, Key="gone")
+    status, code, headers = _fails(s3.head_object, Bucket=fresh, Key="gone")
+    assert (status, code) == (404, "404") or (status, code) == (404, "NoSuchKey")
+    assert not any(h.startswith("x-nearfaas-version") or h == "x-nearfaas-deleted" for h in headers), headers

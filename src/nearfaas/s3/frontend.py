@@ -66,7 +66,7 @@ from nearfaas.s3.parts import part_of as _part_of
 from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket_headers, copied_checksums, copy_of,
                                          exact_headers, is_true, object_headers, user_metadata)
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
-from nearfaas.s3.versions import VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
+from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
 from nearfaas.s3.validation import (resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key, validate_new_key)
 
@@ -160,8 +160,10 @@ class S3Frontend(ListingHandlers):
             return self._error_response(request, S3Error("InternalError"), request_id)
 
     def _error_response(self, request: web.Request, error: S3Error, request_id: str) -> web.Response:
-        headers = {**error.headers, "x-amz-request-id": request_id, "x-nearfaas-error-code": error.code,
-                   "Server": "nearfaas"}
+        context = request.get(_AUTH_CONTEXT)
+        internal = context is not None and self.version_writer(context.principal)  # the gateway asking a node
+        headers = {**{k: v for k, v in error.headers.items() if internal or k not in (VERSION_HEADER, DELETED_HEADER)},
+                   "x-amz-request-id": request_id, "x-nearfaas-error-code": error.code, "Server": "nearfaas"}
         if not error.resource:
             error.resource = request.raw_path.partition("?")[0]
         error.message, error.resource = s3xml.xml_safe(error.message), s3xml.xml_safe(error.resource)
@@ -353,8 +355,6 @@ class S3Frontend(ListingHandlers):
         deleted = [(key, vid, out) for (key, vid), out in zip(keys, outcomes, strict=True) if not isinstance(out, S3Error)]
         errors = [(key, out) for (key, _), out in zip(keys, outcomes, strict=True) if isinstance(out, S3Error)]
         return self._xml(request, s3xml.delete_result_xml([] if quiet else deleted, errors))
-
-    # -- listing ---------------------------------------------------------------------------------
 
     async def _put_object(self, request, bucket: str, key: str) -> web.StreamResponse:
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
