@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -192,3 +193,15 @@ def test_a_stack_file_of_image_only_functions_deploys_with_nearfaas_deploy(clust
     finally:
         for name in ("stack-shout", "stack-http"):
             cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def test_an_image_path_outside_handler_roots_is_refused(cluster, runtime, tmp_path):
+    """The REST API reads no image from a path it is merely told (as for handler folders)."""
+    outside = Path("/var/tmp") / f"nearfaas-outside-{uuid.uuid4().hex[:8]}"
+    try:
+        subprocess.run(["umoci", "init", "--layout", str(outside)], check=True, capture_output=True)
+        subprocess.run(["umoci", "new", "--image", f"{outside}:x"], check=True, capture_output=True)
+        refused = cluster.http.post(f"{cluster.url}/system/functions", json={"service": "img-outside", "image": f"oci:{outside}:x"})
+        assert refused.status_code == 400 and "handler_roots" in refused.text and "image" in refused.text, refused.text
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
