@@ -147,7 +147,10 @@ def start_cluster(state_dir: Path, **overrides) -> Cluster:
     spec.gateway.port = 0
     spec.gateway.handler_roots = [str(Path(__file__).resolve().parents[2]), tempfile.gettempdir()]
     for key, value in overrides.items():
-        setattr(spec, key, value)
+        if key == "namespaces":  # the gateway's function namespaces; the first is the default
+            spec.gateway.namespaces = list(value)
+        else:
+            setattr(spec, key, value)
     layout = launcher.up(spec, state_dir)
     return Cluster(state_dir, layout)
 

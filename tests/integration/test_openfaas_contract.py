@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from conftest import running_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -170,3 +171,40 @@ def test_a_python_function_reads_its_secret_at_the_openfaas_path(cluster, functi
     denied = requests.post(f"{cluster.url}/function/contract-nosecret", timeout=30)
     assert denied.status_code == 502 and "No such file" in denied.text
     assert not any(Path("/var/openfaas").glob("**/api-key"))
+
+
+@pytest.fixture(scope="module")
+def namespaced(tmp_path_factory):
+    """A cluster with two function namespaces (gateway.namespaces): openfaas-fn, the default, and team-a."""
+    with running_cluster(tmp_path_factory.mktemp("ns") / "state", namespaces=["openfaas-fn", "team-a"]) as c:
+        yield c
+
+
+def test_functions_secrets_and_logs_are_scoped_by_namespace(namespaced, functions_dir):
+    c, http = namespaced, namespaced.http
+    assert http.get(f"{c.url}/system/namespaces").json() == ["openfaas-fn", "team-a"]
+    for namespace, greeting, secret in (("openfaas-fn", "default", "default-secret"), ("team-a", "team", "team-secret")):
+        assert http.post(f"{c.url}/system/secrets", json={"name": "api-key", "value": secret, "namespace": namespace}).status_code == 201
+        for name, folder in (("nsecho", "echo"), ("nssecret", "secretreader")):
+            resp = c.deploy(name, functions_dir / folder, wait=False, namespace=namespace, envVars={"GREETING": greeting},
+                            secrets=["api-key"])
+            assert resp.status_code == 202, resp.text
+            c.wait_warm(f"{name}.{namespace}")
+    listed = {(f["name"], f["namespace"]) for f in http.get(f"{c.url}/system/functions").json()}
+    assert listed == {("nsecho", "openfaas-fn"), ("nssecret", "openfaas-fn")}
+    team = http.get(f"{c.url}/system/functions?namespace=team-a").json()
+    assert {(f["name"], f["namespace"]) for f in team} == {("nsecho", "team-a"), ("nssecret", "team-a")}
+    assert requests.post(f"{c.url}/function/nsecho", timeout=30).json()["greeting"] == "default"
+    assert requests.post(f"{c.url}/function/nsecho.openfaas-fn", timeout=30).json()["greeting"] == "default"
+    assert requests.post(f"{c.url}/function/nsecho.team-a", timeout=30).json()["greeting"] == "team"
+    assert requests.post(f"{c.url}/function/nssecret.team-a", timeout=30).text == "team-secret"
+    assert requests.post(f"{c.url}/function/nssecret", timeout=30).text == "default-secret"
+    assert {s["namespace"] for s in http.get(f"{c.url}/system/secrets?namespace=team-a").json()} == {"team-a"}
+    logs = http.get(f"{c.url}/system/logs", params={"name": "nsecho", "namespace": "team-a"}).text.splitlines()
+    assert logs and all('"namespace": "team-a"' in line and '"name": "nsecho"' in line for line in logs)
+    assert http.get(f"{c.url}/system/function/nsecho?namespace=team-a").json()["namespace"] == "team-a"
+    # A deployment in one namespace never touches the other's function of the same name
+    assert http.delete(f"{c.url}/system/functions", json={"functionName": "nsecho", "namespace": "team-a"}).status_code == 202
+    assert requests.post(f"{c.url}/function/nsecho.team-a", timeout=30).status_code == 404
+    assert requests.post(f"{c.url}/function/nsecho", timeout=30).json()["greeting"] == "default"
+    assert http.post(f"{c.url}/system/functions?namespace=team-b", json={"service": "x"}).status_code == 404

@@ -81,6 +81,9 @@ def test_cluster_round_trip_and_overrides(tmp_path: Path) -> None:
     ({"state_dir": ""}, "state_dir", "non-empty"),
     ({"placement": "random"}, "placement", "near-data"),
     ({"gateway": {"invoke_max_body": 0}}, "gateway.invoke_max_body", "at least 1 byte"),
+    ({"gateway": {"namespaces": ["openfaas-fn", "Team_A"]}}, "gateway.namespaces[1]", "not a namespace name"),
+    ({"gateway": {"namespaces": []}}, "gateway.namespaces", "the first is the default"),
+    ({"gateway": {"namespaces": ["a", "a"]}}, "gateway.namespaces", "twice"),
     ({"replication": {"scheme": "random"}}, "replication.scheme", "rendezvous, copyset"),
     ({"replication": {"scatter_width": -2}}, "replication.scatter_width", "at least 0"),
     ({"nodes": [{"name": f"s{i}", "kind": "storage", "class": "dscs"} for i in range(5)],
@@ -130,3 +133,10 @@ def test_fuzz_cluster_only_raises_spec_error(data: Any) -> None:
         assert again == spec
 
 
+
+
+def test_gateway_namespaces_default_to_openfaas_fn_and_keep_their_order() -> None:
+    assert parse_cluster({}).gateway.namespaces == ["openfaas-fn"]
+    spec = parse_cluster({"gateway": {"namespaces": ["team-a", "openfaas-fn"]}})
+    assert spec.gateway.namespaces == ["team-a", "openfaas-fn"]
+    assert parse_cluster(spec.to_dict()).gateway.namespaces == ["team-a", "openfaas-fn"]

@@ -139,7 +139,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
-                      handler_roots=layout.get("handler_roots") or [])
+                      handler_roots=layout.get("handler_roots") or [], namespaces=layout.get("namespaces"))
     auth = key_store = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth

@@ -37,7 +37,7 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation"}
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
-GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots"}
+GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
@@ -53,6 +53,8 @@ class GatewaySpec:
     # Folders a deployment may name its handler under (a copy is deployed); empty: code comes
     # only as an uploaded bundle, which is what `nearfaas deploy` sends (spec/bundle.py).
     handler_roots: list[str] = field(default_factory=list)
+    # OpenFaaS function namespaces; the first is the default (what a call that names none uses).
+    namespaces: list[str] = field(default_factory=lambda: ["openfaas-fn"])
 
 
 @dataclass
@@ -172,7 +174,8 @@ class ClusterSpec:
         return {
             "state_dir": self.state_dir, "host": self.host,
             "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
-                        "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots)},
+                        "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots),
+                        "namespaces": list(g.namespaces)},
             "nodes": [n.to_dict() for n in self.nodes],
             "replication": self.replication.to_dict(),
             "placement": self.placement,
@@ -259,6 +262,18 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
                 c.error(join_path("gateway.handler_roots", i), f"{short_repr(root)} is not an absolute path",
                         "list absolute folders, e.g. /srv/functions")
         g.handler_roots = [str(Path(r).resolve()) for r in roots if Path(r).is_absolute()]
+    if "namespaces" in m:
+        names = read_str_list(m["namespaces"], "gateway.namespaces", c, allow_single=True) or []
+        for i, name in enumerate(names):
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+                c.error(join_path("gateway.namespaces", i), f"{short_repr(name)} is not a namespace name",
+                        "use lower-case letters, digits and '-', e.g. openfaas-fn or team-a")
+        if not names:
+            c.error("gateway.namespaces", "is empty", "list at least one namespace; the first is the default, e.g. [openfaas-fn]")
+        elif len(set(names)) != len(names):
+            c.error("gateway.namespaces", "names a namespace twice", "list each namespace once")
+        else:
+            g.namespaces = names
     return g
 
 

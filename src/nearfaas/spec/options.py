@@ -31,6 +31,15 @@ EXECUTIONS = ("main", "threads")
 DEFAULT_TMP_SIZE = 64 * 1024 * 1024  # each instance's private /tmp, unless tmp_size says otherwise
 # Chain intermediates live here, written by the stage that made them onto its own node.
 INTERMEDIATE_BUCKET = "nearfaas-intermediates"
+
+
+def secrets_folder(state_dir, namespace: str | None):
+    """Where the gateway keeps, and the nodes mount from, the secrets of a function namespace:
+    ``<state>/secrets`` for the default one (a spec without ``namespace``), else
+    ``<state>/secrets-ns/<namespace>`` (gateway/api/namespaces.py)."""
+    from pathlib import Path
+
+    return Path(state_dir) / "secrets" if not namespace else Path(state_dir) / "secrets-ns" / namespace
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 ACCELERATORS = ("dscs",)
 PLACEMENTS = ("data", "compute", "auto")

@@ -5,7 +5,8 @@ faas-cli and existing clients work; nearfaas's own fields ride along as ``handle
 ``x-nearfaas``. Everything a client gets wrong is a 4xx that names the field.
 
 One module per resource: ``functions`` (deployments), ``secrets``, ``system`` (health, metrics,
-info, nodes, logs), ``invoke`` (calls, async calls, triggers, the fast path's table);
+info, nodes, logs), ``invoke`` (calls, async calls, triggers, the fast path's table),
+``namespaces`` (what each of them scopes functions and secrets by);
 ``common`` holds what they share. ``OpenFaaSAPI`` wires them together for the app.
 """
 
@@ -20,6 +21,7 @@ from nearfaas.gateway.api.functions import FunctionsAPI, UidAllocator
 from nearfaas.gateway.api.invoke import InvokeAPI
 from nearfaas.gateway.api.secrets import SecretsAPI
 from nearfaas.gateway.api.memory import MemoryAPI
+from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.system import SystemAPI
 from nearfaas.gateway.async_queue import AsyncQueue
 from nearfaas.gateway.fastpath import FastPath
@@ -29,14 +31,17 @@ __all__ = ["FunctionsAPI", "OpenFaaSAPI", "UidAllocator", "new_call_id", "on_pre
 
 class OpenFaaSAPI:
     def __init__(self, calls, nodes, metrics, state_dir: Path, invoke_max_body: int, max_inflight: int = 0,
-                 read_timeout: float = 60.0, fastpath_layout: dict | None = None, handler_roots: list[str] = ()):
+                 read_timeout: float = 60.0, fastpath_layout: dict | None = None, handler_roots: list[str] = (),
+                 namespaces: list[str] | None = None):
         self.invoker = calls.invoker
+        self.namespaces = Namespaces(namespaces)  # gateway/api/namespaces.py
         self.queue = AsyncQueue(calls, lambda: nodes.session, metrics, state_dir / "gateway")  # journal: async_queue.py
         self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
+        self.invocations.namespaces = self.namespaces
         self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host)
-        self.functions = FunctionsAPI(self.invoker, self.fastpath, state_dir, handler_roots)
-        self.secrets = SecretsAPI(state_dir)
-        self.system = SystemAPI(self.invoker, nodes, metrics)
+        self.functions = FunctionsAPI(self.invoker, self.fastpath, state_dir, handler_roots, self.namespaces)
+        self.secrets = SecretsAPI(state_dir, self.namespaces)
+        self.system = SystemAPI(self.invoker, nodes, metrics, self.namespaces)
         self.memory = MemoryAPI(self.invoker, nodes)
         # The hooks the app hands to the S3 front end and the admin guard.
         self.object_created = self.invocations.object_created

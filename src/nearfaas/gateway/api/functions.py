@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from nearfaas.gateway import autoscale
-from nearfaas.gateway.api import namespaces
+from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
 from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
@@ -76,8 +76,9 @@ class UidAllocator:
 
 
 class FunctionsAPI:
-    def __init__(self, invoker, fastpath, state_dir: Path, handler_roots=()):
+    def __init__(self, invoker, fastpath, state_dir: Path, handler_roots=(), namespaces: Namespaces | None = None):
         self.invoker, self.fastpath = invoker, fastpath
+        self.namespaces = namespaces or Namespaces()  # functions are known as NAME or NAME.NAMESPACE (namespaces.py)
         self.store = FunctionStore(state_dir / "gateway" / "functions.json")
         self.uids = UidAllocator(state_dir / "gateway" / "last_uid")
         self.functions_dir = state_dir / "functions"  # deployed code, one folder per bundle (spec/bundle.py)
@@ -108,20 +109,22 @@ class FunctionsAPI:
     def _persist(self) -> None:
         self.store.save([s.spec for s in self.invoker.functions.values()])
 
-    def _status(self, name: str) -> dict:
+    def _status(self, internal: str) -> dict:
         """A FunctionStatus as faas-provider's Go type marshals it: ``omitempty`` fields left out
         when empty (clients tell nil from empty), ``faas_function`` among the labels; then
         nearfaas's own fields."""
-        state = self.invoker.functions[name]
+        name = internal
+        state = self.invoker.functions[internal]
+        short, namespace = self.namespaces.of(internal)
         spec = FunctionSpec.from_dict(state.spec)
         openfaas = state.spec.get("openfaas") or {}
         optional = {"envProcess": state.spec.get("fprocess") or openfaas.get("envProcess"), "envVars": spec.environment,
                     "constraints": spec.constraints, "secrets": spec.secrets, "annotations": spec.annotations,
                     "limits": spec.limits, "requests": spec.requests, "readOnlyRootFilesystem": openfaas.get("readOnlyRootFilesystem")}
         return {
-            "name": name, "image": spec.image, "namespace": namespaces.DEFAULT_NAMESPACE,
+            "name": short, "image": spec.image, "namespace": namespace,
             **{k: v for k, v in optional.items() if v},
-            "labels": {**spec.labels, "faas_function": name}, "invocationCount": state.invocations,
+            "labels": {**spec.labels, "faas_function": short}, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
                else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
@@ -140,19 +143,20 @@ class FunctionsAPI:
         }
 
     async def list_functions(self, request):
-        if (refused := namespaces.requested(request)) is not None:
-            return refused
-        return web.json_response([self._status(n) for n in sorted(self.invoker.functions)])
+        namespace = self.namespaces.requested(request)
+        if isinstance(namespace, web.Response):
+            return namespace
+        return web.json_response([self._status(n) for n in sorted(self.invoker.functions) if self.namespaces.of(n)[1] == namespace])
 
     async def get_function(self, request):
-        name, namespace = namespaces.split(request.match_info["name"])
-        if (refused := namespaces.requested(request, {"namespace": namespace})) is not None:
-            return refused
+        name = self.namespaces.resolve(request.match_info["name"], request)
+        if isinstance(name, web.Response):
+            return name
         if name not in self.invoker.functions:
-            return error(404, f"function {name!r} not found")
+            return error(404, f"function {request.match_info['name']!r} not found")
         return web.json_response(self._status(name))
 
-    def _spec_from_request(self, body: dict) -> dict:
+    def _spec_from_request(self, body: dict, namespace: str | None = None) -> dict:
         """An OpenFaaS FunctionDeployment (+ handler/lang/x-nearfaas) as a validated spec dict."""
         name = body.get("service")
         if not isinstance(name, str) or not name:
@@ -179,6 +183,11 @@ class FunctionsAPI:
         if (problem := autoscale.check_labels(spec.get("labels") or {})) is not None:
             raise SpecErrorResponse(problem)
         self._check_image_path(spec.get("image_source") or "")
+        namespace = namespace or self.namespaces.default
+        if namespace != self.namespaces.default:  # NAME.NAMESPACE inside; its chain's stages are in its namespace
+            spec["name"], spec["namespace"] = self.namespaces.qualify(name, namespace), namespace
+            spec["x"]["chain"] = [self.namespaces.qualify(stage, namespace) for stage in spec["x"].get("chain") or []]
+        name = spec["name"]
         current = self.invoker.functions.get(name)
         spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
             self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
@@ -232,13 +241,15 @@ class FunctionsAPI:
 
     async def deploy(self, request, update: bool = False):
         body = await json_body(request)
-        if (refused := namespaces.requested(request, body)) is not None:
-            return refused
-        if update and body.get("service") not in self.invoker.functions:
+        namespace = self.namespaces.requested(request, body)
+        if isinstance(namespace, web.Response):
+            return namespace
+        if update and self.namespaces.qualify(str(body.get("service")), namespace) not in self.invoker.functions:
             # faas-cli deploy tries PUT first and creates with POST only on a 404
-            return error(404, f"function {body.get('service')!r} not found; deploy it with POST /system/functions")
+            return error(404, f"function {body.get('service')!r} not found in namespace {namespace!r}; deploy it with "
+                         "POST /system/functions")
         try:
-            spec = self._spec_from_request(body)
+            spec = self._spec_from_request(body, namespace)
         except SpecError as exc:
             return error(400, f"invalid function deployment:\n{exc}", "spec")
         except SpecErrorResponse as exc:
@@ -266,11 +277,13 @@ class FunctionsAPI:
 
     async def delete(self, request):
         body = await json_body(request)
-        if (refused := namespaces.requested(request, body)) is not None:
-            return refused
+        namespace = self.namespaces.requested(request, body)
+        if isinstance(namespace, web.Response):
+            return namespace
         name = body.get("functionName")
         if not isinstance(name, str):
             return error(400, "functionName: required, the name of the function to delete")
+        name = self.namespaces.qualify(name, namespace)
         state = self.invoker.functions.get(name)
         if state is None or not await self.invoker.remove(name):
             return error(404, f"function {name!r} not found")
@@ -282,10 +295,10 @@ class FunctionsAPI:
         return web.Response(status=202, text=f"removed {name}\n")
 
     async def scale(self, request):
-        name, namespace = namespaces.split(request.match_info["name"])
         body = await json_body(request)
-        if (refused := namespaces.requested(request, {**body, "namespace": namespace or body.get("namespace")})) is not None:
-            return refused
+        name = self.namespaces.resolve(request.match_info["name"], request, body)
+        if isinstance(name, web.Response):
+            return name
         replicas = body.get("replicas")
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             return error(400, "replicas: required, a non-negative integer")

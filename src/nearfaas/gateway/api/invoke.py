@@ -15,7 +15,7 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict
 
-from nearfaas.gateway.api import namespaces
+from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import error, is_fastpath, new_call_id
 from nearfaas.gateway.stream import is_stream
 from nearfaas.gateway.stream import status_name as stream_status
@@ -30,6 +30,7 @@ class InvokeAPI:
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
         self.inflight = 0
         self.read_timeout = read_timeout
+        self.namespaces = Namespaces()  # the cluster's, set by OpenFaaSAPI
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/fastpath", self.fastpath_status)
@@ -77,7 +78,8 @@ class InvokeAPI:
     def requires_auth(self, name: str) -> bool:
         """Whether calls of function ``name`` (or ``name.namespace``) need the cluster's
         credentials (x-nearfaas.auth)."""
-        state = self.invoker.functions.get(namespaces.split(name)[0])
+        internal = self.namespaces.resolve(name)
+        state = self.invoker.functions.get(internal) if isinstance(internal, str) else None
         return state is not None and state.options.auth
 
     async def _read_invocation_body(self, request) -> bytes:
@@ -108,9 +110,9 @@ class InvokeAPI:
         return "/" + (parts[3] if len(parts) > 3 else ""), raw_query
 
     async def invoke(self, request: web.Request) -> web.Response:
-        name, namespace = namespaces.split(request.match_info["name"])
-        if namespace is not None and namespace not in namespaces.NAMESPACES:
-            return namespaces.unknown(namespace)
+        name = self.namespaces.resolve(request.match_info["name"])  # NAME or NAME.NAMESPACE
+        if isinstance(name, web.Response):
+            return name
         if self.max_inflight and self.inflight >= self.max_inflight:
             return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); retry",
                           headers={"Retry-After": "1"})
@@ -149,9 +151,9 @@ class InvokeAPI:
         return web.Response(status=STATUS_HTTP.get(status, 502), body=payload, headers=headers)
 
     async def invoke_async(self, request: web.Request) -> web.Response:
-        name, namespace = namespaces.split(request.match_info["name"])
-        if namespace is not None and namespace not in namespaces.NAMESPACES:
-            return namespaces.unknown(namespace)
+        name = self.namespaces.resolve(request.match_info["name"])
+        if isinstance(name, web.Response):
+            return name
         if name not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         callback = request.headers.get("X-Callback-Url")

@@ -2,7 +2,9 @@
 
 The OpenFaaS contract: ``{"name", "value"}`` (text) or ``{"name", "rawValue"}`` (base64 of the
 bytes, how Go encodes ``[]byte``); POST creates (201), PUT creates or updates (200), DELETE answers 200 (what
-faas-cli accepts); a ``namespace`` other than the cluster's is 404 (gateway/api/namespaces.py)."""
+faas-cli accepts). Secrets belong to a namespace (gateway/api/namespaces.py): the default one's
+live in ``<state>/secrets/``, another's in ``<state>/secrets-ns/<namespace>/``, where the nodes
+mount them from for that namespace's functions (node/pool.py); an unknown namespace is 404."""
 
 from __future__ import annotations
 
@@ -14,16 +16,26 @@ from pathlib import Path
 
 from aiohttp import web
 
-from nearfaas.gateway.api import namespaces
 from nearfaas.gateway.api.common import error, json_body
+from nearfaas.gateway.api.namespaces import Namespaces
+from nearfaas.spec.options import secrets_folder
 
 SECRET_NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
 
 
 class SecretsAPI:
-    def __init__(self, state_dir: Path):
+    def __init__(self, state_dir: Path, namespaces: Namespaces | None = None):
+        self.state_dir = state_dir
+        self.namespaces = namespaces or Namespaces()
         self.secrets_dir = state_dir / "secrets"
         self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def folder(self, namespace: str) -> Path:
+        if namespace == self.namespaces.default:
+            return self.secrets_dir
+        folder = secrets_folder(self.state_dir, namespace)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return folder
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/secrets", self.list_secrets)
@@ -32,15 +44,18 @@ class SecretsAPI:
         r.add_delete("/system/secrets", self.delete_secret)
 
     async def list_secrets(self, request):
-        if (refused := namespaces.requested(request)) is not None:
-            return refused
-        return web.json_response([{"name": p.name, "namespace": namespaces.DEFAULT_NAMESPACE}
-                                  for p in sorted(self.secrets_dir.iterdir()) if p.is_file() and not p.name.startswith(".")])
+        namespace = self.namespaces.requested(request)
+        if isinstance(namespace, web.Response):
+            return namespace
+        return web.json_response([{"name": p.name, "namespace": namespace}
+                                  for p in sorted(self.folder(namespace).iterdir()) if p.is_file() and not p.name.startswith(".")])
 
     async def put_secret(self, request):
         body = await json_body(request)
-        if (refused := namespaces.requested(request, body)) is not None:
-            return refused
+        namespace = self.namespaces.requested(request, body)
+        if isinstance(namespace, web.Response):
+            return namespace
+        folder = self.folder(namespace)
         name = body.get("name")
         if not isinstance(name, str) or not SECRET_NAME.match(name):
             return error(400, "name: required, lower-case letters, digits, '-', '_' or '.', at most 63 characters")
@@ -53,21 +68,23 @@ class SecretsAPI:
             value = body["value"].encode()
         else:
             return error(400, "value: required, the secret as a string (or rawValue: base64 of its bytes)")
-        tmp = self.secrets_dir / f".{name}.tmp"
+        tmp = folder / f".{name}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(value)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, self.secrets_dir / name)
+        os.replace(tmp, folder / name)
         return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}\n")
 
     async def delete_secret(self, request):
         body = await json_body(request)
-        if (refused := namespaces.requested(request, body)) is not None:
-            return refused
+        namespace = self.namespaces.requested(request, body)
+        if isinstance(namespace, web.Response):
+            return namespace
+        folder = self.folder(namespace)
         name = body.get("name")
-        if not isinstance(name, str) or not SECRET_NAME.match(name) or not (self.secrets_dir / name).is_file():
-            return error(404, f"secret {name!r} not found")
-        (self.secrets_dir / name).unlink()
+        if not isinstance(name, str) or not SECRET_NAME.match(name) or not (folder / name).is_file():
+            return error(404, f"secret {name!r} not found in namespace {namespace!r}")
+        (folder / name).unlink()
         return web.Response(status=200, text=f"removed secret {name}\n")

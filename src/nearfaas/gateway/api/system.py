@@ -13,19 +13,20 @@ from pathlib import Path
 from aiohttp import web
 
 from nearfaas import __version__
-from nearfaas.gateway.api import namespaces
+from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import error, json_body, rfc3339
 
 
 class SystemAPI:
-    def __init__(self, invoker, nodes, metrics):
+    def __init__(self, invoker, nodes, metrics, namespaces: Namespaces | None = None):
         self.invoker, self.nodes, self.metrics = invoker, nodes, metrics
+        self.namespaces = namespaces or Namespaces()
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/healthz", self.healthz)
         r.add_get("/metrics", self.metrics_endpoint)
         r.add_get("/system/info", self.info)
-        r.add_get("/system/namespaces", namespaces.list_namespaces)
+        r.add_get("/system/namespaces", self.namespaces.list_namespaces)
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/logs", self.logs)
         r.add_get("/system/nodes", self.list_nodes)
@@ -52,9 +53,11 @@ class SystemAPI:
         name = request.query.get("name")
         if not name:
             return error(400, "name: required query parameter, the function whose logs to read")
-        if (refused := namespaces.requested(request)) is not None:
-            return refused
-        if name not in self.invoker.functions:
+        internal = self.namespaces.resolve(name, request)
+        if isinstance(internal, web.Response):
+            return internal
+        name, namespace = self.namespaces.of(internal)
+        if internal not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         try:
             tail = int(request.query.get("tail", "0") or 0)
@@ -64,8 +67,8 @@ class SystemAPI:
             since = dt.datetime.fromisoformat(since_raw.replace("Z", "+00:00")).timestamp() if since_raw else 0.0
         except ValueError:
             return error(400, "tail must be an integer and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
-        records = await self.nodes.logs(name, since, tail)
-        lines = [json.dumps({"name": name, "namespace": namespaces.DEFAULT_NAMESPACE, "instance": r.get("instance", ""),
+        records = await self.nodes.logs(internal, since, tail)
+        lines = [json.dumps({"name": name, "namespace": namespace, "instance": r.get("instance", ""),
                              "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
         return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson")
 
