@@ -37,7 +37,7 @@ from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.oci import is_image_function
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
 from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
-from nearfaas.spec.options import DEFAULT_TMP_SIZE, secrets_folder
+from nearfaas.spec.options import DEFAULT_TMP_SIZE, secrets_folder, secrets_namespace
 
 COLD_START_TIMEOUT_S = 60.0
 PIP_TIMEOUT_S = 600.0
@@ -517,7 +517,7 @@ class WorkerPools:
         names = spec.get("secrets") or []
         if not names:
             return None
-        source = secrets_folder(self.state_dir, spec.get("namespace"))  # the function's namespace's
+        source = secrets_folder(self.state_dir, secrets_namespace(spec))  # the function's namespace's
         missing = [s for s in names if not (source / s).is_file()]
         if missing:
             raise PoolError(f"function {spec['name']!r} lists secret {missing[0]!r}, which does not exist; "

@@ -35,11 +35,17 @@ INTERMEDIATE_BUCKET = "nearfaas-intermediates"
 
 def secrets_folder(state_dir, namespace: str | None):
     """Where the gateway keeps, and the nodes mount from, the secrets of a function namespace:
-    ``<state>/secrets`` for the default one (a spec without ``namespace``), else
-    ``<state>/secrets-ns/<namespace>`` (gateway/api/namespaces.py)."""
+    ``<state>/secrets`` for the default one (``None``), else ``<state>/secrets-ns/<namespace>``
+    (gateway/api/namespaces.py)."""
     from pathlib import Path
 
     return Path(state_dir) / "secrets" if not namespace else Path(state_dir) / "secrets-ns" / namespace
+
+
+def secrets_namespace(spec: dict) -> str | None:
+    """The namespace whose secrets a deployed function mounts: None for the default namespace,
+    whose functions the gateway names without a namespace (only NAME.NAMESPACE holds a dot)."""
+    return spec.get("namespace") if "." in str(spec.get("name", "")) else None
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 ACCELERATORS = ("dscs",)
 PLACEMENTS = ("data", "compute", "auto")

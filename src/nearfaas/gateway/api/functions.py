@@ -183,9 +183,9 @@ class FunctionsAPI:
         if (problem := autoscale.check_labels(spec.get("labels") or {})) is not None:
             raise SpecErrorResponse(problem)
         self._check_image_path(spec.get("image_source") or "")
-        namespace = namespace or self.namespaces.default
+        spec["namespace"] = namespace = namespace or self.namespaces.default  # NEARFAAS_NAMESPACE in its workers
         if namespace != self.namespaces.default:  # NAME.NAMESPACE inside; its chain's stages are in its namespace
-            spec["name"], spec["namespace"] = self.namespaces.qualify(name, namespace), namespace
+            spec["name"] = self.namespaces.qualify(name, namespace)
             spec["x"]["chain"] = [self.namespaces.qualify(stage, namespace) for stage in spec["x"].get("chain") or []]
         name = spec["name"]
         current = self.invoker.functions.get(name)
