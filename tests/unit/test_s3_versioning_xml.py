@@ -132,7 +132,7 @@ def test_public_round_trip_without_url_encoding():
     result = VersionListResult(versions=[version("a b&c", "v1", ts=1700000000.25), marker("ü", "v2", ts=1700000000.5)],
                                common_prefixes=["p&/"], is_truncated=False)
     body = render(result, encoding_type="")
-    assert b"Nearfaas" not in body and b"EncodingType" not in body
+    assert b"<Nearfaas" not in body and b"EncodingType" not in body
     assert parse_list_versions(BUCKET, body) == VersionListResult(
         versions=[version("a b&c", "v1", ts=1700000000.25, order=""), marker("ü", "v2", ts=1700000000.5, order="")],
         common_prefixes=["p&/"], is_truncated=False)
@@ -165,7 +165,7 @@ def test_keys_xml_cannot_carry_are_left_out_unless_url_encoded():
 def test_botocore_reads_the_public_answer():
     result = tricky_result()
     body = render(result, prefix="a b+&é", delimiter="+", key_marker="k m+é", version_id_marker="v+0")
-    assert b"Nearfaas" not in body
+    assert b"<Nearfaas" not in body
     parsed = boto_parse("ListObjectVersions", body, url_decode=True)
     assert (parsed["Name"], parsed["Prefix"], parsed["Delimiter"]) == (BUCKET, "a b+&é", "+")
     assert (parsed["KeyMarker"], parsed["VersionIdMarker"]) == ("k m+é", "v+0")
@@ -226,4 +226,4 @@ def _results(draw):
 def test_internal_round_trip_property(result, prefix, delimiter, key_marker):
     body = render(result, internal=True, prefix=prefix, delimiter=delimiter, key_marker=key_marker)
     assert parse_list_versions(BUCKET, body) == result
-    assert b"Nearfaas" not in render(result, prefix=prefix, delimiter=delimiter, key_marker=key_marker)
+    assert b"<Nearfaas" not in render(result, prefix=prefix, delimiter=delimiter, key_marker=key_marker)  # the elements, not a key that spells it
