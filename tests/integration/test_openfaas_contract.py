@@ -6,7 +6,11 @@ the headers a function's answer carries. Real cluster, plain HTTP."""
 from __future__ import annotations
 
 import base64
+import json
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -208,3 +212,16 @@ def test_functions_secrets_and_logs_are_scoped_by_namespace(namespaced, function
     assert requests.post(f"{c.url}/function/nsecho.team-a", timeout=30).status_code == 404
     assert requests.post(f"{c.url}/function/nsecho", timeout=30).json()["greeting"] == "default"
     assert http.post(f"{c.url}/system/functions?namespace=team-b", json={"service": "x"}).status_code == 404
+
+
+def test_nearfaas_deploy_sends_a_stack_functions_namespace(namespaced, functions_dir, tmp_path):
+    stack = tmp_path / "stack.yml"
+    stack.write_text(json.dumps({"version": 1.0, "provider": {"name": "openfaas"}, "functions": {
+        "clins": {"lang": "python3-http", "handler": str(functions_dir / "echo"), "namespace": "team-a"}}}))
+    env = dict(os.environ, NEARFAAS_STATE=str(namespaced.state_dir))
+    done = subprocess.run([sys.executable, "-m", "nearfaas.cli", "deploy", "-f", str(stack)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    namespaced.wait_warm("clins.team-a")
+    assert requests.post(f"{namespaced.url}/function/clins.team-a", data=b"ns", timeout=30).json()["body"] == "ns"
+    assert requests.post(f"{namespaced.url}/function/clins", timeout=30).status_code == 404

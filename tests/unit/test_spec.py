@@ -461,3 +461,9 @@ def test_a_function_deployed_alone_may_chain_to_one_deployed_later(proj: Path) -
     with pytest.raises(SpecError):
         parse_stack(data, proj)
     assert parse_stack(data, proj, whole=False).functions["fn"].x.chain == ["later"]
+
+
+def test_a_function_names_its_namespace(proj: Path) -> None:
+    data = minimal(namespace="team-a")
+    assert parse_stack(data, proj).functions["fn"].namespace == "team-a"
+    assert problem_at(problems_of(minimal(namespace="Team A"), proj), "functions.fn.namespace").fix.startswith("use one of")

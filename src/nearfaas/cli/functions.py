@@ -41,7 +41,8 @@ def deploy(stack_file, only, wait, state, gateway):
         console.print(f"[green]deployed[/] {name}")
     if wait:
         for name in names:
-            _wait_warm(state, url, name, stack.functions[name].scale_min)
+            fn = stack.functions[name]
+            _wait_warm(state, url, f"{name}.{fn.namespace}" if fn.namespace else name, fn.scale_min)
 
 
 def _wait_warm(state: str | None, url: str, name: str, want: int, timeout: float = 120.0) -> None:

@@ -91,6 +91,7 @@ class FunctionSpec:
     requests: dict[str, str] = field(default_factory=dict)   # same shape as limits
     image: str = ""                         # as given; reported by the REST API
     image_source: str = ""                  # image-only functions: where the node reads the image (_image_source)
+    namespace: str = ""                     # the OpenFaaS namespace it is deployed into ("": the cluster's default)
 
     @property
     def handler_style(self) -> str:
@@ -107,6 +108,7 @@ class FunctionSpec:
             "limits": dict(self.limits), "secrets": list(self.secrets), "constraints": list(self.constraints),
             "x": self.x.to_dict(), "requests": dict(self.requests), "image": self.image,
             **({"image_source": self.image_source} if self.image_source else {}),
+            **({"namespace": self.namespace} if self.namespace else {}),
         }
 
     @classmethod
@@ -134,7 +136,7 @@ _WIRE_OPTIONAL: dict[str, tuple[type, Any]] = {
     "exec_timeout": (float, DEFAULT_TIMEOUT_S), "max_inflight": (int, 0), "scale_min": (int, DEFAULT_SCALE_MIN),
     "scale_max": (int, DEFAULT_SCALE_MAX), "scale_zero": (bool, False), "scale_zero_after": (float, 300.0), "labels": (dict, {}),
     "annotations": (dict, {}), "limits": (dict, {}), "secrets": (list, []), "constraints": (list, []),
-    "requests": (dict, {}), "image": (str, ""), "image_source": (str, ""),
+    "requests": (dict, {}), "image": (str, ""), "image_source": (str, ""), "namespace": (str, ""),
 }
 
 
@@ -390,13 +392,17 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
             c.error(join_path(join_path(path, "secrets"), i), f"{short_repr(s)} is not a secret name",
                     "use a plain name like db-password")
     constraints = read_str_list(fn.get("constraints"), join_path(path, "constraints"), c)
+    namespace = fn.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace)):
+        c.error(join_path(path, "namespace"), f"{short_repr(namespace)} is not a namespace name",
+                "use one of the cluster's gateway.namespaces, e.g. openfaas-fn")
     if len(c.problems) != before:
         return None, x
     spec = FunctionSpec(
         name=name, lang=str(lang), handler_dir=handler_dir, environment=env,  # type: ignore[arg-type]
         labels=labels or {}, annotations=annotations or {}, limits=limits or {}, requests=requests or {},
         secrets=secrets or [], constraints=constraints or [], x=x or NearfaasOptions(),
-        image=image or "", image_source=image_source, **tune, **scale)
+        image=image or "", image_source=image_source, namespace=namespace or "", **tune, **scale)
     return spec, x
 
 
