@@ -13,7 +13,9 @@ not metered per function here. ``com.openfaas.scale.zero`` / ``zero-duration`` s
 Every ``interval_s`` the load over the last ``window_s`` is measured (the gateway's own counts:
 calls started, and calls in flight or queued) and the wanted replicas are
 ``ceil(load / (target * proportion))`` clamped to [min, max]. Up at once; down only once the
-wanted count has stayed lower for ``down_after_s`` (no flapping on a pause between bursts).
+wanted count has stayed lower for ``down_after_s`` (no flapping on a pause between bursts), or
+for the function's ``x-nearfaas.keep_alive`` when that is shorter (the idle time it allows a
+surplus instance).
 The pool then starts or drains instances (``InstancePool.scale``); ``replicas`` in the REST API
 is the desired count, ``availableReplicas`` the warm ones.
 
@@ -116,7 +118,8 @@ class Autoscaler:
                 self._decide(state, want, "up")
             elif want < state.desired:
                 since = self._lower_since.setdefault(state.name, now)
-                if now - since >= self.down_after_s:
+                # x-nearfaas.keep_alive, when shorter, says how long surplus idle instances may stay
+                if now - since >= min(self.down_after_s, state.options.keep_alive):
                     self._decide(state, want, "down")
                     self.desired.labels(state.name).set(want)
             else:
