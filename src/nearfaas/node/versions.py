@@ -142,7 +142,8 @@ class VersionedStore:
         return entries if self.versioning(bucket) else [e for e in entries if not e.deleted]
 
     def _is_gone(self, bucket: str, key: str, entry: Entry) -> bool:
-        gone = self._gone[bucket].get(key_digest(key))
+        records = self._gone[bucket]
+        gone = records.get(key_digest(key)) if records else None  # no SHA-256 per write where nothing was ever deleted for good
         if gone is None:
             return False
         return entry.version in gone.versions if entry.versioned else entry.version < gone.null_before
