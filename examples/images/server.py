@@ -1,12 +1,15 @@
 """An of-watchdog HTTP-mode function: a long-lived server on upstream_url's port.
 
 GET/POST answer JSON: the body upper-cased, and on request a secret (?secret=NAME, read from
-/var/openfaas/secrets), an attempt to write outside the container (?write=PATH) or a listing
-(?ls=DIR), so tests can see what the function sees."""
+/var/openfaas/secrets), an attempt to write outside the container (?write=PATH), a listing
+(?ls=DIR) or the size and SHA-256 of the input object a JSON body names (?object=1, read through
+the S3 endpoint in the environment), so tests can see what the function sees."""
 import json
 import os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from s3get import summary
 
 PORT = int(urlsplit(os.environ.get("upstream_url", "http://127.0.0.1:5000")).port or 5000)  # noqa: SIM112 - of-watchdog's name
 
@@ -38,6 +41,11 @@ class Handler(BaseHTTPRequestHandler):
                 out["written"] = True
             except OSError as exc:
                 out["write_error"] = exc.strerror
+        if "object" in query:
+            try:
+                out["object"] = summary(json.loads(body))
+            except (OSError, ValueError, KeyError) as exc:
+                out["object_error"] = str(exc)
         if "ls" in query:
             out["ls"] = sorted(os.listdir(query["ls"]))
         data = json.dumps(out).encode()

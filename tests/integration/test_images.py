@@ -7,6 +7,7 @@ says what failed); where one can, these run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -171,28 +172,82 @@ def test_a_server_that_dies_at_start_is_a_cold_start_error_with_its_reason(clust
     assert call.status_code == 502 and "exited before it listened on port 5000" in call.text, call.text
 
 
-def test_a_stack_file_of_image_only_functions_deploys_with_nearfaas_deploy(cluster, images, tmp_path):
+def test_a_stack_file_of_image_only_functions_deploys_with_nearfaas_deploy(cluster, images, bucket, tmp_path):
     """The issue's acceptance flow: `nearfaas deploy -f stack.yml` with only `image:` per function
     (a classic-watchdog and an of-watchdog HTTP one), called as NAME.openfaas-fn as faas-cli does,
-    the HTTP one reading its secret from /var/openfaas/secrets."""
+    each reading its secret from /var/openfaas/secrets and its input object through the S3
+    endpoint in its environment: from the storage node's own file under near-data placement (no
+    link bytes), over the link under compute-only."""
+    data = os.urandom(3 << 20)
+    cluster.s3().put_object(Bucket=bucket, Key="in/blob.bin", Body=data)
     assert cluster.http.post(f"{cluster.url}/system/secrets", json={"name": "stack-key", "value": "from-stack"}).status_code == 201
+    near = {"accelerator": "dscs", "placement": "data", "inputs": ["input"], "buckets": [bucket]}
     stack = tmp_path / "stack.yml"
     stack.write_text(json.dumps({"version": 1.0, "provider": {"name": "openfaas"}, "functions": {
         "stack-shout": {"image": images["sh"]},
-        "stack-http": {"image": images["py-http"], "secrets": ["stack-key"]}}}))
+        "stack-classic": {"image": images["py-classic"], "environment": {"fprocess": "python3 /app/objsum.py"},
+                          "secrets": ["stack-key"], "x-nearfaas": near},
+        "stack-http": {"image": images["py-http"], "secrets": ["stack-key"], "x-nearfaas": near}}}))
     env = dict(os.environ, NEARFAAS_STATE=str(cluster.state_dir))
     done = subprocess.run([sys.executable, "-m", "nearfaas.cli", "deploy", "-f", str(stack)], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+    body = {"input": {"bucket": bucket, "key": "in/blob.bin"}}
+    want = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     try:
         shout = requests.post(f"{cluster.url}/function/stack-shout.openfaas-fn", data=b"stack", timeout=60)
         assert shout.status_code == 200 and shout.text.startswith("STACK"), shout.text
-        http = requests.post(f"{cluster.url}/function/stack-http.openfaas-fn?secret=stack-key", data=b"x", timeout=60)
-        assert http.status_code == 200 and http.json()["secret"] == "from-stack", http.text
+        for name, query in (("stack-classic", "secret=stack-key"), ("stack-http", "secret=stack-key&object=1")):
+            call = requests.post(f"{cluster.url}/function/{name}.openfaas-fn?{query}", json=body, timeout=60)
+            assert call.status_code == 200, (name, call.text)
+            answer = call.json()
+            assert answer["secret"] == "from-stack", answer
+            assert (answer.get("object") or {k: answer.get(k) for k in want}) == want, answer
+            # near the data: on a storage node that holds it, read from its file, nothing over the link
+            assert call.headers["X-Nearfaas-Node"].startswith("storage-"), call.headers
+            assert int(call.headers["X-Nearfaas-Bytes-Local"]) == len(data), call.headers
+            assert "read=0;" in call.headers["X-Nearfaas-Link"], call.headers["X-Nearfaas-Link"]
+            far = requests.post(f"{cluster.url}/function/{name}.openfaas-fn?{query}", json=body, timeout=60,
+                                headers={"X-Nearfaas-Policy": "compute-only"})
+            assert far.status_code == 200 and (far.json().get("object") or far.json())["sha256"] == want["sha256"], far.text
+            assert far.headers["X-Nearfaas-Node"].startswith("compute-"), far.headers
+            assert int(far.headers["X-Nearfaas-Bytes-Local"]) == 0 and int(far.headers["X-Nearfaas-Bytes-Remote"]) == len(data)
         assert cluster.http.get(f"{cluster.url}/system/function/stack-http").json()["image"] == images["py-http"]
     finally:
-        for name in ("stack-shout", "stack-http"):
+        for name in ("stack-shout", "stack-classic", "stack-http"):
             cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def test_an_image_function_reads_no_object_outside_its_buckets(cluster, images, bucket, deploy):
+    """Hostile: the instance's endpoint serves only what the function's own key may read, from
+    the node's file as from the cluster; the key the container holds opens nothing else."""
+    cluster.s3().put_object(Bucket=bucket, Key="secret.bin", Body=b"not yours")
+    x = {"accelerator": "dscs", "placement": "data", "inputs": ["input"], "buckets": ["img-nothing-here"]}
+    assert deploy("img-nosy", images["py-classic"], envVars={"fprocess": "python3 /app/objsum.py"}, **{"x-nearfaas": x}).status_code == 202
+    for policy in ("near-data", "compute-only"):
+        call = requests.post(f"{cluster.url}/function/img-nosy", json={"input": {"bucket": bucket, "key": "secret.bin"}},
+                             headers={"X-Nearfaas-Policy": policy}, timeout=60)
+        assert call.status_code == 500 and "HTTP 403" in call.text and "not yours" not in call.text, (policy, call.text)
+        assert int(call.headers.get("X-Nearfaas-Bytes-Local", 0)) == 0, call.headers
+
+
+def test_a_chain_of_image_functions_passes_its_intermediate_on_the_storage_node(cluster, images, bucket, deploy):
+    """Chains work for image functions: a stage's answer becomes its output object (it has no
+    context.output), written onto the node that ran it, where the next stage reads it locally."""
+    data = os.urandom(1 << 20)
+    cluster.s3().put_object(Bucket=bucket, Key="chain/in.bin", Body=data)
+    near = {"accelerator": "dscs", "placement": "data", "inputs": ["input"], "buckets": ["*"]}
+    env = {"fprocess": "python3 /app/objsum.py"}
+    assert deploy("img-stage-2", images["py-classic"], envVars=env, **{"x-nearfaas": near}).status_code == 202
+    assert deploy("img-stage-1", images["py-classic"], envVars=env, **{"x-nearfaas": near | {"chain": ["img-stage-2"]}}).status_code == 202
+    call = requests.post(f"{cluster.url}/function/img-stage-1", json={"input": {"bucket": bucket, "key": "chain/in.bin"}}, timeout=60)
+    assert call.status_code == 200, call.text
+    stages = json.loads(call.headers["X-Nearfaas-Chain"])
+    first = json.dumps({"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}).encode()  # stage 1's answer: stage 2's input
+    assert call.json() == {"bytes": len(first), "sha256": hashlib.sha256(first).hexdigest()}, (call.text, stages)
+    assert stages[0]["node"] == stages[1]["node"] and stages[0]["node"].startswith("storage-"), stages
+    assert stages[0]["output"] == "local", stages
+    assert "read=0;" in call.headers["X-Nearfaas-Link"], call.headers["X-Nearfaas-Link"]
 
 
 def test_an_image_path_outside_handler_roots_is_refused(cluster, runtime, tmp_path):

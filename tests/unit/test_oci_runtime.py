@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from nearfaas.node.oci import bundle, images, is_image_function, tools
-from nearfaas.node.oci.host import Host
-from nearfaas.node.oci.launch import how_to_run
+from nearfaas.runtime.image_host import Host
+from nearfaas.node.oci.launch import S3_PORT, how_to_run, s3_endpoint
 
 
 def test_classic_mode_comes_from_fprocess_and_the_function_env_wins():
@@ -32,6 +32,21 @@ def test_http_mode_proxies_to_upstream_url_port_or_exposed_port():
     assert plain["mode"] == "http" and plain["args"] == ["/srv", "--fast"] and plain["port"] == 9000
     assert how_to_run({"Cmd": ["/srv"]}, {})["port"] == 8080
     assert how_to_run({"Cmd": ["/srv"]}, {"port": "3000"})["port"] == 3000
+
+
+def test_the_container_gets_its_own_s3_endpoint_and_key_unless_it_names_one():
+    """The SDKs in the container are pointed at the instance's endpoint with a key pair made for
+    that instance alone; a port the function listens on is not taken; a function that names its
+    own endpoint keeps it."""
+    run = how_to_run({"Env": ["fprocess=cat"]}, {})
+    endpoint = s3_endpoint(run)
+    assert run["env"]["AWS_ENDPOINT_URL"] == f"http://127.0.0.1:{S3_PORT}" == run["env"]["AWS_ENDPOINT_URL_S3"]
+    assert run["env"]["AWS_ACCESS_KEY_ID"] == endpoint["access_key"] and run["env"]["AWS_SECRET_ACCESS_KEY"] == endpoint["secret_key"]
+    assert endpoint["access_key"] != s3_endpoint(how_to_run({"Env": ["fprocess=cat"]}, {}))["access_key"]  # per instance
+    busy = how_to_run({"Cmd": ["/srv"]}, {"port": str(S3_PORT)})
+    assert s3_endpoint(busy)["port"] == S3_PORT + 1
+    own = how_to_run({"Env": ["fprocess=cat"]}, {"AWS_ENDPOINT_URL": "http://minio:9000"})
+    assert s3_endpoint(own) is None and own["env"]["AWS_ENDPOINT_URL"] == "http://minio:9000" and "AWS_ACCESS_KEY_ID" not in own["env"]
 
 
 def test_an_image_with_nothing_to_run_is_refused():
@@ -113,7 +128,7 @@ def test_the_host_speaks_the_worker_contract_on_one_kept_connection():
     call token, the gateway's X-Nearfaas-* request headers, repeated answer headers, keep-alive."""
     import asyncio
 
-    from nearfaas.node.oci import host as hostmod
+    from nearfaas.runtime import image_host as hostmod
 
     plan = {"runtime": "runc", "root": "/nonexistent", "id": "i", "bundle": "/nonexistent", "name": "fn", "instance": "fn-i",
             "mode": "classic", "args": ["cat"], "token_header": "X-Nearfaas-Worker-Token", "max_inflight": 1}

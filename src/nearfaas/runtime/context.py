@@ -23,6 +23,7 @@ from pathlib import Path
 # would be charged to that call's data-movement time.
 from nearfaas.bitar import transfer as bitar_transfer
 from nearfaas.link.profiles import EmulatedLink
+from nearfaas.telemetry.headers import format_link
 
 LOCAL_TIMEOUT_S = 10.0  # the node answers from its event loop; past this, read through S3 instead
 
@@ -119,6 +120,26 @@ class IOStats:
                 break
             out.append(entry)
         return json.dumps(out, ensure_ascii=True) if out else ""
+
+    def call_headers(self, exec_seconds: float, link_profile: str, instance: str, wrote_output: str | None) -> dict[str, str]:
+        """What a worker reports of one call beside its answer (gateway/invoker.py reads these):
+        the Python worker and the image-function host report alike, so placement learns from both."""
+        headers = {
+            "X-Nearfaas-Exec-Seconds": f"{exec_seconds:.6f}",
+            "X-Nearfaas-Data-Seconds": f"{self.read_seconds + self.write_seconds:.6f}",
+            "X-Nearfaas-Bytes-Local": str(self.bytes_read_local),
+            "X-Nearfaas-Bytes-Remote": str(self.bytes_read_remote + self.bytes_written),
+            "X-Nearfaas-Bytes-Written-Local": str(self.bytes_written_local),
+            # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
+            "X-Nearfaas-Link": format_link(link_profile, self.bytes_read_remote, self.bytes_written, self.link_seconds,
+                                           self.bytes_read_wire, self.bytes_written_wire),
+            "X-Nearfaas-Instance": instance,
+            "X-Nearfaas-Output-Written": wrote_output or "none",
+        }
+        read = self.objects_header()
+        if read:  # what the call read, for placing a function whose calls name no inputs (gateway/invoker.py)
+            headers["X-Nearfaas-Read"] = read
+        return headers
 
 
 class LocalObjects:

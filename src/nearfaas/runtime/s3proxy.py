@@ -46,6 +46,7 @@ import hashlib
 import os
 import secrets
 import select
+import socket
 import threading
 import time
 import urllib.parse
@@ -128,7 +129,10 @@ class _Headers:
 class S3Endpoint:
     """The loopback S3 endpoint of one worker; ``environment()`` is what the SDKs need to use it."""
 
-    def __init__(self, calls: Calls, access_key: str | None = None, secret_key: str | None = None, region: str = "us-east-1"):
+    def __init__(self, calls: Calls, access_key: str | None = None, secret_key: str | None = None, region: str = "us-east-1",
+                 listener: socket.socket | None = None):
+        """``listener``: a bound, listening socket to serve on instead of a new one on loopback
+        (the image-function host passes one it opened inside the container's network namespace)."""
         self.calls = calls
         self.access_key = access_key or "nfw-" + secrets.token_hex(8)
         self.secret_key = secret_key if access_key and secret_key is not None else secrets.token_urlsafe(30)
@@ -139,7 +143,12 @@ class S3Endpoint:
         class Handler(_Handler):
             owner = endpoint
 
-        self.server = _BoundedServer(("127.0.0.1", 0), Handler)
+        if listener is None:
+            self.server = _BoundedServer(("127.0.0.1", 0), Handler)
+        else:
+            self.server = _BoundedServer(listener.getsockname(), Handler, False)
+            self.server.socket.close()
+            self.server.socket = listener
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def start(self) -> None:

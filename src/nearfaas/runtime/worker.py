@@ -47,7 +47,6 @@ from multidict import CIMultiDict
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.node import jail
-from nearfaas.telemetry.headers import format_link
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
 from nearfaas.runtime.s3proxy import Calls, S3Endpoint, current_call, install_botocore_hook
@@ -272,25 +271,9 @@ class Worker:
                 status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
         finally:
             self.calls.end(call_id)
-        elapsed = time.perf_counter() - started
-        data_s = stats.read_seconds + stats.write_seconds
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
         out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("x-nearfaas-"))
-        out.update({
-            "X-Nearfaas-Exec-Seconds": f"{elapsed:.6f}",
-            "X-Nearfaas-Data-Seconds": f"{data_s:.6f}",
-            "X-Nearfaas-Bytes-Local": str(stats.bytes_read_local),
-            "X-Nearfaas-Bytes-Remote": str(stats.bytes_read_remote + stats.bytes_written),
-            "X-Nearfaas-Bytes-Written-Local": str(stats.bytes_written_local),
-            # Bytes that crossed the compute <-> storage link, by direction, and the time it added.
-            "X-Nearfaas-Link": format_link(self.link.profile.name, stats.bytes_read_remote, stats.bytes_written,
-                                           stats.link_seconds, stats.bytes_read_wire, stats.bytes_written_wire),
-            "X-Nearfaas-Instance": self.instance,
-            "X-Nearfaas-Output-Written": objects.wrote_output or "none",
-        })
-        read = stats.objects_header()
-        if read:  # what the call read, for placing a function whose calls name no inputs (gateway/invoker.py)
-            out["X-Nearfaas-Read"] = read
+        out.update(stats.call_headers(time.perf_counter() - started, self.link.profile.name, self.instance, objects.wrote_output))
         try:
             return web.Response(status=status, headers=out, body=payload)
         except (ValueError, TypeError) as exc:  # e.g. statusCode 1000 or a header value with a newline

@@ -2,14 +2,14 @@
 
 An image function is a container made by an OCI runtime from Debian (crun, else runc) out of an
 image read from disk (an OCI layout, an OCI or docker archive) or a registry when one answers.
-A small host process (host.py) stands in for the Python worker: it speaks the same worker
+A small host process (runtime/image_host.py) stands in for the Python worker: it speaks the same worker
 contract to the gateway (ready pipe, loopback port, call token) and runs each call in the
 container, the classic watchdog way (``fprocess`` per call, body on stdin, ``Http_*`` variables)
 or the of-watchdog HTTP way (a long-lived server in the container, proxied).
 
 Modules: tools.py finds and probes the runtime and the image tools (fail closed, naming what is
 missing); images.py imports and unpacks images into a cache shared by every instance; bundle.py
-writes one instance's runtime config; host.py is the per-instance process; launch.py is what
+writes one instance's runtime config; runtime/image_host.py is the per-instance process; launch.py is what
 node/pool.py calls.
 """
 

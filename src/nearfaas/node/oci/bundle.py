@@ -7,7 +7,7 @@ The confinement, and why:
   sees; /tmp and /dev/shm are tmpfs of the instance's own, sized like a Python worker's /tmp;
 - new pid, mount, ipc, uts and network namespaces: the host's processes, files and ports are out
   of sight; the network namespace has only loopback (the runtime brings it up), which the host
-  process reaches by entering it (host.py), so two instances never contend for port 8080;
+  process reaches by entering it (runtime/image_host.py), so two instances never contend for port 8080;
 - the process runs as the function's own uid (the one its Python workers would have), no
   capabilities, no_new_privs: root in the image is not root on the host;
 - memory, pids and CPU limits through the runtime's cgroups, from the spec's ``limits``;

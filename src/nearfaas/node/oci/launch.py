@@ -9,7 +9,11 @@ What differs from a Python worker's start, and why:
   instance costs only the container's creation;
 - the per-instance state (runtime config, plan, pid files) lies in ``<node>/oci/<instance>`` and
   the runtime's own state in ``<node>/oci/state``; containers a killed node left there are
-  deleted when the node's first image instance starts.
+  deleted when the node's first image instance starts;
+- objects: the host process gets what a Python worker gets (the node's object socket, the
+  function's own S3 key, the gateway and link) and serves the worker's S3 endpoint inside the
+  container on ``S3_PORT``; the container's environment names it with a key pair made for this
+  instance only, so the function's real key never enters the container.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from nearfaas.node.oci import bundle, images, tools
 from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe
 
 DEFAULT_PORT = 8080  # of-watchdog's and most function images' port
+S3_PORT = 9000  # the instance's S3 endpoint, on the container's own loopback (S3_PORT + 1 if the function listens on it)
 _swept: set[int] = set()
 
 
@@ -75,6 +80,20 @@ def how_to_run(config: dict, function_env: dict[str, str]) -> dict:
             "port": port, "content_type": env.get("content_type", "")}
 
 
+def s3_endpoint(run: dict) -> dict | None:
+    """The instance's S3 endpoint (port and a key pair of its own), added to the container's
+    environment as the AWS SDKs read it; None when the function names its own endpoint."""
+    if run["env"].get("AWS_ENDPOINT_URL") or run["env"].get("AWS_ENDPOINT_URL_S3"):
+        return None
+    port = S3_PORT + 1 if run["port"] == S3_PORT else S3_PORT
+    endpoint = {"port": port, "access_key": "nfi-" + secrets.token_hex(8), "secret_key": secrets.token_urlsafe(30), "region": "us-east-1"}
+    url = f"http://127.0.0.1:{port}"
+    run["env"].update(AWS_ENDPOINT_URL=url, AWS_ENDPOINT_URL_S3=url, AWS_ACCESS_KEY_ID=endpoint["access_key"],
+                      AWS_SECRET_ACCESS_KEY=endpoint["secret_key"], AWS_REGION=endpoint["region"],
+                      AWS_DEFAULT_REGION=endpoint["region"], AWS_EC2_METADATA_DISABLED="true", NEARFAAS_S3_ENDPOINT=url)
+    return endpoint
+
+
 async def start_image(pools, spec: dict, name: str):
     cold_timeout, PoolError, WorkerProcess = _pool_types()
     started = time.perf_counter()
@@ -101,11 +120,15 @@ async def start_image(pools, spec: dict, name: str):
         run = how_to_run(image.config, {str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
     except ValueError as exc:
         raise PoolError(f"function {name!r} (image {spec.get('image')}): {exc}", status=400) from None
+    endpoint = s3_endpoint(run)
     instance = f"{name}-{pools.node}-{uuid.uuid4().hex[:6]}"
     run_dir = oci_dir / instance
     secrets_dir = None
     process = None
+    channel = pools.fds.open_channel() if pools.fds is not None else None  # this node's objects, as a Python worker reads them
     try:
+        if channel is not None:
+            channel.authorise(spec)
         secrets_dir = pools._mount_secrets(spec, instance, uid)
         proc = bundle.process(run["args"], run["env"], run["cwd"], uid)
         cfg = bundle.config(image.rootfs, proc, hostname=name, limits=limits, tmp_size=tmp_size, secrets_dir=secrets_dir,
@@ -115,25 +138,38 @@ async def start_image(pools, spec: dict, name: str):
                 "instance": instance, "token_header": WORKER_TOKEN_HEADER, "mode": run["mode"], "args": run["args"], "port": run["port"],
                 "content_type": run["content_type"], "max_inflight": int(spec.get("max_inflight") or 0),
                 "exec_timeout": float(spec.get("exec_timeout", 10.0)),
-                "read_timeout": float(spec.get("read_timeout", 10.0)), "write_timeout": float(spec.get("write_timeout", 10.0))}
+                "read_timeout": float(spec.get("read_timeout", 10.0)), "write_timeout": float(spec.get("write_timeout", 10.0)),
+                "s3": endpoint}
         plan_file = run_dir / "plan.json"
         plan_file.write_text(json.dumps(plan))
         token = secrets.token_hex(16)
-        env = {"PATH": os.environ.get("PATH", bundle.DEFAULT_PATH), "PYTHONPATH": package_root(), "PYTHONUNBUFFERED": "1",
-               "NEARFAAS_CALL_TOKEN": token}
-        process, ready, transport = await spawn_with_ready_pipe(
-            [sys.executable, "-m", "nearfaas.node.oci.host", "--plan", str(plan_file), "--instance", instance],
-            log_path=pools.log_path(name), env=env, cwd=str(run_dir))
+        env = pools.node_env | {"PATH": os.environ.get("PATH", bundle.DEFAULT_PATH), "PYTHONPATH": package_root(),
+                                "NEARFAAS_CALL_TOKEN": token}
+        credentials = spec.get("credentials") or {}
+        if credentials.get("access_key") and credentials.get("secret_key") is not None:  # the host signs with them, never the container
+            env.update(NEARFAAS_ACCESS_KEY=str(credentials["access_key"]), NEARFAAS_SECRET_KEY=str(credentials["secret_key"]))
+        argv = [sys.executable, "-m", "nearfaas.runtime.image_host", "--plan", str(plan_file), "--instance", instance,
+                "--gateway", pools.gateway_url, "--node", pools.node, "--link", pools.link]
+        if channel is not None:
+            argv += ["--object-fd", str(channel.worker_fd)]
+        try:
+            process, ready, transport = await spawn_with_ready_pipe(argv, log_path=pools.log_path(name), env=env, cwd=str(run_dir),
+                                                                    extra_fds=(channel.child_fd,) if channel else ())
+        finally:
+            if channel is not None:
+                channel.release_child()
         line = await pools.await_ready(process, ready, transport, name, cold_timeout, f"cold start of image function {name!r}",
                                        "", "")
     except BaseException:
         if process is not None and process.returncode is None:
             kill_group(process)
+        if channel is not None:
+            channel.close()
         await asyncio.to_thread(_remove, found.runtime, state, instance, run_dir, secrets_dir)
         raise
     elapsed = time.perf_counter() - started
     worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, str(run_dir),
-                           False, f"image function ({run['mode']} mode, {image.digest[:19]}, image ready in {prepared:.3f}s)", uid, None,
+                           False, f"image function ({run['mode']} mode, {image.digest[:19]}, image ready in {prepared:.3f}s)", uid, channel,
                            [], token)
     pools.workers[instance] = worker
     pools.stats.cold_starts += 1

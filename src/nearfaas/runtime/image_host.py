@@ -17,6 +17,15 @@ Two ways to run a call, as OpenFaaS's two watchdogs do:
   (``upstream_url``, ``port``, the first ExposedPort, else 8080) in the container's own network
   namespace, which only this process enters (per proxy thread, setns), so every instance can use
   the same port.
+Objects, as the Python worker reaches them (runtime/s3proxy.py): the host serves the worker's S3
+endpoint on a socket it opens *inside* the container's network namespace (127.0.0.1:``s3_port``
+there), and the container's environment points the AWS SDKs at it (``AWS_ENDPOINT_URL`` and a key
+pair made for this instance alone). A GET of an object this node stores is answered from the
+object file the node hands over (sendfile, no link crossed): near-data placement gives an image
+function local reads as it gives a Python one; everything else is forwarded to the cluster,
+signed again with the function's own key. In a chain, a stage that did not write its output
+object itself gets its answer written there (onto this node when it stores objects), so the next
+stage reads it near the data.
 Timeouts: ``read_timeout`` bounds reading the request, ``exec_timeout`` the function's answer,
 ``write_timeout`` reading an http upstream's body once its headers came.
 
@@ -60,26 +69,32 @@ class Container:
     def argv(self, *args: str) -> list[str]:
         return [self.runtime, "--root", self.root, *args]
 
-    def start(self, run: bool) -> None:
-        """``run`` (http) starts the image's server; else ``create``: namespaces, no process."""
+    def create(self) -> None:
+        """Namespaces and cgroup, no process of the image yet (classic mode stays so)."""
         pid_file = os.path.join(self.bundle, "init.pid")
-        verb = ["run", "--detach"] if run else ["create"]
+        self._run("create", "--bundle", self.bundle, "--pid-file", pid_file, self.id)
+        with open(pid_file) as f:
+            self.pid = int(f.read().strip())
+
+    def start(self) -> None:
+        """Run the image's process in the created container (http mode's long-lived server)."""
+        self._run("start", self.id)
+
+    def _run(self, *args: str) -> None:
         # Our stdout/stderr are the function's log, and the container keeps them (its server's
         # output goes there too): a pipe would never reach EOF, so the runtime's words are read
         # back from the log.
         log = os.readlink("/proc/self/fd/2")
         offset = os.path.getsize(log) if os.path.isfile(log) else None
-        done = subprocess.run(self.argv(*verb, "--bundle", self.bundle, "--pid-file", pid_file, self.id),
-                              stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno(), timeout=60)
+        done = subprocess.run(self.argv(*args), stdin=subprocess.DEVNULL, stdout=sys.stdout.fileno(), stderr=sys.stderr.fileno(),
+                              timeout=60)
         if done.returncode != 0:
             said = ""
             if offset is not None:
                 with open(log, "rb") as f:
                     f.seek(offset)
                     said = f.read(4000).decode(errors="replace").strip()
-            raise RuntimeError(f"{os.path.basename(self.runtime)} could not start the container: {said or f'exit {done.returncode}'}")
-        with open(pid_file) as f:
-            self.pid = int(f.read().strip())
+            raise RuntimeError(f"{os.path.basename(self.runtime)} could not {args[0]} the container: {said or f'exit {done.returncode}'}")
 
     def alive(self) -> bool:
         return self.pid is not None and os.path.exists(f"/proc/{self.pid}")
@@ -88,10 +103,42 @@ class Container:
         subprocess.run(self.argv("delete", "--force", self.id), stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
 
+class Objects:
+    """What the Python worker has for objects (runtime/context.py, runtime/s3proxy.py), loaded on
+    a thread of its own: its imports (aiohttp, botocore, awscrt through the S3 modules) take about
+    0.5 s here, which would otherwise add to every image function's cold start. They load while
+    the container is made; the first call waits for whatever is left."""
+
+    def __init__(self, name: str, gateway: str, link: str, object_fd: int | None):
+        from nearfaas.link.profiles import EmulatedLink, get_profile
+        from nearfaas.runtime import context, s3proxy
+
+        self.context, self.s3proxy = context, s3proxy
+        self.name, self.gateway = name, gateway
+        self.link = EmulatedLink(get_profile(link))
+        self.local = context.LocalObjects(object_fd) if object_fd is not None else None  # this node's object files (storage nodes)
+        self.node_url = os.environ.get("NEARFAAS_NODE_URL")
+        self.signer = context.signer_from_environment()  # the function's own S3 key: what the cluster sees
+        self.calls = s3proxy.Calls(self.client(None, False, None))  # charged a request no call can own
+        self.endpoint = None
+
+    def serve(self, listener: socket.socket, s3: dict) -> None:
+        self.endpoint = self.s3proxy.S3Endpoint(self.calls, s3["access_key"], s3["secret_key"], s3.get("region", "us-east-1"),
+                                                listener=listener)
+        self.endpoint.start()
+
+    def client(self, output, output_local: bool, app: str | None):
+        """One client per call, as the Python worker makes (its stats are the call's measurement)."""
+        return self.context.ObjectClient(self.gateway, self.local, self.context.IOStats(), auth_headers=self.signer, link=self.link,
+                                         node_url=self.node_url, output=output, output_local=output_local, caller=app or self.name)
+
+
 class Host:
-    def __init__(self, plan: dict):
+    def __init__(self, plan: dict, gateway: str = "", node: str = "", link: str = "local", object_fd: int | None = None):
         self.plan = plan
         self.name, self.instance = plan["name"], plan["instance"]
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="objects")  # in order: load, then serve the endpoint
+        self.objects_ready = self._loader.submit(Objects, self.name, gateway, link, object_fd)
         self.mode = plan["mode"]
         self.exec_timeout = float(plan.get("exec_timeout", 10.0))
         self.read_timeout = float(plan.get("read_timeout", 10.0))
@@ -109,14 +156,24 @@ class Host:
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> None:
         started = time.perf_counter()
-        self.container.start(run=self.mode == "http")
+        self.container.create()
+        netns = os.open(f"/proc/{self.container.pid}/ns/net", os.O_RDONLY)
+        if self.plan.get("s3"):
+            # The socket before the image's process starts (its first request waits in the
+            # backlog rather than being refused); served once the object plane has loaded.
+            listener = _listen_in(netns, int(self.plan["s3"]["port"]))
+            loaded = self.objects_ready
+
+            def serve():
+                plane = loaded.result()
+                plane.serve(listener, self.plan["s3"])
+                return plane
+
+            self.objects_ready = self._loader.submit(serve)
+        if self.mode == "http":
+            self.container.start()
         made = time.perf_counter()
         if self.mode == "http":
-            try:
-                netns = os.open(f"/proc/{self.container.pid}/ns/net", os.O_RDONLY)
-            except FileNotFoundError:  # gone already: say why, as _wait_upstream would a moment later
-                raise RuntimeError(f"the container's server ({' '.join(self.plan['args'])}) exited before it listened on "
-                                   f"port {self.plan['port']}; see the function's log") from None
             self.proxy = ThreadPoolExecutor(PROXY_THREADS, thread_name_prefix="proxy", initializer=_enter_netns, initargs=(netns,))
             self._wait_upstream()
         # The container's part of the cold start, in the function's log (raw line, like the runtime's own)
@@ -162,16 +219,37 @@ class Host:
         method = h.get("x-nearfaas-method", verb)
         path, query = unquote(h.get("x-nearfaas-path", "/")), h.get("x-nearfaas-query", "")
         headers = {_title(k): v for k, v in h.items() if not k.startswith("x-nearfaas-") and k not in _HOP}
+        try:
+            plane = await asyncio.wrap_future(self.objects_ready)
+        except Exception as exc:  # a broken installation, not the call's fault: say so in the answer and the log
+            print(f"the instance could not load its object client: {exc!r}", file=sys.stderr, flush=True)
+            return 500, [("X-Nearfaas-Layer", "worker")], f"the instance could not load its object client: {exc}\n".encode()
+        try:
+            output = plane.context.ObjectRef.parse(json.loads(h["x-nearfaas-output"])) if h.get("x-nearfaas-output") else None
+        except ValueError as exc:
+            return 400, [], f"bad X-Nearfaas-Output header: {exc}\n".encode()
+        objects = plane.client(output, h.get("x-nearfaas-output-mode") == "local", h.get("x-nearfaas-app"))
+        call_id = h.get("x-nearfaas-call-id") or f"local-{time.monotonic_ns()}"
         started = time.perf_counter()
-        if self.mode == "http":
-            status, out, payload = await self._proxy(method, path, query, headers, body)
-        else:
-            status, out, payload = await self._exec(method, path, query, headers, body)
+        plane.calls.begin(call_id, objects)  # the container's S3 requests meanwhile are this call's
+        try:
+            if self.mode == "http":
+                status, out, payload = await self._proxy(method, path, query, headers, body)
+            else:
+                status, out, payload = await self._exec(method, path, query, headers, body)
+        finally:
+            plane.calls.end(call_id)
         # pairs, not a dict: several Set-Cookie stay several
         out = [(k, v) for k, v in out if k.lower() not in _HOP and not k.lower().startswith("x-nearfaas-")]
-        out += [("X-Nearfaas-Exec-Seconds", f"{time.perf_counter() - started:.6f}"), ("X-Nearfaas-Data-Seconds", "0"),
-                ("X-Nearfaas-Bytes-Local", "0"), ("X-Nearfaas-Bytes-Remote", "0"), ("X-Nearfaas-Instance", self.instance),
-                ("X-Nearfaas-Output-Written", "none")]
+        if output is not None and status < 300 and objects.wrote_output is None:
+            # A chain stage: its answer is its output object (an image function knows no context.output)
+            content_type = next((v for k, v in out if k.lower() == "content-type"), "application/octet-stream")
+            try:
+                await asyncio.to_thread(objects.put, output, payload, content_type=content_type)
+            except (plane.context.ObjectError, OSError) as exc:
+                return 502, [("X-Nearfaas-Layer", "worker")], f"the answer could not be written to the stage's output {output}: {exc}\n".encode()
+        out += list(objects.stats.call_headers(time.perf_counter() - started, plane.link.profile.name, self.instance,
+                                               objects.wrote_output).items())
         return status, out, payload
 
     def _call_env(self, method: str, path: str, query: str, headers: dict, body: bytes) -> list[str]:
@@ -278,6 +356,30 @@ def _enter_netns(fd: int) -> None:
         raise OSError(ctypes.get_errno(), "setns into the container's network namespace failed")
 
 
+def _listen_in(netns: int, port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` of the network namespace ``netns``: made by a
+    thread that enters it and ends; the socket stays in that namespace, served from ours."""
+    made: dict = {}
+
+    def bind() -> None:
+        try:
+            _enter_netns(netns)
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", port))
+            sock.listen(128)
+            made["sock"] = sock
+        except OSError as exc:
+            made["error"] = exc
+
+    thread = threading.Thread(target=bind, name="s3-listen")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        raise RuntimeError(f"could not open the S3 endpoint on port {port} in the container: {made['error']}")
+    return made["sock"]
+
+
 def _probe_port(port: int) -> None:
     socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
@@ -363,12 +465,16 @@ def main(argv=None) -> None:
     parser.add_argument("--plan", required=True, help="JSON file: the container and how to call it (node/oci/launch.py)")
     parser.add_argument("--instance", required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--gateway", default="", help="the cluster's S3 endpoint (the gateway), for objects not on this node")
+    parser.add_argument("--node", default="")
+    parser.add_argument("--link", default="local", help="the emulated compute <-> storage link profile")
+    parser.add_argument("--object-fd", type=int, help="this node's object socket (node/objectfds.py), on storage nodes")
     args = parser.parse_args(argv)
     _die_with_parent()
     host = None
     try:
         with open(args.plan) as f:
-            host = Host(json.load(f))
+            host = Host(json.load(f), args.gateway, args.node, args.link, args.object_fd)
         host.start()
     except Exception as exc:
         message = traceback.format_exc().strip().splitlines()
