@@ -213,6 +213,15 @@ def test_a_stack_file_of_image_only_functions_deploys_with_nearfaas_deploy(clust
             assert far.headers["X-Nearfaas-Node"].startswith("compute-"), far.headers
             assert int(far.headers["X-Nearfaas-Bytes-Local"]) == 0 and int(far.headers["X-Nearfaas-Bytes-Remote"]) == len(data)
         assert cluster.http.get(f"{cluster.url}/system/function/stack-http").json()["image"] == images["py-http"]
+        # each container's CPU time, from its cgroup (what com.openfaas.scale.type: cpu scales on)
+        deadline = time.monotonic() + 5
+        while True:
+            used = [i["cpu_seconds"] for name in ("stack-classic", "stack-http")
+                    for i in cluster.http.get(f"{cluster.url}/system/function/{name}").json()["instances"]]
+            if all(isinstance(c, float) and c > 0 for c in used) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert used and all(isinstance(c, float) and c > 0 for c in used), used
     finally:
         for name in ("stack-shout", "stack-classic", "stack-http"):
             cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)

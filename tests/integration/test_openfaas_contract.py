@@ -140,8 +140,41 @@ def test_replicas_follow_request_rate_up_to_max_and_back_to_min(cluster, functio
     metrics = requests.get(f"{cluster.url}/metrics", timeout=10).text
     assert re.search(rf'nearfaas_autoscale_decisions_total{{direction="up",function_name="{name}"}} [1-9]', metrics)
     assert re.search(rf'nearfaas_autoscale_decisions_total{{direction="down",function_name="{name}"}} [1-9]', metrics)
-    refused = cluster.deploy("contract-cpu", functions_dir / "echo", wait=False, labels={"com.openfaas.scale.type": "cpu"})
+    refused = cluster.deploy("contract-mem", functions_dir / "echo", wait=False, labels={"com.openfaas.scale.type": "memory"})
     assert refused.status_code == 400 and "com.openfaas.scale.type" in refused.text
+
+
+def test_cpu_type_scales_on_the_cpu_its_instances_use(cluster):
+    """com.openfaas.scale.type: cpu, target 300 m: two callers keep a one-at-a-time worker's core
+    busy (about 1000 m), so replicas grow past 1; the CPU comes from the instances' cgroups."""
+    name = "contract-cpu"
+    functions = Path(__file__).resolve().parent / "functions"
+    labels = {"com.openfaas.scale.type": "cpu", "com.openfaas.scale.target": "300", "com.openfaas.scale.target-proportion": "1",
+              "com.openfaas.scale.min": "1", "com.openfaas.scale.max": "3"}
+    assert cluster.deploy(name, functions / "spin", labels=labels).status_code == 202
+    stop = threading.Event()
+
+    def caller():
+        while not stop.is_set():
+            requests.post(f"{cluster.url}/function/{name}?ms=100", timeout=30)
+
+    callers = [threading.Thread(target=caller) for _ in range(2)]
+    began = time.monotonic()
+    for t in callers:
+        t.start()
+    try:
+        while _status(cluster, name)["replicas"] < 2 and time.monotonic() - began < 30:
+            time.sleep(0.2)
+        up = time.monotonic() - began
+        used = [i["cpu_seconds"] for i in _status(cluster, name)["instances"]]
+    finally:
+        stop.set()
+        for t in callers:
+            t.join()
+    print(f"cpu-scaled: replicas {_status(cluster, name)['replicas']} after {up:.1f} s; instances' CPU seconds {used}")
+    assert _status(cluster, name)["replicas"] >= 2 and up < 30
+    assert any(isinstance(c, float) and c > 0.2 for c in used), used  # measured from the cgroups, not made up
+    cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
 
 
 def test_scale_to_zero_after_the_idle_duration_and_back_on_a_call(cluster, functions_dir):

@@ -28,7 +28,8 @@ def test_the_target_and_type_labels_set_the_load_one_replica_carries():
 
 def test_labels_it_cannot_honour_are_named():
     assert check_labels({}) is None
-    assert "cpu" in check_labels({"com.openfaas.scale.type": "cpu"})
+    assert check_labels({"com.openfaas.scale.type": "cpu"}) is None
+    assert "rps, capacity or cpu" in check_labels({"com.openfaas.scale.type": "memory"})
     assert "target" in check_labels({"com.openfaas.scale.target": "zero"})
     assert "target-proportion" in check_labels({"com.openfaas.scale.target-proportion": "1.5"})
 
@@ -90,5 +91,30 @@ def test_a_scale_by_hand_stands_until_new_load_says_otherwise():
         scaler.tick(7.0)
         await asyncio.sleep(0)
         assert state.desired >= 1
+
+    asyncio.run(run())
+
+
+def test_cpu_type_scales_on_millicores_its_instances_used():
+    """cpu: load = CPU seconds its instances' cgroups reported, per second, in millicores."""
+    async def run():
+        labels = {"com.openfaas.scale.type": "cpu", "com.openfaas.scale.target": "400", "com.openfaas.scale.target-proportion": "1"}
+        state = FunctionState({"name": "f", "scale_min": 1, "scale_max": 4, "labels": labels}, desired=1)
+        pool = _Pool(state)
+        scaler = Autoscaler(pool, CollectorRegistry(), window_s=5.0, down_after_s=10.0)
+        for t in range(6):  # one core busy (1000 m) and a stream of calls that would not matter to rps
+            scaler.tick(float(t))
+            state.cpu_seconds += 1.0
+            state.invocations += 1
+        scaler.tick(6.0)
+        await asyncio.sleep(0)
+        assert state.desired == 3 and pool.scaled[-1] == 3  # ceil(1000 / 400)
+        idle = FunctionState({"name": "g", "scale_min": 1, "scale_max": 4, "labels": labels}, desired=1)
+        pool.functions["g"] = idle
+        for t in range(7, 14):  # many calls, little CPU: a cpu-scaled function stays put
+            idle.invocations += 100
+            idle.cpu_seconds += 0.05
+            scaler.tick(float(t))
+        assert idle.desired == 1
 
     asyncio.run(run())

@@ -2,16 +2,17 @@
 ``com.openfaas.scale.min`` and ``com.openfaas.scale.max``, as OpenFaaS users configure it.
 
 Labels (OpenFaaS's names): ``com.openfaas.scale.type`` is ``rps`` (calls per second, the
-default, what OpenFaaS CE's alert rule watches) or ``capacity`` (calls in flight);
-``com.openfaas.scale.target`` is the load one replica should carry (default 5 for rps, CE's
-alert threshold, and 1 for capacity); ``com.openfaas.scale.target-proportion`` (default 0.9)
-scales up before replicas are quite full. A scale by hand (``POST /system/scale-function``) stands
-until load measured after it says otherwise. ``cpu`` is refused at deploy: a function's CPU share is
-not metered per function here. ``com.openfaas.scale.zero`` / ``zero-duration`` stay the idler's
+default, what OpenFaaS CE's alert rule watches), ``capacity`` (calls in flight) or ``cpu`` (CPU
+used, in millicores as OpenFaaS Pro reads it: 1000 = one core busy); ``com.openfaas.scale.target``
+is the load one replica should carry (default 5 for rps, CE's alert threshold, 1 for capacity,
+1000 for cpu); ``com.openfaas.scale.target-proportion`` (default 0.9) scales up before replicas
+are quite full. A scale by hand (``POST /system/scale-function``) stands until load measured
+after it says otherwise. ``com.openfaas.scale.zero`` / ``zero-duration`` stay the idler's
 (gateway/instances.py ``reap_idle``); a function at zero stays there until a call arrives.
 
 Every ``interval_s`` the load over the last ``window_s`` is measured (the gateway's own counts:
-calls started, and calls in flight or queued) and the wanted replicas are
+calls started, and calls in flight or queued; for ``cpu``, the CPU time its instances' cgroups
+report in the nodes' health answers, every 0.5 s) and the wanted replicas are
 ``ceil(load / (target * proportion))`` clamped to [min, max]. Up at once; down only once the
 wanted count has stayed lower for ``down_after_s`` (no flapping on a pause between bursts), or
 for the function's ``x-nearfaas.keep_alive`` when that is shorter (the idle time it allows a
@@ -29,6 +30,10 @@ Metrics: ``nearfaas_autoscale_desired_replicas{function_name}`` and
 Known caveats:
 - Calls that go straight to the fast-path executor are not workers' load: such functions are
   never scaled here.
+- ``cpu`` needs each instance in a cgroup of its own (isolation on, or an image function's
+  container): unjailed Python workers report no CPU time, so a cpu-scaled function there never
+  scales up on load. The CPU an instance used between its node's last report and its end is
+  not counted.
 """
 
 from __future__ import annotations
@@ -43,15 +48,14 @@ from prometheus_client import Counter, Gauge
 LABEL_TYPE = "com.openfaas.scale.type"
 LABEL_TARGET = "com.openfaas.scale.target"
 LABEL_PROPORTION = "com.openfaas.scale.target-proportion"
-TYPES = {"rps": 5.0, "capacity": 1.0}  # type -> default target per replica
+TYPES = {"rps": 5.0, "capacity": 1.0, "cpu": 1000.0}  # type -> default target per replica (cpu: millicores)
 
 
 def check_labels(labels: dict) -> str | None:
     """What is wrong with a deployment's scaling labels (for a 400 naming the label), or None."""
     kind = labels.get(LABEL_TYPE, "rps")
     if kind not in TYPES:
-        extra = " (CPU is not metered per function here)" if kind == "cpu" else ""
-        return f"labels.{LABEL_TYPE}: {kind!r} is not a scaling type here{extra}; use rps or capacity"
+        return f"labels.{LABEL_TYPE}: {kind!r} is not a scaling type here; use rps, capacity or cpu"
     for label, low in ((LABEL_TARGET, 0.0), (LABEL_PROPORTION, 0.0)):
         if label in labels:
             try:
@@ -91,14 +95,19 @@ class Autoscaler:
         while samples and samples[0][0] < state.scaled_by_hand:  # scaled by hand: what came before is no guide
             samples.popleft()
         busy = sum(i.inflight for i in state.instances.values()) + state.waiting
-        samples.append((now, state.invocations, busy))
+        samples.append((now, state.invocations, busy, state.cpu_seconds))
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:
             samples.popleft()
-        if state.spec.get("labels", {}).get(LABEL_TYPE, "rps") == "capacity":
+        kind = state.spec.get("labels", {}).get(LABEL_TYPE, "rps")
+        if kind == "capacity":
             return sum(s[2] for s in samples) / len(samples)
         first = samples[0]
         span = now - first[0]
-        return (state.invocations - first[1]) / span if span > 0 else 0.0
+        if span <= 0:
+            return 0.0
+        if kind == "cpu":
+            return (state.cpu_seconds - first[3]) / span * 1000.0  # millicores
+        return (state.invocations - first[1]) / span
 
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -41,6 +41,7 @@ class Instance:
     token: str = ""         # the worker answers only calls that carry it (runtime/worker.py)
     born: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
+    cpu_seconds: float | None = None  # its CPU time so far, as its node last measured it (cgroup)
 
     @property
     def url(self) -> str:
@@ -58,6 +59,7 @@ class FunctionState:
     meters: FunctionMeters | None = None
     scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: int = 0  # calls queued for a free instance
+    cpu_seconds: float = 0.0  # CPU time its instances used, summed from their nodes' reports (the autoscaler's cpu type)
     retry_scale_at: float = 0.0  # monotonic time to retry a scale-up that failed (0: none pending)
     scale_failures: int = 0  # failed scale-ups in a row
     freed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -220,12 +222,20 @@ class InstancePool:
         anyway, and its instances are dropped when a call to them fails or when it answers again."""
         if not node.healthy:
             return
-        alive = {w["id"] for w in node.status.get("workers", [])}
+        workers = {w["id"]: w for w in node.status.get("workers", [])}
         settled = time.monotonic() - 2 * HEALTH_INTERVAL_S  # a poll sent before a worker registered says nothing of it
         for state in self.functions.values():
-            for inst in [i for i in state.instances.values()
-                         if i.node == node.name and i.id not in alive and i.born < settled]:
-                self.drop_instance(state, inst, stop=False)
+            for inst in [i for i in state.instances.values() if i.node == node.name]:
+                if inst.id not in workers:
+                    if inst.born < settled:
+                        self.drop_instance(state, inst, stop=False)
+                    continue
+                used = workers[inst.id].get("cpu_seconds")
+                if isinstance(used, int | float):
+                    # increments only: an instance's whole past must not land in one window
+                    if inst.cpu_seconds is not None and used > inst.cpu_seconds:
+                        state.cpu_seconds += used - inst.cpu_seconds
+                    inst.cpu_seconds = used
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, spec: dict) -> FunctionState:

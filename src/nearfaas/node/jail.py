@@ -322,7 +322,13 @@ class Cgroups:
         if self.v2:
             return [os.path.join(self.root, self.group)]
         own = self._own
-        return [os.path.join(self.root, c, own.get(c, "/").lstrip("/"), self.group) for c in V1_CONTROLLERS]
+        controllers = list(V1_CONTROLLERS)
+        # cpuacct meters the CPU time the autoscaler's ``cpu`` type reads (cpu_seconds): its own
+        # group where its hierarchy is mounted apart from cpu's; co-mounted, cpu's group has it.
+        accounting = os.path.join(self.root, "cpuacct")
+        if os.path.isdir(accounting) and os.path.realpath(accounting) != os.path.realpath(os.path.join(self.root, "cpu")):
+            controllers.append("cpuacct")
+        return [os.path.join(self.root, c, own.get(c, "/").lstrip("/"), self.group) for c in controllers]
 
     def create(self, instance: str, limits: dict) -> list[str]:
         """The instance's cgroup folders, limits written; the worker joins them itself."""
@@ -380,6 +386,42 @@ class Cgroups:
             except OSError:
                 continue
             remove_cgroups([os.path.join(base, n) for n in names], kill=False)
+
+
+def cpu_seconds(dirs: list[str]) -> float | None:
+    """CPU time used so far by the processes of an instance's cgroups (v1 ``cpuacct.usage``,
+    v2 ``cpu.stat``); None where none of them meters it."""
+    for folder in dirs:
+        try:
+            return int(_read(os.path.join(folder, "cpuacct.usage"))) / 1e9
+        except (OSError, ValueError):
+            pass
+        try:
+            stat = dict(line.split() for line in _read(os.path.join(folder, "cpu.stat")).splitlines())
+            if "usage_usec" in stat:
+                return int(stat["usage_usec"]) / 1e6
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def cpu_cgroup_of(pid: int, root: str = CGROUP_ROOT) -> str | None:
+    """The cgroup folder that meters ``pid``'s CPU time (a container's, found from its init)."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = [line.rstrip("\n").split(":", 2) for line in f]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        if "cpuacct" in controllers.split(","):
+            folder = os.path.join(root, controllers, path.lstrip("/"))
+            if os.path.isdir(folder):
+                return folder
+    v2_root = root if os.path.exists(os.path.join(root, "cgroup.controllers")) else os.path.join(root, "unified")
+    for _, controllers, path in lines:
+        if controllers == "" and path != "/":
+            return os.path.join(v2_root, path.lstrip("/"))
+    return None
 
 
 def _own_cgroups() -> dict[str, str]:

@@ -76,11 +76,17 @@ class WorkerProcess:
     token: str = ""                  # what a caller must show the worker (the gateway learns it here)
     profiled: bool = False           # runs under the memory shim (x-nearfaas.memory.profile)
     tmp_dir: Path | None = None      # its private /tmp on the host, when unjailed (removed when reaped)
+    cpu_cgroup: str | None = None    # the cgroup that meters its CPU time (a container's), when not among ``cgroups``
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
                 "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
-                "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token}
+                "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token, "cpu_seconds": self.cpu_seconds()}
+
+    def cpu_seconds(self) -> float | None:
+        """Measured CPU time of the instance so far, from its cgroup (what the autoscaler's
+        ``cpu`` type reads); None when unjailed (no group of its own)."""
+        return jail.cpu_seconds([self.cpu_cgroup] if self.cpu_cgroup else self.cgroups)
 
 
 @dataclass

@@ -138,7 +138,8 @@ class FunctionsAPI:
             "estimates": {target: s for (fn, target), s in self.invoker.compute_s.items() if fn == name},
             # The call token is the admin's to see (this API needs their credentials): a benchmark
             # may call a worker directly with it.
-            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls, "token": i.token}
+            "instances": [{"id": i.id, "node": i.node, "url": i.url, "inflight": i.inflight, "calls": i.calls, "token": i.token,
+                           "cpu_seconds": i.cpu_seconds}
                           for i in state.instances.values()],
         }
 

@@ -171,6 +171,10 @@ async def start_image(pools, spec: dict, name: str):
     worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, str(run_dir),
                            False, f"image function ({run['mode']} mode, {image.digest[:19]}, image ready in {prepared:.3f}s)", uid, channel,
                            [], token)
+    try:  # the container's cgroup, found from its init (the runtime made it, under the host's)
+        worker.cpu_cgroup = jail.cpu_cgroup_of(int((run_dir / "init.pid").read_text()))
+    except (OSError, ValueError):
+        pass
     pools.workers[instance] = worker
     pools.stats.cold_starts += 1
     pools.stats.cold_start_seconds_total += elapsed
