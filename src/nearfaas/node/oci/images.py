@@ -7,7 +7,9 @@ between images), tagged by a key of the source: a file's path, size and mtime, a
 tag and index, a registry reference as written. skopeo does the conversions (docker archives,
 multi-platform indexes), and the user's files are never written to. A registry reference is
 looked up first in that layout (``nearfaas``'s local store: import an image there by hand with
-skopeo, docs/images.md), then pulled when a registry answers.
+skopeo, docs/images.md), then pulled when a registry answers: over TLS, except from a registry on
+this host's loopback (``localhost:5000``, as kind and k3d users run one) or one named in
+``NEARFAAS_INSECURE_REGISTRIES`` (comma-separated ``host:port``), which speak plain HTTP.
 
 The manifest's layers key the unpacked bundle (``<state>/oci/bundles/<key>/rootfs``, by umoci):
 instances and functions that use the same image share one read-only rootfs, so a second instance
@@ -110,6 +112,8 @@ def _import(source: str, layout: Path, tag: str, skopeo: str) -> None:
             return
     timeout = REGISTRY_TIMEOUT_S if source.startswith("docker://") else IMPORT_TIMEOUT_S
     argv = [skopeo, "--insecure-policy", "copy", "--quiet", source, f"oci:{layout}:{tag}"]
+    if source.startswith("docker://") and plain_http_registry(source.removeprefix("docker://")):
+        argv[3:3] = ["--src-tls-verify=false"]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -119,12 +123,24 @@ def _import(source: str, layout: Path, tag: str, skopeo: str) -> None:
     said = " ".join((done.stderr or done.stdout).strip().split())[-400:]
     if source.startswith("docker://"):
         ref = source.removeprefix("docker://")
-        raise ImageError(f"image: {ref!r} is not in this host's image store and no registry answered ({said}). Fix: save the "
+        raise ImageError(f"image: {ref!r} is not in this host's image store and could not be pulled from its registry ({said}). "
+                         f"Fix: push it there (a registry on loopback, or one in NEARFAAS_INSECURE_REGISTRIES, may be plain HTTP), save the "
                          f"image to a file (docker save, or skopeo copy ... docker-archive:IMG.tar) and deploy "
                          f"image: docker-archive:/path/IMG.tar (or oci-archive:/ oci:), or import it once with "
                          f"skopeo copy docker-archive:IMG.tar oci:{layout}:{ref}", status=502)
     raise ImageError(f"image: {source} is not a readable image ({said}). Fix: export it again (skopeo copy ... "
                      f"oci-archive:FILE, docker save -o FILE) or give the OCI layout folder as oci:/path[:tag]")
+
+
+def plain_http_registry(reference: str) -> bool:
+    """Whether the registry of ``reference`` is spoken to over plain HTTP: one on loopback (its
+    traffic never leaves the host) or one the operator listed in NEARFAAS_INSECURE_REGISTRIES."""
+    first = reference.split("/", 1)[0]
+    if "/" not in reference or not ("." in first or ":" in first or first == "localhost"):
+        return False  # docker.io/library/...: a public registry, always TLS
+    host = first[1:first.find("]")] if first.startswith("[") else first.partition(":")[0]  # [::1]:5000, host:5000
+    listed = {r.strip() for r in os.environ.get("NEARFAAS_INSECURE_REGISTRIES", "").split(",") if r.strip()}
+    return host in ("localhost", "::1") or host.startswith("127.") or first in listed
 
 
 def _tag(layout: Path, existing: str, tag: str) -> None:
