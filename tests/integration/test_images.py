@@ -260,6 +260,24 @@ def test_a_chain_of_image_functions_passes_its_intermediate_on_the_storage_node(
     assert "read=0;" in call.headers["X-Nearfaas-Link"], call.headers["X-Nearfaas-Link"]
 
 
+def test_an_image_function_scaled_to_zero_cold_starts_its_container_on_a_call(cluster, images, deploy):
+    """OpenFaaS's idler labels on an image function: at zero after the idle duration, and the
+    next call creates a container again, its cold start measured in X-Nearfaas-Timing."""
+    labels = {"com.openfaas.scale.zero": "true", "com.openfaas.scale.zero-duration": "2s"}
+    assert deploy("img-zero", images["py-http"], labels=labels).status_code == 202
+    status = lambda: cluster.http.get(f"{cluster.url}/system/function/img-zero").json()  # noqa: E731
+    idle = time.monotonic()
+    while (status()["replicas"] or status()["availableReplicas"]) and time.monotonic() - idle < 20:
+        time.sleep(0.2)
+    assert status()["replicas"] == 0 and status()["availableReplicas"] == 0, status()
+    call = requests.post(f"{cluster.url}/function/img-zero", data=b"wake", timeout=60)
+    assert call.status_code == 200 and call.json()["body"] == "WAKE", call.text
+    assert call.headers["X-Nearfaas-Start"] == "cold", call.headers
+    cold = float(dict(f.split("=") for f in call.headers["X-Nearfaas-Timing"].split(";")[1:])["cold_start"])
+    print(f"\nimage function from zero: container cold start {cold * 1000:.0f} ms (measured)")
+    assert cold > 0.01  # a container was made: not a warm instance
+
+
 @pytest.fixture
 def registry(images, tmp_path):
     """A real registry (Debian's docker-registry, the CNCF distribution server) on loopback,
