@@ -2,7 +2,7 @@
 
 nearfaas hw simulate -c scale.cfg -t topology.csv [--gemm] [--mode scalesim|dsa] [--json]
 nearfaas hw compile resnet50 --config dsa.yml [--batch 1] [--mode dsa|scalesim] [--json]
-nearfaas hw dse [--budget-w 25] [--models all|a,b] [--out DIR] [--json]
+nearfaas hw dse [--budget-w 25] [--models all|a,b] [--out DIR] [--json] [--ray ADDRESS|auto]
 nearfaas hw report [--json]
 """
 
@@ -152,17 +152,29 @@ def compile_cmd(model, cfg_path, batch, mode, show_all, as_json):
     help="accelerator power for feasibility: peak (TDP-style) or the max batch-1 average over the models",
 )
 @click.option("--no-progress", is_flag=True, help="no progress bar (it goes to stderr)")
-def dse_cmd(budget_w, models_spec, out_dir, as_json, power, no_progress):
-    """Design-space exploration: 690 DSA configs x the zoo models under a power budget (modelled)."""
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto",
+              help="run the configs as Ray tasks on the cluster at host:port (e.g. 10.0.0.5:6379, started with "
+              "`ray start --head`), or auto: the cluster running here, else a local Ray on this machine's cores (local: always a fresh local Ray). "
+              "The results are the same as without --ray, byte for byte")
+def dse_cmd(budget_w, models_spec, out_dir, as_json, power, no_progress, ray_address):
+    """Design-space exploration: 690 DSA configs x the zoo models under a power budget (modelled).
+
+    \b
+    nearfaas hw dse --budget-w 25 --out dse          # here, one process
+    nearfaas hw dse --ray auto --json                # the 690 configs fanned out over a (local) Ray
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from nearfaas.fanout import FanoutError, connect
     from nearfaas.hw import dse
     from nearfaas.hw.report import dse_summary
 
     try:
         dse.check_budget(budget_w)
         models = dse.parse_models(models_spec)
+        if ray_address:
+            connect(ray_address)  # an unreachable or malformed address fails now, before any work
         configs = dse.default_space()
         console = Console(stderr=True)
         with Progress(
@@ -176,10 +188,12 @@ def dse_cmd(budget_w, models_spec, out_dir, as_json, power, no_progress):
         ) as bar:
             load = bar.add_task("importing models", total=len(models))
             sks = dse.load_skeletons(models, progress=lambda _k: bar.advance(load))
-            task = bar.add_task("sweeping configs", total=len(configs))
-            res = dse.sweep(configs, models, budget_w, skeletons=sks, advance=lambda n: bar.advance(task, n), power=power)
+            where = f" on Ray ({ray_address})" if ray_address else ""
+            task = bar.add_task(f"sweeping configs{where}", total=len(configs))
+            res = dse.sweep(configs, models, budget_w, skeletons=sks, advance=lambda n: bar.advance(task, n), power=power,
+                            ray_address=ray_address)
         files = dse.write_outputs(res, out_dir) if out_dir else {}
-    except HwError as exc:
+    except (HwError, FanoutError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(_dse_json(res, files))

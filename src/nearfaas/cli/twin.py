@@ -3,6 +3,7 @@ measured inputs it is built on are named in each output).
 
 nearfaas twin report [--baseline paper|measured-here] [--out DIR] [--json] [--quick] [--apps a,b] [--platforms p,q]
                      [--trace CSV [--durations CSV|auto|none] [--memory CSV|auto|none]] [--minutes N] [--size-rack fixed|auto]
+                     [--ray ADDRESS|auto]
 nearfaas twin e2e APP [--baseline paper|measured-here] [--platform dscs] [--batch 1] [--link s3-like] [--json]
 nearfaas twin availability [--cluster FILE] [--r-m 0.1] [--json]
 """
@@ -79,17 +80,27 @@ def _csv(value: str | None) -> list[str] | None:
               "<= 70% utilisation (30% headroom) and the busiest minute's at <= 100%, under every policy")
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--no-progress", is_flag=True, help="no progress display (it goes to stderr)")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS|auto",
+              help="run the independent points (the uncertainty study's evaluations, the sensitivity studies' points, the "
+              "rack simulation's policies) as Ray tasks on the cluster at host:port (e.g. 10.0.0.5:6379, started with "
+              "`ray start --head`), or auto: the cluster running here, else a local Ray on this machine's cores (local: always a fresh local Ray). "
+              "results.json is the same as without --ray (its measured wall_s/seconds and generated time aside)")
 @BASELINE
 def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, durations, memory, minutes, size_rack, seed,
-               no_progress, baseline):
+               no_progress, ray_address, baseline):
     """Regenerate the whole evaluation: speedup, runtime breakdown, energy, cost efficiency,
     queue and latency over time, and the four sensitivity studies (modelled).
 
     The rack simulation warns (stderr, and "warnings" in the JSON) when the workload's offered
     load exceeds the rack; --size-rack auto sizes the rack to it instead.
-    """
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    \b
+    nearfaas twin report --quick --ray auto          # the Monte Carlo and studies on a (local) Ray
+    nearfaas twin report --ray 10.0.0.5:6379         # on a cluster started with `ray start --head`
+    """
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from nearfaas.fanout import FanoutError, connect
     from nearfaas.twin import render, report
 
     if size_rack == "auto" and nodes is not None:
@@ -97,16 +108,28 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
     if trace is None and (durations not in ("auto", "none") or memory not in ("auto", "none")):
         raise click.UsageError("--durations and --memory files go with an Azure trace: pass --trace INVOCATIONS.csv too")
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=Console(stderr=True, width=WIDTH),
-                      disable=no_progress, transient=True) as bar:
-            task = bar.add_task("twin report", total=None)
+        if ray_address:
+            connect(ray_address)  # an unreachable or malformed address fails now, before any work
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), TextColumn("{task.fields[count]}"),
+                      TimeElapsedColumn(), console=Console(stderr=True, width=WIDTH), disable=no_progress, transient=True) as bar:
+            task = bar.add_task("twin report", total=None, count="")
+
+            def counted(description: str, total: int):
+                """A counted step's bar: advances as its points finish (here or on Ray), then hides."""
+                t, done = bar.add_task(description, total=total, count=f"0/{total}"), [0]
+
+                def advance(n: int) -> None:
+                    done[0] += n
+                    bar.update(t, advance=n, count=f"{done[0]}/{total}", visible=done[0] < total)
+                return advance
+
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
                                    trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline,
                                    durations=durations if trace else None, memory=memory if trace else None, minutes=minutes,
-                                   size_rack=size_rack)
+                                   size_rack=size_rack, ray_address=ray_address, counted=counted)
             bar.update(task, description="writing figures and report.html")
             paths = render.write(results, out_dir)
-    except (ValueError, KeyError, OSError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
+    except (ValueError, KeyError, OSError, FanoutError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
         raise click.ClickException(str(exc).strip("'\"")) from None
     sim = results["simulation"]
     for note in sim["notes"]:

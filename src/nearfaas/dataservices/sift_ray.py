@@ -31,7 +31,6 @@ Known caveats:
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import defaultdict
 
@@ -52,29 +51,17 @@ def _ray():
 
 def connect(address: str | None = None, num_cpus: int | None = None):
     """Join the Ray cluster at ``address`` (host:port), or start a local one. An unreachable
-    address is a clear error after a 3 s TCP probe, not a minute-long hang."""
-    ray = _ray()
-    if address and address != "auto":
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise SiftError(f"--ray-address must be host:port (e.g. 127.0.0.1:6379), got {address!r}")
-        try:
-            socket.create_connection((host, int(port)), timeout=3).close()
-        except OSError as e:
-            raise SiftError(f"cannot reach a Ray cluster at {address}: {e}; start one with `ray start --head` "
-                            "or leave --ray-address out to run on a local Ray") from None
-    if ray.is_initialized():
-        return ray
+    address is a clear error after a 3 s TCP probe, not a minute-long hang. The connecting is
+    ``nearfaas.fanout.connect``'s (shared with ``--ray`` of ``hw dse`` and ``twin report``);
+    ``auto`` here stays strict: it joins a running cluster or fails."""
+    _ray()
+    from nearfaas.fanout import FanoutError
+    from nearfaas.fanout import connect as fanout_connect
+
     try:
-        # "local" starts a fresh local Ray: without it, ray.init joins whatever `ray start` ran
-        # last on this machine (its address is remembered in /tmp/ray), even one long gone.
-        ray.init(address=address or "local", num_cpus=None if address else num_cpus, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False, ignore_reinit_error=True)
-    except (ConnectionError, RuntimeError) as e:
-        hint = (" — if the cluster uses token authentication (Ray's default for `ray start --head`), "
-                "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) here too") if address else ""
-        raise SiftError(f"cannot join the Ray cluster at {address or 'local'}: {str(e).splitlines()[0]}{hint}") from None
-    return ray
+        return fanout_connect(address, num_cpus, option="--ray-address", auto_local=False)
+    except FanoutError as e:
+        raise SiftError(str(e)) from None
 
 
 def _serialize(table) -> bytes:

@@ -39,6 +39,7 @@ from .dsa.graph import Workload, load_ops
 from .dsa.lower import Gemm, lower
 from .dsa.timing import choose_tiles, fold_shape, gemm_timing, vpu_op_timing
 from .energy import EnergyModel
+from nearfaas.fanout import run_points
 from nearfaas.stats import geomean
 
 ZOO = ("logreg", "resnet50", "yolov3", "fcn", "efficientnet", "bert_base", "gpt2_xl", "vit_huge")
@@ -354,6 +355,16 @@ def name_of(cfg: DSAConfig) -> str:
     return f"{cfg.rows}x{cfg.cols}/{s}/{str(cfg.dram).upper()}"
 
 
+def config_point(shared: tuple[dict[str, Skeleton], list[str]], point: tuple[int, DSAConfig]) -> tuple[dict, list[dict]]:
+    """One config of the sweep: its record and one ``evaluate`` per model (a pure function of its
+    arguments, so it runs the same here or on a Ray worker)."""
+    sks, models = shared
+    i, cfg = point
+    em = energy_model(cfg)
+    rec = {"config_id": i, "name": name_of(cfg), **config_record(cfg, em)}
+    return rec, [evaluate(sks[m], cfg, em) for m in models]
+
+
 @dataclass
 class SweepResult:
     models: list[str]
@@ -375,8 +386,11 @@ def sweep(
     skeletons: dict[str, Skeleton] | None = None,
     advance: Callable[[int], None] | None = None,
     power: str = "peak",
+    ray_address: str | None = None,
 ) -> SweepResult:
-    """Evaluate every config on every model; Pareto frontiers; the optimum within ``budget_w``."""
+    """Evaluate every config on every model; Pareto frontiers; the optimum within ``budget_w``.
+    ``ray_address`` (host:port or ``auto``): the configs run as Ray tasks (``nearfaas.fanout``),
+    with the same result as here; ``advance(n)`` is called as configs finish."""
     budget_w = check_budget(budget_w)
     if power not in POWER_METRICS:
         raise DseError(f"power metric {power!r}: use one of {', '.join(POWER_METRICS)}")
@@ -392,10 +406,12 @@ def sweep(
         raise DseError("empty design space")
     sks = skeletons if skeletons is not None else load_skeletons(models)
     rows, points = [], []
-    for i, cfg in enumerate(configs):
-        em = energy_model(cfg)
-        rec = {"config_id": i, "name": name_of(cfg), **config_record(cfg, em)}
-        res = [evaluate(sks[m], cfg, em) for m in models]
+    # Each config is an independent point (run here, or as Ray tasks with ``ray_address``); the
+    # skeletons go to the workers once. Results come back in config order: the output is the same.
+    done = run_points(config_point, list(enumerate(configs)), shared=({m: sks[m] for m in models}, models),
+                      ray_address=ray_address, progress=advance, description="sweeping configs")
+    for rec, res in done:
+        i = rec["config_id"]
         for r in res:
             points.append(
                 {"config_id": i, "name": rec["name"], **{k: rec[k] for k in ("rows", "cols", "sram_kib", "dram", "area_mm2")}, **r}
@@ -408,8 +424,6 @@ def sweep(
         for m, r in zip(models, res, strict=True):
             rec[f"{m}_per_s"] = r["throughput"]
         rows.append(rec)
-        if advance:
-            advance(1)
     for rec in rows:
         rec["power_w"] = rec[pkey]
         for b in sorted({budget_w, *DEFAULT_BUDGETS_W}):

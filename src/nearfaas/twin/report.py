@@ -18,11 +18,13 @@ perturbed constants re-runs.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import platform as host
 import time
 from collections.abc import Callable
 
 from nearfaas.apps.catalog import APPS
+from nearfaas.fanout import run_points
 from nearfaas.link.profiles import get_profile
 
 from . import e2e, rackload, sensitivity
@@ -142,6 +144,8 @@ def simulate(
     memory=None,
     minutes: int | None = None,
     size_rack: str = "fixed",
+    ray_address: str | None = None,
+    advance: Callable[[int], None] | None = None,
     **opts,
 ) -> dict:
     """The rack under one trace, once per placement policy: dscs storage nodes and compute
@@ -150,7 +154,8 @@ def simulate(
     its first ``minutes``; without it the bursty Poisson trace. ``size_rack="auto"``: the rack
     sized to the workload's offered load (rackload.SIZING_RULE) instead of ``nodes``. Returns the
     simulation block of results.json, with per-policy ``summary``, the offered ``load`` and
-    ``warnings`` where the rack is undersized."""
+    ``warnings`` where the rack is undersized. ``ray_address``: the policies run as
+    Ray tasks (``nearfaas.fanout``), with the same runs; ``advance(n)``: n policies done."""
     rate, schedule, duration_s, tr = check_rack(nodes, rate, duration_s, trace, seed, durations, memory, minutes, size_rack)
     services, means = sim_services(link, baseline=baseline, **opts)
     runtime = sensitivity.runtime_start()
@@ -175,19 +180,25 @@ def simulate(
     if size_rack == "auto":
         notes.append(f"--size-rack auto: {nodes} nodes ({where}) for the offered load, instead of {requested}: {rackload.SIZING_RULE}")
     runs, summary = {}, {}
-    for policy in policies:
+    base = {"storage_nodes": storage, "compute_nodes": compute, "compute_slots": SIM_SLOTS, "apps": apps, "services": services,
+            "keep_alive_s": 600.0, "image_pull_s": 0.0, "model_load_s": runtime[0] + weights_s[len(weights_s) // 2], "link": link,
+            "bin_s": 10.0, "seed": seed, "queue_in_view": True, "storage_memory_mb": mem_caps[0], "compute_memory_mb": mem_caps[1]}
+    shared = {"config": base, "schedule": schedule, "duration_s": duration_s, "trace": tr, "seed": seed}
+    if ray_address:  # every policy's run at once, as Ray tasks (each seeded alike: the same runs as here)
         if progress:
-            progress(policy)
-        cfg = SimConfig(storage_nodes=storage, compute_nodes=compute, compute_slots=SIM_SLOTS, policy=policy, apps=apps,
-                        services=services, keep_alive_s=600.0, image_pull_s=0.0, model_load_s=runtime[0] + weights_s[len(weights_s) // 2],
-                        link=link, bin_s=10.0, seed=seed, queue_in_view=True, storage_memory_mb=mem_caps[0], compute_memory_mb=mem_caps[1])
-        wl = poisson(schedule, duration_s, seed=seed) if tr is None else tr.replay(seed)
-        r = Simulator(cfg).run(wl)
-        # DSCS §6.2.2's metric: the cumulative wall-clock time the platforms take to process the
-        # requests (each request's time in service: its latency less its queueing).
-        busy = r.completed * (r.latency["mean"] - r.mean_wait_s) if r.completed else 0.0
-        runs[policy] = {**r.summary(), "cumulative_processing_s": busy, "series": r.series}
-        summary[policy] = policy_summary(r)
+            progress(f"{', '.join(policies)} on Ray")
+        done = run_points(policy_run, list(policies), shared=shared, ray_address=ray_address, progress=advance,
+                          description="rack-scale simulation")
+    else:
+        done = []
+        for policy in policies:
+            if progress:
+                progress(policy)
+            done.append(policy_run(shared, policy))
+            if advance:
+                advance(1)
+    for policy, (run, head) in zip(policies, done, strict=True):
+        runs[policy], summary[policy] = run, head
     return {
         "mode": baseline,
         "label": "modelled (discrete-event simulation; placements by the live nearfaas.placement policy objects; wall_s measured)",
@@ -227,6 +238,19 @@ def simulate(
             "queue_depth": 10_000,
         },
     }
+
+
+def policy_run(shared: dict, policy: str) -> tuple[dict, dict]:
+    """One placement policy's simulation of the rack (module level: a Ray task with --ray). Returns
+    its ``runs`` entry and its ``summary`` (``policy_summary``)."""
+    cfg = SimConfig(policy=policy, **shared["config"])
+    tr, seed = shared["trace"], shared["seed"]
+    wl = poisson(shared["schedule"], shared["duration_s"], seed=seed) if tr is None else tr.replay(seed)
+    r = Simulator(cfg).run(wl)
+    # DSCS §6.2.2's metric: the cumulative wall-clock time the platforms take to process the
+    # requests (each request's time in service: its latency less its queueing).
+    busy = r.completed * (r.latency["mean"] - r.mean_wait_s) if r.completed else 0.0
+    return {**r.summary(), "cumulative_processing_s": busy, "series": r.series}, policy_summary(r)
 
 
 def policy_summary(r) -> dict:
@@ -278,10 +302,18 @@ def build(
     memory=None,
     minutes: int | None = None,
     size_rack: str = "fixed",
+    ray_address: str | None = None,
+    counted: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> dict:
     """Every number of the report in ``baseline``'s mode. ``quick``: a 20-node rack and 1,000
     Monte Carlo samples. ``trace``, ``durations``, ``memory``, ``minutes``, ``size_rack``: the
-    rack simulation's workload and rack (``simulate``)."""
+    rack simulation's workload and rack (``simulate``).
+
+    ``ray_address`` (host:port or ``auto``): the independent points — the uncertainty study's
+    evaluations, the sensitivity studies' points, the rack simulation's policies — run as Ray
+    tasks (``nearfaas.fanout``); every point is seeded by its own inputs, so the results are the
+    local run's (the measured ``wall_s``/``seconds``/``generated`` fields aside).
+    ``counted(description, total)``: starts a counted step, returns its ``advance(n)``."""
     step = progress or (lambda _m: None)
     t0 = time.perf_counter()
     P.check_baseline(baseline)
@@ -295,13 +327,21 @@ def build(
     ev = e2e.evaluate(apps, platforms, link=link, **opts)
     other = next(b for b in P.BASELINES if b != baseline)
     alt = e2e.evaluate(apps, platforms, link=link, baseline=other, request_seed=seed)
-    step("uncertainty: the headline over the assumption/mem constants' ranges (Monte Carlo)")
-    ranges = headline_uncertainty(apps, platforms, link, opts, samples=UNCERTAINTY_SAMPLES[quick], seed=seed)
-    step("sensitivity: batch, tail, accelerated functions, cold start")
-    sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed, **opts)
-    step("rack-scale simulation")
+    on = f" on Ray ({ray_address})" if ray_address else ""
+
+    def count(description: str, total: int):
+        return counted(description + on, total) if counted else None
+
+    step(f"uncertainty: the headline over the assumption/mem constants' ranges (Monte Carlo){on}")
+    ranges = headline_uncertainty(apps, platforms, link, opts, samples=UNCERTAINTY_SAMPLES[quick], seed=seed, ray_address=ray_address,
+                                  progress=count("uncertainty: evaluations", uncertainty_evaluations(UNCERTAINTY_SAMPLES[quick])))
+    step(f"sensitivity: batch, tail, accelerated functions, cold start{on}")
+    sens = sensitivity.all_studies(apps, platforms, link=link, samples=1000 if quick else 4000, seed=seed, ray_address=ray_address,
+                                   progress=count("sensitivity: points", sensitivity.POINTS), **opts)
+    step(f"rack-scale simulation{on}")
     sim = simulate(nodes, trace=tr, rate=rate, seed=seed, link=link, baseline=baseline, minutes=minutes, size_rack=size_rack,
-                   progress=lambda p: step(f"rack-scale simulation: {p}"))
+                   progress=lambda p: step(f"rack-scale simulation: {p}"), ray_address=ray_address,
+                   advance=count("rack-scale simulation: policies", len(SIM_POLICIES)))
     return _results(ev, alt, sens, sim, quick, sim["inputs"]["nodes"], seed, t0, ranges)
 
 
@@ -311,12 +351,22 @@ def build(
 UNCERTAINTY_SAMPLES = {True: 40, False: 200}
 
 
-def headline_uncertainty(apps, platforms, link: str, opts: dict, samples: int, seed: int) -> dict:
+def headline_uncertainty(apps, platforms, link: str, opts: dict, samples: int, seed: int, ray_address: str | None = None,
+                         progress: Callable[[int], None] | None = None) -> dict:
     """The headline ratios' ranges when every ``assumption``/``mem`` constant with a documented
-    range is drawn within it (twin/uncertainty.py), with a one-at-a-time tornado."""
+    range is drawn within it (twin/uncertainty.py), with a one-at-a-time tornado. With
+    ``ray_address`` the evaluations run as Ray tasks (the callable is pickled to the workers)."""
     from nearfaas.twin import uncertainty
 
-    return uncertainty.headline_ranges(lambda: e2e.evaluate(apps, platforms, link=link, **opts), samples=samples, seed=seed)
+    evaluate = functools.partial(e2e.evaluate, apps, platforms, link=link, **opts)
+    return uncertainty.headline_ranges(evaluate, samples=samples, seed=seed, ray_address=ray_address, progress=progress)
+
+
+def uncertainty_evaluations(samples: int) -> int:
+    """Evaluations the uncertainty study fans out: two per swept constant, then the samples."""
+    from nearfaas.twin import uncertainty
+
+    return 2 * len(uncertainty.uncertain_constants()) + samples
 
 
 def _results(ev, alt, sens, sim, quick, nodes, seed, t0, ranges) -> dict:

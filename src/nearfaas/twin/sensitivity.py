@@ -35,6 +35,7 @@ import numpy as np
 
 from . import platforms as P
 from .e2e import MEASURED, MODELLED, P95_REQUESTS, Breakdown, Stage, Term, _net, _p2p, _pcie, _profiles, at_percentile, end_to_end, profile
+from nearfaas.fanout import run_points
 from nearfaas.stats import geomean
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -45,6 +46,7 @@ _Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 COLD_START_FILE = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "cold_start.json"
 ARM_HOSTED = ("ns_arm", "ns_mobile_gpu")  # an A57 complex builds the session (TX2, NS-ARM)
 LABEL = "modelled (twin sensitivity study; measured inputs named in inputs)"
+POINTS = len(BATCHES) + len(TAIL_COMPONENTS) + len(ACCELERATED_FUNCTIONS) + 1  # all_studies' independent points
 
 
 def _apps_platforms(apps, platforms) -> tuple[list[str], list[str]]:
@@ -123,24 +125,35 @@ def tail_sweep(
     if bad or not components:
         raise ValueError(f"components={list(components)!r}: use one or more of {', '.join(TAIL_COMPONENTS)}")
     samples = _check_values("samples", [samples], 100)[0]
+    out = {comp: _tail_component(ci, comp, ratios, apps, platforms, samples, seed, link, opts) for ci, comp in enumerate(components)}
+    return _tail_result(ratios, out, apps, link, samples, seed)
+
+
+def _tail_component(ci: int, comp: str, ratios: list, apps: list, platforms: list, samples: int, seed: int, link: str,
+                    opts: dict) -> dict:
+    """{platform: {ratio: {"p50", "p99"}}} of one swept component (the ``ci``-th): its draws come
+    from generators seeded by (seed, ci, ratio, platform, app) only, so a component computes the
+    same alone (a Ray task) as in the loop."""
     every = list(dict.fromkeys(["cpu", *platforms]))
     mean = {**opts, "latency": "mean"}  # this study's own tail model replaces the p95 sampling
     bds = {p: {a: end_to_end(a, p, 1, link, **mean) for a in apps} for p in every}
-    out: dict = {}
-    for ci, comp in enumerate(components):
-        out[comp] = {p: {} for p in platforms}
-        for ri, r in enumerate(ratios):
-            # One generator per (component, ratio): adding a platform never changes another's numbers.
-            pct = {}
-            for pi, p in enumerate(every):
-                for ai, a in enumerate(apps):
-                    rng = np.random.default_rng([seed, ci, ri, pi, ai])
-                    pct[p, a] = np.percentile(_sample_totals(bds[p][a], comp, r, samples, rng), [50, 99])
-            for p in platforms:
-                out[comp][p][f"{r:g}"] = {
-                    "p50": geomean(pct["cpu", a][0] / pct[p, a][0] for a in apps),
-                    "p99": geomean(pct["cpu", a][1] / pct[p, a][1] for a in apps),
-                }
+    out: dict = {p: {} for p in platforms}
+    for ri, r in enumerate(ratios):
+        # One generator per (component, ratio): adding a platform never changes another's numbers.
+        pct = {}
+        for pi, p in enumerate(every):
+            for ai, a in enumerate(apps):
+                rng = np.random.default_rng([seed, ci, ri, pi, ai])
+                pct[p, a] = np.percentile(_sample_totals(bds[p][a], comp, r, samples, rng), [50, 99])
+        for p in platforms:
+            out[p][f"{r:g}"] = {
+                "p50": geomean(pct["cpu", a][0] / pct[p, a][0] for a in apps),
+                "p99": geomean(pct["cpu", a][1] / pct[p, a][1] for a in apps),
+            }
+    return out
+
+
+def _tail_result(ratios: list, out: dict, apps: list, link: str, samples: int, seed: int) -> dict:
     return {
         "label": LABEL + "; Monte Carlo",
         "ratios": ratios,
@@ -277,11 +290,61 @@ def cold_start(apps=None, platforms=None, link: str = "s3-like", cold_start_path
     }
 
 
-def all_studies(apps=None, platforms=None, link: str = "s3-like", samples: int = 4000, seed: int = 0, **opts) -> dict:
-    """The four studies as ``results.json``'s ``sensitivity`` block."""
+def all_studies(apps=None, platforms=None, link: str = "s3-like", samples: int = 4000, seed: int = 0, ray_address: str | None = None,
+                progress=None, **opts) -> dict:
+    """The four studies as ``results.json``'s ``sensitivity`` block.
+
+    Their independent points (each batch size, each tail component, each count of accelerated
+    functions, the cold-start study) run here one after another, or as Ray tasks with
+    ``ray_address`` (host:port or ``auto``; ``nearfaas.fanout``): each point is a pure function of
+    its inputs (the tail draws are seeded per component, ratio, platform and app), and the parts
+    are joined in the same order, so both give the same block. ``progress``: advance(n) as
+    points finish (or True for a bar)."""
+    apps_, _ = _apps_platforms(apps, platforms)
+    samples = _check_values("samples", [samples], 100)[0]
+    points = ([("batch", b) for b in BATCHES] + [("tail", (ci, c)) for ci, c in enumerate(TAIL_COMPONENTS)]
+              + [("accelerated_functions", k) for k in ACCELERATED_FUNCTIONS] + [("cold_start", None)])
+    shared = {"apps": apps, "platforms": platforms, "link": link, "samples": samples, "seed": seed, "opts": opts}
+    parts = run_points(study_point, points, shared=shared, ray_address=ray_address, progress=progress,
+                       description="sensitivity studies")
+    got = dict(zip(points, parts, strict=True))
+    batch = [got["batch", b] for b in BATCHES]
+    accel = [got["accelerated_functions", k] for k in ACCELERATED_FUNCTIONS]
     return {
-        "batch": batch_sweep(apps=apps, platforms=platforms, link=link, **opts),
-        "tail": tail_sweep(apps=apps, platforms=platforms, samples=samples, seed=seed, link=link, **opts),
-        "accelerated_functions": accelerated_functions(apps=apps, platforms=platforms, link=link, **opts),
-        "cold_start": cold_start(apps=apps, platforms=platforms, link=link, **opts),
+        "batch": {**batch[0], "batches": list(BATCHES),
+                  "speedup_vs_cpu": _joined(r["speedup_vs_cpu"] for r in batch), "items_per_s": _joined(r["items_per_s"] for r in batch)},
+        "tail": _tail_result(list(map(float, TAIL_RATIOS)), {c: got["tail", (ci, c)] for ci, c in enumerate(TAIL_COMPONENTS)},
+                             apps_, link, samples, seed),
+        "accelerated_functions": {**accel[0], "counts": list(ACCELERATED_FUNCTIONS),
+                                  "speedup_vs_cpu": _joined(r["speedup_vs_cpu"] for r in accel),
+                                  "data_movement_share": _joined(r["data_movement_share"] for r in accel)},
+        "cold_start": got["cold_start", None],
     }
+
+
+def _joined(blocks) -> dict:
+    """{platform: {key: value}} blocks of single-point runs, merged in order."""
+    out: dict = {}
+    for block in blocks:
+        for p, row in block.items():
+            out.setdefault(p, {}).update(row)
+    return out
+
+
+def study_point(shared: dict, point: tuple) -> dict:
+    """One point of ``all_studies``: a batch size, a tail component, a count of accelerated
+    functions, or the cold-start study (module level, so Ray can run it on a worker)."""
+    kind, arg = point
+    apps, platforms, link, opts = shared["apps"], shared["platforms"], shared["link"], shared["opts"]
+    if kind == "batch":
+        return batch_sweep([arg], apps=apps, platforms=platforms, link=link, **opts)
+    if kind == "tail":
+        ci, comp = arg
+        apps_, platforms_ = _apps_platforms(apps, platforms)
+        ratios = _check_values("ratios", TAIL_RATIOS, 1, whole=False)
+        return _tail_component(ci, comp, ratios, apps_, platforms_, shared["samples"], shared["seed"], link, opts)
+    if kind == "accelerated_functions":
+        return accelerated_functions([arg], apps=apps, platforms=platforms, link=link, **opts)
+    if kind == "cold_start":
+        return cold_start(apps=apps, platforms=platforms, link=link, **opts)
+    raise ValueError(f"unknown sensitivity point {point!r}")

@@ -53,6 +53,7 @@ import importlib
 import math
 import time
 import types
+import uuid
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -60,6 +61,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from nearfaas.fanout import run_points
 from nearfaas.hw.sourced import Sourced
 
 SAMPLES = 200
@@ -330,14 +332,13 @@ def default_evaluate() -> dict:
     return e2e.evaluate()
 
 
-def _one_at_a_time(uncertain: list, run, nominal: dict, keys: list) -> tuple[dict, dict]:
+def _one_at_a_time(uncertain: list, run_many, nominal: dict, keys: list) -> tuple[dict, dict]:
     """One at a time: each constant at its range ends. Returns (oat, status)."""
     oat: dict[Constant, tuple[dict, dict]] = {}
     status: dict[Constant, str] = {}
-    for c in uncertain:
-        lo, hi = c.sourced.sweep
-        r_lo, read_lo = run({c: lo}, traced=True)
-        r_hi, read_hi = run({c: hi}, traced=True)
+    ends = run_many([({c: end}, True) for c in uncertain for end in c.sourced.sweep], "uncertainty: one at a time")
+    for i, c in enumerate(uncertain):
+        (r_lo, read_lo), (r_hi, read_hi) = ends[2 * i], ends[2 * i + 1]
         oat[c] = (r_lo, r_hi)
         if any(_moved(r_lo[k], nominal[k]) or _moved(r_hi[k], nominal[k]) for k in keys):
             status[c] = REACHES
@@ -346,14 +347,51 @@ def _one_at_a_time(uncertain: list, run, nominal: dict, keys: list) -> tuple[dic
     return oat, status
 
 
-def _monte_carlo(swept: list, samples: int, seed: int, run, nominal: dict, keys: list):
-    """Monte Carlo over the constants that reach the model: a (samples, keys) array."""
+def _monte_carlo(swept: list, samples: int, seed: int, run_many, nominal: dict, keys: list):
+    """Monte Carlo over the constants that reach the model: a (samples, keys) array. Sample i's
+    values are row i of each constant's own seeded draws: no sample depends on another's run."""
     table = {c: draws(c, samples, seed) for c in swept}
     mc = np.empty((samples, len(keys)))
-    for i in range(samples):
-        r, _ = run({c: float(table[c][i]) for c in swept}) if swept else (nominal, None)
+    if not swept:
+        mc[:] = [nominal[k] for k in keys]
+        return mc
+    runs = run_many([({c: float(table[c][i]) for c in swept}, False) for i in range(samples)], "uncertainty: Monte Carlo")
+    for i, (r, _) in enumerate(runs):
         mc[i] = [r[k] for k in keys]
     return mc
+
+
+def _evaluate_with(values: dict, sites: dict, evaluate, extract, traced: bool) -> tuple[dict, set[str]]:
+    """``extract(evaluate())`` with ``values`` ({Constant: value}) swapped in; the labels of the
+    swapped constants that were read (``traced``)."""
+    with substituted(values, sites, traced) as copies:
+        _READS.clear()  # after the copies' own validation read their value
+        try:
+            r = extract(evaluate())
+        except Exception as e:
+            shown = ", ".join(f"{c.label}={v:.4g}" for c, v in list(values.items())[:5])
+            raise RuntimeError(f"evaluate() failed with {shown}{' ...' if len(values) > 5 else ''}: {e}") from e
+        read = {c.label for c, cp in copies.items() if id(cp) in _READS}
+    return r, read
+
+
+_WORKER: dict = {}  # a Ray worker's scan of the constants, per study (token)
+
+
+def ray_point(shared: tuple, point: tuple) -> tuple[dict, set[str]]:
+    """One evaluation on a Ray worker (``headline_ranges(ray_address=...)``): the worker scans
+    the constants itself (their places are this process's objects) and, once per study, runs
+    the nominal evaluation first, as the driver did, so its caches hold the nominal values
+    before any swap. ``point``: ({label: value}, traced)."""
+    token, evaluate, extract, modules = shared
+    if _WORKER.get("token") != token:
+        uncertain, _other, sites = _scan(modules)
+        extract(evaluate())
+        _WORKER.clear()
+        _WORKER.update(token=token, by_label={c.label: c for c in uncertain}, sites=sites)
+    values, traced = point
+    by_label = _WORKER["by_label"]
+    return _evaluate_with({by_label[k]: v for k, v in values.items()}, _WORKER["sites"], evaluate, extract, traced)
 
 
 def _heads(keys: list, mc, nominal: dict, lo_env: dict, hi_env: dict) -> dict:
@@ -399,6 +437,8 @@ def headline_ranges(
     baseline: str = "cpu",
     extract: Callable[[dict], dict] | None = None,
     tornado_top: int = 10,
+    ray_address: str | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict:
     """Monte Carlo ranges of every headline ratio over the assumption/mem constants' sweeps.
 
@@ -408,7 +448,12 @@ def headline_ranges(
     {key: {"nominal", "p5", "p50", "p95", "min", "max", "robust", "verdict"}}}}, "swept",
     "no_effect", "not_reaching", "fixed", "tornado": {metric: {platform: [rows]}} (key
     ``geomean``, biggest swing first), "restored", "nominal_reproduced", "evaluations",
-    "seconds"}."""
+    "seconds"}.
+
+    ``ray_address`` (host:port or ``auto``): the one-at-a-time and Monte Carlo evaluations run as
+    Ray tasks (``nearfaas.fanout``; ``evaluate`` and ``extract`` are pickled to the workers, and
+    ``modules`` must then be modules or None); each is a pure function of its drawn values, so
+    the result equals the local one (timing aside). ``progress(n)``: n evaluations finished."""
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples={samples!r}: give a whole number >= 1")
     evaluate = evaluate or default_evaluate
@@ -424,28 +469,34 @@ def headline_ranges(
     hi_env = dict(nominal)
     n_eval = 1
 
-    def run(values: dict, traced: bool = False) -> tuple[dict, dict]:
-        nonlocal n_eval
-        with substituted(values, sites, traced) as copies:
-            _READS.clear()  # after the copies' own validation read their value
-            try:
-                r = extract(evaluate())
-            except Exception as e:
-                shown = ", ".join(f"{c.label}={v:.4g}" for c, v in list(values.items())[:5])
-                raise RuntimeError(f"evaluate() failed with {shown}{' ...' if len(values) > 5 else ''}: {e}") from e
-            read = {c for c, cp in copies.items() if id(cp) in _READS}
-        n_eval += 1
-        missing = set(keys) - set(r)
-        if missing:
-            raise RuntimeError(f"evaluate() changed its headline set under substitution: missing {sorted(missing)[:3]}")
-        for k in keys:
-            lo_env[k] = min(lo_env[k], r[k])
-            hi_env[k] = max(hi_env[k], r[k])
-        return r, read
+    if ray_address and modules is not None and not all(isinstance(t, types.ModuleType) for t in modules):
+        raise ValueError("with ray_address, modules must be modules (or None): a worker swaps its own live objects")
+    shared = (uuid.uuid4().hex, evaluate, extract, modules)
 
-    oat, status = _one_at_a_time(uncertain, run, nominal, keys)
+    def local(point: tuple) -> tuple[dict, set[str]]:
+        values, traced = point
+        return _evaluate_with(values, sites, evaluate, extract, traced)
+
+    def run_many(points: list[tuple[dict, bool]], description: str) -> list[tuple[dict, set[str]]]:
+        nonlocal n_eval
+        if ray_address:
+            out = run_points(ray_point, [({c.label: v for c, v in values.items()}, traced) for values, traced in points],
+                             shared=shared, ray_address=ray_address, progress=progress, description=description)
+        else:
+            out = run_points(local, points, progress=progress, description=description)
+        for r, _read in out:  # in the points' order, wherever they ran
+            n_eval += 1
+            missing = set(keys) - set(r)
+            if missing:
+                raise RuntimeError(f"evaluate() changed its headline set under substitution: missing {sorted(missing)[:3]}")
+            for k in keys:
+                lo_env[k] = min(lo_env[k], r[k])
+                hi_env[k] = max(hi_env[k], r[k])
+        return out
+
+    oat, status = _one_at_a_time(uncertain, run_many, nominal, keys)
     swept = [c for c in uncertain if status[c] == REACHES]
-    mc = _monte_carlo(swept, samples, seed, run, nominal, keys)
+    mc = _monte_carlo(swept, samples, seed, run_many, nominal, keys)
     heads = _heads(keys, mc, nominal, lo_env, hi_env)
     tornado = _tornado(keys, swept, oat, nominal, tornado_top)
 
