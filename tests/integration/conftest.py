@@ -142,7 +142,10 @@ class Cluster:
 
 def start_cluster(state_dir: Path, **overrides) -> Cluster:
     """A cluster with the defaults (auth and isolation on). Tests may also deploy handler folders
-    by path from this checkout or the temp folders pytest makes (gateway.handler_roots)."""
+    by path from this checkout or the temp folders pytest makes (gateway.handler_roots).
+    ``ray_address`` (or NEARFAAS_TEST_RAY, which test_ray_backend.py sets to run other test
+    modules unchanged on its Ray cluster) starts it on Ray instead (cluster/ray_backend.py)."""
+    ray_address = overrides.pop("ray_address", None) or os.environ.get("NEARFAAS_TEST_RAY") or None
     spec = load_cluster(None)
     spec.gateway.port = 0
     spec.gateway.handler_roots = [str(Path(__file__).resolve().parents[2]), tempfile.gettempdir()]
@@ -151,7 +154,7 @@ def start_cluster(state_dir: Path, **overrides) -> Cluster:
             spec.gateway.namespaces = list(value)
         else:
             setattr(spec, key, value)
-    layout = launcher.up(spec, state_dir)
+    layout = launcher.up(spec, state_dir, ray_address=ray_address)
     return Cluster(state_dir, layout)
 
 

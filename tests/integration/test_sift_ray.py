@@ -8,75 +8,29 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-# Ray reads its authentication mode when it is imported, so the token is set before the import;
-# it stays set for the session (the test cluster is the only Ray these tests talk to).
-if "ray" not in sys.modules:
-    os.environ.update({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"})
+from ray_helpers import ray_cluster, set_token
+
+set_token()  # before Ray is imported: the test cluster uses token authentication
 ray = pytest.importorskip("ray")
 
 from nearfaas.dataservices import sift_ray  # noqa: E402
 from nearfaas.dataservices.sifting import Plan, SiftError  # noqa: E402
 
-RAY = Path(sys.executable).with_name("ray")
 pytestmark = pytest.mark.timeout(300)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """Head + one more raylet, each started with `ray start --block` so that stopping the
-    process stops that node (no `ray stop`, which would hit every Ray on the machine)."""
-    port = _free_port()
-    env = dict(os.environ)
-    logs = tmp_path_factory.mktemp("ray")
-    common = ["--num-cpus=1", "--disable-usage-stats", "--block"]
-    head = subprocess.Popen([str(RAY), "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
-                            env=env, stdout=open(logs / "head.log", "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
-                            start_new_session=True)
-    address = f"127.0.0.1:{port}"
-    worker = None
-    try:
-        for _ in range(120):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.5)
-        worker = subprocess.Popen([str(RAY), "start", f"--address={address}", *common], env=env,
-                                  stdout=open(logs / "worker.log", "w"),  # noqa: SIM115
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
-        for _ in range(120):
-            if len([n for n in ray.nodes() if n["Alive"]]) == 2:
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"the second raylet never joined; see {logs}")
-        yield {"address": address, "env": env}
-    finally:
-        ray.shutdown()
-        for proc in (worker, head):
-            if proc is not None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+    """Head + one more raylet (ray_helpers.py)."""
+    with ray_cluster(tmp_path_factory.mktemp("ray"), [{}, {}]) as c:
+        yield c
 
 
 def _check(out: dict, particles: int) -> None:

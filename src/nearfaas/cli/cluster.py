@@ -16,8 +16,17 @@ from nearfaas.cli.common import common_gateway, common_state, console, err, fail
 @click.option("-c", "--config", "config", type=click.Path(exists=True, dir_okay=False), help="cluster YAML (default: built-in 3-node layout)")
 @common_state
 @click.option("--port", type=int, default=None, help="gateway port (0 = pick a free one); overrides the cluster file")
-def up(config, state, port):
-    """Start a local cluster: each node and the gateway are separate OS processes on 127.0.0.1."""
+@click.option("--ray", "ray_address", metavar="ADDRESS|auto", default=None,
+              help="run the nodes and the gateway as actors of the Ray cluster at ADDRESS (host:port of its head; auto: the one "
+                   "`ray start` runs here), placed by custom resources; see docs/ray.md")
+def up(config, state, port, ray_address):
+    """Start a cluster: each node and the gateway are separate OS processes on 127.0.0.1, or
+    (--ray, or `backend: ray` in the cluster file) detached Ray actors on many hosts.
+
+    \b
+    nearfaas up                                   # three nodes and a gateway on this host
+    nearfaas up -c cluster.yml --ray auto         # the same on the Ray cluster running here
+    ray start --head --resources '{"nearfaas_storage_dscs": 1, "nearfaas_compute": 1}'   # a host, for --ray"""
     from nearfaas.cluster.launcher import ClusterError, up as cluster_up
     from nearfaas.spec.cluster import load_cluster
     from nearfaas.spec.errors import SpecError
@@ -31,11 +40,12 @@ def up(config, state, port):
     state_dir = state_path(state) if state or os.environ.get("NEARFAAS_STATE") else Path(spec.state_dir)
     try:
         with console.status("starting cluster...") as status:
-            layout = cluster_up(spec, state_dir, on_step=lambda m: status.update(m))
+            layout = cluster_up(spec, state_dir, on_step=lambda m: status.update(m), ray_address=ray_address)
     except ClusterError as exc:
         fail(str(exc))
     for node in layout["nodes"]:
-        console.print(f"  [green]✓[/] {node['kind']:<8} {node['name']:<12} class={node['class']:<9} {node['url']}")
+        where = f"  Ray node {node['ray_node_id'][:12]}" if node.get("ray_node_id") else ""
+        console.print(f"  [green]✓[/] {node['kind']:<8} {node['name']:<12} class={node['class']:<9} {node['url']}{where}")
     console.print(f"gateway: [bold]{layout['gateway_url']}[/]   (state: {state_dir})")
     if layout.get("auth"):
         console.print(f"credentials: access key {layout['auth']['access_key']}; `nearfaas credentials` prints them for "
@@ -81,9 +91,12 @@ def credentials(state, as_json):
 @common_state
 def down(state):
     """Stop every process the cluster started (workers included)."""
-    from nearfaas.cluster.launcher import down as cluster_down
+    from nearfaas.cluster.launcher import ClusterError, down as cluster_down
 
-    stopped = cluster_down(state_path(state))
+    try:
+        stopped = cluster_down(state_path(state))
+    except ClusterError as exc:
+        fail(str(exc))
     console.print(f"stopped {stopped} process(es); cluster in {state_path(state)} is down")
 
 
@@ -99,13 +112,16 @@ def status(state, as_json):
         click.echo(json.dumps(info, indent=2))
         return
     if not info.get("running"):
-        console.print(f"no cluster is running from {info['state_dir']}; start one with `nearfaas up`")
+        console.print(f"no cluster is running from {info['state_dir']}{': ' + info['error'] if info.get('error') else ''}; "
+                      f"start one with `nearfaas up`")
         return
     console.print(f"gateway {info['gateway_url']}  {'[green]healthy[/]' if info['gateway']['healthy'] else '[red]down[/]'}")
-    nodes = Table("node", "kind", "class", "health", "workers", "objects", "url", title="nodes")
+    on_ray = info.get("backend") == "ray"
+    nodes = Table("node", "kind", "class", "health", "workers", "objects", "url", *(["Ray node"] if on_ray else []), title="nodes")
     for n in info["nodes"]:
         nodes.add_row(n["name"], n["kind"], n["class"], "[green]up[/]" if n["healthy"] else "[red]down[/]",
-                      str(n.get("workers", "-")), str((n.get("store") or {}).get("objects", "-")), n["url"])
+                      str(n.get("workers", "-")), str((n.get("store") or {}).get("objects", "-")), n["url"],
+                      *([(n.get("ray_node_id") or "(actor down)")[:16]] if on_ray else []))
     console.print(nodes)
     functions = Table("function", "replicas", "available", "invocations", "placement", title="functions")
     for f in info["functions"]:

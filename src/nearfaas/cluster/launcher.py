@@ -39,7 +39,7 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
-def _free_port(host: str, taken: set[int] | None = None) -> int:
+def _free_port(host: str, taken: set[int] | None = None, floor: int = 10_000) -> int:
     """A port for a server we start, free now and unlike any in ``taken`` (added to it).
 
     Picked below the kernel's ephemeral range: a port the kernel hands out for ``bind(0)`` (the
@@ -50,8 +50,8 @@ def _free_port(host: str, taken: set[int] | None = None) -> int:
     taken = taken if taken is not None else set()
     low = _ephemeral_low()
     rng = random.SystemRandom()
-    for _ in range(200 if low > 11_000 else 0):
-        port = rng.randrange(10_000, low)
+    for _ in range(200 if low > floor + 1_000 else 0):
+        port = rng.randrange(floor, low)
         if port not in taken and not _port_in_use(host, port):
             taken.add(port)
             return port
@@ -123,21 +123,24 @@ def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path
     raise ClusterError(f"{name} did not answer {url} within {READY_TIMEOUT_S:g}s; see {log}")
 
 
-def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict:
+def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_address: str | None = None) -> dict:
+    """Start the cluster: processes on this host, or (``backend: ray`` / ``ray_address``) actors
+    on a Ray cluster (cluster/ray_backend.py)."""
     state_dir = state_dir.resolve()
     if is_running(state_dir):
         layout = read_layout(state_dir)
         raise ClusterError(f"a cluster is already running from {state_dir} at {layout['gateway_url']}; run `nearfaas down` first")
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    on_ray = ray_address is not None or spec.backend == "ray"
     host = spec.host
     taken: set[int] = set()  # ports given out in this cluster: no two of its servers get the same
-    gateway_port = spec.gateway.port or _free_port(host, taken)
-    if spec.gateway.port and _port_in_use(host, gateway_port):
+    gateway_port = 0 if on_ray else spec.gateway.port or _free_port(host, taken)
+    if not on_ray and spec.gateway.port and _port_in_use(host, gateway_port):
         raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
     gateway_url = f"http://{host}:{gateway_port}"
     nodes = []
     for node in spec.nodes:
-        port = node.port or _free_port(host, taken)
+        port = 0 if on_ray else node.port or _free_port(host, taken)  # on Ray: each actor picks one on its own host
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
                       "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus})
     layout = {
@@ -151,8 +154,19 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None) -> dict
         "namespaces": spec.gateway.namespaces,
         "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
-        "fastpath": _fastpath_layout(spec, host, state_dir, taken),
+        "fastpath": None if on_ray else _fastpath_layout(spec, host, state_dir, taken),
     }
+    if on_ray:
+        from nearfaas.cluster import ray_backend
+
+        try:
+            layout = ray_backend.up(spec, state_dir, ray_address or spec.ray.address, layout, on_step)
+        except ray_backend.RayClusterError as exc:
+            raise ClusterError(str(exc)) from None
+        finally:
+            if layout.get("backend") == "ray":  # written even when it failed half way: `nearfaas down` cleans up
+                _write_layout(state_dir, layout)
+        return layout
     _write_layout(state_dir, layout)
     env = _child_env(layout)
     started: list[tuple[str, subprocess.Popen, str, Path]] = []
@@ -273,7 +287,8 @@ def _node_command(layout: dict, node: dict) -> list[str]:
             "--state", layout["state_dir"], "--gateway", layout["gateway_url"], "--workers-max", str(node.get("workers_max", 32)),
             "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1)),
             "--isolation", "on" if layout.get("isolation", True) else "off"] + \
-        (["--cpus", str(node["cpus"])] if node.get("cpus") else [])
+        (["--cpus", str(node["cpus"])] if node.get("cpus") else []) + \
+        (["--files-from-gateway"] if layout.get("backend") == "ray" else [])
 
 
 def restart_node(state_dir: Path, name: str) -> int:
@@ -395,6 +410,13 @@ def down(state_dir: Path) -> int:
     state_dir = state_dir.resolve()
     layout = read_layout(state_dir) or {}
     stopped = 0
+    if layout.get("backend") == "ray":
+        from nearfaas.cluster import ray_backend
+
+        try:
+            stopped += ray_backend.down(layout)
+        except ray_backend.RayClusterError as exc:
+            raise ClusterError(f"{exc}; the cluster's actors (namespace {layout['ray']['namespace']}) could not be stopped") from None
     # The gateway first, so nothing new is routed to nodes that are going away.
     for proc in sorted(layout.get("processes", []), key=lambda p: p["name"] != "gateway"):
         if alive(proc["pid"]):
@@ -418,9 +440,24 @@ def status(state_dir: Path) -> dict:
     if not layout:
         return {"running": False, "state_dir": str(state_dir)}
     pids = {p["name"]: p["pid"] for p in layout.get("processes", [])}
+    actors: dict = {}
+    if layout.get("backend") == "ray":  # where each actor is now (its URL may have moved with a restart)
+        from nearfaas.cluster import ray_backend
+
+        try:
+            actors = ray_backend.describe_all(layout)
+        except ray_backend.RayClusterError as exc:
+            return {"running": False, "state_dir": str(state_dir), "backend": "ray", "error": str(exc)}
+        if actors.get("gateway"):
+            layout["gateway_url"] = actors["gateway"]["url"]
     nodes = []
     for node in layout["nodes"]:
-        entry = {k: node[k] for k in ("name", "kind", "class", "url")} | {"pid": pids.get(node["name"]), "healthy": False}
+        actor = actors.get(node["name"]) or {}
+        node = dict(node, url=actor.get("url", node["url"]))
+        entry = {k: node[k] for k in ("name", "kind", "class", "url")} | {"pid": actor.get("pid", pids.get(node["name"])), "healthy": False}
+        if layout.get("backend") == "ray":
+            entry.update(ray_node_id=actor.get("ray_node_id"), actor_pid=actor.get("actor_pid"), host=actor.get("host"),
+                         actor="alive" if actor else "down")
         try:
             health = json.loads(signed_get(layout, f"{node['url']}/_nearfaas/health"))
             entry.update(healthy=True, workers=len(health.get("workers", [])), store=health.get("store"))
@@ -436,6 +473,9 @@ def status(state_dir: Path) -> dict:
         gateway_ok = True
     except (OSError, ValueError):
         pass
+    gateway = {"pid": (actors.get("gateway") or {}).get("pid", pids.get("gateway")), "healthy": gateway_ok}
+    if layout.get("backend") == "ray":
+        gateway["ray_node_id"] = (actors.get("gateway") or {}).get("ray_node_id")
     return {"running": gateway_ok or any(n["healthy"] for n in nodes), "gateway_url": layout["gateway_url"],
-            "gateway": {"pid": pids.get("gateway"), "healthy": gateway_ok}, "state_dir": str(state_dir),
+            "backend": layout.get("backend", "local"), "gateway": gateway, "state_dir": str(state_dir),
             "nodes": nodes, "functions": functions}

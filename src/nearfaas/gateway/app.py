@@ -20,6 +20,7 @@ from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.autoscale import Autoscaler
 from nearfaas.gateway.chains import ChainRunner
+from nearfaas.gateway.api.node_files import NodeFiles
 from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
@@ -83,8 +84,9 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintL
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
     def client_for(name: str) -> NodeClient:
-        if name not in clients:
-            clients[name] = NodeClient(name, nodes.nodes[name].url, session=nodes.session, credentials=credentials)
+        url = nodes.nodes[name].url
+        if name not in clients or clients[name].base_url != url.rstrip("/"):  # new, or moved (backend: ray)
+            clients[name] = NodeClient(name, url, session=nodes.session, credentials=credentials)
         return clients[name]
 
     return ClusterBackend(nodes, client_for, factor, dscs, hints=hints, scheme=scheme)
@@ -161,12 +163,22 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
     QueryAPI(backend, nodes).routes(app.router)
+    NodeFiles(invoker.functions, state_dir, layout.get("internal_secret")).routes(app.router)  # code and secrets for nodes on other hosts
     WebhookSink().routes(app)
     if key_store is not None:  # /system/keys: the keys file over the admin API (gateway/keys_api.py)
         KeysAPI(key_store.path, set(key_store.reserved)).routes(app)
     s3.mount(app)
 
+    located = None
+    if layout.get("backend") == "ray":  # no static port list: Ray says where each node is (gateway/ray_nodes.py)
+        from nearfaas.gateway.ray_nodes import RayNodes
+
+        located = RayNodes(nodes, layout["ray"]["address"], layout["ray"]["namespace"])
+
     async def startup(app):
+        if located is not None:
+            located.connect()  # blocking (about a second), before the gateway serves; Ray wants its main thread
+            await located.locate_all()
         await nodes.start()
         backend.hints.load()  # what replicas were owed when the gateway last stopped
         await api.restore()
@@ -175,6 +187,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                              loop.create_task(Autoscaler(invoker.pool, metrics.registry).run_forever()),
                              loop.create_task(replay_forever(backend.hints, nodes, backend.repairer)),
                              loop.create_task(anti_entropy.run_forever())]
+        if located is not None:
+            app["background"].append(loop.create_task(located.run_forever()))
 
     async def cleanup(app):
         for task in app["background"]:

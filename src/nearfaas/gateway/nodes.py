@@ -32,6 +32,14 @@ class Node:
     last_seen: float = 0.0
     last_error: str = ""
     status: dict = field(default_factory=dict)
+    # backend: ray: what Ray says of the node's actor (gateway/ray_nodes.py); an actor Ray does
+    # not find alive keeps the node out of placement whatever its old URL answers.
+    actor: dict | None = None
+    actor_down: str = ""
+
+
+def _origin(url: str) -> str:
+    return str(yarl.URL(url).origin())
 
 
 class NodeError(Exception):
@@ -47,6 +55,7 @@ class NodeDirectory:
         self.session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
         self.on_poll = []  # callbacks(node) after each successful poll
+        self.origins: set[str] = set()  # where internal calls are signed for: the nodes' URLs (relocate keeps it current)
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
@@ -56,8 +65,8 @@ class NodeDirectory:
         # gateway itself is not reading). Calls that pass their own timeout replace this one.
         # Every call to a node's internal API is signed on its way out; S3 calls to nodes are
         # signed with SigV4 by their NodeClients.
-        origins = {str(yarl.URL(n.url).origin()) for n in self.nodes.values()}
-        middlewares = (internal.client_middleware(self.secret, "/_nearfaas/", origins),) if self.secret else ()
+        self.origins.update(_origin(n.url) for n in self.nodes.values() if n.url)
+        middlewares = (internal.client_middleware(self.secret, "/_nearfaas/", self.origins),) if self.secret else ()
         # auto_decompress off: an object stored with Content-Encoding: gzip / deflate / br is relayed
         # as its stored bytes, never decoded on its way through the gateway (S3's semantics).
         self.session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=5, sock_read=120),
@@ -87,13 +96,25 @@ class NodeDirectory:
     async def poll_all(self) -> None:
         await asyncio.gather(*(self._poll(n) for n in self.nodes.values()))
 
+    def relocate(self, name: str, url: str) -> None:
+        """A node now serves at ``url`` (backend: ray: its actor moved or restarted elsewhere)."""
+        node = self.nodes[name]
+        if node.url != url:
+            if node.url and all(n.url != node.url for n in self.nodes.values() if n is not node):
+                self.origins.discard(_origin(node.url))
+            node.url = url
+            self.origins.add(_origin(url))
+
     async def _poll(self, node: Node) -> None:
-        try:
-            async with self.session.get(f"{node.url}/_nearfaas/health", timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)) as resp:
-                node.status = await resp.json()
-            node.healthy, node.last_seen, node.last_error = True, time.time(), ""
-        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
-            node.healthy, node.last_error = False, f"{type(exc).__name__}: {exc}"
+        if node.actor_down or not node.url:
+            node.healthy, node.last_error = False, node.actor_down or "not located yet"
+        else:
+            try:
+                async with self.session.get(f"{node.url}/_nearfaas/health", timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)) as resp:
+                    node.status = await resp.json()
+                node.healthy, node.last_seen, node.last_error = True, time.time(), ""
+            except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+                node.healthy, node.last_error = False, f"{type(exc).__name__}: {exc}"
         for callback in self.on_poll:  # told either way: a node that went down takes its workers with it
             callback(node)
 

@@ -32,7 +32,7 @@ INTERNAL = "/_nearfaas"
 class NodeAgent:
     def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
                  link: str = "local", prewarm: int = 1, url: str | None = None, isolation: bool = True,
-                 cpus: float | None = None):
+                 cpus: float | None = None, files_from_gateway: bool = False):
         self.name, self.kind, self.cls = name, kind, cls
 
         self.started = time.time()
@@ -59,6 +59,10 @@ class NodeAgent:
                                  auth=_node_s3_auth(_cluster_secret(state_dir)), version_writer=_is_gateway)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
+        if files_from_gateway:  # another host than the gateway's (backend: ray): code and secrets come over HTTP
+            from nearfaas.node.function_files import GatewayFiles
+
+            self.pools.files = GatewayFiles(gateway_url, _cluster_secret(state_dir), self.pools.node_dir)
         from nearfaas.node.capacity import CpuCap
 
         # After the pools know where the node's groups hang, before any worker starts: the agent
@@ -260,7 +264,7 @@ class _NodeCollector:
 async def serve(args) -> None:
     agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
                       prewarm=args.prewarm, url=node_url(args.host, args.port), isolation=args.isolation == "on",
-                      cpus=args.cpus)
+                      cpus=args.cpus, files_from_gateway=args.files_from_gateway)
     from nearfaas.auth.internal import server_middleware
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
@@ -332,6 +336,8 @@ def main(argv=None) -> None:
     parser.add_argument("--multipart-expiry", type=_seconds, default=24 * 3600.0, metavar="SECONDS",
                         help="abort multipart uploads not completed or aborted this long after they began "
                              "(storage nodes; default 86400)")
+    parser.add_argument("--files-from-gateway", action="store_true",
+                        help="fetch functions' code and secrets from the gateway (a node on another host than the gateway's)")
     args = parser.parse_args(argv)
     if args.isolation == "on":
         # Fail closed: a node that cannot isolate functions does not start (node/jail.py).

@@ -123,6 +123,7 @@ class WorkerPools:
         if self.cgroups is not None and not self.jail_problems:
             self.cgroups.sweep()
         self.fds = ObjectFdServer(store_root) if store_root is not None else None
+        self.files = None  # node/function_files.GatewayFiles where this node does not share the gateway's disk
         # What every worker of this node gets, before its function's own environment.
         self.node_env = {"NEARFAAS_NODE": node, "PYTHONUNBUFFERED": "1"}
         if node_url:
@@ -149,6 +150,8 @@ class WorkerPools:
                             f"remove or scale down functions, or raise nodes[].workers_max in the cluster file", status=429)
         self._starting += 1
         try:
+            if self.files is not None:
+                spec = await self._localise(spec)
             if is_image_function(spec):  # an image-only OpenFaaS function: a container behind the same contract (node/oci/)
                 from nearfaas.node.oci.launch import start_image
 
@@ -238,6 +241,14 @@ class WorkerPools:
         self.stats.cold_start_seconds_total += elapsed
         asyncio.get_running_loop().create_task(self._reap(worker))
         return worker
+
+    async def _localise(self, spec: dict) -> dict:
+        from nearfaas.node.function_files import FetchError
+
+        try:
+            return await asyncio.to_thread(self.files.localise, spec)
+        except FetchError as exc:
+            raise PoolError(f"cannot start {spec['name']!r} on {self.node}: {exc}", status=503) from None
 
     def _uid(self, spec: dict) -> int | None:
         """The function's uid, or None when this node runs unisolated (``--isolation off``)."""
@@ -523,7 +534,8 @@ class WorkerPools:
         names = spec.get("secrets") or []
         if not names:
             return None
-        source = secrets_folder(self.state_dir, secrets_namespace(spec))  # the function's namespace's
+        # the function's namespace's: the gateway's folder, or this node's fetched copy of it
+        source = self.files.secrets_dir(spec) if self.files is not None else secrets_folder(self.state_dir, secrets_namespace(spec))
         missing = [s for s in names if not (source / s).is_file()]
         if missing:
             raise PoolError(f"function {spec['name']!r} lists secret {missing[0]!r}, which does not exist; "

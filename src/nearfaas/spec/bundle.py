@@ -39,7 +39,12 @@ class BundleError(ValueError):
 
 
 def pack(folder: Path) -> str:
-    """The handler folder as base64 of a gzipped tar (deterministic: sorted, no times or owners)."""
+    """The handler folder as base64 of a gzipped tar (sorted, no times or owners)."""
+    return base64.b64encode(pack_bytes(folder)).decode()
+
+
+def pack_bytes(folder: Path) -> bytes:
+    """The handler folder as a gzipped tar (what ``unpack_into`` takes)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise BundleError(f"handler folder {folder} does not exist")
@@ -62,7 +67,7 @@ def pack(folder: Path) -> str:
                                   "and dependencies in requirements.txt")
             with open(path, "rb") as f:
                 tar.addfile(info, f)
-    return base64.b64encode(raw.getvalue()).decode()
+    return raw.getvalue()
 
 
 def _walk(folder: Path):
@@ -82,7 +87,11 @@ def unpack(data: str, functions_dir: Path, name: str) -> Path:
         blob = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise BundleError("bundle: is not valid base64") from None
-    target = functions_dir / name / hashlib.sha256(blob).hexdigest()[:20]
+    return unpack_into(blob, functions_dir / name / hashlib.sha256(blob).hexdigest()[:20])
+
+
+def unpack_into(blob: bytes, target: Path) -> Path:
+    """Unpack a gzipped tar into ``target`` (all or nothing; reused when it is complete)."""
     if (target / ".complete").exists():
         return target
     staging = target.with_name(target.name + ".partial")

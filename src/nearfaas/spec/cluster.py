@@ -19,6 +19,7 @@ from nearfaas.placement.policy import POLICIES
 from nearfaas.placement.copysets import check_scatter_width, default_scatter_width
 from nearfaas.placement.replicas import SCHEMES
 
+from .ray import RaySpec, check_resource, parse_backend, parse_ray
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
                      parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
                      type_name)
@@ -34,11 +35,11 @@ CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
 PLACEMENT_POLICIES = tuple(POLICIES)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
-TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation"}
+TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation", "backend", "ray"}
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces"}
-NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus"}
+NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
 
@@ -69,10 +70,12 @@ class NodeSpec:
     # machine's. A storage node weaker than the compute node, as the thesis's SmartNIC is
     # (node/capacity.py enforces it with a cgroup CPU quota).
     cpus: float | None = None
+    ray_resource: str | None = None  # backend: ray: the custom resource its host offers (spec/ray.py has the defaults)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
-                "workers_max": self.workers_max, "prewarm": self.prewarm, "cpus": self.cpus}
+                "workers_max": self.workers_max, "prewarm": self.prewarm, "cpus": self.cpus,
+                **({"ray_resource": self.ray_resource} if self.ray_resource else {})}
 
 
 @dataclass
@@ -149,6 +152,8 @@ class ClusterSpec:
     isolation: bool = True           # workers unprivileged, in their own mount view; off only by choice (unsafe)
     link: LinkSpec = field(default_factory=LinkSpec)
     fastpath: FastpathSpec = field(default_factory=FastpathSpec)
+    backend: str = "local"           # local: processes on this host; ray: detached Ray actors (spec/ray.py)
+    ray: RaySpec = field(default_factory=RaySpec)
 
     @property
     def storage_nodes(self) -> list[NodeSpec]:
@@ -184,6 +189,7 @@ class ClusterSpec:
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
                          "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin},
+            "backend": self.backend, "ray": self.ray.to_dict(),
         }
 
     @classmethod
@@ -311,9 +317,11 @@ def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
         c.error(join_path(path, "prewarm"), f"must not exceed workers_max ({workers}), got {prewarm}",
                 f"lower prewarm to at most {workers} or raise workers_max")
     cpus = _cpus(m, path, c)
+    ray_resource = check_resource(m.get("ray_resource"), join_path(path, "ray_resource"), c)
     if len(c.problems) != before:
         return None
-    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm, cpus=cpus)
+    return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm, cpus=cpus,
+                    ray_resource=ray_resource)
 
 
 def _cpus(m: dict[str, Any], path: str, c: Collector) -> float | None:
@@ -536,6 +544,8 @@ def parse_cluster(data: Any) -> ClusterSpec:
             spec.isolation = isolation
     spec.link = _link(m.get("link"), c)
     spec.fastpath = _fastpath(m.get("fastpath"), c)
+    spec.backend = parse_backend(m.get("backend"), c)
+    spec.ray = parse_ray(m.get("ray"), c)
     c.raise_if_any()
     return spec
 
