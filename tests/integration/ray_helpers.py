@@ -33,7 +33,7 @@ def _free_port() -> int:
     return pick("127.0.0.1", floor=20_000)
 
 
-def _start(i: int, raylet: dict, port: int, address: str, logs: Path, common: list[str], attempt: int) -> subprocess.Popen:
+def _start(i: int, raylet: dict, port: int, address: str, logs: Path, common: list[str], attempt) -> subprocess.Popen:
     args = ["--head", f"--port={port}", "--include-dashboard=false"] if i == 0 else [f"--address={address}"]
     if raylet.get("resources"):
         args.append(f"--resources={json.dumps(raylet['resources'])}")
@@ -103,8 +103,27 @@ def ray_cluster(logs: Path, raylets: list[dict], cpus_each: int = 1):
             wanted = raylet.get("resources") or {}
             order.append(next((n["NodeID"] for n in alive if all(n["Resources"].get(k) == v for k, v in wanted.items())
                                and n["NodeID"] not in order), None))
-        yield {"address": address, "env": dict(os.environ), "node_ids": order}
+        yield {"address": address, "env": dict(os.environ), "node_ids": order, "port": port, "logs": logs, "common": common}
     finally:
         ray.shutdown()
         for proc in reversed(procs):
             _stop(proc)
+
+
+def add_raylet(cluster: dict, raylet: dict, tag: str) -> subprocess.Popen:
+    """One more raylet joining ``cluster`` (what ray_cluster yielded); stop it with ``stop_raylet``."""
+    import ray
+
+    before = len([n for n in ray.nodes() if n["Alive"]])
+    proc = _start(1, raylet, cluster["port"], cluster["address"], cluster["logs"], cluster["common"], tag)
+    if not _wait_nodes(ray, before + 1, proc):
+        _stop(proc)
+        raise RuntimeError(f"the raylet {tag} did not join; see {cluster['logs']}")
+    return proc
+
+
+def kill_raylet(proc: subprocess.Popen) -> None:
+    """The host is gone at once: SIGKILL to the raylet and everything it runs."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)

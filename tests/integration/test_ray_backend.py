@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from ray_helpers import ray_cluster, set_token
+from ray_helpers import add_raylet, kill_raylet, ray_cluster, set_token
 
 set_token()  # before Ray is imported: the test cluster uses token authentication
 ray = pytest.importorskip("ray")
 
-from conftest import start_cluster  # noqa: E402
+from conftest import Cluster, start_cluster  # noqa: E402
 
 from nearfaas.cluster import launcher  # noqa: E402
 from nearfaas.cluster.launcher import ClusterError  # noqa: E402
@@ -178,6 +178,57 @@ def _on_node(node, bucket: str, key: str, body: bytes) -> bool:
         return node.get_object(Bucket=bucket, Key=key)["Body"].read() == body
     except Exception:
         return False
+
+
+def test_a_host_leaving_fails_over_and_its_node_returns_with_its_objects(raycluster, tmp_path):
+    """Host D (storage-1's only host) leaves the Ray cluster: the gateway takes storage-1 out of
+    placement, reads and writes go on (writes leave hints); host D comes back, Ray restarts the
+    actor there, and storage-1 serves its old objects and receives what it missed."""
+    host_d = {"resources": {"nearfaas_storage_d": 1}, "env": {"NEARFAAS_RAY_DATA": str(raycluster["disks"] / "host-d")}}
+    raylet = add_raylet(raycluster, host_d, "host-d")
+    state = tmp_path / "state"
+    spec = load_cluster(None)
+    spec.gateway.port = 0
+    spec.nodes[1].ray_resource = "nearfaas_storage_d"  # storage-1 lives on host D only
+    layout = launcher.up(spec, state, ray_address=raycluster["address"])
+    try:
+        c = Cluster(state, layout)
+        s3 = c.s3()
+        s3.create_bucket(Bucket="leaving")
+        old = {f"old/{i}": os.urandom(1000) for i in range(20)}
+        for key, body in old.items():
+            s3.put_object(Bucket="leaving", Key=key, Body=body)
+        kill_raylet(raylet)
+        gone = time.monotonic()
+        while _node(c, "storage-1")["healthy"]:
+            assert time.monotonic() - gone < 30, "the gateway still places on storage-1"
+            time.sleep(0.2)
+        out_after = time.monotonic() - gone
+        assert all(s3.get_object(Bucket="leaving", Key=k)["Body"].read() == v for k, v in old.items())
+        new = {f"new/{i}": os.urandom(1000) for i in range(10)}
+        for key, body in new.items():
+            s3.put_object(Bucket="leaving", Key=key, Body=body)
+        raylet = add_raylet(raycluster, host_d, "host-d-again")
+        back = time.monotonic()
+        while not _node(c, "storage-1")["healthy"]:
+            assert time.monotonic() - back < 180, "storage-1 never came back on the returning host"
+            time.sleep(0.5)
+        back_after = time.monotonic() - back
+        node = c.s3_at(_node(c, "storage-1")["url"])
+        assert all(_on_node(node, "leaving", k, v) for k, v in old.items())  # its disk came back with it
+        deadline = time.monotonic() + 60
+        while not all(_on_node(node, "leaving", k, v) for k, v in new.items()):  # hinted handoff
+            assert time.monotonic() < deadline, "storage-1 never received the writes it missed"
+            time.sleep(1.0)
+        print(f"\nhost D left: storage-1 out of placement after {out_after:.1f} s; host D back: storage-1 serving "
+              f"after {back_after:.1f} s, with its objects and the {len(new)} writes it missed")
+    finally:
+        launcher.down(state)
+        kill_raylet(raylet)
+
+
+def _node(cluster, name: str) -> dict:
+    return next(n for n in cluster.http.get(f"{cluster.url}/system/nodes", timeout=10).json() if n["name"] == name)
 
 
 def test_errors_name_their_cause(raycluster, rcluster, tmp_path):
