@@ -185,7 +185,10 @@ fn stats(srv: &Server) -> Value {
     }
     let mut v = json!({"ok": true, "lambdas": lambdas, "streams": streams, "global": global.clone(),
                        "workers": srv.workers,
-                       "sched": format!("{:?}", srv.sched.mode).to_lowercase()});
+                       "sched": format!("{:?}", srv.sched.mode).to_lowercase(),
+                       "poll": {"mode": srv.poll.mode.name(), "max_us": srv.poll.max.as_micros() as u64,
+                                "share": srv.poll.share, "spun_ns": r(&srv.polled.spun_ns),
+                                "caught": r(&srv.polled.caught), "blocked": r(&srv.polled.blocked)}});
     if let (Value::Object(o), Value::Object(gm)) = (&mut v, global) {
         o.extend(gm);
     }

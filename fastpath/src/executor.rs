@@ -15,10 +15,13 @@ pub const USAGE: &str =
   [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
   [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
+  [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
   --max-connections 256 --max-frame 2097152; --stream (stream functions) is off unless given,
-  --stream-idle-ms 2000 --stream-max-connections 1024";
+  --stream-idle-ms 2000 --stream-max-connections 1024; --poll adaptive --poll-max-us 200 --poll-share 0.1
+  (idle workers spin on their socket for a budget learnt from the gaps between requests, then
+  block: src/poll.rs)";
 
 pub struct Args {
     pub udp: String,
@@ -38,6 +41,8 @@ pub struct Args {
     pub stream: Option<String>,
     pub stream_idle_ms: u64,
     pub stream_max_conns: usize,
+    /// How workers wait for work (src/poll.rs).
+    pub poll: crate::poll::Policy,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -82,6 +87,7 @@ fn default_args() -> Args {
         stream: None,
         stream_idle_ms: 2000,
         stream_max_conns: 1024,
+        poll: crate::poll::Policy::default(),
     }
 }
 
@@ -108,6 +114,26 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
                 8..=(64 << 20),
                 "--max-frame: use a byte count from 8 to 67108864",
             )
+        }
+        "--poll" => {
+            let v = val();
+            a.poll.mode = crate::poll::Mode::parse(&v)
+                .unwrap_or_else(|| die(&format!("--poll: {v:?}; use adaptive, spin or block")))
+        }
+        "--poll-max-us" => {
+            a.poll.max = std::time::Duration::from_micros(int_in(
+                &val(),
+                1..=1_000_000,
+                "--poll-max-us: use microseconds from 1 to 1000000",
+            ) as u64)
+        }
+        "--poll-share" => {
+            let v = val();
+            a.poll.share = v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0 && *x <= 1.0)
+                .unwrap_or_else(|| die(&format!("--poll-share: {v:?}; use a fraction of a core in (0, 1]")))
         }
         "--stream" => a.stream = Some(val()),
         "--stream-idle-ms" => {
@@ -195,6 +221,7 @@ pub fn run(args: Args) -> ! {
         host: args.host,
         max_frame: args.max_frame,
         max_conns: args.max_conns,
+        poll: args.poll,
     };
     let srv = Arc::new(
         server::Server::new(engine, socks.udp, socks.unix, &cfg)
@@ -340,6 +367,7 @@ fn announce(args: &Args, cfg: &server::Config, srv: &server::Server, bound: &Bou
         "pid": std::process::id(),
         "workers": cfg.workers,
         "sched": format!("{:?}", cfg.mode).to_lowercase(),
+        "poll": cfg.poll.mode.name(),
         "stream": bound.stream.map(|l| l.port()),
         "stream_addr": bound.stream.map(|l| l.to_string()),
     });

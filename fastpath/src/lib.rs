@@ -36,6 +36,7 @@ pub mod control;
 pub mod executor;
 pub mod lambda;
 pub mod load;
+pub mod poll;
 pub mod sched;
 pub mod server;
 pub mod shm;

@@ -181,6 +181,19 @@ impl Sched {
         }
     }
 
+    /// A job waiting now, without waiting for one (a polling worker's check).
+    pub fn try_pop(&self) -> Option<Job> {
+        let mut g = self.inner.lock().unwrap();
+        if g.shutdown {
+            return None;
+        }
+        self.take(&mut g)
+    }
+
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.lock().unwrap().shutdown
+    }
+
     pub fn queue_len(&self, id: u32) -> usize {
         self.inner
             .lock()

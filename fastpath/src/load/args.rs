@@ -26,6 +26,8 @@ pub struct Args {
     pub timeout: Duration,
     pub matching: Match,
     pub max_samples: usize,
+    /// How the receive loop waits for replies (src/poll.rs): spin, then block.
+    pub poll: crate::poll::Policy,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -33,7 +35,7 @@ pub fn usage(msg: &str) -> ! {
     eprintln!("nearfaas-fastpath-load: {msg}");
     eprintln!(
         "usage: nearfaas-fastpath-load --addr HOST:PORT [--ids 1,2,3] [--payload-bytes N | --payload TEXT] \
-         [--outstanding K] [--duration S] [--warmup S] [--rate R] [--timeout-ms T] [--match auto|tag|fifo] [--json]"
+         [--outstanding K] [--duration S] [--warmup S] [--rate R] [--timeout-ms T] [--match auto|tag|fifo] [--poll adaptive|spin|block] [--json]"
     );
     exit(2)
 }
@@ -52,6 +54,7 @@ struct Raw {
     timeout_ms: u64,
     matching: Match,
     max_samples: usize,
+    poll: crate::poll::Mode,
 }
 
 /// The command line (`std::env::args`); exits 2 with the usage on a bad flag.
@@ -69,6 +72,7 @@ pub fn parse_args() -> Args {
         timeout_ms: 200,
         matching: Match::Auto,
         max_samples: 20_000_000,
+        poll: crate::poll::Mode::Adaptive,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -115,6 +119,9 @@ fn set_flag(r: &mut Raw, flag: &str, value: &str) {
         "--rate" => r.rate = num(value),
         "--timeout-ms" => r.timeout_ms = num(value) as u64,
         "--max-samples" => r.max_samples = num(value) as usize,
+        "--poll" => {
+            r.poll = crate::poll::Mode::parse(value).unwrap_or_else(|| usage("--poll: adaptive, spin or block"))
+        }
         "--match" => {
             r.matching = match value {
                 "auto" => Match::Auto,
@@ -166,5 +173,9 @@ fn finish(r: Raw) -> Args {
         timeout: Duration::from_millis(r.timeout_ms.max(1)),
         matching: r.matching,
         max_samples: r.max_samples,
+        poll: crate::poll::Policy {
+            mode: r.poll,
+            ..Default::default()
+        },
     }
 }

@@ -77,7 +77,7 @@ pub fn main() {
     if args.rate > 0.0 {
         open_loop(&mut g, &mut stats, &w, k, args.rate);
     } else {
-        closed_loop(&mut g, &mut stats, &w, k);
+        closed_loop(&mut g, &mut stats, &w, k, args.poll);
     }
     let setup = Setup {
         ids: &args.ids,
@@ -137,15 +137,25 @@ fn pick_matching(sock: &UdpSocket, args: &Args) -> (bool, Vec<Option<usize>>) {
 
 /// Closed loop: K outstanding; each reply sends the next request of its slot, and the receive
 /// timeout lets lost datagrams be recovered.
-fn closed_loop(g: &mut Gen, stats: &mut Stats, w: &Window, k: usize) {
+fn closed_loop(g: &mut Gen, stats: &mut Stats, w: &Window, k: usize, poll: crate::poll::Policy) {
     let _ = g.sock.set_read_timeout(Some(Duration::from_millis(5)));
     for s in 0..k {
         g.send_next(s, w.start >= w.measure_from, stats);
     }
     let mut freed: Vec<usize> = Vec::with_capacity(k);
     let mut last_expire = w.start;
+    let mut poller = crate::poll::Poller::new(poll);
+    let fd = g.sock.as_raw_fd();
     loop {
-        let r = g.sock.recv(&mut g.rbuf);
+        // a reply is usually a few µs away: spin on a non-blocking receive before sleeping in
+        // one (src/poll.rs), so the reply does not wait for this thread's wake-up
+        poller.idle(Instant::now());
+        let (spun, waited) = crate::poll::spin_for(poller.budget(), || recv_nowait(fd, &mut g.rbuf));
+        let r = match spun {
+            Some(n) => Ok(n),
+            None => g.sock.recv(&mut g.rbuf),
+        };
+        poller.arrived(Instant::now(), waited, spun.is_some());
         let now = Instant::now();
         if now >= w.end {
             break;
@@ -238,4 +248,12 @@ fn send_scheduled(
     } else if measuring {
         stats.skipped += 1;
     }
+}
+
+
+/// One datagram already waiting, without blocking.
+fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: buf is valid for its length; the kernel writes at most that.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    (n >= 0).then_some(n as usize)
 }

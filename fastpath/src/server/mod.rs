@@ -83,6 +83,16 @@ pub struct Config {
     pub max_frame: usize,
     /// Most TCP connections open at once.
     pub max_conns: usize,
+    /// How workers wait for work (src/poll.rs): spin a while, then block.
+    pub poll: crate::poll::Policy,
+}
+
+/// What the workers spent polling (src/poll.rs), summed over them.
+#[derive(Default)]
+pub struct PollStats {
+    pub spun_ns: AtomicU64,
+    pub caught: AtomicU64,
+    pub blocked: AtomicU64,
 }
 
 pub struct Server {
@@ -106,6 +116,8 @@ pub struct Server {
     pub tcp_conns: AtomicUsize,
     /// Stream functions (`--stream`; src/stream/): their table and listener counters.
     pub streams: crate::stream::Streams,
+    pub poll: crate::poll::Policy,
+    pub polled: PollStats,
 }
 
 fn set_sock_buf(fd: i32, size: i32) {
@@ -157,6 +169,8 @@ impl Server {
             max_conns: cfg.max_conns,
             tcp_conns: AtomicUsize::new(0),
             streams: Default::default(),
+            poll: cfg.poll,
+            polled: PollStats::default(),
         })
     }
 
@@ -326,14 +340,14 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
     let mut out: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut dbuf = vec![0u8; 65536];
     let mut scratch = Vec::with_capacity(256);
+    let mut poller = crate::poll::Poller::new(srv.poll);
     loop {
         let gen = srv.retire_gen.load(Ordering::Acquire);
         if gen != seen_gen {
             seen_gen = gen;
             cache.retain(|_, c| !c.lambda.retired.load(Ordering::Acquire));
         }
-        srv.drain_udp(&mut dbuf, &mut scratch, DRAIN_MAX);
-        match srv.sched.pop(Duration::from_millis(100)) {
+        match next_job(&srv, &mut poller, &mut dbuf, &mut scratch) {
             Pop::Shutdown => return,
             Pop::Idle => continue,
             Pop::Job(job) => {
@@ -345,6 +359,43 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
                     cache.clear();
                 }
             }
+        }
+    }
+}
+
+/// The worker's next job: one waiting, else one the socket holds, else (src/poll.rs) spin on
+/// both for the poller's budget, else block on the queue (the receiver thread wakes it).
+fn next_job(srv: &Server, poller: &mut crate::poll::Poller, dbuf: &mut [u8], scratch: &mut Vec<u8>) -> Pop {
+    srv.drain_udp(dbuf, scratch, DRAIN_MAX);
+    if let Some(job) = srv.sched.try_pop() {
+        poller.arrived(Instant::now(), Duration::ZERO, true);
+        return Pop::Job(job);
+    }
+    poller.idle(Instant::now());
+    let (found, spun) = crate::poll::spin_for(poller.budget(), || {
+        if srv.sched.is_shut_down() {
+            return Some(Pop::Shutdown);
+        }
+        srv.drain_udp(dbuf, scratch, DRAIN_MAX);
+        srv.sched.try_pop().map(Pop::Job)
+    });
+    let p = &srv.polled;
+    p.spun_ns.fetch_add(spun.as_nanos() as u64, Ordering::Relaxed);
+    match found {
+        Some(Pop::Job(job)) => {
+            p.caught.fetch_add(1, Ordering::Relaxed);
+            poller.arrived(Instant::now(), spun, true);
+            Pop::Job(job)
+        }
+        Some(other) => other,
+        None => {
+            poller.gave_up(spun);
+            let popped = srv.sched.pop(Duration::from_millis(100));
+            if matches!(popped, Pop::Job(_)) {
+                p.blocked.fetch_add(1, Ordering::Relaxed);
+                poller.arrived(Instant::now(), Duration::ZERO, false);
+            }
+            popped
         }
     }
 }

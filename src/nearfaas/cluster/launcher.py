@@ -257,7 +257,7 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[i
     # other process taking ports meanwhile (a benchmark's clients open thousands a second).
     return {"binary": str(binary), "udp": 0, "tcp": 0, "control": 0, "stream": 0,
             "host_port": _free_port(host, taken), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
-            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin,
+            "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin, "poll": fp.poll,
             "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
             "max_frame": 2 << 20, "max_connections": 256}
 
@@ -277,7 +277,8 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--unix", fp["unix"], "--workers", str(fp["workers"]), "--sched", fp["sched"], "--queue-depth", str(fp["queue_depth"]),
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
-            "--max-connections", str(fp.get("max_connections", 256))] + (["--pin"] if fp.get("pin") else []) + \
+            "--max-connections", str(fp.get("max_connections", 256)), "--poll", fp.get("poll", "adaptive")] + \
+        (["--pin"] if fp.get("pin") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 
 

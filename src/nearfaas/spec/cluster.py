@@ -38,6 +38,7 @@ _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation", "backend", "ray"}
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
+FASTPATH_POLL = ("adaptive", "spin", "block")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
@@ -125,6 +126,7 @@ class FastpathSpec:
     sched: str = "drr"               # weighted fair queueing between lambdas ("fifo" for comparisons)
     queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
     pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
+    poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
@@ -188,7 +190,7 @@ class ClusterSpec:
             "isolation": "on" if self.isolation else "off",
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
-                         "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin},
+                         "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll},
             "backend": self.backend, "ray": self.ray.to_dict(),
         }
 
@@ -469,7 +471,13 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
     spec = FastpathSpec()
     if m is None:
         return spec
-    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin"}, "fastpath", c, error=True)
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll"}, "fastpath", c, error=True)
+    poll = m.get("poll", spec.poll)
+    if poll not in FASTPATH_POLL:
+        c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
+                "write poll: adaptive (spin a budget learnt from the gaps between requests, then block)")
+    else:
+        spec.poll = poll
     if "pin" in m:
         if not isinstance(m["pin"], bool):
             c.error("fastpath.pin", f"must be true or false, got {short_repr(m['pin'])}", "write pin: true")
