@@ -105,30 +105,41 @@ def _status(cluster, name: str) -> dict:
     return cluster.http.get(f"{cluster.url}/system/function/{name}").json()
 
 
-def test_replicas_follow_request_rate_up_to_max_and_back_to_min(cluster, functions_dir):
-    """OpenFaaS's autoscaling under 10 calls/s from 2 callers, com.openfaas.scale.max 2."""
-    name = "contract-scaled"
-    cluster.deploy(name, functions_dir / "echo", labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
+def _load_until_replicas(cluster, name: str, call_once, wanted: int, callers: int = 2, limit_s: float = 30.0) -> tuple[float, dict]:
+    """``callers`` threads run ``call_once`` in a loop until the function's ``replicas`` reaches
+    ``wanted`` (or ``limit_s`` passes): the seconds that took and its status then; load stops
+    on return."""
     stop = threading.Event()
 
     def caller():
         while not stop.is_set():
-            started = time.monotonic()
-            requests.post(f"{cluster.url}/function/{name}", data=b"x", timeout=30)
-            time.sleep(max(0.0, 0.2 - (time.monotonic() - started)))  # 5 calls/s each
+            call_once()
 
-    callers = [threading.Thread(target=caller) for _ in range(2)]
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
     began = time.monotonic()
-    for t in callers:
+    for t in threads:
         t.start()
     try:
-        while _status(cluster, name)["replicas"] < 2 and time.monotonic() - began < 30:
+        while (status := _status(cluster, name))["replicas"] < wanted and time.monotonic() - began < limit_s:
             time.sleep(0.2)
-        up = time.monotonic() - began
+        return time.monotonic() - began, status
     finally:
         stop.set()
-        for t in callers:
+        for t in threads:
             t.join()
+
+
+def test_replicas_follow_request_rate_up_to_max_and_back_to_min(cluster, functions_dir):
+    """OpenFaaS's autoscaling under 10 calls/s from 2 callers, com.openfaas.scale.max 2."""
+    name = "contract-scaled"
+    cluster.deploy(name, functions_dir / "echo", labels={"com.openfaas.scale.min": "1", "com.openfaas.scale.max": "2"})
+
+    def call_once():
+        started = time.monotonic()
+        requests.post(f"{cluster.url}/function/{name}", data=b"x", timeout=30)
+        time.sleep(max(0.0, 0.2 - (time.monotonic() - started)))  # 5 calls/s each
+
+    up, _ = _load_until_replicas(cluster, name, call_once, 2)
     print(f"replicas reached scale.max=2 after {up:.1f} s of load")
     assert _status(cluster, name)["replicas"] == 2 and up < 30
     cluster.wait_warm(name, replicas=2)
@@ -152,25 +163,8 @@ def test_cpu_type_scales_on_the_cpu_its_instances_use(cluster):
     labels = {"com.openfaas.scale.type": "cpu", "com.openfaas.scale.target": "300", "com.openfaas.scale.target-proportion": "1",
               "com.openfaas.scale.min": "1", "com.openfaas.scale.max": "3"}
     assert cluster.deploy(name, functions / "spin", labels=labels).status_code == 202
-    stop = threading.Event()
-
-    def caller():
-        while not stop.is_set():
-            requests.post(f"{cluster.url}/function/{name}?ms=100", timeout=30)
-
-    callers = [threading.Thread(target=caller) for _ in range(2)]
-    began = time.monotonic()
-    for t in callers:
-        t.start()
-    try:
-        while _status(cluster, name)["replicas"] < 2 and time.monotonic() - began < 30:
-            time.sleep(0.2)
-        up = time.monotonic() - began
-        used = [i["cpu_seconds"] for i in _status(cluster, name)["instances"]]
-    finally:
-        stop.set()
-        for t in callers:
-            t.join()
+    up, status = _load_until_replicas(cluster, name, lambda: requests.post(f"{cluster.url}/function/{name}?ms=100", timeout=30), 2)
+    used = [i["cpu_seconds"] for i in status["instances"]]
     print(f"cpu-scaled: replicas {_status(cluster, name)['replicas']} after {up:.1f} s; instances' CPU seconds {used}")
     assert _status(cluster, name)["replicas"] >= 2 and up < 30
     assert any(isinstance(c, float) and c > 0.2 for c in used), used  # measured from the cgroups, not made up

@@ -162,7 +162,9 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         try:
             layout = ray_backend.up(spec, state_dir, ray_address or spec.ray.address, layout, on_step)
         except ray_backend.RayClusterError as exc:
-            raise ClusterError(str(exc)) from None
+            started = layout.get("backend") == "ray"  # actors were made before it failed
+            hint = f"; `nearfaas down --state {state_dir}` removes the actors that did start" if started else ""
+            raise ClusterError(f"{exc}{hint}") from None
         finally:
             if layout.get("backend") == "ray":  # written even when it failed half way: `nearfaas down` cleans up
                 _write_layout(state_dir, layout)

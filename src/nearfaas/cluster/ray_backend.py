@@ -136,7 +136,33 @@ def up(spec: ClusterSpec, state_dir: Path, address: str, layout: dict, on_step=l
         info = _await_ready(ray, handle, node["name"])
         node.update(url=info["url"], port=int(info["url"].rsplit(":", 1)[1]), ray_node_id=info["ray_node_id"])
         on_step(f"{node['name']} is ready at {info['url']} (Ray node {info['ray_node_id'][:12]})")
+    on_step("waiting for the gateway to find every node through Ray")
+    _await_located(layout)
     return layout
+
+
+def _await_located(layout: dict) -> None:
+    """Until the gateway reports every node healthy: it learns their addresses from Ray in the
+    background, and a client's first call must not find them still unknown."""
+    import json
+    import urllib.request
+
+    from nearfaas.cluster.launcher import admin_headers
+
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    request = urllib.request.Request(f"{layout['gateway_url']}/system/nodes", headers=admin_headers(layout))
+    waiting: list = []
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                waiting = [n["name"] for n in json.loads(resp.read()) if not n.get("healthy")]
+            if not waiting:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise RayClusterError(f"the gateway did not find {', '.join(waiting) or 'its nodes'} through Ray within {UP_TIMEOUT_S:g}s; "
+                          f"see its log under the gateway actor's folder")
 
 
 def _await_ready(ray, handle, name: str) -> dict:

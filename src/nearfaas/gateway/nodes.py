@@ -126,6 +126,8 @@ class NodeDirectory:
     # -- internal API ----------------------------------------------------------------------------
     async def call(self, node_name: str, method: str, path: str, *, json=None, timeout: float = 30.0):
         node = self.nodes[node_name]
+        if not node.url:  # backend: ray, before Ray said where it is
+            raise NodeError(node_name, 503, f"node {node_name} has no known address yet", "node")
         try:
             async with self.session.request(method, f"{node.url}{path}", json=json,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:

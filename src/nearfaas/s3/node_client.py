@@ -162,6 +162,8 @@ class NodeClient:
                        data=None, ok: tuple[int, ...] = (200,), stream: bool = False) -> aiohttp.ClientResponse:
         """Send one request; returns the response (to be released by the caller when streaming),
         or raises the node's S3Error / ServiceUnavailable."""
+        if not self.base_url:  # not located yet (a node the gateway learns of from Ray): down, for now
+            raise S3Error("ServiceUnavailable", f"Storage node {self.node} has no known address yet.")
         # The URL is encoded here, in SigV4's canonical form, and sent exactly so (encoded=True):
         # what is signed is what goes on the wire.
         url = self._url(bucket, key)
