@@ -30,13 +30,13 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")  # before Ray is imported: the c
 os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-from invoke_overhead import _deploy_hello, warm_calls  # noqa: E402
+from invoke_overhead import _deploy_hello, warm_calls
 
-from nearfaas.bench.cluster import scratch_cluster  # noqa: E402
-from nearfaas.bench.load import generator  # noqa: E402
-from nearfaas.bench.results import machine_facts, write_result  # noqa: E402
-from nearfaas.cluster import launcher  # noqa: E402
-from nearfaas.spec.cluster import load_cluster  # noqa: E402
+from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.load import generator
+from nearfaas.bench.results import machine_facts, write_result
+from nearfaas.cluster import launcher
+from nearfaas.spec.cluster import load_cluster
 
 TARGET_OVERHEAD = 0.10
 RESOURCES = {"nearfaas_storage_dscs": 1, "nearfaas_storage": 1, "nearfaas_compute": 1}

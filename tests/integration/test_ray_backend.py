@@ -103,6 +103,8 @@ def test_nodes_on_other_hosts_fetch_the_code_and_secrets_they_run(raycluster, rc
     # the gateway hands code and secrets to its nodes only
     assert requests.get(f"{rcluster.url}/_nearfaas/secrets/ray-secret", timeout=10).status_code == 401
     assert "over-the-wire" not in requests.get(f"{rcluster.url}/_nearfaas/secrets/ray-secret", timeout=10).text
+    digest = rcluster.http.get(f"{rcluster.url}/system/function/ray-secret").json()["handler"].rsplit("/", 1)[-1]
+    assert requests.get(f"{rcluster.url}/_nearfaas/code/ray-secret/{digest}", timeout=10).status_code == 401
 
 
 def test_the_s3_and_chain_suites_pass_unchanged_on_ray(raycluster):
