@@ -66,7 +66,7 @@ demo: setup
 
 test: setup
 	@if [ -n "$(CARGO)" ]; then PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) test --release -q --manifest-path fastpath/Cargo.toml; fi
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25  # the slowest tests, for keeping CI under its 25 minutes
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"
