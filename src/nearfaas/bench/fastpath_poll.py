@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from nearfaas.bench.stream import cpu_seconds
 from nearfaas.fastpath.client import UdpClient
 from nearfaas.fastpath.executor import Executor, lambda_path
 
@@ -67,21 +68,14 @@ def background_load():
         proc.wait()
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of every thread of ``pid`` so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_share(pid: int, seconds: float, during=None) -> float:
     """The share of one core ``pid`` used over ``seconds`` (``during(seconds)`` runs meanwhile)."""
-    before, t0 = process_cpu_s(pid), time.perf_counter()
+    before, t0 = cpu_seconds([pid]), time.perf_counter()
     if during is None:
         time.sleep(seconds)
     else:
         during(seconds)
-    return (process_cpu_s(pid) - before) / (time.perf_counter() - t0)
+    return (cpu_seconds([pid]) - before) / (time.perf_counter() - t0)
 
 
 def sparse_calls(addr, lambda_id: int, rate: float, mode: str):
@@ -104,9 +98,9 @@ def poll_modes(load, dur: float, warm: float, progress) -> dict:
         with Executor(workers=1, sched="drr", poll=mode) as ex:
             ex.deploy(1, "web", "wasm", path=lambda_path("web"))
             pid = ex.proc.pid
-            before = process_cpu_s(pid)
+            before = cpu_seconds([pid])
             r = load(ex.udp_addr, [1], 1, dur, warm, poll=mode)
-            cpu = process_cpu_s(pid) - before
+            cpu = cpu_seconds([pid]) - before
             requests = max(1, int(r.get("requests") or 0))
             time.sleep(0.2)  # past the last request's spin
             idle = cpu_share(pid, IDLE_WINDOW_S)

@@ -390,6 +390,15 @@ def _is_ours(args: list[str], root: str) -> bool:
     return False
 
 
+def cmdline(pid: int) -> list[str]:
+    """The arguments of a live process ([] when it is gone or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def processes_of(state_dir: Path) -> list[int]:
     """Every live process this cluster started, judged by its command line (see ``_is_ours``)."""
     root = str(state_dir.resolve())
@@ -398,12 +407,8 @@ def processes_of(state_dir: Path) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
             continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if _is_ours(args, root) and alive(int(entry)):
+        args = cmdline(int(entry))
+        if args and _is_ours(args, root) and alive(int(entry)):
             found.append(int(entry))
     return found
 

@@ -123,11 +123,11 @@ class ProcessActor:
             pid = int((self.dir / "pid").read_text())
         except (OSError, ValueError):
             return
-        args = _cmdline(pid)
+        args = launcher.cmdline(pid)
         if not launcher._is_ours(args, str(self.dir)):
             return  # the pid was reused by something else
         deadline = time.monotonic() + STOP_TIMEOUT_S
-        while time.monotonic() < deadline and _cmdline(pid):
+        while time.monotonic() < deadline and launcher.cmdline(pid):
             time.sleep(0.1)
         launcher._stop_group(pid, timeout=2.0)
         for leftover in launcher.processes_of(self.dir):
@@ -179,14 +179,6 @@ class ProcessActor:
             _kill(leftover)
             stopped += 1
         return stopped
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return []
 
 
 def _kill(pid: int) -> None:

@@ -145,17 +145,15 @@ def _await_located(layout: dict) -> None:
     """Until the gateway reports every node healthy: it learns their addresses from Ray in the
     background, and a client's first call must not find them still unknown."""
     import json
-    import urllib.request
 
-    from nearfaas.cluster.launcher import admin_headers
+    from nearfaas.cluster.launcher import _get, admin_headers
 
     deadline = time.monotonic() + UP_TIMEOUT_S
-    request = urllib.request.Request(f"{layout['gateway_url']}/system/nodes", headers=admin_headers(layout))
     waiting: list = []
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(request, timeout=5) as resp:
-                waiting = [n["name"] for n in json.loads(resp.read()) if not n.get("healthy")]
+            nodes = json.loads(_get(f"{layout['gateway_url']}/system/nodes", timeout=5, headers=admin_headers(layout)))
+            waiting = [n["name"] for n in nodes if not n.get("healthy")]
             if not waiting:
                 return
         except (OSError, ValueError):

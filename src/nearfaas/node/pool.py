@@ -59,6 +59,15 @@ class PoolError(Exception):
         self.status = status
 
 
+def credentials_env(spec: dict) -> dict[str, str]:
+    """The function's own S3 keys, scoped to it by the gateway, as its worker (or an image
+    function's host) reads them (runtime/context.py); {} when the spec carries none."""
+    credentials = spec.get("credentials") or {}
+    if credentials.get("access_key") and credentials.get("secret_key") is not None:
+        return {"NEARFAAS_ACCESS_KEY": str(credentials["access_key"]), "NEARFAAS_SECRET_KEY": str(credentials["secret_key"])}
+    return {}
+
+
 @dataclass
 class WorkerProcess:
     id: str
@@ -404,10 +413,7 @@ class WorkerPools:
         env.update(TMPDIR=tmp, TMP=tmp, TEMP=tmp)
         if tmp_dir is not None:
             env["HOME"] = tmp  # unjailed: never the host's shared /tmp
-        credentials = spec.get("credentials") or {}
-        if credentials.get("access_key") and credentials.get("secret_key") is not None:
-            # The function's own S3 keys, scoped to it by the gateway (runtime/context.py reads them).
-            env.update(NEARFAAS_ACCESS_KEY=str(credentials["access_key"]), NEARFAAS_SECRET_KEY=str(credentials["secret_key"]))
+        env.update(credentials_env(spec))
         return env
 
     async def _spawn(self, args: dict, plan: dict | None, channel: Channel | None, env: dict, cwd: str, name: str):

@@ -43,9 +43,9 @@ _swept: set[int] = set()
 
 
 def _pool_types():
-    from nearfaas.node.pool import COLD_START_TIMEOUT_S, PoolError, WorkerProcess  # pool imports this module lazily
+    from nearfaas.node.pool import COLD_START_TIMEOUT_S, PoolError, WorkerProcess, credentials_env  # pool imports this lazily
 
-    return COLD_START_TIMEOUT_S, PoolError, WorkerProcess
+    return COLD_START_TIMEOUT_S, PoolError, WorkerProcess, credentials_env
 
 
 def how_to_run(config: dict, function_env: dict[str, str]) -> dict:
@@ -95,7 +95,7 @@ def s3_endpoint(run: dict) -> dict | None:
 
 
 async def start_image(pools, spec: dict, name: str):
-    cold_timeout, PoolError, WorkerProcess = _pool_types()
+    cold_timeout, PoolError, WorkerProcess, credentials_env = _pool_types()
     started = time.perf_counter()
     found = tools.find(pools.state_dir / "oci" / "probe")
     refusal = found.refusal()
@@ -145,9 +145,7 @@ async def start_image(pools, spec: dict, name: str):
         token = secrets.token_hex(16)
         env = pools.node_env | {"PATH": os.environ.get("PATH", bundle.DEFAULT_PATH), "PYTHONPATH": package_root(),
                                 "NEARFAAS_CALL_TOKEN": token}
-        credentials = spec.get("credentials") or {}
-        if credentials.get("access_key") and credentials.get("secret_key") is not None:  # the host signs with them, never the container
-            env.update(NEARFAAS_ACCESS_KEY=str(credentials["access_key"]), NEARFAAS_SECRET_KEY=str(credentials["secret_key"]))
+        env.update(credentials_env(spec))  # the host signs with them, never the container
         argv = [sys.executable, "-m", "nearfaas.runtime.image_host", "--plan", str(plan_file), "--instance", instance,
                 "--gateway", pools.gateway_url, "--node", pools.node, "--link", pools.link]
         if channel is not None:
