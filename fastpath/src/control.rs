@@ -188,7 +188,10 @@ fn stats(srv: &Server) -> Value {
                        "sched": format!("{:?}", srv.sched.mode).to_lowercase(),
                        "poll": {"mode": srv.poll.mode.name(), "max_us": srv.poll.max.as_micros() as u64,
                                 "share": srv.poll.share, "spun_ns": r(&srv.polled.spun_ns),
-                                "caught": r(&srv.polled.caught), "blocked": r(&srv.polled.blocked)}});
+                                "caught": r(&srv.polled.caught), "blocked": r(&srv.polled.blocked)},
+                       "slice": srv.slicer.as_ref().map(|s| json!({
+                           "slice_us": s.slice.as_micros() as u64, "preempt": s.preempt,
+                           "yields": r(&s.yields), "in_flight": s.in_flight.load(Ordering::Relaxed)}))});
     if let (Value::Object(o), Value::Object(gm)) = (&mut v, global) {
         o.extend(gm);
     }
@@ -392,10 +395,19 @@ fn wasm_code(srv: &Server, m: &Map<String, Value>, fuel: Option<u64>) -> Result<
     let path = get_str(m, "path")?
         .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
     let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
-    let engine = engine_for(srv, fuel)?;
+    // Without a fuel budget a lambda runs in slices when the executor slices (src/slice.rs).
+    let slicer = srv.slicer.as_ref().filter(|_| fuel.is_none());
+    let engine = match slicer {
+        Some(s) => &s.engine,
+        None => engine_for(srv, fuel)?,
+    };
     let (pre, buffer_size) =
-        lambda::compile_wasm(engine, &bytes).map_err(|e| format!("path: {path}: {e}"))?;
-    Ok(Code::Wasm { pre, buffer_size })
+        lambda::compile_wasm(engine, &bytes, slicer).map_err(|e| format!("path: {path}: {e}"))?;
+    Ok(Code::Wasm {
+        pre,
+        buffer_size,
+        sliced: slicer.is_some(),
+    })
 }
 
 /// The native lambda named by `native` (or else by `name`).

@@ -15,13 +15,15 @@ pub const USAGE: &str =
   [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
   [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
-  [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION]
+  [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
   --max-connections 256 --max-frame 2097152; --stream (stream functions) is off unless given,
   --stream-idle-ms 2000 --stream-max-connections 1024; --poll adaptive --poll-max-us 200 --poll-share 0.1
   (idle workers spin on their socket for a budget learnt from the gaps between requests, then
-  block: src/poll.rs)";
+  block: src/poll.rs); --slice-us 100 (wasm lambdas run in slices of this many microseconds, so
+  a light lambda waits about one slice behind a heavy call under drr: src/slice.rs; 0 runs every
+  call to completion)";
 
 pub struct Args {
     pub udp: String,
@@ -43,6 +45,8 @@ pub struct Args {
     pub stream_max_conns: usize,
     /// How workers wait for work (src/poll.rs).
     pub poll: crate::poll::Policy,
+    /// Wasm lambdas' slice (src/slice.rs); `None` runs calls to completion.
+    pub slice: Option<std::time::Duration>,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -88,6 +92,7 @@ fn default_args() -> Args {
         stream_idle_ms: 2000,
         stream_max_conns: 1024,
         poll: crate::poll::Policy::default(),
+        slice: Some(crate::slice::DEFAULT_SLICE),
     }
 }
 
@@ -134,6 +139,17 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
                 .ok()
                 .filter(|x| *x > 0.0 && *x <= 1.0)
                 .unwrap_or_else(|| die(&format!("--poll-share: {v:?}; use a fraction of a core in (0, 1]")))
+        }
+        "--slice-us" => {
+            let us = int_in(
+                &val(),
+                0..=1_000_000,
+                "--slice-us: use microseconds from 10 to 1000000, or 0 to run calls to completion",
+            );
+            if us != 0 && us < 10 {
+                die("--slice-us: use microseconds from 10 to 1000000, or 0 to run calls to completion");
+            }
+            a.slice = (us > 0).then(|| std::time::Duration::from_micros(us as u64));
         }
         "--stream" => a.stream = Some(val()),
         "--stream-idle-ms" => {
@@ -222,6 +238,7 @@ pub fn run(args: Args) -> ! {
         max_frame: args.max_frame,
         max_conns: args.max_conns,
         poll: args.poll,
+        slice: args.slice,
     };
     let srv = Arc::new(
         server::Server::new(engine, socks.udp, socks.unix, &cfg)
@@ -368,6 +385,7 @@ fn announce(args: &Args, cfg: &server::Config, srv: &server::Server, bound: &Bou
         "workers": cfg.workers,
         "sched": format!("{:?}", cfg.mode).to_lowercase(),
         "poll": cfg.poll.mode.name(),
+        "slice_us": cfg.slice.map(|d| d.as_micros() as u64),
         "stream": bound.stream.map(|l| l.port()),
         "stream_addr": bound.stream.map(|l| l.to_string()),
     });

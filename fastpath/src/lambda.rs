@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::slice::{self, Slicer};
 use wasmtime::{
     Config, Engine, ExternType, InstanceAllocationStrategy, InstancePre, Linker, Memory, Module,
     OptLevel, PoolingAllocationConfig, Store, Strategy, Trap, TypedFunc, Val, ValType,
@@ -75,6 +76,8 @@ pub enum Code {
     Wasm {
         pre: InstancePre<()>,
         buffer_size: usize,
+        /// Compiled on the slicer's engine: calls run in slices (src/slice.rs).
+        sliced: bool,
     },
     Native(NativeKind),
 }
@@ -138,11 +141,16 @@ pub enum Outcome {
 
 /// Compile a wasm module and link its imports: every `wasi_snapshot_preview1` import is a stub
 /// returning ENOSYS (proc_exit traps); any other import is an error naming it.
-pub fn compile_wasm(engine: &Engine, bytes: &[u8]) -> Result<(InstancePre<()>, usize), String> {
+/// With `slicer` the module is for sliced calls (compiled on its engine).
+pub fn compile_wasm(
+    engine: &Engine,
+    bytes: &[u8],
+    slicer: Option<&Arc<Slicer>>,
+) -> Result<(InstancePre<()>, usize), String> {
     let pre = link_wasm(engine, bytes)?;
     // Validate the ABI by making one instance now (deploy fails early, not on the first call).
     let inst =
-        WasmInst::new(&pre).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
+        WasmInst::new(&pre, slicer).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
     Ok((pre, inst.buf_size))
 }
 
@@ -201,13 +209,27 @@ pub struct WasmInst {
     pub buf_size: usize,
     handle: TypedFunc<i32, i32>,
     resume: Option<TypedFunc<i32, i32>>,
+    /// Set for a sliced instance: its slicer and the clock its epoch callback reads.
+    clock: Option<(Arc<Slicer>, Arc<slice::CallClock>)>,
 }
 
 impl WasmInst {
-    pub fn new(pre: &InstancePre<()>) -> Result<WasmInst, String> {
+    /// A fresh instance; with `slicer`, one whose calls run in slices (src/slice.rs).
+    pub fn new(pre: &InstancePre<()>, slicer: Option<&Arc<Slicer>>) -> Result<WasmInst, String> {
         let mut store = Store::new(pre.module().engine(), ());
-        store.epoch_deadline_trap();
-        store.set_epoch_deadline(1000);
+        // Instantiation and `_initialize` get a second, as every call's timeout bounds it.
+        let (clock, _in_flight) = match slicer {
+            Some(s) => {
+                let clock = slice::install(&mut store, s);
+                clock.arm(s, 1000, false);
+                (Some((s.clone(), clock)), Some(slice::InFlight::new(s)))
+            }
+            None => {
+                store.epoch_deadline_trap();
+                store.set_epoch_deadline(1000);
+                (None, None)
+            }
+        };
         // Fails (harmlessly) when the engine does not count fuel.
         let _ = store.set_fuel(u64::MAX / 2);
         let inst = pre
@@ -253,10 +275,11 @@ impl WasmInst {
             buf_size,
             handle,
             resume,
+            clock,
         })
     }
 
-    /// Run `nf_handle` (or `nf_resume`) on `input`; the reply goes to `out[HDR..]`.
+    /// Run `nf_handle` (or `nf_resume`) on `input` to its end; the reply goes to `out[HDR..]`.
     pub fn call(
         &mut self,
         input: &[u8],
@@ -265,8 +288,57 @@ impl WasmInst {
         fuel: Option<u64>,
         out: &mut Vec<u8>,
     ) -> Outcome {
+        match self.begin(input, resume, timeout_ms, fuel, false) {
+            Ok(f) => {
+                let r = f.call(&mut self.store, input.len() as i32);
+                self.end(r, out)
+            }
+            Err(o) => o,
+        }
+    }
+
+    /// Whether calls of this instance run in slices ([`WasmInst::call_sliced`]).
+    pub fn is_sliced(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// Start a sliced call: it runs to its first yield or its end (src/slice.rs). The instance
+    /// travels with the call and comes back with its outcome.
+    pub fn call_sliced(
+        mut self,
+        input: &[u8],
+        resume: bool,
+        timeout_ms: u64,
+        out: &mut Vec<u8>,
+    ) -> Sliced {
+        let f = match self.begin(input, resume, timeout_ms, None, true) {
+            Ok(f) => f,
+            Err(o) => return Sliced::Done(self, o),
+        };
+        let (slicer, clock) = self.clock.clone().expect("a sliced instance");
+        let n = input.len() as i32;
+        let step = slice::Running::start(
+            &slicer,
+            clock,
+            Box::pin(async move {
+                let r = f.call_async(&mut self.store, n).await;
+                (self, r)
+            }),
+        );
+        Sliced::settle(step, out)
+    }
+
+    /// Copy `input` in and arm the deadline (or give the outcome that makes the call moot).
+    fn begin(
+        &mut self,
+        input: &[u8],
+        resume: bool,
+        timeout_ms: u64,
+        fuel: Option<u64>,
+        may_yield: bool,
+    ) -> Result<TypedFunc<i32, i32>, Outcome> {
         if input.len() > self.buf_size {
-            return if resume {
+            return Err(if resume {
                 Outcome::ExternalError(format!(
                     "external reply of {} bytes exceeds the lambda buffer ({} bytes)",
                     input.len(),
@@ -274,17 +346,17 @@ impl WasmInst {
                 ))
             } else {
                 Outcome::TooLarge
-            };
+            });
         }
         let f = if resume {
             match &self.resume {
                 Some(f) => f.clone(),
-                None => return Outcome::ExternalError("lambda has no nf_resume export".into()),
+                None => return Err(Outcome::ExternalError("lambda has no nf_resume export".into())),
             }
         } else {
             self.handle.clone()
         };
-        let (buf, size) = (self.buf, self.buf_size);
+        let buf = self.buf;
         // Memory can only grow, so the buffer checked at instantiation stays in bounds.
         match self
             .mem
@@ -292,22 +364,34 @@ impl WasmInst {
             .get_mut(buf..buf + input.len())
         {
             Some(dst) => dst.copy_from_slice(input),
-            None => return Outcome::Trap("buffer outside linear memory".into()),
+            None => return Err(Outcome::Trap("buffer outside linear memory".into())),
         }
-        self.store.set_epoch_deadline(timeout_ms + 1);
+        match &self.clock {
+            Some((slicer, clock)) => {
+                clock.arm(slicer, timeout_ms, may_yield);
+                self.store.set_epoch_deadline(1);
+            }
+            None => self.store.set_epoch_deadline(timeout_ms + 1),
+        }
         if let Some(f) = fuel {
             let _ = self.store.set_fuel(f);
         }
-        let n = match f.call(&mut self.store, input.len() as i32) {
+        Ok(f)
+    }
+
+    /// The outcome of a call that returned `r`; its reply goes to `out[HDR..]`.
+    fn end(&mut self, r: wasmtime::Result<i32>, out: &mut Vec<u8>) -> Outcome {
+        let n = match r {
             Ok(n) => n,
             Err(e) => {
                 return match e.downcast_ref::<Trap>() {
                     Some(Trap::Interrupt) | Some(Trap::OutOfFuel) => Outcome::Timeout,
                     Some(t) => Outcome::Trap(format!("wasm trap: {t}")),
                     None => Outcome::Trap(format!("{e}")),
-                }
+                };
             }
         };
+        let (buf, size) = (self.buf, self.buf_size);
         let data = self.mem.data(&self.store);
         if n >= 0 {
             let n = n as usize;
@@ -332,184 +416,29 @@ impl WasmInst {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Native lambdas: the same behaviour as fastpath/lambdas/{web,kv,gray}.c
+/// A sliced call after its latest slice: finished (the instance is back, with the outcome;
+/// a reply is in the worker's `out`) or suspended.
+pub enum Sliced {
+    Done(WasmInst, Outcome),
+    Suspended(slice::Running<WasmInst>),
+}
 
-pub const WEB_PREFIX: &[u8] = b"Hello from nearfaas fastpath v1: ";
+impl Sliced {
+    /// Run a suspended call's next slice.
+    pub fn resume(running: slice::Running<WasmInst>, out: &mut Vec<u8>) -> Sliced {
+        Sliced::settle(running.resume(), out)
+    }
 
-pub fn run_native(kind: NativeKind, input: &[u8], resume: bool, out: &mut Vec<u8>) -> Outcome {
-    out.truncate(HDR);
-    match (kind, resume) {
-        (NativeKind::Web, false) => {
-            let keep = input.len().min(kind.buffer_size() - WEB_PREFIX.len());
-            out.extend_from_slice(WEB_PREFIX);
-            out.extend_from_slice(&input[..keep]);
-            Outcome::Reply
-        }
-        (NativeKind::Gray, false) => {
-            if !input.len().is_multiple_of(4) {
-                return Outcome::BadRequest;
+    fn settle(step: slice::Step<WasmInst>, out: &mut Vec<u8>) -> Sliced {
+        match step {
+            slice::Step::Done(mut inst, r) => {
+                let o = inst.end(r, out);
+                Sliced::Done(inst, o)
             }
-            out.extend(
-                input.chunks_exact(4).map(|p| {
-                    ((77 * p[0] as u32 + 150 * p[1] as u32 + 29 * p[2] as u32) >> 8) as u8
-                }),
-            );
-            Outcome::Reply
-        }
-        (NativeKind::Kv, false) => match kv_request(input) {
-            Some(cmd) => Outcome::External(cmd),
-            None => Outcome::BadRequest,
-        },
-        (NativeKind::Kv, true) => match kv_reply(input, out) {
-            Some(()) => Outcome::Reply,
-            None => Outcome::BadRequest,
-        },
-        (_, true) => Outcome::ExternalError("native lambda makes no external calls".into()),
-    }
-}
-
-/// Native gray in place: the luma of pixel i goes to byte i (i <= 4i, so it never overwrites
-/// unread input). Returns the reply length, or None for BAD_REQUEST.
-pub fn gray_in_place(buf: &mut [u8]) -> Option<usize> {
-    if !buf.len().is_multiple_of(4) {
-        return None;
-    }
-    let n = buf.len() / 4;
-    for i in 0..n {
-        let (r, g, b) = (
-            buf[4 * i] as u32,
-            buf[4 * i + 1] as u32,
-            buf[4 * i + 2] as u32,
-        );
-        buf[i] = ((77 * r + 150 * g + 29 * b) >> 8) as u8;
-    }
-    Some(n)
-}
-
-fn valid_key(k: &[u8]) -> bool {
-    !k.is_empty() && k.len() <= 250 && k.iter().all(|&c| c > b' ' && c != 0x7f)
-}
-
-/// "GET key" / "SET key value" -> memcached text protocol command.
-pub fn kv_request(input: &[u8]) -> Option<Vec<u8>> {
-    let input = input.strip_suffix(b"\n").unwrap_or(input);
-    let input = input.strip_suffix(b"\r").unwrap_or(input);
-    if let Some(key) = input.strip_prefix(b"GET ") {
-        if !valid_key(key) {
-            return None;
-        }
-        let mut c = b"get ".to_vec();
-        c.extend_from_slice(key);
-        c.extend_from_slice(b"\r\n");
-        Some(c)
-    } else if let Some(rest) = input.strip_prefix(b"SET ") {
-        let sp = rest.iter().position(|&c| c == b' ')?;
-        let (key, value) = (&rest[..sp], &rest[sp + 1..]);
-        if !valid_key(key) {
-            return None;
-        }
-        let mut c = b"set ".to_vec();
-        c.extend_from_slice(key);
-        c.extend_from_slice(format!(" 0 0 {}\r\n", value.len()).as_bytes());
-        c.extend_from_slice(value);
-        c.extend_from_slice(b"\r\n");
-        Some(c)
-    } else {
-        None
-    }
-}
-
-/// memcached reply -> "VALUE <data>" / "NOT_FOUND" / "STORED"; anything else (NOT_STORED,
-/// ERROR, malformed) -> None (BAD_REQUEST), exactly as kv.c's nf_resume.
-pub fn kv_reply(reply: &[u8], out: &mut Vec<u8>) -> Option<()> {
-    if reply == b"END\r\n" {
-        out.extend_from_slice(b"NOT_FOUND");
-        return Some(());
-    }
-    if reply == b"STORED\r\n" {
-        out.extend_from_slice(b"STORED");
-        return Some(());
-    }
-    if !reply.starts_with(b"VALUE ") {
-        return None;
-    }
-    let eol = find_crlf(reply, 6)?;
-    let toks: Vec<&[u8]> = reply[6..eol].split(|&c| c == b' ').collect();
-    if toks.len() < 3 || toks.len() > 4 || toks.iter().any(|t| t.is_empty()) {
-        return None;
-    }
-    let n: usize = std::str::from_utf8(toks[2]).ok()?.parse().ok()?;
-    let d0 = eol + 2;
-    if d0 + n + 7 != reply.len() || &reply[d0 + n..] != b"\r\nEND\r\n" {
-        return None;
-    }
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(&reply[d0..d0 + n]);
-    Some(())
-}
-
-pub fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
-    if buf.len() < 2 {
-        return None;
-    }
-    (from..buf.len() - 1).find(|&i| buf[i] == b'\r' && buf[i + 1] == b'\n')
-}
-
-/// Length of the first complete memcached reply in `buf`, if it is all there: any number of
-/// `VALUE <key> <flags> <bytes> [cas]\r\n<data>\r\n` blocks then `END\r\n`, or one line.
-pub fn memcached_reply_len(buf: &[u8]) -> Option<usize> {
-    let mut pos = 0;
-    loop {
-        let e = find_crlf(buf, pos)?;
-        let line = &buf[pos..e];
-        if line.starts_with(b"VALUE ") {
-            let n: usize = line
-                .split(|&c| c == b' ')
-                .nth(3)
-                .and_then(|t| std::str::from_utf8(t).ok())
-                .and_then(|t| t.parse().ok())?;
-            pos = e + 2 + n + 2;
-            if pos > buf.len() {
-                return None;
-            }
-        } else {
-            // END after values, or a single-line reply (STORED, NOT_FOUND, ERROR, ...).
-            return Some(e + 2);
+            slice::Step::Suspended(r) => Sliced::Suspended(r),
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn memcached_framing() {
-        assert_eq!(memcached_reply_len(b"END\r\n"), Some(5));
-        assert_eq!(memcached_reply_len(b"STORED\r\nEND"), Some(8));
-        assert_eq!(memcached_reply_len(b"VALUE k 0 5\r\nEND\r\n"), None);
-        assert_eq!(
-            memcached_reply_len(b"VALUE k 0 5\r\nEND\r\n\r\nEND\r\n"),
-            Some(25)
-        );
-        assert_eq!(memcached_reply_len(b"VALUE k 0 5\r\nab"), None);
-        let mut out = Vec::new();
-        kv_reply(b"VALUE k 0 3\r\nabc\r\nEND\r\n", &mut out).unwrap();
-        assert_eq!(out, b"VALUE abc");
-        assert!(kv_reply(b"NOT_STORED\r\n", &mut out).is_none());
-        assert!(kv_reply(b"VALUE k 0 3\r\nabcd\r\nEND\r\n", &mut out).is_none());
-        assert_eq!(
-            kv_request(b"SET a hello world").unwrap(),
-            b"set a 0 0 11\r\nhello world\r\n"
-        );
-        assert_eq!(kv_request(b"GET a").unwrap(), b"get a\r\n");
-        assert!(kv_request(b"PUT a").is_none());
-    }
-    #[test]
-    fn gray() {
-        let mut b = vec![255, 255, 255, 0, 10, 20, 30, 0];
-        assert_eq!(gray_in_place(&mut b), Some(2));
-        assert_eq!(b[0], 255);
-        assert_eq!(b[1], ((77 * 10 + 150 * 20 + 29 * 30) >> 8) as u8);
-    }
-}
+// The native lambdas (src/native.rs) are called through this module too.
+pub use crate::native::*;

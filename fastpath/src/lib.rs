@@ -10,11 +10,13 @@
 //!   `--queue-depth`, else OVERLOADED), a miss goes to the host (`--host`) or is answered UNKNOWN.
 //! * `tcp` + a reader and a writer thread per connection (the writer puts replies back in
 //!   request order); `unix`: Unix datagrams carrying a memfd (SCM_RIGHTS).
-//! * `worker-N` (`--workers`, optionally `--pin`ned): run to completion; they pick the next job by
+//! * `worker-N` (`--workers`, optionally `--pin`ned): run wasm calls in slices (`--slice-us`,
+//!   src/slice.rs) and native ones to completion; they pick the next job (or slice) by
 //!   deficit round-robin across lambdas with waiting jobs (quantum = weight) or from one FIFO
 //!   (`--sched fifo`). Each worker keeps one wasm instance per lambda version, so global state
 //!   persists; a trap or timeout drops it (rebuilt on the next call).
-//! * `epoch`: advances the wasmtime epoch once per millisecond (lambda timeouts).
+//! * `epoch`: advances the wasmtime epoch once per millisecond (lambda timeouts), and the
+//!   sliced engine's once per slice while a sliced call is in flight.
 //! * `host`: answers from the gateway's host port (token-matched, expired after 5 s).
 //! * external I/O: per external address a writer thread (one persistent TCP connection) and a
 //!   reader thread that frames memcached replies and queues `nf_resume` continuations, so workers
@@ -36,9 +38,11 @@ pub mod control;
 pub mod executor;
 pub mod lambda;
 pub mod load;
+pub mod native;
 pub mod poll;
 pub mod sched;
 pub mod server;
 pub mod shm;
+pub mod slice;
 pub mod stream;
 pub mod wire;

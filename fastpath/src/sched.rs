@@ -1,8 +1,11 @@
 //! Per-lambda queues and the workers' pick: deficit round-robin (weighted fair queueing
-//! between lambdas, quantum = weight, cost 1 per request) or one shared FIFO.
+//! between lambdas, quantum = weight, cost 1 per request or per slice of a sliced call) or one
+//! shared FIFO. A suspended call goes back to the front of its lambda's queue, so a lambda's
+//! calls still finish in the order they started.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -32,6 +35,8 @@ pub enum JobKind {
     ShmRequest,
     /// An external call's reply, for `nf_resume`.
     Resume(Vec<u8>),
+    /// A sliced call suspended at a slice's end (src/slice.rs), to run its next slice.
+    Slice(crate::slice::Running<crate::lambda::WasmInst>),
 }
 
 pub struct Job {
@@ -68,6 +73,8 @@ pub struct Sched {
     cv: Condvar,
     pub mode: Mode,
     depth: usize,
+    /// Jobs queued now, read without the lock by the sliced calls' epoch callbacks.
+    pub waiting: Arc<AtomicUsize>,
 }
 
 pub enum Pop {
@@ -89,12 +96,22 @@ impl Sched {
             cv: Condvar::new(),
             mode,
             depth: depth.max(1),
+            waiting: Arc::new(AtomicUsize::new(0)),
         }
     }
 
     /// Enqueue; `Err(job)` when the lambda's queue is full (unless `bypass`, for continuations
     /// of external calls, which must never be dropped).
     pub fn push(&self, job: Job, bypass: bool) -> Result<(), Job> {
+        self.enqueue(job, bypass, false)
+    }
+
+    /// Queue a suspended sliced call at the front of its lambda's queue (never dropped).
+    pub fn push_slice(&self, job: Job) {
+        let _ = self.enqueue(job, true, true);
+    }
+
+    fn enqueue(&self, job: Job, bypass: bool, front: bool) -> Result<(), Job> {
         let id = job.lambda.id;
         let mut g = self.inner.lock().unwrap();
         let inner = &mut *g;
@@ -103,10 +120,16 @@ impl Sched {
             return Err(job);
         }
         lq.len += 1;
-        match self.mode {
-            Mode::Fifo => inner.fifo.push_back(job),
-            Mode::Drr => {
-                lq.q.push_back(job);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        match (self.mode, front) {
+            (Mode::Fifo, false) => inner.fifo.push_back(job),
+            (Mode::Fifo, true) => inner.fifo.push_front(job),
+            (Mode::Drr, _) => {
+                if front {
+                    lq.q.push_front(job);
+                } else {
+                    lq.q.push_back(job);
+                }
                 if !lq.active {
                     lq.active = true;
                     lq.deficit = 0;
@@ -123,6 +146,12 @@ impl Sched {
     }
 
     fn take(&self, inner: &mut Inner) -> Option<Job> {
+        let job = self.pick(inner)?;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        Some(job)
+    }
+
+    fn pick(&self, inner: &mut Inner) -> Option<Job> {
         match self.mode {
             Mode::Fifo => {
                 let job = inner.fifo.pop_front()?;
@@ -206,5 +235,72 @@ impl Sched {
     pub fn shutdown(&self) {
         self.inner.lock().unwrap().shutdown = true;
         self.cv.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lambda::{Code, LambdaStats, NativeKind};
+
+    fn lambda(id: u32, weight: u32) -> Arc<Lambda> {
+        Arc::new(Lambda {
+            id,
+            name: format!("l{id}"),
+            version: 1,
+            weight,
+            timeout_ms: 50,
+            fuel: None,
+            external: None,
+            code: Code::Native(NativeKind::Web),
+            uid: id as u64,
+            retired: Default::default(),
+            stats: Arc::new(LambdaStats::default()),
+        })
+    }
+
+    fn job(l: &Arc<Lambda>, tag: u8) -> Job {
+        Job {
+            lambda: l.clone(),
+            kind: JobKind::Request(vec![tag]),
+            reply: ReplyTo::Udp("127.0.0.1:9".parse().unwrap()),
+        }
+    }
+
+    fn tag(j: &Job) -> (u32, u8) {
+        match &j.kind {
+            JobKind::Request(v) => (j.lambda.id, v[0]),
+            _ => (j.lambda.id, 0),
+        }
+    }
+
+    /// A suspended call's next slice goes to the front of its lambda's queue (its calls finish
+    /// in the order they started) and costs a turn: the other lambda runs in between.
+    #[test]
+    fn a_slice_goes_back_to_the_front_of_its_queue_and_costs_a_turn() {
+        let s = Sched::new(Mode::Drr, 16);
+        let (heavy, light) = (lambda(1, 1), lambda(2, 1));
+        assert!(s.push(job(&heavy, 1), false).is_ok());
+        assert!(s.push(job(&heavy, 2), false).is_ok());
+        assert!(s.push(job(&light, 1), false).is_ok());
+        assert_eq!(s.waiting.load(Ordering::Relaxed), 3);
+        let first = s.try_pop().unwrap();
+        assert_eq!(tag(&first), (1, 1));
+        s.push_slice(first); // heavy call 1 yields after a slice
+        let order: Vec<_> = std::iter::from_fn(|| s.try_pop()).map(|j| tag(&j)).collect();
+        assert_eq!(order, vec![(2, 1), (1, 1), (1, 2)]);
+        assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
+    }
+
+    /// A slice is never refused, even past the queue depth (dropping it would lose the call).
+    #[test]
+    fn a_slice_is_queued_past_the_depth() {
+        let s = Sched::new(Mode::Fifo, 1);
+        let l = lambda(1, 1);
+        assert!(s.push(job(&l, 1), false).is_ok());
+        assert!(s.push(job(&l, 2), false).is_err());
+        s.push_slice(job(&l, 3));
+        let order: Vec<_> = std::iter::from_fn(|| s.try_pop()).map(|j| tag(&j)).collect();
+        assert_eq!(order, vec![(1, 3), (1, 1)]);
     }
 }

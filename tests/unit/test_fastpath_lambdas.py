@@ -33,6 +33,7 @@ MODULES = {
     "gray_scalar": {"nf_handle"},
     "counter": {"nf_handle"},
     "spin": {"nf_handle"},
+    "burn": {"nf_handle"},
     "oob": {"nf_handle"},
     "secret": {"nf_handle", "nf_secret_addr"},
     "snoop": {"nf_handle"},

@@ -58,13 +58,15 @@ def test_bad_fastpath_blocks_name_the_field(folder, fn, needle):
 
 def test_cluster_fastpath_block():
     spec = parse_cluster({"fastpath": {"enabled": "true", "workers": 2, "sched": "fifo", "queue_depth": 64, "pin": False,
-                                       "poll": "spin"}})
+                                       "poll": "spin", "slice_us": 40}})
     assert (spec.fastpath.enabled, spec.fastpath.workers, spec.fastpath.sched, spec.fastpath.queue_depth) == ("true", 2, "fifo", 64)
-    assert spec.fastpath.poll == "spin"
+    assert spec.fastpath.poll == "spin" and spec.fastpath.slice_us == 40
     assert parse_cluster(spec.to_dict()).fastpath == spec.fastpath
     assert parse_cluster(None).fastpath.enabled == "auto" and parse_cluster(None).fastpath.poll == "adaptive"
+    assert parse_cluster(None).fastpath.slice_us == 100 and parse_cluster({"fastpath": {"slice_us": 0}}).fastpath.slice_us == 0
     for bad, needle in (({"enabled": "maybe"}, "fastpath.enabled"), ({"workers": 0}, "fastpath.workers"),
                         ({"sched": "lottery"}, "fastpath.sched"), ({"turbo": 1}, "turbo"), ({"pin": "yes"}, "fastpath.pin"),
-                        ({"poll": "busy"}, "fastpath.poll")):
+                        ({"poll": "busy"}, "fastpath.poll"), ({"slice_us": 5}, "fastpath.slice_us"),
+                        ({"slice_us": True}, "fastpath.slice_us"), ({"slice_us": "fast"}, "fastpath.slice_us")):
         with pytest.raises(SpecError, match=needle):
             parse_cluster({"fastpath": bad})

@@ -12,18 +12,20 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use wasmtime::{Engine, InstancePre};
+use wasmtime::Engine;
 
-use crate::lambda::{self, inc, Code, Lambda, Outcome, WasmInst, HDR, MAX_ID};
-use crate::sched::{Job, JobKind, Mode, Pop, ReplyTo, Sched};
+use crate::lambda::{self, inc, Code, Lambda, HDR, MAX_ID};
+use crate::sched::{Job, JobKind, Mode, ReplyTo, Sched};
 use crate::shm::Shm;
 
 mod external;
 mod host;
 mod receive;
+mod worker;
 pub use external::*;
 pub use host::*;
 pub use receive::*;
+pub use worker::worker_loop;
 
 // The status codes and datagram limit of the wire format (src/wire.rs), for the submodules.
 pub use crate::wire::{
@@ -85,6 +87,8 @@ pub struct Config {
     pub max_conns: usize,
     /// How workers wait for work (src/poll.rs): spin a while, then block.
     pub poll: crate::poll::Policy,
+    /// Wasm lambdas run in slices of this length (src/slice.rs); `None`: to completion.
+    pub slice: Option<Duration>,
 }
 
 /// What the workers spent polling (src/poll.rs), summed over them.
@@ -118,6 +122,8 @@ pub struct Server {
     pub streams: crate::stream::Streams,
     pub poll: crate::poll::Policy,
     pub polled: PollStats,
+    /// Set when wasm lambdas run in slices (`--slice-us` above 0).
+    pub slicer: Option<Arc<crate::slice::Slicer>>,
 }
 
 fn set_sock_buf(fd: i32, size: i32) {
@@ -151,11 +157,19 @@ impl Server {
             }
             None => None,
         };
+        let sched = Sched::new(cfg.mode, cfg.queue_depth);
+        let slicer = match cfg.slice {
+            Some(d) => Some(Arc::new(
+                crate::slice::Slicer::new(d, cfg.mode == Mode::Drr, sched.waiting.clone())
+                    .map_err(|e| std::io::Error::other(format!("wasmtime engine: {e:#}")))?,
+            )),
+            None => None,
+        };
         Ok(Server {
             engine,
             fuel_engine: std::sync::OnceLock::new(),
             table: (0..=MAX_ID).map(|_| RwLock::new(None)).collect(),
-            sched: Sched::new(cfg.mode, cfg.queue_depth),
+            sched,
             udp,
             unix,
             host,
@@ -171,6 +185,7 @@ impl Server {
             streams: Default::default(),
             poll: cfg.poll,
             polled: PollStats::default(),
+            slicer,
         })
     }
 
@@ -309,6 +324,7 @@ impl Server {
         serde_json::json!({
             "id": l.id, "name": l.name, "version": l.version, "weight": l.weight,
             "kind": match l.code { Code::Wasm { .. } => "wasm", Code::Native(_) => "native" },
+            "sliced": matches!(l.code, Code::Wasm { sliced: true, .. }),
             "timeout_ms": l.timeout_ms, "fuel": l.fuel,
             "external": l.external.map(|a| a.to_string()),
             "calls": r(&s.calls), "ok": r(&s.ok), "traps": r(&s.traps), "timeouts": r(&s.timeouts),
@@ -319,292 +335,22 @@ impl Server {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Workers
-
-struct Cached {
-    lambda: Arc<Lambda>,
-    inst: WasmInst,
-}
-
-pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
-    if pin {
-        if let Some(cores) = core_affinity::get_core_ids() {
-            if !cores.is_empty() {
-                core_affinity::set_for_current(cores[idx % cores.len()]);
-            }
-        }
-    }
-    let mut cache: HashMap<u64, Cached> = HashMap::new();
-    let mut seen_gen = srv.retire_gen.load(Ordering::Acquire);
-    let mut out: Vec<u8> = Vec::with_capacity(1 << 16);
-    let mut dbuf = vec![0u8; 65536];
-    let mut scratch = Vec::with_capacity(256);
-    let mut poller = crate::poll::Poller::new(srv.poll);
-    loop {
-        let gen = srv.retire_gen.load(Ordering::Acquire);
-        if gen != seen_gen {
-            seen_gen = gen;
-            cache.retain(|_, c| !c.lambda.retired.load(Ordering::Acquire));
-        }
-        match next_job(&srv, &mut poller, &mut dbuf, &mut scratch) {
-            Pop::Shutdown => return,
-            Pop::Idle => continue,
-            Pop::Job(job) => {
-                // A bug in one call must not take the worker down: drop its instances and go on.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    process(&srv, &mut cache, job, &mut out)
-                }));
-                if r.is_err() {
-                    cache.clear();
-                }
-            }
-        }
-    }
-}
-
-/// The worker's next job: one waiting, else one the socket holds, else (src/poll.rs) spin on
-/// both for the poller's budget, else block on the queue (the receiver thread wakes it).
-fn next_job(srv: &Server, poller: &mut crate::poll::Poller, dbuf: &mut [u8], scratch: &mut Vec<u8>) -> Pop {
-    srv.drain_udp(dbuf, scratch, DRAIN_MAX);
-    if let Some(job) = srv.sched.try_pop() {
-        poller.arrived(Instant::now(), Duration::ZERO, true);
-        return Pop::Job(job);
-    }
-    poller.idle(Instant::now());
-    let (found, spun) = crate::poll::spin_for(poller.budget(), || {
-        if srv.sched.is_shut_down() {
-            return Some(Pop::Shutdown);
-        }
-        srv.drain_udp(dbuf, scratch, DRAIN_MAX);
-        srv.sched.try_pop().map(Pop::Job)
-    });
-    let p = &srv.polled;
-    p.spun_ns.fetch_add(spun.as_nanos() as u64, Ordering::Relaxed);
-    match found {
-        Some(Pop::Job(job)) => {
-            p.caught.fetch_add(1, Ordering::Relaxed);
-            poller.arrived(Instant::now(), spun, true);
-            Pop::Job(job)
-        }
-        Some(other) => other,
-        None => {
-            poller.gave_up(spun);
-            let popped = srv.sched.pop(Duration::from_millis(100));
-            if matches!(popped, Pop::Job(_)) {
-                p.blocked.fetch_add(1, Ordering::Relaxed);
-                poller.arrived(Instant::now(), Duration::ZERO, false);
-            }
-            popped
-        }
-    }
-}
-
-/// One call as the worker runs it: the job's parts, borrowed, and the input they give.
-struct Call<'a> {
-    lambda: &'a Arc<Lambda>,
-    kind: &'a JobKind,
-    reply: &'a ReplyTo,
-    input: &'a [u8],
-    /// The call resumes after an external request (its input is the external reply).
-    resume: bool,
-}
-
-fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut Vec<u8>) {
-    let Job {
-        lambda: l,
-        kind,
-        reply,
-    } = job;
-    out.clear();
-    out.resize(HDR, 0);
-    let (input, resume) = job_input(&kind, &reply);
-    let call = Call {
-        lambda: &l,
-        kind: &kind,
-        reply: &reply,
-        input,
-        resume,
-    };
-    // A panic while running this call must still answer it: a TCP connection's writer sends
-    // replies in request order, so one lost reply would hold back every later one forever.
-    let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_call(srv, cache, &call, out)
-    }));
-    let outcome = match computed {
-        Ok(Some(o)) => o,
-        Ok(None) => return, // answered already (in place on shared memory, or cannot instantiate)
-        Err(_) => {
-            cache.clear();
-            Outcome::Trap("the executor panicked in this call; its instances were dropped".into())
-        }
-    };
-    reply_outcome(srv, l, reply, outcome, out);
-}
-
-/// The job's input (a memfd request reads it from the shared memory) and whether it resumes.
-#[inline]
-fn job_input<'a>(kind: &'a JobKind, reply: &'a ReplyTo) -> (&'a [u8], bool) {
-    match kind {
-        JobKind::Request(v) => (v, false),
-        JobKind::Resume(v) => (v, true),
-        JobKind::ShmRequest => match reply {
-            ReplyTo::Unix { shm, .. } => (shm.input(), false),
-            _ => (&[], false),
-        },
-    }
-}
-
-/// Run the call's lambda to its outcome; `None` when the call was answered already.
-#[inline]
-fn run_call(
-    srv: &Server,
-    cache: &mut HashMap<u64, Cached>,
-    call: &Call,
-    out: &mut Vec<u8>,
-) -> Option<Outcome> {
-    match &call.lambda.code {
-        Code::Native(k) => run_native_call(srv, *k, call, out),
-        Code::Wasm { pre, .. } => run_wasm_call(srv, cache, pre, call, out),
-    }
-}
-
-#[inline]
-fn run_native_call(
-    srv: &Server,
-    k: lambda::NativeKind,
-    call: &Call,
-    out: &mut Vec<u8>,
-) -> Option<Outcome> {
-    if !call.resume && call.input.len() > k.buffer_size() {
-        Some(Outcome::TooLarge)
-    } else if let (lambda::NativeKind::Gray, JobKind::ShmRequest, ReplyTo::Unix { shm, path }) =
-        (k, call.kind, call.reply)
-    {
-        // Native in place on the shared memory.
-        let l = call.lambda;
-        let in_len = shm.in_len;
-        match lambda::gray_in_place(&mut shm.mapping_mut()[..in_len]) {
-            Some(n) => {
-                inc(&l.stats.ok);
-                srv.unix_answer(path, l.id, OK, n);
-            }
-            None => {
-                inc(&l.stats.bad_request);
-                srv.unix_answer(path, l.id, BAD_REQUEST, 0);
-            }
-        }
-        None
-    } else {
-        Some(lambda::run_native(k, call.input, call.resume, out))
-    }
-}
-
-/// Run a wasm call on this worker's instance of the lambda (made on its first call).
-#[inline]
-fn run_wasm_call(
-    srv: &Server,
-    cache: &mut HashMap<u64, Cached>,
-    pre: &InstancePre<()>,
-    call: &Call,
-    out: &mut Vec<u8>,
-) -> Option<Outcome> {
-    let l = call.lambda;
-    let c = match cache.entry(l.uid) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => match WasmInst::new(pre) {
-            Ok(inst) => v.insert(Cached {
-                lambda: l.clone(),
-                inst,
-            }),
-            Err(e) => {
-                inc(&l.stats.traps);
-                let msg = format!("cannot instantiate lambda: {e}");
-                srv.reply_simple(call.reply, l.id, TRAP, msg.as_bytes(), out);
-                return None;
-            }
-        },
-    };
-    let o = c
-        .inst
-        .call(call.input, call.resume, l.timeout_ms, l.fuel, out);
-    if matches!(o, Outcome::Trap(_) | Outcome::Timeout) || l.retired.load(Ordering::Relaxed) {
-        // After a trap or timeout the instance is rebuilt on its next call; a swapped-out
-        // version's instance (still draining its queued calls) is not kept.
-        cache.remove(&l.uid);
-    }
-    Some(o)
-}
-
-/// Count the outcome against the lambda and answer the call (or hand it to an external call).
-#[inline]
-fn reply_outcome(
-    srv: &Server,
-    l: Arc<Lambda>,
-    reply: ReplyTo,
-    outcome: Outcome,
-    out: &mut Vec<u8>,
-) {
-    let id = l.id;
-    let st = &l.stats;
-    match outcome {
-        Outcome::Reply => {
-            inc(&st.ok);
-            srv.reply_out(&reply, id, OK, out);
-        }
-        Outcome::External(bytes) => match l.external {
-            Some(addr) => srv.ext.submit(
-                srv,
-                addr,
-                bytes,
-                Cont {
-                    lambda: l,
-                    reply,
-                    t: Instant::now(),
-                },
-                out,
-            ),
-            None => {
-                inc(&st.external_errors);
-                srv.reply_simple(
-                    &reply,
-                    id,
-                    EXTERNAL_ERROR,
-                    b"lambda asked for an external call but has no `external` address",
-                    out,
-                );
-            }
-        },
-        Outcome::BadRequest => {
-            inc(&st.bad_request);
-            srv.reply_simple(&reply, id, BAD_REQUEST, b"", out);
-        }
-        Outcome::Trap(msg) => {
-            inc(&st.traps);
-            srv.reply_simple(&reply, id, TRAP, msg.as_bytes(), out);
-        }
-        Outcome::Timeout => {
-            inc(&st.timeouts);
-            srv.reply_simple(&reply, id, TIMEOUT, b"", out);
-        }
-        Outcome::TooLarge => {
-            inc(&st.too_large);
-            srv.reply_simple(&reply, id, TOO_LARGE, b"", out);
-        }
-        Outcome::ExternalError(msg) => {
-            inc(&st.external_errors);
-            srv.reply_simple(&reply, id, EXTERNAL_ERROR, msg.as_bytes(), out);
-        }
-    }
-}
-
 /// Epoch ticker: one epoch per millisecond of wall-clock time (the unit of lambda timeouts);
-/// it catches up if a sleep overshoots, so timeouts do not stretch with timer slack.
+/// it catches up if a sleep overshoots, so timeouts do not stretch with timer slack. While a
+/// sliced call is in flight it also ticks the slicer's engine once per slice (src/slice.rs).
 pub fn ticker(srv: Arc<Server>, stop: Arc<AtomicBool>) {
+    // Without this the kernel may defer each wake-up by up to 50 µs, stretching short slices.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000u64, 0u64, 0u64, 0u64) };
     let start = Instant::now();
     let mut ticks: u128 = 0;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_micros(500));
+        match &srv.slicer {
+            Some(s) if s.in_flight.load(Ordering::Acquire) > 0 => {
+                std::thread::sleep(s.slice.min(Duration::from_micros(500)));
+                s.engine.increment_epoch();
+            }
+            _ => std::thread::sleep(Duration::from_micros(500)),
+        }
         let now = start.elapsed().as_millis();
         while ticks < now {
             srv.engine.increment_epoch();

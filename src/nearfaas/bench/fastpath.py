@@ -20,18 +20,19 @@ Repeats are interleaved across systems; the reported numbers are medians of the 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 
 from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.fastpath_fair import fairness, slice_cost
+from nearfaas.bench.fastpath_load import NATIVE, PAYLOAD_BYTES, WASM, load
+from nearfaas.bench.fastpath_load import deploy_all as _deploy_all, median_of as _median, num as _num, row as _row, summarize as _summ
 from nearfaas.bench.fastpath_poll import background_load, machine_state, poll_modes
 from nearfaas.bench.load import generator, http_load
-from nearfaas.stats import mean, median, percentile, present
+from nearfaas.stats import mean, percentile
 from nearfaas.fastpath import baselines as bl
 from nearfaas.fastpath.client import OK, MemfdClient, TcpClient, UdpClient, status_name
 from nearfaas.fastpath.executor import Executor, ExecutorError, binary_path, build, lambda_path, load_binary_path
@@ -40,69 +41,17 @@ TARGETS = {"web_p50_us": 15.0, "rps_one_worker": 80_000, "x_lower_p50_than_forki
            "throughput_loss_three_vs_one_pct": 10.0, "light_p99_under_wfq_x_isolated": 2.0}
 FULL = {"duration": 3.0, "warmup": 1.0, "repeats": 3, "image_calls": 200, "b3": True}
 QUICK = {"duration": 0.8, "warmup": 0.25, "repeats": 1, "image_calls": 40, "b3": True}
-PAYLOAD_BYTES = 16
 MANY = 32
-# executor IDs (the baselines use nearfaas.fastpath.baselines.BASELINE_IDS: web 1, web2 2, web3 3, kv 4, gray 5)
-WASM = {"web": 1, "web2": 2, "web3": 3, "kv": 4, "gray": 5}
-NATIVE = {"web": 11, "kv": 14, "gray": 15}
 WEB_REPLY = b"Hello from nearfaas fastpath v1: "
 HANDLER = '''def handle(event, context):
     return b"Hello from nearfaas fastpath v1: " + (event.body or b"")
 '''
 
 
-def _median(values):
-    """The median of the repeats that measured something; None (JSON null) when none did."""
-    return median(present(values), None)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _addr(addr) -> str:
-    return f"{addr[0]}:{addr[1]}"
-
-
-def load(addr, ids, outstanding: int, duration: float, warmup: float, payload: bytes | None = None,
-         payload_bytes: int = PAYLOAD_BYTES, match: str = "auto", timeout_ms: int = 200, poll: str = "adaptive") -> dict:
-    """One run of the Rust load generator; its JSON report. ``poll``: how it waits for replies."""
-    cmd = [str(load_binary_path()), "--addr", _addr(addr), "--ids", ",".join(map(str, ids)), "--outstanding", str(outstanding),
-           "--duration", f"{duration:g}", "--warmup", f"{warmup:g}", "--match", match, "--timeout-ms", str(timeout_ms),
-           "--poll", poll, "--json"]
-    cmd += ["--payload", payload.decode()] if payload is not None else ["--payload-bytes", str(payload_bytes)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + warmup + 30)
-    if proc.returncode:
-        raise RuntimeError(f"load generator failed ({proc.returncode}): {proc.stderr.strip()}")
-    return json.loads(proc.stdout)
-
-
-def _summ(runs: list[dict], label: str = "measured") -> dict:
-    keys = ("p50_us", "p99_us", "mean_us", "req_per_s")
-    out = {k: _median([r.get(k) for r in runs]) for k in keys}
-    out["errors"] = sum(r.get("errors", 0) for r in runs)
-    statuses: dict[str, int] = {}
-    for r in runs:
-        for s, c in r.get("statuses", {}).items():
-            name = status_name(int(s))
-            statuses[name] = statuses.get(name, 0) + c
-    out["statuses"] = statuses
-    out["repeats"] = len(runs)
-    out["label"] = label
-    out["runs"] = [{k: r.get(k) for k in (*keys, "requests", "errors", "timeouts", "match")} for r in runs]
-    return out
-
-
-def _num(x, spec: str) -> str:
-    """``x`` formatted for a progress line; "n/a" for a run that measured nothing (on a loaded
-    machine a baseline can time out every request of a short run)."""
-    return "n/a" if x is None else format(x, spec)
-
-
-def _row(r: dict) -> str:
-    return f"p50 {_num(r['p50_us'], '9.1f')} us  p99 {_num(r['p99_us'], '9.1f')} us  {_num(r['req_per_s'], '>10,.0f')} req/s"
 
 
 # ---- B3: the gateway -----------------------------------------------------------------------------
@@ -234,13 +183,6 @@ def _ensure_built(progress) -> str | None:
     return None
 
 
-def _deploy_all(ex: Executor, mc: str | None) -> None:
-    for name, lid in WASM.items():
-        ex.deploy(lid, name, "wasm", path=lambda_path(name), external=mc if name == "kv" else None)
-    for name, lid in NATIVE.items():
-        ex.deploy(lid, f"{name}-native", "native", native=name, external=mc if name == "kv" else None)
-
-
 SYSTEMS = {
     "fastpath-wasm": "nearfaas-fastpath --workers 1, C lambdas compiled to wasm32 (wasmtime)",
     "fastpath-native": "nearfaas-fastpath --workers 1, native Rust lambdas",
@@ -286,9 +228,11 @@ def run(quick: bool = False, progress=lambda msg: None) -> dict:
         if cfg["b3"]:
             _gateway(result, dur, reps, progress)
 
-    # 5. fairness: a light lambda's p99 alone and beside a heavy lambda, DRR vs FIFO
+    # 5. fairness: a light lambda's p99 alone and beside a heavy lambda: DRR with slices, DRR, FIFO;
+    # and what slicing costs calls that do not need it
     if not missing:
-        result["fairness"] = _fairness(dur, warm, reps, progress)
+        result["fairness"] = fairness(dur, warm, reps, progress)
+        result["slice_cost"] = slice_cost(dur, warm, reps, progress)
         # 6. what each poll mode costs: latency, CPU per request, CPU when idle and when sparse
         result["poll_modes"] = poll_modes(load, dur, warm, progress)
 
@@ -408,58 +352,6 @@ def _gateway(result: dict, dur: float, reps: int, progress) -> None:
         progress(f"B3 gateway unavailable: {e}")
 
 
-# The heavy lambda keeps the one worker busy all the time. Its outstanding count also sets how many
-# of its datagrams can sit ahead of a light request in the executor's one UDP socket (the ingress is
-# a FIFO the scheduler cannot reorder), so the variants separate scheduling from ingress queueing.
-HEAVY = {"gray16k@16": {"id": WASM["gray"], "outstanding": 16, "payload_bytes": 16_000,
-                        "what": "gray on 16,000-byte UDP payloads (4,000 pixels each), 16 outstanding"},
-         "gray64k@64": {"id": WASM["gray"], "outstanding": 64, "payload_bytes": 65_000,
-                     "what": "gray on 65,000-byte UDP payloads (16,250 pixels each), 64 outstanding"},
-         "web2@256": {"id": WASM["web2"], "outstanding": 256, "payload_bytes": PAYLOAD_BYTES,
-                      "what": "web2 with 256 outstanding (the same cost per request as the light lambda)"}}
-
-
-def _fairness(dur: float, warm: float, reps: int, progress, heavy_poll: str = "block", light_poll: str = "block",
-              executor_poll: str = "adaptive") -> dict:
-    """5. This measures the executor's scheduling, so both load generators block for their
-    replies, as before issue 25: on two cores a spinning light client takes the CPU that the
-    worker and the heavy client need (measured: light p99 beside web2@256 went from about 45 µs
-    with blocking clients to 400–900 µs with a spinning light client)."""
-    out: dict = {"light": "web (wasm), 1 outstanding", "label": "measured", "heavy_client_poll": heavy_poll,
-                 "light_client_poll": light_poll}
-    for sched in ("drr", "fifo"):
-        with Executor(workers=1, sched=sched, queue_depth=1024, poll=executor_poll) as ex:
-            _deploy_all(ex, None)
-            per: dict = {}
-            iso = [load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=light_poll) for _ in range(reps)]
-            per["isolated"] = _summ(iso)
-            for hname, h in HEAVY.items():
-                loaded, heavy_runs = [], []
-                for _ in range(reps):
-                    box: dict = {}
-
-                    def heavy(h=h, box=box):
-                        box["r"] = load(ex.udp_addr, [h["id"]], h["outstanding"], dur + warm + 0.5, 0.0,
-                                        payload_bytes=h["payload_bytes"], match="fifo", timeout_ms=1000, poll=heavy_poll)
-
-                    t = threading.Thread(target=heavy)
-                    t.start()
-                    time.sleep(0.3)  # the heavy lambda's queue fills first
-                    loaded.append(load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=light_poll))
-                    t.join()
-                    heavy_runs.append(box["r"])
-                s = _summ(loaded)
-                hs = _summ(heavy_runs)
-                ratio = s["p99_us"] / per["isolated"]["p99_us"] if s["p99_us"] is not None and per["isolated"]["p99_us"] else None
-                ratio50 = s["p50_us"] / per["isolated"]["p50_us"] if s["p50_us"] is not None and per["isolated"]["p50_us"] else None
-                per[f"under_{hname}"] = s | {"heavy": h["what"], "heavy_req_per_s": hs["req_per_s"], "heavy_statuses": hs["statuses"],
-                                             "p99_x_isolated": ratio, "p50_x_isolated": ratio50}
-                progress(f"fairness sched={sched}: light alone p50/p99 {_num(per['isolated']['p50_us'], '.1f')}/{_num(per['isolated']['p99_us'], '.1f')} us, "
-                         f"beside {hname} {_num(s['p50_us'], '.1f')}/{_num(s['p99_us'], '.1f')} us (p99 {_num(ratio, '.1f')}x); heavy {_num(hs['req_per_s'], ',.0f')} req/s")
-            out[sched] = per
-    return out
-
-
 def _headline(result: dict) -> None:
     web = result.get("web", {})
 
@@ -474,8 +366,11 @@ def _headline(result: dict) -> None:
     result["gateway_p50_us"] = get("gateway@1")
     rps = get(f"fastpath-wasm@{MANY}", "req_per_s")
     loss = (result.get("three_vs_one", {}).get("fastpath-wasm") or {}).get("throughput_loss_pct")
-    fair = (result.get("fairness", {}).get("drr") or {})
-    fair_ratio = max((v.get("p99_x_isolated") or 0) for k, v in fair.items() if k.startswith("under_")) if fair else None
+    def worst(sched, image_only=False):
+        per = result.get("fairness", {}).get(sched) or {}
+        ratios = [(v.get("p99_x_isolated") or 0) for k, v in per.items()
+                  if k.startswith("under_") and (not image_only or k.startswith("under_gray64k"))]
+        return max(ratios) if ratios else None
 
     def target(name, op, goal, measured):
         met = None if measured is None else (measured <= goal if op == "<=" else measured >= goal)
@@ -499,5 +394,8 @@ def _headline(result: dict) -> None:
         "x lower p50 than B1 forking": target("b1", ">=", TARGETS["x_lower_p50_than_forking"], b1 / fp if fp and b1 else None),
         "x lower p50 than B2 threading": target("b2", ">=", TARGETS["x_lower_p50_than_threading"], b2 / fp if fp and b2 else None),
         "throughput loss %, three lambdas vs one": target("loss", "<=", TARGETS["throughput_loss_three_vs_one_pct"], loss),
-        "light p99 under WFQ (drr) / isolated (worst heavy)": target("fair", "<=", TARGETS["light_p99_under_wfq_x_isolated"], fair_ratio),
+        "light p99 beside the image lambda (gray64k@64), drr with slices / isolated":
+            target("fair", "<=", TARGETS["light_p99_under_wfq_x_isolated"], worst("drr+slices", image_only=True)),
+        "light p99 beside any heavy lambda, drr with slices / isolated (worst)":
+            target("fair_any", "<=", TARGETS["light_p99_under_wfq_x_isolated"], worst("drr+slices")),
     }

@@ -127,6 +127,7 @@ class FastpathSpec:
     queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
     pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
     poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
+    slice_us: int = 100              # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
@@ -190,7 +191,8 @@ class ClusterSpec:
             "isolation": "on" if self.isolation else "off",
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
-                         "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll},
+                         "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll,
+                         "slice_us": self.fastpath.slice_us},
             "backend": self.backend, "ray": self.ray.to_dict(),
         }
 
@@ -471,7 +473,7 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
     spec = FastpathSpec()
     if m is None:
         return spec
-    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll"}, "fastpath", c, error=True)
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us"}, "fastpath", c, error=True)
     poll = m.get("poll", spec.poll)
     if poll not in FASTPATH_POLL:
         c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
@@ -501,6 +503,13 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
                 c.error(f"fastpath.{key}", f"must be a whole number from {lo} to {hi}, got {short_repr(v)}", f"write e.g. {key}: {getattr(spec, key)}")
             else:
                 setattr(spec, key, v)
+    if "slice_us" in m:
+        v = m["slice_us"]
+        if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 10 <= v <= 1_000_000):
+            c.error("fastpath.slice_us", f"must be 0 or a whole number of microseconds from 10 to 1000000, got {short_repr(v)}",
+                    "write slice_us: 100 (a light lambda waits about one slice behind a heavy call), or 0 to run calls to completion")
+        else:
+            spec.slice_us = v
     return spec
 
 
