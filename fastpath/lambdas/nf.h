@@ -21,8 +21,25 @@ typedef unsigned int nf_u32;
 #define NF_EXTERNAL (-2)    /* nf_handle/nf_resume: make an external call */
 #define NF_BAD_REQUEST (-1) /* any negative other than NF_EXTERNAL: BAD_REQUEST */
 
-/* Export a function under `name` (the export name is kept by wasm-ld --strip-all). */
+/* Export a function under `name` (the export name is kept by wasm-ld --strip-all).
+ *
+ * Lambda coalescing (λ-NIC §5.1; the Makefile's coalesced.wasm): built with -DNF_ENTRY=web2,
+ * a lambda's exports become "web2.nf_handle", "web2.nf_buffer", ... and its C symbols
+ * web2__nf_handle, ..., so several lambdas link into one module (one entry each); binaryen then
+ * folds the code they share. Deploy such a lambda with "entry": "web2" (docs/fastpath.md). */
+#ifdef NF_ENTRY
+#define NF_XSTR2(x) #x
+#define NF_XSTR(x) NF_XSTR2(x)
+#define NF_CAT2(a, b) a##__##b
+#define NF_CAT(a, b) NF_CAT2(a, b)
+#define nf_handle NF_CAT(NF_ENTRY, nf_handle)
+#define nf_resume NF_CAT(NF_ENTRY, nf_resume)
+#define nf_buffer NF_CAT(NF_ENTRY, nf_buffer)
+#define nf_buffer_size NF_CAT(NF_ENTRY, nf_buffer_size)
+#define NF_EXPORT(name) __attribute__((export_name(NF_XSTR(NF_ENTRY) "." name), used, visibility("default")))
+#else
 #define NF_EXPORT(name) __attribute__((export_name(name), used, visibility("default")))
+#endif
 
 /* Defines the static I/O buffer `nf_buf` of `size` bytes and the two exports that describe it.
  * Use once per lambda, at file scope. */

@@ -10,6 +10,7 @@ use serde_json::{json, Map, Value};
 
 use crate::auth::{self, LineError};
 use crate::lambda::{self, inc, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
+use crate::modules::EngineKind;
 use crate::server::Server;
 use crate::stream;
 
@@ -185,6 +186,7 @@ fn stats(srv: &Server) -> Value {
     }
     let mut v = json!({"ok": true, "lambdas": lambdas, "streams": streams, "global": global.clone(),
                        "workers": srv.workers,
+                       "modules": {"live": srv.modules.live().0, "code_bytes": srv.modules.live().1},
                        "sched": format!("{:?}", srv.sched.mode).to_lowercase(),
                        "poll": {"mode": srv.poll.mode.name(), "max_us": srv.poll.max.as_micros() as u64,
                                 "share": srv.poll.share, "spun_ns": r(&srv.polled.spun_ns),
@@ -261,10 +263,19 @@ const DEPLOY_FIELDS: &[&str] = &[
     "timeout_ms",
     "external",
     "stream",
+    "entry",
 ];
 
 /// Fields of a lambda deploy that a stream function has no use for (null is accepted).
-const NOT_FOR_STREAM: &[&str] = &["path", "native", "fuel", "timeout_ms", "weight", "external"];
+const NOT_FOR_STREAM: &[&str] = &[
+    "path",
+    "native",
+    "fuel",
+    "timeout_ms",
+    "weight",
+    "external",
+    "entry",
+];
 
 /// A deploy request, checked and compiled, ready to swap in.
 struct Deploy {
@@ -297,9 +308,14 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let kind =
         get_str(m, "kind")?.ok_or("kind: required; use \"wasm\", \"native\" or \"stream\"")?;
     let name_field = get_str(m, "name")?;
-    let code = match kind {
+    if get_entry(m)?.is_some() && kind == "native" {
+        return Err(
+            "entry: only a wasm lambda has entries; set entry to null for a native lambda".into(),
+        );
+    }
+    let (code, compiled) = match kind {
         "wasm" => wasm_code(srv, m, fuel)?,
-        "native" => native_code(m, name_field)?,
+        "native" => (native_code(m, name_field)?, false),
         other => {
             return Err(format!(
                 "kind: {other:?} is not a kind; use \"wasm\", \"native\" or \"stream\""
@@ -309,7 +325,7 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let name = name_field
         .map(str::to_string)
         .unwrap_or_else(|| format!("lambda-{id}"));
-    Ok(swap_in(
+    let mut answer = swap_in(
         srv,
         Deploy {
             id,
@@ -321,7 +337,10 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
             external,
             code,
         },
-    ))
+    );
+    // Whether this deploy compiled its module or reused another lambda's compilation.
+    answer["compiled"] = json!(compiled);
+    Ok(answer)
 }
 
 fn check_deploy_fields(m: &Map<String, Value>) -> Result<(), String> {
@@ -390,24 +409,53 @@ fn stream_wasm(
     lambda::link_wasm(engine_for(srv, fuel)?, &bytes).map_err(|e| format!("{path}: {e}"))
 }
 
-/// Read and compile the wasm module at `path` (with the fuel-counting engine when `fuel`).
-fn wasm_code(srv: &Server, m: &Map<String, Value>, fuel: Option<u64>) -> Result<Code, String> {
+/// Read and compile the wasm module at `path` (with the fuel-counting engine when `fuel`), or
+/// reuse the compilation of a lambda deployed from the same bytes (src/modules.rs); `entry`
+/// picks a lambda of a coalesced module. The second value: whether it compiled now.
+fn wasm_code(
+    srv: &Server,
+    m: &Map<String, Value>,
+    fuel: Option<u64>,
+) -> Result<(Code, bool), String> {
     let path = get_str(m, "path")?
         .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
+    let entry = get_entry(m)?;
     let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
     // Without a fuel budget a lambda runs in slices when the executor slices (src/slice.rs).
     let slicer = srv.slicer.as_ref().filter(|_| fuel.is_none());
-    let engine = match slicer {
-        Some(s) => &s.engine,
-        None => engine_for(srv, fuel)?,
+    let (kind, engine) = match (slicer, fuel) {
+        (Some(s), _) => (EngineKind::Sliced, &s.engine),
+        (None, None) => (EngineKind::Plain, engine_for(srv, None)?),
+        (None, Some(_)) => (EngineKind::Fuel, engine_for(srv, fuel)?),
     };
-    let (pre, buffer_size) =
-        lambda::compile_wasm(engine, &bytes, slicer).map_err(|e| format!("path: {path}: {e}"))?;
-    Ok(Code::Wasm {
-        pre,
+    let (module, compiled) = srv
+        .modules
+        .get_or_compile(kind, engine, &bytes)
+        .map_err(|e| format!("path: {path}: {e}"))?;
+    let buffer_size = lambda::check_abi(&module.pre, slicer, entry.as_deref()).map_err(|e| match &entry {
+        Some(en) => format!("entry: {en:?} in {path}: {e} (a coalesced module exports {en}.nf_handle, {en}.nf_buffer, {en}.nf_buffer_size)"),
+        None => format!("path: {path}: {e}"),
+    })?;
+    let code = Code::Wasm {
+        module,
+        entry,
         buffer_size,
         sliced: slicer.is_some(),
-    })
+    };
+    Ok((code, compiled))
+}
+
+/// `entry`: the lambda's entry in a coalesced module: 1 to 64 letters, digits or `_`.
+fn get_entry(m: &Map<String, Value>) -> Result<Option<String>, String> {
+    let Some(e) = get_str(m, "entry")? else {
+        return Ok(None);
+    };
+    if e.is_empty() || e.len() > 64 || !e.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_') {
+        return Err(format!(
+            "entry: {e:?} is not an entry name; use 1 to 64 letters, digits or _ (e.g. \"web2\"), or null for a module of one lambda"
+        ));
+    }
+    Ok(Some(e.to_string()))
 }
 
 /// The native lambda named by `native` (or else by `name`).

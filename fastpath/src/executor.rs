@@ -138,7 +138,11 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
                 .parse::<f64>()
                 .ok()
                 .filter(|x| *x > 0.0 && *x <= 1.0)
-                .unwrap_or_else(|| die(&format!("--poll-share: {v:?}; use a fraction of a core in (0, 1]")))
+                .unwrap_or_else(|| {
+                    die(&format!(
+                        "--poll-share: {v:?}; use a fraction of a core in (0, 1]"
+                    ))
+                })
         }
         "--slice-us" => {
             let us = int_in(

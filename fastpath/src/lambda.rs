@@ -74,7 +74,11 @@ impl NativeKind {
 
 pub enum Code {
     Wasm {
-        pre: InstancePre<()>,
+        /// The compiled module, shared by every lambda deployed from the same bytes.
+        module: Arc<Compiled>,
+        /// The entry of a coalesced module this lambda runs (`<entry>.nf_handle`, ...), or
+        /// None for a module of one lambda (`nf_handle`, ...).
+        entry: Option<String>,
         buffer_size: usize,
         /// Compiled on the slicer's engine: calls run in slices (src/slice.rs).
         sliced: bool,
@@ -139,23 +143,42 @@ pub enum Outcome {
     ExternalError(String),
 }
 
-/// Compile a wasm module and link its imports: every `wasi_snapshot_preview1` import is a stub
-/// returning ENOSYS (proc_exit traps); any other import is an error naming it.
-/// With `slicer` the module is for sliced calls (compiled on its engine).
-pub fn compile_wasm(
-    engine: &Engine,
-    bytes: &[u8],
-    slicer: Option<&Arc<Slicer>>,
-) -> Result<(InstancePre<()>, usize), String> {
-    let pre = link_wasm(engine, bytes)?;
-    // Validate the ABI by making one instance now (deploy fails early, not on the first call).
-    let inst =
-        WasmInst::new(&pre, slicer).map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
-    Ok((pre, inst.buf_size))
+/// A compiled, linked module. Lambda coalescing (λ-NIC §5.1): lambdas deployed from the same
+/// bytes share one (compiled once, its machine code in memory once); each keeps its own
+/// instances, so coalescing never shares state between lambdas.
+pub struct Compiled {
+    pub pre: InstancePre<()>,
+    /// Bytes of the module file.
+    pub module_bytes: usize,
+    /// Bytes of machine code wasmtime compiled it to.
+    pub code_bytes: usize,
+    /// The first 12 hex digits of the module's SHA-256.
+    pub digest: String,
 }
 
-/// Compile a wasm module and link its imports (the WASI stubs of [`compile_wasm`]), checking
-/// no ABI: lambdas and WebAssembly stream functions share it.
+/// Validate the lambda ABI of `entry` (or of the plain exports) by making one instance now, so a
+/// deploy fails early, not on the first call; returns the entry's buffer size.
+pub fn check_abi(
+    pre: &InstancePre<()>,
+    slicer: Option<&Arc<Slicer>>,
+    entry: Option<&str>,
+) -> Result<usize, String> {
+    let inst = WasmInst::new(pre, slicer, entry)
+        .map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
+    Ok(inst.buf_size)
+}
+
+/// The export `name` of `entry` ("web2.nf_handle"), or `name` itself without an entry.
+fn export_name(entry: Option<&str>, name: &str) -> String {
+    match entry {
+        Some(e) => format!("{e}.{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Compile a wasm module and link its imports: every `wasi_snapshot_preview1` import is a stub
+/// returning ENOSYS (proc_exit traps); any other import is an error naming it. It checks no ABI
+/// ([`check_abi`] does): lambdas and WebAssembly stream functions share it.
 pub fn link_wasm(engine: &Engine, bytes: &[u8]) -> Result<InstancePre<()>, String> {
     let module = Module::new(engine, bytes).map_err(|e| format!("cannot compile module: {e:#}"))?;
     let mut linker: Linker<()> = Linker::new(engine);
@@ -215,7 +238,11 @@ pub struct WasmInst {
 
 impl WasmInst {
     /// A fresh instance; with `slicer`, one whose calls run in slices (src/slice.rs).
-    pub fn new(pre: &InstancePre<()>, slicer: Option<&Arc<Slicer>>) -> Result<WasmInst, String> {
+    pub fn new(
+        pre: &InstancePre<()>,
+        slicer: Option<&Arc<Slicer>>,
+        entry: Option<&str>,
+    ) -> Result<WasmInst, String> {
         let mut store = Store::new(pre.module().engine(), ());
         // Instantiation and `_initialize` get a second, as every call's timeout bounds it.
         let (clock, _in_flight) = match slicer {
@@ -252,8 +279,8 @@ impl WasmInst {
             f.call(&mut *store, ())
                 .map_err(|e| format!("{name} trapped: {e:#}"))
         };
-        let buf = getter(&mut store, "nf_buffer")? as u32 as usize;
-        let buf_size = getter(&mut store, "nf_buffer_size")? as u32 as usize;
+        let buf = getter(&mut store, &export_name(entry, "nf_buffer"))? as u32 as usize;
+        let buf_size = getter(&mut store, &export_name(entry, "nf_buffer_size"))? as u32 as usize;
         if buf
             .checked_add(buf_size)
             .is_none_or(|end| end > mem.data_size(&store))
@@ -262,11 +289,12 @@ impl WasmInst {
                 "nf_buffer {buf}+{buf_size} lies outside linear memory"
             ));
         }
+        let handle_name = export_name(entry, "nf_handle");
         let handle = inst
-            .get_typed_func::<i32, i32>(&mut store, "nf_handle")
-            .map_err(|e| format!("export `nf_handle: (i32) -> i32`: {e:#}"))?;
+            .get_typed_func::<i32, i32>(&mut store, &handle_name)
+            .map_err(|e| format!("export `{handle_name}: (i32) -> i32`: {e:#}"))?;
         let resume = inst
-            .get_typed_func::<i32, i32>(&mut store, "nf_resume")
+            .get_typed_func::<i32, i32>(&mut store, &export_name(entry, "nf_resume"))
             .ok();
         Ok(WasmInst {
             store,
@@ -351,7 +379,11 @@ impl WasmInst {
         let f = if resume {
             match &self.resume {
                 Some(f) => f.clone(),
-                None => return Err(Outcome::ExternalError("lambda has no nf_resume export".into())),
+                None => {
+                    return Err(Outcome::ExternalError(
+                        "lambda has no nf_resume export".into(),
+                    ))
+                }
             }
         } else {
             self.handle.clone()

@@ -38,6 +38,7 @@ pub mod control;
 pub mod executor;
 pub mod lambda;
 pub mod load;
+pub mod modules;
 pub mod native;
 pub mod poll;
 pub mod sched;

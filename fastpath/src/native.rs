@@ -3,7 +3,6 @@
 
 use crate::lambda::{NativeKind, Outcome, HDR};
 
-
 pub const WEB_PREFIX: &[u8] = b"Hello from nearfaas fastpath v1: ";
 
 pub fn run_native(kind: NativeKind, input: &[u8], resume: bool, out: &mut Vec<u8>) -> Outcome {

@@ -162,7 +162,10 @@ impl Poller {
 }
 
 /// Spin on `attempt` for at most `budget`; returns what it found and how long it spun.
-pub fn spin_for<T>(budget: Duration, mut attempt: impl FnMut() -> Option<T>) -> (Option<T>, Duration) {
+pub fn spin_for<T>(
+    budget: Duration,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> (Option<T>, Duration) {
     let start = Instant::now();
     if budget.is_zero() {
         return (None, Duration::ZERO);
@@ -199,7 +202,10 @@ mod tests {
     #[test]
     fn short_gaps_spin_past_the_next_arrival_within_max() {
         assert_eq!(taught(Duration::from_micros(10), 20).budget(), MIN_SPIN);
-        assert_eq!(taught(Duration::from_micros(30), 20).budget(), Duration::from_micros(120));
+        assert_eq!(
+            taught(Duration::from_micros(30), 20).budget(),
+            Duration::from_micros(120)
+        );
         assert_eq!(taught(Duration::from_micros(150), 40).budget(), DEFAULT_MAX);
     }
 
@@ -209,7 +215,10 @@ mod tests {
         assert_eq!(taught(Duration::from_millis(50), 40).budget(), DEFAULT_MAX);
         // 1 ms gaps -> 0.1 ms: at most 10% of the time spinning
         let b = taught(Duration::from_millis(1), 60).budget();
-        assert!(b <= Duration::from_micros(101) && b >= Duration::from_micros(99), "{b:?}");
+        assert!(
+            b <= Duration::from_micros(101) && b >= Duration::from_micros(99),
+            "{b:?}"
+        );
     }
 
     #[test]
@@ -217,7 +226,10 @@ mod tests {
         for gap_us in [300u64, 1_000, 5_000, 50_000, 1_000_000] {
             let gap = Duration::from_micros(gap_us);
             let spin = taught(gap, 80).budget();
-            assert!(spin.as_secs_f64() / gap.as_secs_f64() <= DEFAULT_SHARE + 1e-6, "{gap:?} -> {spin:?}");
+            assert!(
+                spin.as_secs_f64() / gap.as_secs_f64() <= DEFAULT_SHARE + 1e-6,
+                "{gap:?} -> {spin:?}"
+            );
         }
     }
 
@@ -244,6 +256,9 @@ mod tests {
         assert_eq!(found, Some(7));
         let (none, spun) = spin_for::<()>(Duration::from_micros(200), || None);
         assert!(none.is_none() && spun >= Duration::from_micros(200));
-        assert_eq!(spin_for::<()>(Duration::ZERO, || panic!("not called")).0, None);
+        assert_eq!(
+            spin_for::<()>(Duration::ZERO, || panic!("not called")).0,
+            None
+        );
     }
 }

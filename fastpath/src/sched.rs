@@ -287,7 +287,9 @@ mod tests {
         let first = s.try_pop().unwrap();
         assert_eq!(tag(&first), (1, 1));
         s.push_slice(first); // heavy call 1 yields after a slice
-        let order: Vec<_> = std::iter::from_fn(|| s.try_pop()).map(|j| tag(&j)).collect();
+        let order: Vec<_> = std::iter::from_fn(|| s.try_pop())
+            .map(|j| tag(&j))
+            .collect();
         assert_eq!(order, vec![(2, 1), (1, 1), (1, 2)]);
         assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
     }
@@ -300,7 +302,9 @@ mod tests {
         assert!(s.push(job(&l, 1), false).is_ok());
         assert!(s.push(job(&l, 2), false).is_err());
         s.push_slice(job(&l, 3));
-        let order: Vec<_> = std::iter::from_fn(|| s.try_pop()).map(|j| tag(&j)).collect();
+        let order: Vec<_> = std::iter::from_fn(|| s.try_pop())
+            .map(|j| tag(&j))
+            .collect();
         assert_eq!(order, vec![(1, 3), (1, 1)]);
     }
 }

@@ -38,7 +38,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-
 use wasmtime::{Engine, Store, UpdateDeadline};
 
 /// The default slice (`--slice-us`).
@@ -62,7 +61,11 @@ pub struct Slicer {
 }
 
 impl Slicer {
-    pub fn new(slice: Duration, preempt: bool, waiting: Arc<AtomicUsize>) -> wasmtime::Result<Slicer> {
+    pub fn new(
+        slice: Duration,
+        preempt: bool,
+        waiting: Arc<AtomicUsize>,
+    ) -> wasmtime::Result<Slicer> {
         Ok(Slicer {
             engine: crate::lambda::make_engine(false)?,
             slice,
@@ -109,12 +112,17 @@ impl CallClock {
     /// At a tick: trap past the budget, yield when others wait (charging the slice's run time
     /// to the budget), else go on.
     fn tick(&self, s: &Slicer) -> UpdateDeadline {
-        let ran = s.now_ns().saturating_sub(self.ran_from_ns.load(Ordering::Relaxed));
+        let ran = s
+            .now_ns()
+            .saturating_sub(self.ran_from_ns.load(Ordering::Relaxed));
         let budget = self.budget_ns.load(Ordering::Relaxed);
         if ran >= budget {
             return UpdateDeadline::Interrupt;
         }
-        if s.preempt && self.may_yield.load(Ordering::Relaxed) && s.waiting.load(Ordering::Relaxed) > 0 {
+        if s.preempt
+            && self.may_yield.load(Ordering::Relaxed)
+            && s.waiting.load(Ordering::Relaxed) > 0
+        {
             self.budget_ns.store(budget - ran, Ordering::Relaxed);
             s.yields.fetch_add(1, Ordering::Relaxed);
             return UpdateDeadline::Yield(1);

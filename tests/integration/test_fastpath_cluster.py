@@ -130,6 +130,18 @@ def test_redeploy_hot_swaps_under_load_without_a_failed_call(cluster, lambdas):
     assert {s[:31] for s in seen} == {b"Hello from nearfaas fastpath v1", b"Hello from nearfaas fastpath v2"}
 
 
+def test_functions_from_one_coalesced_module_run_their_own_entries(cluster, lambdas):
+    """λ-NIC's lambda coalescing through the gateway: two functions name entries of one module
+    (fastpath: {module: coalesced.wasm, entry: ...}); each answers as its own lambda."""
+    web2 = lambdas("fp-co-web2", module="coalesced.wasm", entry="web2")
+    web3 = lambdas("fp-co-web3", module="coalesced.wasm", entry="web3")
+    with udp(cluster) as client:
+        assert client.call(web2, b"x") == (OK, b"Hello from nearfaas fastpath lambda 2 v1: x")
+        assert client.call(web3, b"y") == (OK, b"Hello from nearfaas fastpath lambda 3 v1: y")
+    bad = cluster.http.post(f"{cluster.url}/system/functions", json=body("fp-co-bad", module="coalesced.wasm", entry="nope"), timeout=30)
+    assert bad.status_code == 400 and "entry" in bad.text
+
+
 def test_removed_lambda_is_unknown(cluster):
     resp = cluster.http.post(f"{cluster.url}/system/functions", json=body("fp-gone", module="web.wasm"), timeout=30)
     assert resp.status_code == 202

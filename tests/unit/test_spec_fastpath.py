@@ -22,9 +22,17 @@ def test_a_wasm_lambda_parses_and_round_trips(folder):
     fn = parse_stack(stack({"lang": "wasm", "handler": ".", "x-nearfaas": {
         "target": "fastpath", "fastpath": {"module": "web.wasm", "weight": 3, "external": "127.0.0.1:11211"}}}), folder).functions["fast"]
     assert fn.x.target == "fastpath"
-    assert fn.x.fastpath == {"module": "web.wasm", "native": None, "weight": 3, "timeout_ms": 50, "external": "127.0.0.1:11211"}
+    assert fn.x.fastpath == {"module": "web.wasm", "native": None, "weight": 3, "timeout_ms": 50, "external": "127.0.0.1:11211",
+                             "entry": None}
     assert NearfaasOptions.from_dict(fn.x.to_dict()) == fn.x
     assert NearfaasOptions.from_dict(NearfaasOptions().to_dict()).target == "worker"
+
+
+def test_an_entry_of_a_coalesced_module_parses(folder):
+    fn = parse_stack(stack({"lang": "wasm", "handler": ".", "x-nearfaas": {
+        "target": "fastpath", "fastpath": {"module": "web.wasm", "entry": "web2"}}}), folder).functions["fast"]
+    assert fn.x.fastpath["entry"] == "web2"
+    assert NearfaasOptions.from_dict(fn.x.to_dict()) == fn.x
 
 
 def test_a_native_lambda_needs_no_module(folder):
@@ -45,6 +53,8 @@ def test_a_native_lambda_needs_no_module(folder):
         ({"lang": "wasm", "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", "timeout_ms": "x"}}}, "timeout_ms"),
         ({"lang": "wasm", "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", "external": "nohost"}}}, "host:port"),
         ({"lang": "wasm", "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", "speed": 9}}}, "speed"),
+        ({"lang": "wasm", "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", "entry": "a.b"}}}, "fastpath.entry"),
+        ({"lang": "native", "x-nearfaas": {"target": "fastpath", "fastpath": {"native": "web", "entry": "web"}}}, "only a module has entries"),
         ({"lang": "python3-http", "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm"}}}, "needs lang: wasm"),
         ({"lang": "python3-http", "x-nearfaas": {"target": "gpu"}}, "x-nearfaas.target"),
         ({"lang": "python3-http", "x-nearfaas": {"fastpath": {"module": "web.wasm"}}}, "only means something with target: fastpath"),

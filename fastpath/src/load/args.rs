@@ -120,7 +120,8 @@ fn set_flag(r: &mut Raw, flag: &str, value: &str) {
         "--timeout-ms" => r.timeout_ms = num(value) as u64,
         "--max-samples" => r.max_samples = num(value) as usize,
         "--poll" => {
-            r.poll = crate::poll::Mode::parse(value).unwrap_or_else(|| usage("--poll: adaptive, spin or block"))
+            r.poll = crate::poll::Mode::parse(value)
+                .unwrap_or_else(|| usage("--poll: adaptive, spin or block"))
         }
         "--match" => {
             r.matching = match value {

@@ -150,7 +150,8 @@ fn closed_loop(g: &mut Gen, stats: &mut Stats, w: &Window, k: usize, poll: crate
         // a reply is usually a few µs away: spin on a non-blocking receive before sleeping in
         // one (src/poll.rs), so the reply does not wait for this thread's wake-up
         poller.idle(Instant::now());
-        let (spun, waited) = crate::poll::spin_for(poller.budget(), || recv_nowait(fd, &mut g.rbuf));
+        let (spun, waited) =
+            crate::poll::spin_for(poller.budget(), || recv_nowait(fd, &mut g.rbuf));
         let r = match spun {
             Some(n) => Ok(n),
             None => g.sock.recv(&mut g.rbuf),
@@ -249,7 +250,6 @@ fn send_scheduled(
         stats.skipped += 1;
     }
 }
-
 
 /// One datagram already waiting, without blocking.
 fn recv_nowait(fd: i32, buf: &mut [u8]) -> Option<usize> {

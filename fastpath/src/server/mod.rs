@@ -124,6 +124,8 @@ pub struct Server {
     pub polled: PollStats,
     /// Set when wasm lambdas run in slices (`--slice-us` above 0).
     pub slicer: Option<Arc<crate::slice::Slicer>>,
+    /// Compiled modules, shared by the lambdas deployed from the same bytes (src/modules.rs).
+    pub modules: crate::modules::Modules,
 }
 
 fn set_sock_buf(fd: i32, size: i32) {
@@ -186,6 +188,7 @@ impl Server {
             poll: cfg.poll,
             polled: PollStats::default(),
             slicer,
+            modules: Default::default(),
         })
     }
 
@@ -325,6 +328,9 @@ impl Server {
             "id": l.id, "name": l.name, "version": l.version, "weight": l.weight,
             "kind": match l.code { Code::Wasm { .. } => "wasm", Code::Native(_) => "native" },
             "sliced": matches!(l.code, Code::Wasm { sliced: true, .. }),
+            "entry": match &l.code { Code::Wasm { entry, .. } => entry.clone(), Code::Native(_) => None },
+            "module": match &l.code { Code::Wasm { module, .. } => Some(module.digest.clone()), Code::Native(_) => None },
+            "code_bytes": match &l.code { Code::Wasm { module, .. } => Some(module.code_bytes), Code::Native(_) => None },
             "timeout_ms": l.timeout_ms, "fuel": l.fuel,
             "external": l.external.map(|a| a.to_string()),
             "calls": r(&s.calls), "ok": r(&s.ok), "traps": r(&s.traps), "timeouts": r(&s.timeouts),

@@ -12,7 +12,6 @@ use super::*;
 use crate::lambda::{self, inc, Code, Lambda, Outcome, Sliced, WasmInst, HDR};
 use crate::sched::{Job, JobKind, Pop, ReplyTo};
 
-
 struct Cached {
     lambda: Arc<Lambda>,
     inst: WasmInst,
@@ -56,7 +55,12 @@ pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
 
 /// The worker's next job: one waiting, else one the socket holds, else (src/poll.rs) spin on
 /// both for the poller's budget, else block on the queue (the receiver thread wakes it).
-fn next_job(srv: &Server, poller: &mut crate::poll::Poller, dbuf: &mut [u8], scratch: &mut Vec<u8>) -> Pop {
+fn next_job(
+    srv: &Server,
+    poller: &mut crate::poll::Poller,
+    dbuf: &mut [u8],
+    scratch: &mut Vec<u8>,
+) -> Pop {
     srv.drain_udp(dbuf, scratch, DRAIN_MAX);
     if let Some(job) = srv.sched.try_pop() {
         poller.arrived(Instant::now(), Duration::ZERO, true);
@@ -71,7 +75,8 @@ fn next_job(srv: &Server, poller: &mut crate::poll::Poller, dbuf: &mut [u8], scr
         srv.sched.try_pop().map(Pop::Job)
     });
     let p = &srv.polled;
-    p.spun_ns.fetch_add(spun.as_nanos() as u64, Ordering::Relaxed);
+    p.spun_ns
+        .fetch_add(spun.as_nanos() as u64, Ordering::Relaxed);
     match found {
         Some(Pop::Job(job)) => {
             p.caught.fetch_add(1, Ordering::Relaxed);
@@ -173,7 +178,19 @@ enum Ran {
 fn run_call(srv: &Server, cache: &mut HashMap<u64, Cached>, call: Call, out: &mut Vec<u8>) -> Ran {
     match &call.lambda.code {
         Code::Native(k) => run_native_call(srv, *k, &call, out).map_or(Ran::Answered, Ran::Outcome),
-        Code::Wasm { pre, sliced, .. } => run_wasm_call(srv, cache, pre, *sliced, &call, out),
+        Code::Wasm {
+            module,
+            entry,
+            sliced,
+            ..
+        } => run_wasm_call(
+            srv,
+            cache,
+            (&module.pre, entry.as_deref()),
+            *sliced,
+            &call,
+            out,
+        ),
     }
 }
 
@@ -199,7 +216,9 @@ fn next_slice(
         Ok(Ran::Answered) => {}
         Err(_) => {
             cache.clear();
-            let o = Outcome::Trap("the executor panicked in this call; its instances were dropped".into());
+            let o = Outcome::Trap(
+                "the executor panicked in this call; its instances were dropped".into(),
+            );
             reply_outcome(srv, l, reply, o, out)
         }
     }
@@ -211,7 +230,8 @@ fn settle(cache: &mut HashMap<u64, Cached>, l: &Arc<Lambda>, s: Sliced) -> Ran {
     match s {
         Sliced::Suspended(r) => Ran::Suspended(r),
         Sliced::Done(inst, o) => {
-            let keep = !matches!(o, Outcome::Trap(_) | Outcome::Timeout) && !l.retired.load(Ordering::Relaxed);
+            let keep = !matches!(o, Outcome::Trap(_) | Outcome::Timeout)
+                && !l.retired.load(Ordering::Relaxed);
             if keep {
                 cache.entry(l.uid).or_insert(Cached {
                     lambda: l.clone(),
@@ -259,7 +279,7 @@ fn run_native_call(
 fn run_wasm_call(
     srv: &Server,
     cache: &mut HashMap<u64, Cached>,
-    pre: &InstancePre<()>,
+    (pre, entry): (&InstancePre<()>, Option<&str>),
     sliced: bool,
     call: &Call,
     out: &mut Vec<u8>,
@@ -269,7 +289,7 @@ fn run_wasm_call(
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(v) => {
             let slicer = if sliced { srv.slicer.as_ref() } else { None };
-            match WasmInst::new(pre, slicer) {
+            match WasmInst::new(pre, slicer, entry) {
                 Ok(inst) => v.insert(Cached {
                     lambda: l.clone(),
                     inst,
@@ -286,7 +306,11 @@ fn run_wasm_call(
     if c.inst.is_sliced() {
         // The instance travels with the call while it is suspended.
         let inst = cache.remove(&l.uid).expect("just found").inst;
-        return settle(cache, l, inst.call_sliced(call.input, call.resume, l.timeout_ms, out));
+        return settle(
+            cache,
+            l,
+            inst.call_sliced(call.input, call.resume, l.timeout_ms, out),
+        );
     }
     let o = c
         .inst
@@ -360,4 +384,3 @@ fn reply_outcome(
         }
     }
 }
-

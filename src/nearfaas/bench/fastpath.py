@@ -13,7 +13,9 @@ UDP load comes from `nearfaas-fastpath-load` (Rust, closed loop, K outstanding o
 Experiments: the web lambda with 1 and 32 outstanding; three distinct web lambdas round-robin vs
 one; the image lambda (256x256 RGBA -> luma: memfd for the executor, TCP framing with a connection
 per request for the baselines); the memcached lambda (a real memcached); fairness: a light lambda's
-p99 alone vs beside a heavy lambda saturating the worker, under `--sched drr` and `--sched fifo`.
+p99 alone vs beside a heavy lambda saturating the worker, under DRR with preemptive slices, DRR
+running calls to completion, and FIFO (bench/fastpath_fair.py); λ-NIC's §5.1 optimizations, five
+modules against one coalesced module (bench/fastpath_coalesce.py); what each poll mode costs.
 Repeats are interleaved across systems; the reported numbers are medians of the repeats.
 """
 
@@ -27,6 +29,7 @@ import subprocess
 import time
 
 from nearfaas.bench.cluster import scratch_cluster
+from nearfaas.bench.fastpath_coalesce import coalescing
 from nearfaas.bench.fastpath_fair import fairness, slice_cost
 from nearfaas.bench.fastpath_load import NATIVE, PAYLOAD_BYTES, WASM, load
 from nearfaas.bench.fastpath_load import deploy_all as _deploy_all, median_of as _median, num as _num, row as _row, summarize as _summ
@@ -233,7 +236,10 @@ def run(quick: bool = False, progress=lambda msg: None) -> dict:
     if not missing:
         result["fairness"] = fairness(dur, warm, reps, progress)
         result["slice_cost"] = slice_cost(dur, warm, reps, progress)
-        # 6. what each poll mode costs: latency, CPU per request, CPU when idle and when sparse
+        # 6. λ-NIC's §5.1 optimizations: one coalesced module against five, and the match table's size
+        if lambda_path("coalesced").exists():
+            result["coalescing"] = coalescing(dur, warm, reps, progress)
+        # 7. what each poll mode costs: latency, CPU per request, CPU when idle and when sparse
         result["poll_modes"] = poll_modes(load, dur, warm, progress)
 
     result["elapsed_s"] = round(time.monotonic() - started, 1)

@@ -258,13 +258,18 @@ class Executor:
         return self._control
 
     def deploy(self, lambda_id: int, name: str, kind: str = "wasm", path=None, native: str | None = None, weight: int = 1,
-               version: int = 1, timeout_ms: int = 50, external: str | None = None, fuel: int | None = None) -> dict:
+               version: int = 1, timeout_ms: int = 50, external: str | None = None, fuel: int | None = None,
+               entry: str | None = None) -> dict:
+        """Install (or hot-swap) a lambda. ``entry``: the lambda's entry in a coalesced module
+        (fastpath/lambdas/nf.h, e.g. "web2" in coalesced.wasm); None for a module of one lambda."""
         if kind == "wasm" and path is None:
             path = lambda_path(name)
         body = {"op": "deploy", "id": lambda_id, "name": name, "kind": kind, "weight": weight, "version": version,
                 "timeout_ms": timeout_ms, "fuel": fuel, "external": external}
         if kind == "wasm":
             body["path"] = str(Path(path).resolve())
+            if entry is not None:
+                body["entry"] = entry
         else:
             body["native"] = native or name
         return self.control.request(**body)

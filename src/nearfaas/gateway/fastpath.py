@@ -146,6 +146,8 @@ class FastPath:
             body.update(kind="native", native=fp["native"])
         else:
             body.update(kind="wasm", path=f"{spec['handler_dir']}/{fp['module']}")
+            if fp.get("entry"):
+                body["entry"] = fp["entry"]
         reply = await self.control(body)
         if not reply.get("ok"):
             if new_id:  # a function that had an ID (say, as a worker) keeps it

@@ -23,7 +23,8 @@ STREAM_FUNCTIONS = ("parse", "filter", "topk", "frequent", "wasm")
 STREAM_KEYS = {"fn", "k", "dtype", "variant", "min", "max", "module", "fuel", "timeout_ms"}
 STREAM_DTYPES = ("u32", "f32")
 STREAM_VARIANTS = ("insertion", "heap")
-FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external"}
+FASTPATH_KEYS = {"module", "native", "weight", "timeout_ms", "external", "entry"}
+ENTRY_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 NATIVE_LAMBDAS = ("web", "kv", "gray")
 # How a worker runs sync handlers (runtime/worker.py): on its main thread, one call at a time, like
 # a normal program (the default), or on a pool of threads, several calls at once.
@@ -305,7 +306,7 @@ def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> 
                     "add fastpath: {module: lambda.wasm} (a file in the handler folder) or fastpath: {native: web}")
         return
     check_unknown_keys(fp, FASTPATH_KEYS, fpath, c, error=True)
-    out: dict[str, Any] = {"module": None, "native": None, "weight": 1, "timeout_ms": 50, "external": None}
+    out: dict[str, Any] = {"module": None, "native": None, "weight": 1, "timeout_ms": 50, "external": None, "entry": None}
     module, native = fp.get("module"), fp.get("native")
     if (module is None) == (native is None):
         c.error(fpath, "give exactly one of module or native",
@@ -330,6 +331,15 @@ def _parse_fastpath(m: dict, path: str, opts: NearfaasOptions, c: Collector) -> 
             c.error(join_path(fpath, "external"), f"{short_repr(ext)} is not host:port", "write e.g. external: 127.0.0.1:11211 (a memcached)")
         else:
             out["external"] = str(ext)
+    entry = fp.get("entry")
+    if entry is not None:  # the lambda's entry in a coalesced module (docs/fastpath.md, "Lambda coalescing")
+        if native is not None:
+            c.error(join_path(fpath, "entry"), "only a module has entries", "remove entry, or use module: coalesced.wasm with entry: web2")
+        elif not isinstance(entry, str) or not ENTRY_NAME.fullmatch(entry):
+            c.error(join_path(fpath, "entry"), f"{short_repr(entry)} is not an entry name",
+                    "write 1 to 64 letters, digits or _, e.g. entry: web2 (its exports are web2.nf_handle, ...)")
+        else:
+            out["entry"] = entry
     opts.fastpath = out
 
 
