@@ -21,7 +21,7 @@ defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-dept
   --max-connections 256 --max-frame 2097152; --stream (stream functions) is off unless given,
   --stream-idle-ms 2000 --stream-max-connections 1024; --poll adaptive --poll-max-us 200 --poll-share 0.1
   (idle workers spin on their socket for a budget learnt from the gaps between requests, then
-  block: src/poll.rs); --slice-us 100 (wasm lambdas run in slices of this many microseconds, so
+  block: src/poll.rs); --slice-us 50 (wasm lambdas run in slices of this many microseconds, so
   a light lambda waits about one slice behind a heavy call under drr: src/slice.rs; 0 runs every
   call to completion)";
 

@@ -1,7 +1,9 @@
 //! Per-lambda queues and the workers' pick: deficit round-robin (weighted fair queueing
 //! between lambdas, quantum = weight, cost 1 per request or per slice of a sliced call) or one
 //! shared FIFO. A suspended call goes back to the front of its lambda's queue, so a lambda's
-//! calls still finish in the order they started.
+//! calls still finish in the order they started. A lambda that becomes active goes before a
+//! lone lambda whose turn is used up (it would have gone to the back had anyone been behind it),
+//! so a light request waits at most one quantum behind a heavy lambda, not two.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -63,6 +65,10 @@ struct LQueue {
 struct Inner {
     queues: HashMap<u32, LQueue>,
     active: VecDeque<u32>,
+    /// The lambda alone in `active` that has used up its turn: a lambda that becomes active
+    /// goes before it (it would have gone to the back had anyone been behind it), so a light
+    /// request waits at most one quantum (one slice of a sliced call), not two.
+    spent: Option<u32>,
     fifo: VecDeque<Job>,
     waiting: usize,
     shutdown: bool,
@@ -89,6 +95,7 @@ impl Sched {
             inner: Mutex::new(Inner {
                 queues: HashMap::new(),
                 active: VecDeque::new(),
+                spent: None,
                 fifo: VecDeque::new(),
                 waiting: 0,
                 shutdown: false,
@@ -134,6 +141,9 @@ impl Sched {
                     lq.active = true;
                     lq.deficit = 0;
                     inner.active.push_back(id);
+                    if inner.spent.take().is_some() {
+                        inner.active.rotate_left(1);
+                    }
                 }
             }
         }
@@ -167,6 +177,7 @@ impl Sched {
                     lq.active = false;
                     lq.deficit = 0;
                     inner.active.pop_front();
+                    inner.spent = None;
                     continue;
                 };
                 if lq.deficit < 1 {
@@ -175,11 +186,15 @@ impl Sched {
                 }
                 lq.deficit -= 1;
                 lq.len -= 1;
+                inner.spent = None;
                 if lq.q.is_empty() {
                     lq.active = false;
                     lq.deficit = 0;
                     inner.active.pop_front();
                 } else if lq.deficit < 1 {
+                    if inner.active.len() == 1 {
+                        inner.spent = Some(id);
+                    }
                     inner.active.rotate_left(1);
                 }
                 return Some(job);
@@ -292,6 +307,31 @@ mod tests {
             .collect();
         assert_eq!(order, vec![(2, 1), (1, 1), (1, 2)]);
         assert_eq!(s.waiting.load(Ordering::Relaxed), 0);
+    }
+
+    /// A lambda alone that used up its turn yields the next turn to one that arrives: the
+    /// light request waits one quantum, as it would had it been queued before the turn ended.
+    #[test]
+    fn a_newcomer_goes_before_a_lambda_that_used_up_its_turn() {
+        let s = Sched::new(Mode::Drr, 16);
+        let (heavy, light) = (lambda(1, 1), lambda(2, 1));
+        assert!(s.push(job(&heavy, 1), false).is_ok());
+        assert!(s.push(job(&heavy, 2), false).is_ok());
+        let first = s.try_pop().unwrap(); // heavy's turn is used up; it is alone
+        s.push_slice(first);
+        assert!(s.push(job(&light, 1), false).is_ok());
+        let order: Vec<_> = std::iter::from_fn(|| s.try_pop())
+            .map(|j| tag(&j))
+            .collect();
+        assert_eq!(order, vec![(2, 1), (1, 1), (1, 2)]);
+        // Weighted shares between backlogged lambdas are unchanged (1:3).
+        let (a, b) = (lambda(3, 1), lambda(4, 3));
+        for i in 0..8 {
+            assert!(s.push(job(&a, i), false).is_ok());
+            assert!(s.push(job(&b, i), false).is_ok());
+        }
+        let ids: Vec<u32> = (0..8).map(|_| s.try_pop().unwrap().lambda.id).collect();
+        assert_eq!(ids, vec![3, 4, 4, 4, 3, 4, 4, 4]);
     }
 
     /// A slice is never refused, even past the queue depth (dropping it would lose the call).

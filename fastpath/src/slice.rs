@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
 /// The default slice (`--slice-us`).
-pub const DEFAULT_SLICE: Duration = Duration::from_micros(100);
+pub const DEFAULT_SLICE: Duration = Duration::from_micros(50);
 
 /// The executor's slicing: the engine of sliced lambdas and what its callbacks consult.
 pub struct Slicer {

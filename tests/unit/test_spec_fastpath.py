@@ -73,7 +73,7 @@ def test_cluster_fastpath_block():
     assert spec.fastpath.poll == "spin" and spec.fastpath.slice_us == 40
     assert parse_cluster(spec.to_dict()).fastpath == spec.fastpath
     assert parse_cluster(None).fastpath.enabled == "auto" and parse_cluster(None).fastpath.poll == "adaptive"
-    assert parse_cluster(None).fastpath.slice_us == 100 and parse_cluster({"fastpath": {"slice_us": 0}}).fastpath.slice_us == 0
+    assert parse_cluster(None).fastpath.slice_us == 50 and parse_cluster({"fastpath": {"slice_us": 0}}).fastpath.slice_us == 0
     for bad, needle in (({"enabled": "maybe"}, "fastpath.enabled"), ({"workers": 0}, "fastpath.workers"),
                         ({"sched": "lottery"}, "fastpath.sched"), ({"turbo": 1}, "turbo"), ({"pin": "yes"}, "fastpath.pin"),
                         ({"poll": "busy"}, "fastpath.poll"), ({"slice_us": 5}, "fastpath.slice_us"),

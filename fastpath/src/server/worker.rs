@@ -130,11 +130,23 @@ fn process(srv: &Server, cache: &mut HashMap<u64, Cached>, job: Job, out: &mut V
     let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run_call(srv, cache, call, out)
     }));
+    conclude(srv, cache, l, reply, computed, out);
+}
+
+/// Answer a call (or its latest slice) by what it gave: its outcome; nothing when answered
+/// already; its next slice queued at the front of its lambda's queue; a TRAP after a panic.
+fn conclude(
+    srv: &Server,
+    cache: &mut HashMap<u64, Cached>,
+    l: Arc<Lambda>,
+    reply: ReplyTo,
+    computed: std::thread::Result<Ran>,
+    out: &mut Vec<u8>,
+) {
     let outcome = match computed {
         Ok(Ran::Outcome(o)) => o,
         Ok(Ran::Answered) => return, // in place on shared memory, or cannot instantiate
         Ok(Ran::Suspended(running)) => {
-            // After a slice: the call's next slice waits at the front of its lambda's queue.
             srv.sched.push_slice(Job {
                 lambda: l,
                 kind: JobKind::Slice(running),
@@ -206,22 +218,7 @@ fn next_slice(
     let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         settle(cache, &l, Sliced::resume(running, out))
     }));
-    match computed {
-        Ok(Ran::Outcome(o)) => reply_outcome(srv, l, reply, o, out),
-        Ok(Ran::Suspended(running)) => srv.sched.push_slice(Job {
-            lambda: l,
-            kind: JobKind::Slice(running),
-            reply,
-        }),
-        Ok(Ran::Answered) => {}
-        Err(_) => {
-            cache.clear();
-            let o = Outcome::Trap(
-                "the executor panicked in this call; its instances were dropped".into(),
-            );
-            reply_outcome(srv, l, reply, o, out)
-        }
-    }
+    conclude(srv, cache, l, reply, computed, out);
 }
 
 /// A finished sliced call's instance goes back to the cache (unless the call trapped or timed

@@ -30,7 +30,7 @@ import time
 
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.fastpath_coalesce import coalescing
-from nearfaas.bench.fastpath_fair import fairness, slice_cost
+from nearfaas.bench.fastpath_fair import fairness, slice_cost, slice_sweep
 from nearfaas.bench.fastpath_load import NATIVE, PAYLOAD_BYTES, WASM, load
 from nearfaas.bench.fastpath_load import deploy_all as _deploy_all, median_of as _median, num as _num, row as _row, summarize as _summ
 from nearfaas.bench.fastpath_poll import background_load, machine_state, poll_modes
@@ -236,6 +236,7 @@ def run(quick: bool = False, progress=lambda msg: None) -> dict:
     if not missing:
         result["fairness"] = fairness(dur, warm, reps, progress)
         result["slice_cost"] = slice_cost(dur, warm, reps, progress)
+        result["slice_sweep"] = slice_sweep(dur, warm, reps, progress)
         # 6. λ-NIC's §5.1 optimizations: one coalesced module against five, and the match table's size
         if lambda_path("coalesced").exists():
             result["coalescing"] = coalescing(dur, warm, reps, progress)

@@ -21,8 +21,11 @@ import time
 from nearfaas.bench.fastpath_load import BURN_TIMEOUT_MS, PAYLOAD_BYTES, WASM, deploy_all, load, num, summarize
 from nearfaas.fastpath.executor import Executor
 
-#: The slice of the sliced configuration (the executor's default).
-SLICE_US = 100
+#: The slice of the sliced configuration (the executor's default, fastpath/src/slice.rs).
+SLICE_US = 50
+#: The slices `slice_sweep` compares beside burn: shorter slices bound the light lambda's wait
+#: more tightly and cost the heavy lambda more yields.
+SWEEP_US = (20, 50, 100, 0)
 SCHEDULERS = {"drr+slices": {"sched": "drr", "slice_us": SLICE_US},
               "drr": {"sched": "drr", "slice_us": 0},
               "fifo": {"sched": "fifo", "slice_us": 0}}
@@ -93,6 +96,24 @@ def _beside(ex: Executor, h: dict, dur: float, warm: float, reps: int, heavy_pol
 
     return s | {"heavy": h["what"], "heavy_req_per_s": hs["req_per_s"], "heavy_p50_us": hs["p50_us"],
                 "heavy_statuses": hs["statuses"], "p99_x_isolated": ratio("p99_us"), "p50_x_isolated": ratio("p50_us")}
+
+
+def slice_sweep(dur: float, warm: float, reps: int, progress, light_poll: str = "block") -> dict:
+    """The trade-off behind the default slice: the light lambda's latency beside burn@4, and
+    burn's throughput, for each slice in `SWEEP_US` (0: run to completion), DRR, one worker."""
+    out: dict = {"label": "measured", "heavy": HEAVY["burn@4"]["what"], "light": "web (wasm), 1 outstanding"}
+    for us in SWEEP_US:
+        with Executor(workers=1, queue_depth=1024, sched="drr", slice_us=us) as ex:
+            deploy_all(ex, None)
+            iso = summarize([load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=light_poll) for _ in range(reps)])
+            s = _beside(ex, HEAVY["burn@4"], dur, warm, reps, "block", light_poll, iso)
+            out[f"slice_us={us}"] = {"isolated_p99_us": iso["p99_us"], "p50_us": s["p50_us"], "p99_us": s["p99_us"],
+                                     "p99_x_isolated": s["p99_x_isolated"], "heavy_req_per_s": s["heavy_req_per_s"],
+                                     "yields": (ex.stats().get("slice") or {}).get("yields", 0)}
+            r = out[f"slice_us={us}"]
+            progress(f"slice sweep {us:>4} us: light beside burn@4 p50/p99 {num(r['p50_us'], '.1f')}/{num(r['p99_us'], '.1f')} us "
+                     f"(p99 {num(r['p99_x_isolated'], '.2f')}x), burn {num(r['heavy_req_per_s'], ',.0f')} req/s")
+    return out
 
 
 def slice_cost(dur: float, warm: float, reps: int, progress) -> dict:

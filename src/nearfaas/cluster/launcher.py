@@ -280,7 +280,7 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
             "--max-connections", str(fp.get("max_connections", 256)), "--poll", fp.get("poll", "adaptive"),
-            "--slice-us", str(fp.get("slice_us", 100))] + \
+            "--slice-us", str(fp.get("slice_us", 50))] + \
         (["--pin"] if fp.get("pin") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 

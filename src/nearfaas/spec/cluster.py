@@ -127,7 +127,7 @@ class FastpathSpec:
     queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
     pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
     poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
-    slice_us: int = 100              # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
+    slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
@@ -507,7 +507,7 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
         v = m["slice_us"]
         if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 10 <= v <= 1_000_000):
             c.error("fastpath.slice_us", f"must be 0 or a whole number of microseconds from 10 to 1000000, got {short_repr(v)}",
-                    "write slice_us: 100 (a light lambda waits about one slice behind a heavy call), or 0 to run calls to completion")
+                    "write slice_us: 50 (a light lambda waits about one slice behind a heavy call), or 0 to run calls to completion")
         else:
             spec.slice_us = v
     return spec
