@@ -184,9 +184,10 @@ fn stats(srv: &Server) -> Value {
     if let (Value::Object(g), Value::Object(s)) = (&mut global, srv.streams.global_json()) {
         g.extend(s);
     }
+    let (modules_live, code_bytes) = srv.modules.live();
     let mut v = json!({"ok": true, "lambdas": lambdas, "streams": streams, "global": global.clone(),
                        "workers": srv.workers,
-                       "modules": {"live": srv.modules.live().0, "code_bytes": srv.modules.live().1},
+                       "modules": {"live": modules_live, "code_bytes": code_bytes},
                        "sched": format!("{:?}", srv.sched.mode).to_lowercase(),
                        "poll": {"mode": srv.poll.mode.name(), "max_us": srv.poll.max.as_micros() as u64,
                                 "share": srv.poll.share, "spun_ns": r(&srv.polled.spun_ns),
@@ -308,13 +309,14 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let kind =
         get_str(m, "kind")?.ok_or("kind: required; use \"wasm\", \"native\" or \"stream\"")?;
     let name_field = get_str(m, "name")?;
-    if get_entry(m)?.is_some() && kind == "native" {
+    let entry = get_entry(m)?;
+    if entry.is_some() && kind == "native" {
         return Err(
             "entry: only a wasm lambda has entries; set entry to null for a native lambda".into(),
         );
     }
     let (code, compiled) = match kind {
-        "wasm" => wasm_code(srv, m, fuel)?,
+        "wasm" => wasm_code(srv, m, fuel, entry)?,
         "native" => (native_code(m, name_field)?, false),
         other => {
             return Err(format!(
@@ -416,10 +418,10 @@ fn wasm_code(
     srv: &Server,
     m: &Map<String, Value>,
     fuel: Option<u64>,
+    entry: Option<String>,
 ) -> Result<(Code, bool), String> {
     let path = get_str(m, "path")?
         .ok_or("path: required for kind wasm; give the absolute path of a .wasm file")?;
-    let entry = get_entry(m)?;
     let bytes = std::fs::read(path).map_err(|e| format!("path: cannot read {path:?}: {e}"))?;
     // Without a fuel budget a lambda runs in slices when the executor slices (src/slice.rs).
     let slicer = srv.slicer.as_ref().filter(|_| fuel.is_none());

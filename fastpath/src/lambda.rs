@@ -148,8 +148,6 @@ pub enum Outcome {
 /// instances, so coalescing never shares state between lambdas.
 pub struct Compiled {
     pub pre: InstancePre<()>,
-    /// Bytes of the module file.
-    pub module_bytes: usize,
     /// Bytes of machine code wasmtime compiled it to.
     pub code_bytes: usize,
     /// The first 12 hex digits of the module's SHA-256.
@@ -323,11 +321,6 @@ impl WasmInst {
             }
             Err(o) => o,
         }
-    }
-
-    /// Whether calls of this instance run in slices ([`WasmInst::call_sliced`]).
-    pub fn is_sliced(&self) -> bool {
-        self.clock.is_some()
     }
 
     /// Start a sliced call: it runs to its first yield or its end (src/slice.rs). The instance

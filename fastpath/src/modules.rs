@@ -50,7 +50,6 @@ impl Modules {
         let code_bytes = pre.module().text().len();
         let compiled = Arc::new(Compiled {
             pre,
-            module_bytes: bytes.len(),
             code_bytes,
             digest: sha[..6].iter().map(|b| format!("{b:02x}")).collect(),
         });

@@ -169,8 +169,6 @@ pub struct Running<I> {
     fut: CallFuture<I>,
     clock: Arc<CallClock>,
     in_flight: InFlight,
-    /// Slices this call has been suspended after.
-    pub slices: u32,
 }
 
 /// What running a sliced call's next slice gave.
@@ -186,7 +184,6 @@ impl<I> Running<I> {
             fut,
             clock,
             in_flight: InFlight::new(slicer),
-            slices: 0,
         }
         .run()
     }
@@ -202,10 +199,7 @@ impl<I> Running<I> {
         let mut cx = Context::from_waker(Waker::noop());
         match self.fut.as_mut().poll(&mut cx) {
             Poll::Ready((inst, r)) => Step::Done(inst, r),
-            Poll::Pending => {
-                self.slices += 1;
-                Step::Suspended(self)
-            }
+            Poll::Pending => Step::Suspended(self),
         }
     }
 }

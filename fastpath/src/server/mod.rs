@@ -323,14 +323,23 @@ impl Server {
 
     pub fn lambda_json(&self, l: &Lambda) -> serde_json::Value {
         let s = &l.stats;
+        let wasm = match &l.code {
+            Code::Wasm {
+                entry,
+                module,
+                sliced,
+                ..
+            } => Some((entry.as_deref(), module, *sliced)),
+            Code::Native(_) => None,
+        };
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         serde_json::json!({
             "id": l.id, "name": l.name, "version": l.version, "weight": l.weight,
-            "kind": match l.code { Code::Wasm { .. } => "wasm", Code::Native(_) => "native" },
-            "sliced": matches!(l.code, Code::Wasm { sliced: true, .. }),
-            "entry": match &l.code { Code::Wasm { entry, .. } => entry.clone(), Code::Native(_) => None },
-            "module": match &l.code { Code::Wasm { module, .. } => Some(module.digest.clone()), Code::Native(_) => None },
-            "code_bytes": match &l.code { Code::Wasm { module, .. } => Some(module.code_bytes), Code::Native(_) => None },
+            "kind": if wasm.is_some() { "wasm" } else { "native" },
+            "sliced": wasm.is_some_and(|(_, _, sliced)| sliced),
+            "entry": wasm.and_then(|(entry, _, _)| entry),
+            "module": wasm.map(|(_, m, _)| m.digest.as_str()),
+            "code_bytes": wasm.map(|(_, m, _)| m.code_bytes),
             "timeout_ms": l.timeout_ms, "fuel": l.fuel,
             "external": l.external.map(|a| a.to_string()),
             "calls": r(&s.calls), "ok": r(&s.ok), "traps": r(&s.traps), "timeouts": r(&s.timeouts),

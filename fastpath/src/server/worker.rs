@@ -282,33 +282,40 @@ fn run_wasm_call(
     out: &mut Vec<u8>,
 ) -> Ran {
     let l = call.lambda;
-    let c = match cache.entry(l.uid) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => {
-            let slicer = if sliced { srv.slicer.as_ref() } else { None };
-            match WasmInst::new(pre, slicer, entry) {
-                Ok(inst) => v.insert(Cached {
-                    lambda: l.clone(),
-                    inst,
-                }),
-                Err(e) => {
-                    inc(&l.stats.traps);
-                    let msg = format!("cannot instantiate lambda: {e}");
-                    srv.reply_simple(call.reply, l.id, TRAP, msg.as_bytes(), out);
-                    return Ran::Answered;
-                }
-            }
-        }
+    let slicer = if sliced { srv.slicer.as_ref() } else { None };
+    let make = |out: &mut Vec<u8>| {
+        WasmInst::new(pre, slicer, entry).map_err(|e| {
+            inc(&l.stats.traps);
+            let msg = format!("cannot instantiate lambda: {e}");
+            srv.reply_simple(call.reply, l.id, TRAP, msg.as_bytes(), out);
+            Ran::Answered
+        })
     };
-    if c.inst.is_sliced() {
-        // The instance travels with the call while it is suspended.
-        let inst = cache.remove(&l.uid).expect("just found").inst;
+    if sliced {
+        // The instance travels with the call while it is suspended (`settle` puts it back).
+        let inst = match cache.remove(&l.uid) {
+            Some(c) => c.inst,
+            None => match make(out) {
+                Ok(inst) => inst,
+                Err(ran) => return ran,
+            },
+        };
         return settle(
             cache,
             l,
             inst.call_sliced(call.input, call.resume, l.timeout_ms, out),
         );
     }
+    let c = match cache.entry(l.uid) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => match make(out) {
+            Ok(inst) => v.insert(Cached {
+                lambda: l.clone(),
+                inst,
+            }),
+            Err(ran) => return ran,
+        },
+    };
     let o = c
         .inst
         .call(call.input, call.resume, l.timeout_ms, l.fuel, out);

@@ -62,8 +62,7 @@ def fairness(dur: float, warm: float, reps: int, progress, heavy_poll: str = "bl
     for name, cfg in SCHEDULERS.items():
         with Executor(workers=1, queue_depth=1024, poll=executor_poll, **cfg) as ex:
             deploy_all(ex, None)
-            per: dict = {"isolated": summarize([load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=light_poll)
-                                                for _ in range(reps)])}
+            per: dict = {"isolated": _isolated(ex, dur, warm, reps, light_poll)}
             for hname, h in HEAVY.items():
                 per[f"under_{hname}"] = _beside(ex, h, dur, warm, reps, heavy_poll, light_poll, per["isolated"])
                 s = per[f"under_{hname}"]
@@ -75,6 +74,11 @@ def fairness(dur: float, warm: float, reps: int, progress, heavy_poll: str = "bl
             per["slice_yields"] = (stats.get("slice") or {}).get("yields", 0)
             out[name] = per
     return out
+
+
+def _isolated(ex: Executor, dur: float, warm: float, reps: int, poll: str) -> dict:
+    """The light lambda alone on the executor."""
+    return summarize([load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=poll) for _ in range(reps)])
 
 
 def _beside(ex: Executor, h: dict, dur: float, warm: float, reps: int, heavy_poll: str, light_poll: str,
@@ -105,7 +109,7 @@ def slice_sweep(dur: float, warm: float, reps: int, progress, light_poll: str = 
     for us in SWEEP_US:
         with Executor(workers=1, queue_depth=1024, sched="drr", slice_us=us) as ex:
             deploy_all(ex, None)
-            iso = summarize([load(ex.udp_addr, [WASM["web"]], 1, dur, warm, poll=light_poll) for _ in range(reps)])
+            iso = _isolated(ex, dur, warm, reps, light_poll)
             s = _beside(ex, HEAVY["burn@4"], dur, warm, reps, "block", light_poll, iso)
             out[f"slice_us={us}"] = {"isolated_p99_us": iso["p99_us"], "p50_us": s["p50_us"], "p99_us": s["p99_us"],
                                      "p99_x_isolated": s["p99_x_isolated"], "heavy_req_per_s": s["heavy_req_per_s"],
