@@ -2,12 +2,15 @@
 with umoci, from files of this host (busybox-static; the host's python3 and part of its
 stdlib), deployed through the REST API as faas-cli sends them (only ``image:``), called through
 /function/NAME. Skipped only when no OCI runtime can run a container on this host (the reason
-says what failed); where one can, these run.
+says what failed); where one can, these run. The fail-closed test (a node without a runtime
+refuses image functions) needs no runtime and no image tools: it always runs.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -15,6 +18,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -42,6 +46,43 @@ def runtime(tmp_path_factory):
 def images(runtime, tmp_path_factory) -> dict[str, str]:
     """Three images in one OCI layout, two of them also as archives: every source kind."""
     return build_images(tmp_path_factory.mktemp("images"))
+
+
+def hand_made_layout(root: Path, tag: str = "sh") -> str:
+    """An OCI image layout written here byte by byte, with no tool (no umoci, skopeo or runtime):
+    one gzipped layer holding /app/shout.sh, a config whose fprocess runs it. The ``image:`` that
+    names it; a node with image tools would import, unpack and try to run it."""
+    blobs = root / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+
+    def blob(data: bytes, media_type: str) -> dict:
+        digest = hashlib.sha256(data).hexdigest()
+        (blobs / digest).write_bytes(data)
+        return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
+
+    tar_bytes = io.BytesIO()
+    with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        script = (Path(__file__).resolve().parents[2] / "examples" / "images" / "shout.sh").read_bytes()
+        for name, data, mode in (("app/", None, 0o755), ("app/shout.sh", script, 0o755)):
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime = mode, 0
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    layer = tar_bytes.getvalue()
+    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(layer).hexdigest()}"]},
+              "config": {"Env": ["PATH=/bin:/usr/bin", "fprocess=sh /app/shout.sh"], "WorkingDir": "/app"}}
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": blob(json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json"),
+                "layers": [blob(gzip.compress(layer, mtime=0), "application/vnd.oci.image.layer.v1.tar+gzip")]}
+    entry = blob(json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [
+        entry | {"annotations": {"org.opencontainers.image.ref.name": tag}}]}))
+    (root / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+    return f"oci:{root}:{tag}"
 
 
 @pytest.fixture
@@ -154,16 +195,21 @@ def test_the_warm_instance_is_reused_and_its_container_goes_with_it(cluster, ima
     assert log.count('"event": "container-ready"') >= 2  # the container's part of each cold start, measured
 
 
-def test_without_a_working_runtime_the_call_names_what_is_missing(images, tmp_path, monkeypatch):
+def test_without_a_working_runtime_the_call_names_what_is_missing(tmp_path, monkeypatch):
     """Fail closed: a node whose runtime is missing refuses image functions, naming it and
-    `make setup`; it never runs the image some other way."""
+    `make setup`; it never runs the image some other way (nor imports or unpacks it). Needs no
+    runtime: the image is written by hand (hand_made_layout), so this runs on every host."""
+    os.chmod(tmp_path, 0o755)
+    image = hand_made_layout(tmp_path / "layout")
     monkeypatch.setenv("NEARFAAS_OCI_RUNTIME", "nearfaas-no-such-runtime")  # the nodes inherit it
     with running_cluster(tmp_path / "state") as other:
-        resp = other.http.post(f"{other.url}/system/functions", json={"service": "img-none", "image": images["sh"]}, timeout=30)
-        assert resp.status_code == 202
+        resp = other.http.post(f"{other.url}/system/functions", json={"service": "img-none", "image": image}, timeout=30)
+        assert resp.status_code == 202, resp.text
         call = requests.post(f"{other.url}/function/img-none", data=b"x", timeout=60)
         assert call.status_code == 503, call.text
         assert "nearfaas-no-such-runtime is not installed" in call.text and "make setup" in call.text, call.text
+        imported = [p for p in Path(other.state_dir).rglob("oci/*") if p.name in ("layout", "bundles")]
+        assert not imported, f"the image was imported or unpacked with no runtime to run it: {imported}"
 
 
 def test_a_server_that_dies_at_start_is_a_cold_start_error_with_its_reason(cluster, images, deploy):

@@ -8,7 +8,9 @@ accepted (202), node APIs answered anyone, `base_dir: 5` was a 500.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -17,7 +19,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from nearfaas.auth import function_keys
+from nearfaas.auth import function_keys, internal
 from nearfaas.spec.bundle import pack
 
 pytestmark = pytest.mark.integration
@@ -100,18 +102,121 @@ def test_node_ports_refuse_unsigned_callers(cluster, bucket):
         assert requests.get(f"{url}/_nearfaas/health", headers=health_sig, timeout=10).status_code == 401
 
 
-def test_an_async_callback_cannot_make_the_gateway_call_a_node(scratch, cluster, functions_dir):
+class _Recorder:
+    """A callback target of the test's own on 127.0.0.1: records each request it gets (method,
+    path, headers, body) and sets ``arrived`` once it has answered one."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.arrived = threading.Event()
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                recorder.requests.append({"method": self.command, "path": self.path, "headers": list(self.headers.items()),
+                                          "body": body})
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                recorder.arrived.set()
+
+            do_GET = do_POST = do_PUT = do_DELETE = _record
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def recorder():
+    r = _Recorder()
+    yield r
+    r.server.shutdown()
+    r.server.server_close()
+
+
+def _internal(cluster, method: str, url: str, **kwargs) -> requests.Response:
+    """A call to a node's internal API signed as the gateway signs its own (auth/internal.py)."""
+    target = "/" + url.split("://", 1)[1].partition("/")[2]
+    return requests.request(method, url, headers=internal.sign(cluster.layout["internal_secret"], method, target), timeout=30, **kwargs)
+
+
+def _async_done(cluster, call_id: str) -> dict | None:
+    """The gateway's ``async-done`` log record of one async call (written once it ran and its
+    callback was delivered or finally failed), or None while there is none."""
+    log = (cluster.state_dir / "logs" / "gateway.log").read_text(errors="replace")
+    for line in log.splitlines():
+        if call_id in line and '"async-done"' in line:
+            return json.loads(line[line.index("{"):])
+    return None
+
+
+def test_an_async_callback_carries_the_result_and_no_platform_credentials(scratch, cluster, functions_dir, recorder):
+    """A callback goes to a URL the caller chose: it gets the function's answer and nothing the
+    platform signs or authenticates with, even on a path the gateway signs for its nodes."""
+    assert scratch("cb-plain", functions_dir / "echo").status_code == 202
+    # Sent with the admin's credentials: they were checked at accept time and are not passed on.
+    resp = cluster.http.post(f"{cluster.url}/async-function/cb-plain", data=b"the callback's payload", timeout=30,
+                             headers={"X-Callback-Url": f"{recorder.url}/_nearfaas/functions/cb-plain/workers"})
+    assert resp.status_code == 202, resp.text
+    call_id = resp.headers["X-Call-Id"]
+    assert recorder.arrived.wait(30), f"no callback within 30 s; gateway record: {_async_done(cluster, call_id)}"
+    [got] = recorder.requests
+    headers = {k.lower(): v for k, v in got["headers"]}
+    assert (got["method"], got["path"]) == ("POST", "/_nearfaas/functions/cb-plain/workers")
+    assert headers["x-call-id"] == call_id and headers["x-function-status"] == "200"
+    assert json.loads(got["body"])["body"] == "the callback's payload"
+    platform = {internal.HEADER.lower(), internal.WORKER_TOKEN_HEADER.lower(), "authorization", "proxy-authorization", "cookie"}
+    assert not platform & headers.keys(), {k: v for k, v in headers.items() if k in platform}
+    assert not [k for k in headers if k.startswith("x-amz-")], headers
+    raw = json.dumps(got["headers"]) + got["body"].decode(errors="replace")
+    for secret in (cluster.layout["internal_secret"], cluster.layout["auth"]["secret_key"]):
+        assert secret not in raw
+
+
+def test_an_async_callback_cannot_make_the_gateway_call_a_node(scratch, cluster, tmp_path):
     """The gateway signs only its own calls to node URLs: a callback URL aimed at a node's
-    internal API arrives unsigned (401), so a function's answer never becomes a node command."""
-    assert scratch("cb-echo", functions_dir / "echo").status_code == 202
+    internal API arrives unsigned (401), so a function's answer never becomes a node command.
+
+    The function answers its request body as is, and the body is a worker spec the node would
+    start if the gateway had signed it (checked at the end, signed by the test)."""
+    relay = tmp_path / "relay"
+    relay.mkdir()
+    (relay / "handler.py").write_text("def handle(event, context):\n"
+                                      "    return {'statusCode': 200, 'headers': {'Content-Type': 'application/json'},\n"
+                                      "            'body': event.body.decode()}\n")
+    assert scratch("cb-relay", relay).status_code == 202
+    specs = json.loads((cluster.state_dir / "gateway" / "functions.json").read_text())
+    evil = next(s for s in specs if s["name"] == "cb-relay") | {"name": "cb-evil"}  # real code, a name nobody deployed
     node = cluster.layout["nodes"][-1]
-    evil = {"name": "cb-evil", "handler_dir": "/tmp"}
-    resp = requests.post(f"{cluster.url}/async-function/cb-echo", data=json.dumps(evil),
-                         headers={"X-Callback-Url": f"{node['url']}/_nearfaas/functions/cb-evil/workers"}, timeout=10)
-    assert resp.status_code == 202
-    time.sleep(1.5)
-    workers = cluster.node_health(node["url"])["workers"]
-    assert not [w for w in workers if w["function"] == "cb-evil"]
+    workers_url = f"{node['url']}/_nearfaas/functions/cb-evil/workers"
+
+    def evil_workers() -> list[dict]:
+        return [w for w in cluster.node_health(node["url"])["workers"] if w["function"] == "cb-evil"]
+
+    try:
+        resp = requests.post(f"{cluster.url}/async-function/cb-relay", data=json.dumps(evil), timeout=10,
+                             headers={"X-Callback-Url": workers_url})
+        assert resp.status_code == 202, resp.text
+        call_id = resp.headers["X-Call-Id"]
+        # Until the call is done (its callback delivered or failed) or the node started the worker.
+        deadline = time.monotonic() + 30
+        while (done := _async_done(cluster, call_id)) is None and not evil_workers():
+            assert time.monotonic() < deadline, "the async call neither finished nor started a worker within 30 s"
+            time.sleep(0.1)
+        assert not evil_workers(), f"the callback made node {node['name']} start a worker: {evil_workers()}"
+        assert done is not None and done["status"] == 200, done
+        assert done["callback"] == "failed: callback answered 401", done
+        # The premise: the same spec, signed, does start a worker there.
+        signed = _internal(cluster, "POST", workers_url, json=evil)
+        assert signed.status_code == 200, signed.text
+        assert evil_workers()
+    finally:
+        _internal(cluster, "DELETE", f"{node['url']}/_nearfaas/functions/cb-evil")
 
 
 @pytest.mark.parametrize("body,field", [

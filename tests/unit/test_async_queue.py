@@ -40,7 +40,7 @@ def item(call_id: str, body: bytes = b"{}", **extra) -> dict:
 
 
 def queue(tmp_path, calls=None, **kwargs) -> AsyncQueue:
-    return AsyncQueue(calls or FakeCalls(), lambda: None, GatewayMetrics(), tmp_path, **kwargs)
+    return AsyncQueue(calls or FakeCalls(), GatewayMetrics(), tmp_path, **kwargs)
 
 
 async def until(predicate, timeout: float = 5.0) -> None:

@@ -28,7 +28,7 @@ queued calls simply stay in the journal.
 
 Worked example::
 
-    q = AsyncQueue(chains, lambda: nodes.session, metrics, state_dir / "gateway", depth=2)
+    q = AsyncQueue(chains, metrics, state_dir / "gateway", depth=2)
     q.start()                               # replays the journal, resumes what was not done
     await q.submit({"name": "thumb", "path": "/", "query": "", "headers": {}, "body": b"{}",
                     "call_id": "abc-1", "callback": None})   # durable on return -> 202
@@ -54,6 +54,13 @@ Known caveats:
 - Bodies are held in memory as well as in the journal: ``depth`` x ``invoke_max_body`` bounds it.
 - A journal write that fails (disk full) answers the client 503 and is rolled back (truncated),
   so the file stays well formed; calls already accepted are unaffected.
+- Callbacks go out on a plain session of the queue's own (``_callback_session``): no signing
+  middleware, no credentials, no default headers. The callback URL is the caller's input, so the
+  gateway must not lend it the platform's authority: on the session that calls the nodes (which
+  signs every request to a node's ``/_nearfaas/`` API, auth/internal.py), an X-Callback-Url
+  naming a node's internal API made the node obey (start a worker from the function's answer).
+  Such a URL now gets an unsigned request, which the node refuses (401). The URL itself is not
+  restricted: a callback to any host the gateway can reach is still sent, as plain HTTP.
 """
 
 from __future__ import annotations
@@ -136,9 +143,12 @@ class Call:
 class AsyncQueue:
     """Async invocations: persisted, answered 202, run by a bounded set of consumers."""
 
-    def __init__(self, calls, session_getter, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
+    def __init__(self, calls, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
                  grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024):
-        self.calls, self.session_getter, self.metrics = calls, session_getter, metrics
+        # Callbacks never go out on a session of the caller's (the gateway's node session signs
+        # internal calls): see _callback_session.
+        self.calls, self.metrics = calls, metrics
+        self._callbacks: aiohttp.ClientSession | None = None
         self.journal = Journal(Path(journal_dir) / JOURNAL_NAME, compact_bytes, error=JournalError, name="async-journal")
         # What a compaction keeps: calls whose accept record is on disk and whose done record is
         # not (journal.live). ``pending`` alone would not do: a call stays in it until its
@@ -271,6 +281,14 @@ class AsyncQueue:
         if call.attempts > 1 or status >= 400 or outcome.startswith("failed"):  # no client is waiting to see it
             _log("async-done", call_id=call.call_id, function=call.name, attempts=call.attempts, status=status, callback=outcome)
 
+    def _callback_session(self) -> aiohttp.ClientSession:
+        """The session callbacks go out on: plain, with a connector of its own, no middleware, no
+        default headers or auth and no proxy settings from the environment. Made on first use
+        (inside the event loop), closed by ``stop()``."""
+        if self._callbacks is None or self._callbacks.closed:
+            self._callbacks = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100), trust_env=False)
+        return self._callbacks
+
     async def _deliver(self, call: Call, status: int, headers, body: bytes, seconds: float) -> str:
         """POST the result to the callback URL; "delivered" or "failed: <why>" after the retries."""
         headers = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding"))
@@ -279,8 +297,8 @@ class AsyncQueue:
         why = ""
         for delay in (*CALLBACK_RETRY_DELAYS_S, None):
             try:
-                async with self.session_getter().post(call.callback, data=body, headers=headers,
-                                                      timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                async with self._callback_session().post(call.callback, data=body, headers=headers,
+                                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
                     await resp.read()
                     if resp.status < 500:  # a 4xx will not change on a retry
                         return "delivered" if resp.status < 400 else f"failed: callback answered {resp.status}"
@@ -311,5 +329,7 @@ class AsyncQueue:
 
     async def stop(self) -> None:
         await self.drain()
+        if self._callbacks is not None:
+            await self._callbacks.close()
         await self.journal.close()
         _log("async-queue-stopped", pending=len(self.pending), journal=str(self.journal.path))

@@ -35,7 +35,8 @@ class OpenFaaSAPI:
                  namespaces: list[str] | None = None):
         self.invoker = calls.invoker
         self.namespaces = Namespaces(namespaces)  # gateway/api/namespaces.py
-        self.queue = AsyncQueue(calls, lambda: nodes.session, metrics, state_dir / "gateway")  # journal: async_queue.py
+        # Callbacks go out on the queue's own plain session, never the nodes' signing one (async_queue.py).
+        self.queue = AsyncQueue(calls, metrics, state_dir / "gateway")  # journal: async_queue.py
         self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
         self.invocations.namespaces = self.namespaces
         self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host)
