@@ -24,7 +24,7 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may not have on its PATH.
 CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo 2>/dev/null)
 
-.PHONY: setup debs fastpath memshim demo test test-fast bench bench-smoke lint clean
+.PHONY: setup debs fastpath memshim demo test test-fast golden bench bench-smoke lint clean
 
 setup: $(VENV)/.installed $(AWSCLI_VENV)/.installed debs fastpath memshim
 
@@ -70,6 +70,11 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"
+
+# The twin's golden tables (tests/golden/twin/): the tests only compare with them; after a change
+# to the twin that is meant to move its numbers, regenerate them here and review the diff.
+golden: setup
+	$(PY) tests/golden/regenerate.py
 
 bench: setup
 	$(PY) benchmarks/invoke_overhead.py

@@ -6,6 +6,9 @@ calibration check can fail, and cachegrind's summary is parsed. The real run is
 from __future__ import annotations
 
 import json
+import os
+import types
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +67,60 @@ def test_policy_targets_follow_the_issue():
     assert not far["slow_tier_savers"]["bfs"]["met"]  # nothing short of the oracle under 5% slowdown
 
 
-def test_one_numa_node_is_reported_as_skipped():
-    assert porter.numa_nodes() >= 1
+SYSFS_NODE = "/sys/devices/system/node"
+
+
+def _with_sysfs(monkeypatch, root):
+    """numa_nodes() reading ``root`` in place of /sys/devices/system/node (only that path moves)."""
+    real = os.listdir
+    fake = types.SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
+    fake.listdir = lambda path=".": real(str(root) if str(path).rstrip("/") == SYSFS_NODE else path)
+    monkeypatch.setattr(porter, "os", fake)
+
+
+def _fake_sysfs(root, nodes):
+    """A /sys/devices/system/node as Linux lays it out (one nodeN folder per online node, and the
+    online/possible/has_* masks and power/ beside them), plus two look-alikes that are not nodes."""
+    root.mkdir()
+    for n in nodes:
+        (root / f"node{n}").mkdir()
+        (root / f"node{n}" / "cpulist").write_text("0\n")
+    for f in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory", "uevent"):
+        (root / f).write_text(",".join(map(str, nodes)) + "\n")
+    (root / "power").mkdir()
+    (root / "nodex").mkdir()  # not node<digits>
+    (root / "node").mkdir()  # no number
+
+
+@pytest.mark.parametrize("nodes", [[0], [0, 1], [0, 1, 2, 3], [0, 2, 5]])
+def test_numa_nodes_counts_the_node_folders_of_sysfs(tmp_path, monkeypatch, nodes):
+    _fake_sysfs(tmp_path / "node", nodes)
+    _with_sysfs(monkeypatch, tmp_path / "node")
+    assert porter.numa_nodes() == len(nodes)
+
+
+def test_numa_nodes_without_sysfs_is_one(tmp_path, monkeypatch):
+    _with_sysfs(monkeypatch, tmp_path / "absent")  # a kernel without NUMA support has no such folder
+    assert porter.numa_nodes() == 1
+
+
+def _online(text: str) -> int:
+    """How many nodes the kernel's cpulist-format ``online`` mask names ("0", "0-3", "0,2-3")."""
+    count = 0
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        count += int(hi or lo) - int(lo) + 1
+    return count
+
+
+def test_numa_nodes_on_this_machine_is_the_kernels_online_mask():
+    """The real sysfs, read a second way: the kernel's own mask of online nodes (a different file
+    and format from the nodeN folders numa_nodes() counts)."""
+    online = Path(SYSFS_NODE) / "online"
+    if not online.is_file():
+        pytest.skip("no /sys/devices/system/node/online here")
+    assert _online("0") == 1 and _online("0-3") == 4 and _online("0,2-3") == 3
+    assert porter.numa_nodes() == _online(online.read_text())
 
 
 def test_the_latency_curve_interpolates_in_log_size_and_clamps():

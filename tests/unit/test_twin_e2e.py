@@ -278,27 +278,106 @@ def test_dscs_f2_is_the_hw_design_point():
 # ------------------------------------------------------------------ paper mode
 
 
-def test_p95_is_the_request_hey_reports():
-    """Paper mode: each breakdown is the p95 request of 10,000, drawn again here from the terms'
-    own tail specs with the documented generator, sorted, and picked by hey's rule (index
-    ceil(0.95 n)); the untailed terms keep their mean values, the tailed ones are exactly the
-    link and stack terms."""
+def _hey_percentile(latencies: list[float], pct: int) -> float:
+    """hey's percentile, transcribed from rakyll/hey requester/report.go (latencies()), not from
+    e2e: walk the sorted latencies and take the first one whose index i has i*100/n (integer
+    division) >= pct. For n = 40 and 95 that is sorted[38]: numpy.percentile's "higher" method
+    gives the same index there (ceil(0.95 * 39) = 38), its default "linear" one interpolates and
+    "inverted_cdf" takes sorted[37]."""
+    lats = sorted(latencies)
+    for i, x in enumerate(lats):
+        if i * 100 // len(lats) >= pct:
+            return x
+    return lats[-1]
+
+
+def test_hey_index_is_heys_loop():
+    for n in (1, 2, 19, 20, 40, 99, 100, 101, 1000, 10_000):
+        xs = list(range(n))
+        for pct in (10, 25, 50, 75, 90, 95, 99):
+            assert e2e.hey_index(n, pct) == _hey_percentile(xs, pct), (n, pct)
+    assert e2e.hey_index(10_000) == 9500 and e2e.hey_index(100) == 95 and e2e.hey_index(40) == 38
+
+
+# A known sample of 40 request latencies, 1..40 ms in a scrambled order (17 is prime to 40, so
+# k * 17 mod 40 visits every value once). Sorted, index i holds i + 1 ms, so by hand:
+# hey's p50 = sorted[20] = 21 ms, p95 = sorted[38] = 39 ms, p99 = sorted[39] = 40 ms, mean 20.5 ms.
+SAMPLE_MS = [(k * 17) % 40 + 1 for k in range(40)]
+
+
+def test_at_percentile_picks_heys_request_from_a_known_sample(monkeypatch):
+    """The p95 request of a hand-made sample: the generator is replaced by one that hands out
+    ln(latency) as the normal draws of the first tailed term (median 1 ms, sigma 1, so that term
+    takes exactly the sample's latencies) and zero for the others (median 0: they add nothing),
+    so the expected figures are the ones worked out by hand above, not a second run of e2e's own
+    draw-and-sort."""
+    import copy
+
     import numpy as np
 
-    assert e2e.hey_index(10_000) == 9500 and e2e.hey_index(100) == 95 and e2e.hey_index(10_000, 50) == 5000
-    for app, platform in (("asset_damage", "cpu"), ("chatbot", "dscs")):
-        mean = e2e.end_to_end(app, platform, latency="mean")
-        p95 = e2e.end_to_end(app, platform)
-        tailed = [t for t in mean.terms if "tail" in t.detail]
-        assert {t.component for t in tailed} == {"network", "stack"}
-        z = np.random.default_rng([1, list(APPS).index(app), 1]).standard_normal((10_000, len(tailed)))
-        draws = sum(t.detail["tail"]["fixed_s"] + t.detail["tail"]["median_s"] * np.exp(t.detail["tail"]["sigma"] * z[:, j])
-                    for j, t in enumerate(tailed))
-        totals = np.sort(draws + sum(t.value_s for t in mean.terms if "tail" not in t.detail))
-        assert p95.total_s == pytest.approx(totals[9500], rel=1e-12) == p95.inputs["latency"]["p95_s"]
-        assert p95.inputs["latency"]["p50_s"] < p95.total_s < p95.inputs["latency"]["p99_s"]
-        for a, b in zip(mean.terms, p95.terms, strict=True):
-            assert ("tail" in a.detail) or a.value_s == b.value_s
+    assert sorted(SAMPLE_MS) == list(range(1, 41))
+    assert _hey_percentile(SAMPLE_MS, 95) == 39 and _hey_percentile(SAMPLE_MS, 50) == 21 and _hey_percentile(SAMPLE_MS, 99) == 40
+    assert np.percentile(SAMPLE_MS, 95, method="higher") == 39 != np.percentile(SAMPLE_MS, 95, method="inverted_cdf")
+
+    bd = copy.deepcopy(e2e.end_to_end("chatbot", "dscs", latency="mean"))
+    tailed = [t for t in bd.terms if "tail" in t.detail]
+    assert len(tailed) >= 2
+    for j, t in enumerate(tailed):
+        t.detail["tail"] = {"fixed_s": 0.0, "median_s": 1e-3 if j == 0 else 0.0, "sigma": 1.0}
+    fixed = sum(t.value_s for t in bd.terms if "tail" not in t.detail)
+    z = np.zeros((len(SAMPLE_MS), len(tailed)))
+    z[:, 0] = np.log(SAMPLE_MS)
+    seeds = []
+
+    class Known:
+        def standard_normal(self, shape):
+            assert tuple(shape) == z.shape
+            return z.copy()
+
+    monkeypatch.setattr(np.random, "default_rng", lambda seed=None: seeds.append(list(seed)) or Known())
+    out = e2e.at_percentile(bd, 95, requests=len(SAMPLE_MS), seed=5)
+    assert seeds == [[5, list(APPS).index("chatbot"), 1]]  # (seed, app, batch), as documented
+    lat = out.inputs["latency"]
+    assert out.total_s == pytest.approx(fixed + 39e-3, rel=1e-12)
+    assert lat["p95_s"] == pytest.approx(fixed + 39e-3, rel=1e-12)
+    assert lat["p50_s"] == pytest.approx(fixed + 21e-3, rel=1e-12)
+    assert lat["p99_s"] == pytest.approx(fixed + 40e-3, rel=1e-12)
+    assert lat["mean_s"] == pytest.approx(fixed + 20.5e-3, rel=1e-12)
+    got = [t.value_s for t in out.terms if "tail" in t.detail]
+    assert got[0] == pytest.approx(39e-3, rel=1e-12) and got[1:] == [0.0] * (len(got) - 1)
+    assert [t.value_s for t in out.terms if "tail" not in t.detail] == [t.value_s for t in bd.terms if "tail" not in t.detail]
+
+
+@pytest.mark.parametrize(("app", "platform"), [("asset_damage", "cpu"), ("chatbot", "dscs")])
+def test_p95_is_the_request_hey_reports(app, platform):
+    """Paper mode: each breakdown is the p95 request of 10,000. Checked against a reference that
+    shares nothing with e2e's draw: a million requests from another bit generator (MT19937) and
+    numpy's own lognormal sampler, with the terms' tail specs as inputs. The p95 of 10,000 draws
+    lands at a rank whose standard deviation is sqrt(0.95 * 0.05 / 10,000) = 0.0022, so its rank
+    in the reference must be 0.95 +- 0.009 (4 sd), well apart from the p90 or p99 or the mean
+    (~p51-p53 here); the untailed terms keep their mean values, the tailed ones are exactly the link
+    and stack terms."""
+    import numpy as np
+
+    mean = e2e.end_to_end(app, platform, latency="mean")
+    p95 = e2e.end_to_end(app, platform)
+    assert p95.inputs["latency"]["requests"] == 10_000
+    tailed = [t for t in mean.terms if "tail" in t.detail]
+    assert {t.component for t in tailed} == {"network", "stack"}
+    ref = np.random.Generator(np.random.MT19937(20240601))
+    n = 1_000_000
+    totals = sum(t.value_s for t in mean.terms if "tail" not in t.detail) + sum(
+        t.detail["tail"]["fixed_s"] + ref.lognormal(math.log(t.detail["tail"]["median_s"]), t.detail["tail"]["sigma"], n)
+        for t in tailed)
+    rank = float(np.mean(totals <= p95.total_s))
+    assert abs(rank - 0.95) < 4 * math.sqrt(0.95 * 0.05 / 10_000), rank
+    assert p95.total_s == pytest.approx(p95.inputs["latency"]["p95_s"], rel=1e-12)  # the same request, summed by term
+    assert p95.inputs["latency"]["p50_s"] < p95.total_s < p95.inputs["latency"]["p99_s"]
+    for a, b in zip(mean.terms, p95.terms, strict=True):
+        assert ("tail" in a.detail) or a.value_s == b.value_s
+
+
+def test_the_p95_request_is_reproducible_and_its_seed_matters():
     again = e2e.end_to_end("chatbot", "dscs")
     other = e2e.end_to_end("chatbot", "dscs", request_seed=2)
     assert again.total_s == e2e.end_to_end("chatbot", "dscs").total_s != other.total_s
