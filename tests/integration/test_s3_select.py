@@ -175,7 +175,7 @@ def test_nearfaas_query_prints_csv(cluster, bucket, table):
     assert result.stdout.split()[-3:] == ["0", "1", "2"]
 
 
-def test_storage_nodes_sketch_tabular_objects_and_stats_merges_a_prefix(cluster, bucket, table):
+def test_storage_nodes_sketch_tabular_objects_and_stats_merges_a_prefix(cluster, bucket, table, monkeypatch):
     import time
 
     from click.testing import CliRunner
@@ -204,6 +204,9 @@ def test_storage_nodes_sketch_tabular_objects_and_stats_merges_a_prefix(cluster,
     while cluster.http.get(url, timeout=30).json()["rows"] != 1010:
         assert time.monotonic() < deadline, "the overwrite's statistics did not arrive"
         time.sleep(0.2)
+    from nearfaas.cli import common
+
+    monkeypatch.setattr(common.console, "width", 160)  # the table is as wide as the console, which depends on the terminal
     result = CliRunner().invoke(main, ["stats", f"s3://{bucket}/st/", "--state", str(cluster.state_dir)])
     assert result.exit_code == 0, result.output
     assert "1,010 rows" in result.output and "particle_id" in result.output
