@@ -68,7 +68,7 @@ test: setup
 	@if [ -n "$(CARGO)" ]; then PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) test --release -q --manifest-path fastpath/Cargo.toml; fi
 	@# Two workers, a module's tests on one (tests/conftest.py): the suite is CPU-bound on two cores.
 	@# The slowest tests are printed, for keeping CI under 12 minutes.
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --durations=25
 
 test-fast: setup
 	$(PY) -m pytest -q -p no:cacheprovider -m "not integration"
