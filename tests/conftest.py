@@ -85,6 +85,7 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=lambda item: (rank.get(_work_unit(item.nodeid), 1 if "/integration/" in item.nodeid else 2)))
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: unknown where it is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
