@@ -132,11 +132,15 @@ class Profiles:
             return None
         return self.compute_s(spec["name"])
 
+    def entry(self, key: str) -> dict:
+        """The app's whole measured entry itself, not a copy, for readers that never change it
+        (the twin); ``{}`` when the app was not measured. Takes the key or its dashed form."""
+        return self.apps.get(key) or self.apps.get(str(key).replace("-", "_")) or {}
+
     def for_app(self, key: str) -> dict:
         """The app's whole measured entry (model, parameters, functions, per-stage costs), a
         copy; ``{}`` when the app was not measured. Takes the key or its dashed form."""
-        entry = self.apps.get(key) or self.apps.get(str(key).replace("-", "_"))
-        return copy.deepcopy(entry) if entry else {}
+        return copy.deepcopy(self.entry(key))
 
 
 def load(path: str | os.PathLike | None = None) -> Profiles:
