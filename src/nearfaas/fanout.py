@@ -14,7 +14,9 @@ from the same venv, or from this checkout's src via PYTHONPATH when this module 
 
 ``connect(address)``: ``None`` or ``"local"`` starts a local Ray; ``"auto"`` joins the cluster
 ``ray start --head`` left running here (``RAY_ADDRESS`` or Ray's own record of it) and, when
-there is none, starts a local one and says so on stderr; ``host:port`` joins that cluster after
+there is none, starts a local one and says so on stderr (with ``auto_local=False``, as
+``nearfaas up --ray auto`` asks, it is an error within seconds that names the address tried and
+where it came from: a record left by a killed cluster would make ray.init retry for minutes); ``host:port`` joins that cluster after
 a 3 s TCP probe, so an unreachable address is a clear error at once, not a minute-long hang.
 
 Example::
@@ -68,25 +70,48 @@ def probe(address: str, option: str = "--ray", timeout_s: float = 3.0) -> None:
                           f"or leave {option} out to run on a local Ray") from None
 
 
-def _running_cluster() -> str | None:
-    """The address ``ray.init(address="auto")`` would join (RAY_ADDRESS, else the cluster
-    ``ray start`` recorded under Ray's temp dir), when something answers there; else None."""
+def recorded_address() -> tuple[str | None, str]:
+    """The address ``ray.init(address="auto")`` would try, and where it comes from: RAY_ADDRESS,
+    else the file ``ray start`` writes (``<RAY_TMPDIR or /tmp>/ray/ray_current_cluster``), which
+    stays behind when that cluster is killed. (None, where it looked) when neither names one."""
     addr = os.environ.get("RAY_ADDRESS")
-    if not addr:
-        try:
-            from ray._private.services import find_bootstrap_address
-
-            addr = find_bootstrap_address(None)
-        except Exception:  # a private helper: any failure means "none found"
-            addr = None
-    if not addr or addr in ("auto", "local"):
-        return None
-    addr = addr.removeprefix("ray://") if addr.startswith("ray://") else addr
+    if addr and addr not in ("auto", "local"):
+        return addr.removeprefix("ray://"), "RAY_ADDRESS"
     try:
-        probe(addr, timeout_s=1.0)
+        from ray._common.utils import get_ray_address_file
+
+        path = Path(get_ray_address_file(None))
+    except Exception:  # a private helper of Ray's: fall back to its documented default
+        path = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+    try:
+        addr = path.read_text().strip()
+    except OSError:
+        return None, f"RAY_ADDRESS is unset and {path} does not exist"
+    return (addr.removeprefix("ray://") or None), str(path)
+
+
+def resolve_auto(option: str = "--ray", timeout_s: float = 3.0) -> str:
+    """``auto`` -> the live cluster's address, or a FanoutError that names the address tried,
+    where it came from and what to do; never ray.init's minutes of GCS time-outs on a dead one."""
+    addr, source = recorded_address()
+    hint = f"start one here with `ray start --head`, or name one with {option} HOST:PORT"
+    if addr is None:
+        raise FanoutError(f"{option} auto: no Ray cluster is recorded on this machine ({source}); {hint}")
+    host, port = parse_address(addr, f"{option} auto ({source})")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        stale = f" (a stale record: the cluster that wrote {source} is gone)" if source != "RAY_ADDRESS" else ""
+        raise FanoutError(f"{option} auto: no Ray cluster answers at {addr}, the address from {source}{stale}: {e}; {hint}") from None
+    return addr
+
+
+def _running_cluster() -> str | None:
+    """The live cluster ``auto`` names, or None (nothing recorded, or nothing answers there)."""
+    try:
+        return resolve_auto(timeout_s=1.0)
     except FanoutError:
         return None
-    return addr
 
 
 def _runtime_env() -> dict:
@@ -105,7 +130,9 @@ def connect(address: str | None = None, num_cpus: int | None = None, *, option: 
     if ray.is_initialized():
         return ray
     target = address or "local"
-    if address == "auto" and auto_local:
+    if address == "auto" and not auto_local:
+        target = resolve_auto(option)
+    elif address == "auto":
         found = _running_cluster()
         if found is None:
             if not quiet:
