@@ -53,6 +53,11 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the watchdog runs as a script
+from nearfaas.cluster.launcher import _ancestors, cmdline as _cmdline
+from nearfaas.node.jail import remove_cgroups
+from nearfaas.pids import alive as _alive
+
 CGROUP_ROOT = "/sys/fs/cgroup"
 PREFIX = "nearfaas-tests-"
 SKIP_HIERARCHIES = {"", "name=systemd"}  # v2 on a hybrid host is read by node/jail.cpu_cgroup_of; systemd's is not ours
@@ -98,22 +103,6 @@ def _pids_in(top: str) -> set[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [a.decode(errors="surrogateescape") for a in f.read().split(b"\0") if a]
-    except OSError:
-        return []
-
-
 def _describe(pid: int) -> str:
     return f"{pid} {' '.join(_cmdline(pid))[:160]}"
 
@@ -136,7 +125,7 @@ class Session:
         self.report_path.unlink(missing_ok=True)
         read_end, self._pipe_w = os.pipe()  # both close-on-exec: no child of pytest holds the write end
         config = {"groups": [], "folders": [str(self.basetemp), str(self.ray_tmpdir or "")], "ray_tmpdir": str(self.ray_tmpdir or ""),
-                  "report": str(self.report_path), "pytest_pid": os.getpid(), "spare": sorted(_ancestors(os.getpid()))}
+                  "report": str(self.report_path), "pytest_pid": os.getpid(), "spare": sorted(_ancestors())}
         if os.geteuid() == 0:
             self.own = _own_groups()
             for hierarchy, path in self.own.items():
@@ -207,19 +196,6 @@ def _names_a_folder(pid: int, folders: list[str]) -> bool:
     return any(pattern.search(a) for a in _cmdline(pid))
 
 
-def _ancestors(pid: int) -> set[int]:
-    """``pid`` and every process above it."""
-    found = set()
-    while pid > 1 and pid not in found:
-        found.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return found
-
-
 def _kill_by_command_line(folders: list[str], spare: set[int], deadline: float) -> list[str]:
     """Processes that name one of the run's folders (the sweep where cgroups are out of reach),
     except ``spare``: pytest and what started it (a shell given ``--basetemp``, say)."""
@@ -269,16 +245,8 @@ def _node_groups(tags: set[str]) -> list[str]:
 
 
 def _remove(groups: list[str]) -> list[str]:
-    left = []
-    for group in groups:
-        for folder in _tree(group) if os.path.isdir(group) else []:
-            try:
-                os.rmdir(folder)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                left.append(folder)
-    return left
+    """Each group and everything below it, deepest first; returns what could not be removed."""
+    return [left for group in groups if os.path.isdir(group) for left in remove_cgroups(_tree(group), kill=False)]
 
 
 def _mounts_under(folders: list[str]) -> list[str]:
@@ -310,7 +278,6 @@ def sweep(config: dict) -> dict:
     report["node_groups_removed"] = [g for g in node_groups if not _remove([g])]
     report["groups_left"] = _remove(config["groups"])
     try:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
         from nearfaas.econ import headroom_rig
 
         headroom_rig.sweep_stale()
