@@ -54,7 +54,10 @@ def test_sparse_requests_cost_at_most_the_configured_share_of_a_core():
     print(f"\nexecutor CPU share of a core at 20 calls/s, and idle: {measured}")
     assert measured["adaptive"] <= measured["block"] + share + 0.02, measured
     assert measured["adaptive-idle"] <= measured["block-idle"] + 0.02, measured
-    assert measured["spin"] > 0.25 and measured["spin-idle"] > 0.25, measured  # about 1.0 on a calm machine
+    # A spinning worker takes about 1.0 of a core on a calm machine, and what the scheduler leaves it
+    # beside the other xdist worker's load (0.2 seen): far above the others is what must hold.
+    assert measured["spin"] > max(0.1, 4 * measured["adaptive"]), measured
+    assert measured["spin-idle"] > max(0.1, 4 * measured["adaptive-idle"]), measured
 
 
 def test_a_bad_poll_mode_is_refused_naming_the_flag():
