@@ -13,11 +13,14 @@ randomness from seeds in the point, never from the order points run in).
 from the same venv, or from this checkout's src via PYTHONPATH when this module starts Ray).
 
 ``connect(address)``: ``None`` or ``"local"`` starts a local Ray; ``"auto"`` joins the cluster
-``ray start --head`` left running here (``RAY_ADDRESS`` or Ray's own record of it) and, when
-there is none, starts a local one and says so on stderr (with ``auto_local=False``, as
-``nearfaas up --ray auto`` asks, it is an error within seconds that names the address tried and
-where it came from: a record left by a killed cluster would make ray.init retry for minutes); ``host:port`` joins that cluster after
-a 3 s TCP probe, so an unreachable address is a clear error at once, not a minute-long hang.
+``ray start --head`` left running here (``RAY_ADDRESS``, else Ray's record of it in
+``<RAY_TMPDIR or TMPDIR or /tmp>/ray/ray_current_cluster``) and, when none answers there, starts
+a local one and says why on stderr (with ``auto_local=False``, as ``nearfaas up --ray auto`` and
+``sift --ray-address auto`` ask, it is an error within seconds that names the address tried and
+where it came from: a record left by a killed cluster made ray.init retry for about seven
+minutes); ``host:port`` joins that cluster. Every address is first checked (``probe``: a TCP
+connection and the opening of a gRPC one, 3 s each at most), so an unreachable address, or a
+port that is no Ray GCS, is a clear error at once, not ray.init's minutes of retries.
 
 Example::
 
@@ -57,61 +60,157 @@ def parse_address(address: str, option: str = "--ray") -> tuple[str, int]:
     host, _, port = str(address).rpartition(":")
     if not host or not port.isdigit():
         raise FanoutError(f"{option} must be host:port (e.g. 127.0.0.1:6379) or auto, got {address!r}")
-    return host, int(port)
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+# An HTTP/2 client's opening (RFC 9113 3.4): the preface, then an empty SETTINGS frame. A gRPC
+# server, as Ray's GCS is, answers with a SETTINGS frame of its own (type 4) before anything else.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+_UNIMPLEMENTED = 12  # the gRPC status of a server without the GCS's services (a raylet's port)
+_TOKEN_HINT = ("if the cluster uses token authentication (Ray's default for `ray start --head`), set RAY_AUTH_MODE=token "
+               "and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) here too")
+
+
+def _gcs_problem(address: str, option: str, timeout_s: float) -> tuple[str, str]:
+    """Whether a Ray GCS answers at ``address``, as (kind, why): ("ok", ""), ("unreachable", why)
+    when no TCP connection was made within ``timeout_s``, ("not-gcs", why) when something else
+    listens there, ("refused", why) when the GCS turns this client away (its token).
+
+    Three steps, each bounded, so that none of these is ray.init's minutes of retries (20 tries,
+    each a GCS connection that times out after 5 s, or after 40 when the port is no GCS): a TCP
+    connection; the opening of an HTTP/2 (gRPC) one, which a silent listener, a hung GCS or an
+    HTTP/1 server (the dashboard's 8265) fails within ``timeout_s``; then one GCS call of Ray's own
+    client (its cluster id), which a gRPC server without the GCS's services (a raylet's port) or
+    a token mismatch fails at once. Under RAY_USE_TLS the opening is encrypted: it is skipped."""
+    host, port = parse_address(address, option)
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError as e:
+        return "unreachable", str(e) or type(e).__name__
+    with sock:
+        head = b""
+        if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+            try:
+                sock.settimeout(timeout_s)
+                sock.sendall(_H2_PREFACE)
+                while len(head) < 9:
+                    chunk = sock.recv(9 - len(head))
+                    if not chunk:
+                        break
+                    head += chunk
+            except OSError:  # a time-out, or reset by a server that took the preface for garbage
+                pass
+            if not (len(head) == 9 and head[3] == _H2_SETTINGS):
+                if head.startswith(b"HTTP/"):
+                    return "not-gcs", "it answers HTTP/1, not gRPC as a Ray GCS does (the dashboard's port, 8265 by default?)"
+                if head:
+                    return "not-gcs", "it answers, but not gRPC as a Ray GCS does"
+                return "not-gcs", f"something accepts connections there, but no Ray GCS answered within {timeout_s:g}s"
+    try:
+        from ray._raylet import GcsClient
+    except ImportError:  # pragma: no cover - a Ray without it: ray.init tells
+        return "ok", ""
+    try:
+        GcsClient(address=f"{host}:{port}", cluster_id=None)
+    except Exception as e:  # Ray's errors: AuthenticationError, RpcError and kin
+        first = (str(e).split(". Note:")[0].splitlines() or [type(e).__name__])[0].strip()
+        if type(e).__name__ == "AuthenticationError":
+            return "refused", f"{first}; {_TOKEN_HINT}"
+        if getattr(e, "rpc_code", None) == _UNIMPLEMENTED:
+            return "not-gcs", "it answers gRPC, but has no Ray GCS service (a raylet's or another Ray process's port?)"
+        return "not-gcs", f"its GCS did not answer ({type(e).__name__}: {first or 'no detail'})"
+    return "ok", ""
 
 
 def probe(address: str, option: str = "--ray", timeout_s: float = 3.0) -> None:
-    """A TCP connection to the cluster's GCS port within ``timeout_s``, else a clear error."""
-    host, port = parse_address(address, option)
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as e:
-        raise FanoutError(f"cannot reach a Ray cluster at {address}: {e}; start one with `ray start --head` "
+    """A Ray GCS answers at ``address`` (``_gcs_problem``: within ``timeout_s`` for each of its
+    steps), else a clear error naming it and what to do."""
+    kind, why = _gcs_problem(address, option, timeout_s)
+    if kind == "unreachable":
+        raise FanoutError(f"cannot reach a Ray cluster at {address}: {why}; start one with `ray start --head` "
                           f"or leave {option} out to run on a local Ray") from None
+    if kind == "refused":
+        raise FanoutError(f"the Ray cluster at {address} refuses this client: {why}") from None
+    if kind != "ok":
+        raise FanoutError(f"no Ray cluster at {address}: {why}; name the head's GCS address (`ray start --head` prints "
+                          f"it, port 6379 by default) with {option} HOST:PORT") from None
+
+
+def _ray_address_file() -> Path:
+    """Where ``ray start`` records its cluster's address and ``ray.init("auto")`` reads it."""
+    try:
+        from ray._common.utils import get_ray_address_file
+
+        return Path(get_ray_address_file(None))
+    except Exception:  # a private helper of Ray's (2.x): its rule, RAY_TMPDIR, else TMPDIR, else /tmp
+        tmp = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+        return Path(tmp or "/tmp") / "ray" / "ray_current_cluster"
 
 
 def recorded_address() -> tuple[str | None, str]:
     """The address ``ray.init(address="auto")`` would try, and where it comes from: RAY_ADDRESS,
-    else the file ``ray start`` writes (``<RAY_TMPDIR or /tmp>/ray/ray_current_cluster``), which
-    stays behind when that cluster is killed. (None, where it looked) when neither names one."""
+    else the file ``ray start`` writes (``<RAY_TMPDIR, else TMPDIR, else /tmp>/ray/ray_current_cluster``),
+    which stays behind when that cluster is killed. (None, where it looked) when neither names one.
+    (Ray's own ``auto`` also joins a raylet's cluster found among this host's processes when the
+    file names none or several run; that is never taken here, only named in the error: joining
+    whatever Ray another user runs on this host is not what ``auto`` promises.)"""
     addr = os.environ.get("RAY_ADDRESS")
     if addr and addr not in ("auto", "local"):
-        return addr.removeprefix("ray://"), "RAY_ADDRESS"
-    try:
-        from ray._common.utils import get_ray_address_file
-
-        path = Path(get_ray_address_file(None))
-    except Exception:  # a private helper of Ray's: fall back to its documented default
-        path = Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "ray_current_cluster"
+        return addr, "RAY_ADDRESS"
+    path = _ray_address_file()
     try:
         addr = path.read_text().strip()
     except OSError:
         return None, f"RAY_ADDRESS is unset and {path} does not exist"
-    return (addr.removeprefix("ray://") or None), str(path)
+    return (addr or None), str(path)
+
+
+def _local_raylets() -> list[str]:
+    """The GCS addresses of the raylets running on this host (Ray's own ``auto`` considers them)."""
+    try:
+        from ray._private.services import find_gcs_addresses
+
+        return sorted(find_gcs_addresses())
+    except Exception:  # a private helper: no hint then
+        return []
+
+
+def _auto(option: str, timeout_s: float) -> tuple[str | None, str, bool]:
+    """(the live address ``auto`` names, "", False) or (None, why there is none: what was tried
+    and where it came from, whether a cluster is there but refuses this client)."""
+    addr, source = recorded_address()
+    if addr is None:
+        return None, f"no Ray cluster is recorded on this machine ({source})", False
+    if addr.startswith("ray://"):
+        return None, (f"{source} names {addr}, a Ray Client address; nearfaas joins Ray as a driver and needs the "
+                      f"head's GCS address (host:port, 6379 by default)"), False
+    try:
+        kind, why = _gcs_problem(addr, option, timeout_s)
+    except FanoutError:
+        return None, f"read {addr!r} from {source}, which is not host:port", False
+    if kind == "ok":
+        return addr, "", False
+    if kind == "refused":
+        return None, f"read {addr} from {source}; the Ray cluster there refuses this client: {why}", True
+    stale = ("; a stale record: the cluster that wrote it is gone (a killed `ray start`)"
+             if source != "RAY_ADDRESS" and kind == "unreachable" else "")
+    others = [a for a in _local_raylets() if a != addr]
+    running = (f"; this host does run a raylet of the Ray cluster at {' and '.join(others)} ({option} HOST:PORT joins it)"
+               if others else "")
+    return None, f"read {addr} from {source}, but no Ray cluster answers there ({why}){stale}{running}", False
 
 
 def resolve_auto(option: str = "--ray", timeout_s: float = 3.0) -> str:
     """``auto`` -> the live cluster's address, or a FanoutError that names the address tried,
     where it came from and what to do; never ray.init's minutes of GCS time-outs on a dead one."""
-    addr, source = recorded_address()
-    hint = f"start one here with `ray start --head`, or name one with {option} HOST:PORT"
+    addr, why, refused = _auto(option, timeout_s)
+    if refused:
+        raise FanoutError(f"{option} auto: {why}") from None
     if addr is None:
-        raise FanoutError(f"{option} auto: no Ray cluster is recorded on this machine ({source}); {hint}")
-    host, port = parse_address(addr, f"{option} auto ({source})")
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as e:
-        stale = f" (a stale record: the cluster that wrote {source} is gone)" if source != "RAY_ADDRESS" else ""
-        raise FanoutError(f"{option} auto: no Ray cluster answers at {addr}, the address from {source}{stale}: {e}; {hint}") from None
+        raise FanoutError(f"{option} auto: {why}; start one here with `ray start --head`, or name a live one with "
+                          f"{option} HOST:PORT") from None
     return addr
-
-
-def _running_cluster() -> str | None:
-    """The live cluster ``auto`` names, or None (nothing recorded, or nothing answers there)."""
-    try:
-        return resolve_auto(timeout_s=1.0)
-    except FanoutError:
-        return None
 
 
 def _runtime_env() -> dict:
@@ -133,10 +232,12 @@ def connect(address: str | None = None, num_cpus: int | None = None, *, option: 
     if address == "auto" and not auto_local:
         target = resolve_auto(option)
     elif address == "auto":
-        found = _running_cluster()
+        found, why, refused = _auto(option, 1.0)
+        if refused:  # a cluster runs here: a local Ray instead would hide that it cannot be joined
+            raise FanoutError(f"{option} auto: {why}")
         if found is None:
             if not quiet:
-                print(f"{option} auto: no running Ray cluster found here; starting a local one "
+                print(f"{option} auto: no running Ray cluster found here ({why}); starting a local one "
                       f"({num_cpus or os.cpu_count()} CPUs)", file=sys.stderr, flush=True)
             target = "local"
         else:
@@ -147,9 +248,9 @@ def connect(address: str | None = None, num_cpus: int | None = None, *, option: 
         ray.init(address=target, num_cpus=num_cpus if target == "local" else None, include_dashboard=False,
                  log_to_driver=False, configure_logging=False, ignore_reinit_error=True, runtime_env=_runtime_env())
     except (ConnectionError, RuntimeError) as e:
-        hint = (" — if the cluster uses token authentication (Ray's default for `ray start --head`), "
-                "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) here too") if address else ""
-        raise FanoutError(f"cannot join the Ray cluster at {address or 'local'}: {str(e).splitlines()[0]}{hint}") from None
+        hint = f" — {_TOKEN_HINT}" if address else ""
+        where = f"{target} ({option} auto)" if address == "auto" else address or "local"
+        raise FanoutError(f"cannot join the Ray cluster at {where}: {str(e).splitlines()[0]}{hint}") from None
     return ray
 
 
@@ -245,4 +346,5 @@ def shutdown() -> None:
         ray.shutdown()
 
 
-__all__: Sequence[str] = ("FanoutError", "connect", "parse_address", "probe", "run_points", "shutdown")
+__all__: Sequence[str] = ("FanoutError", "connect", "parse_address", "probe", "recorded_address", "resolve_auto", "run_points",
+                          "shutdown")

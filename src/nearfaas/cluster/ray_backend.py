@@ -8,7 +8,10 @@ placement policy and the nodes' code are the local backend's, and Ray is never o
 
 ``up`` checks before it creates anything, so a failure names its cause:
 1. Ray is reachable (nearfaas.fanout.connect; ``auto`` joins the running cluster, never a new
-   local one: a cluster's nodes must outlive this command);
+   local one: a cluster's nodes must outlive this command). A Ray GCS must answer at the address
+   (for ``auto``: RAY_ADDRESS, else Ray's ray_current_cluster record) within seconds, else the
+   error names the address, where it came from and `ray start --head` / ``--ray HOST:PORT``:
+   ray.init itself would retry a dead one (a record left by a killed cluster) for minutes;
 2. no actor of the namespace already has one of our names (another cluster, or this one still
    up): the error names the state dir that owns it;
 3. every resource the nodes need is offered, by enough units, somewhere in the Ray cluster.
