@@ -149,6 +149,8 @@ def start_cluster(state_dir: Path, **overrides) -> Cluster:
     spec = load_cluster(None)
     spec.gateway.port = 0
     spec.gateway.handler_roots = [str(Path(__file__).resolve().parents[2]), tempfile.gettempdir()]
+    # Tests' callback recorders listen on loopback; the cluster's own ports stay refused (egress.py).
+    spec.gateway.egress_allow = ["127.0.0.1"]
     for key, value in overrides.items():
         if key == "namespaces":  # the gateway's function namespaces; the first is the default
             spec.gateway.namespaces = list(value)

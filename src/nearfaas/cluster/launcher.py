@@ -151,7 +151,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
         "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile, "handler_roots": spec.gateway.handler_roots,
-        "namespaces": spec.gateway.namespaces,
+        "namespaces": spec.gateway.namespaces, "egress_allow": spec.gateway.egress_allow,
         "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
         "fastpath": None if on_ray else _fastpath_layout(spec, host, state_dir, taken),

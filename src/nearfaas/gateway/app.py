@@ -17,6 +17,7 @@ from aiohttp import web
 from nearfaas.auth import function_keys
 from nearfaas.auth.admin import AdminGuard
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+from nearfaas.egress import EgressClient, EgressPolicy
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
 from nearfaas.gateway.autoscale import Autoscaler
 from nearfaas.gateway.chains import ChainRunner
@@ -142,6 +143,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
                       handler_roots=layout.get("handler_roots") or [], namespaces=layout.get("namespaces"))
+    api.queue.egress = EgressClient(EgressPolicy.from_layout(layout))  # callbacks: egress_allow and the cluster's own ports
     auth = key_store = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth

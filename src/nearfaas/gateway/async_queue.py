@@ -54,13 +54,14 @@ Known caveats:
 - Bodies are held in memory as well as in the journal: ``depth`` x ``invoke_max_body`` bounds it.
 - A journal write that fails (disk full) answers the client 503 and is rolled back (truncated),
   so the file stays well formed; calls already accepted are unaffected.
-- Callbacks go out on a plain session of the queue's own (``_callback_session``): no signing
-  middleware, no credentials, no default headers. The callback URL is the caller's input, so the
-  gateway must not lend it the platform's authority: on the session that calls the nodes (which
-  signs every request to a node's ``/_nearfaas/`` API, auth/internal.py), an X-Callback-Url
-  naming a node's internal API made the node obey (start a worker from the function's answer).
-  Such a URL now gets an unsigned request, which the node refuses (401). The URL itself is not
-  restricted: a callback to any host the gateway can reach is still sent, as plain HTTP.
+- Callbacks go out through the egress client (nearfaas/egress.py): no signing middleware, no
+  credentials, no default headers, no redirects followed, and only to destinations its policy
+  allows. The callback URL is the caller's input: on the session that calls the nodes (which
+  signs every request to a node's ``/_nearfaas/`` API, auth/internal.py) an X-Callback-Url naming
+  a node's internal API made the node obey, and even unsigned, loopback and private addresses
+  reach ports no caller should. A callback to loopback, a private or link-local range or the
+  cluster's own ports is refused unless the cluster file names it in ``gateway.egress_allow``:
+  it is never sent, the call's outcome is ``refused: <why>`` (journal and ``async-done`` log).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ import aiohttp
 
 from multidict import CIMultiDict
 
+from nearfaas.egress import EgressClient, EgressRefused
 from nearfaas.gateway.errors import CallError
 from nearfaas.journal import Journal
 
@@ -144,11 +146,12 @@ class AsyncQueue:
     """Async invocations: persisted, answered 202, run by a bounded set of consumers."""
 
     def __init__(self, calls, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
-                 grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024):
+                 grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024, egress: EgressClient | None = None):
         # Callbacks never go out on a session of the caller's (the gateway's node session signs
-        # internal calls): see _callback_session.
+        # internal calls), only through the egress client; the gateway gives it the cluster's
+        # policy (gateway.egress_allow, its own ports). Without one: the strictest policy.
         self.calls, self.metrics = calls, metrics
-        self._callbacks: aiohttp.ClientSession | None = None
+        self.egress = egress or EgressClient()
         self.journal = Journal(Path(journal_dir) / JOURNAL_NAME, compact_bytes, error=JournalError, name="async-journal")
         # What a compaction keeps: calls whose accept record is on disk and whose done record is
         # not (journal.live). ``pending`` alone would not do: a call stays in it until its
@@ -278,32 +281,26 @@ class AsyncQueue:
             outcome = await self._deliver(call, status, headers, body, time.perf_counter() - started)
         await self._mark({"t": "d", "k": call.key, "at": call.attempts, "st": status, "cb": outcome}, call)
         self._forget(call)
-        if call.attempts > 1 or status >= 400 or outcome.startswith("failed"):  # no client is waiting to see it
+        if call.attempts > 1 or status >= 400 or outcome.startswith(("failed", "refused")):  # no client is waiting to see it
             _log("async-done", call_id=call.call_id, function=call.name, attempts=call.attempts, status=status, callback=outcome)
 
-    def _callback_session(self) -> aiohttp.ClientSession:
-        """The session callbacks go out on: plain, with a connector of its own, no middleware, no
-        default headers or auth and no proxy settings from the environment. Made on first use
-        (inside the event loop), closed by ``stop()``."""
-        if self._callbacks is None or self._callbacks.closed:
-            self._callbacks = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100), trust_env=False)
-        return self._callbacks
-
     async def _deliver(self, call: Call, status: int, headers, body: bytes, seconds: float) -> str:
-        """POST the result to the callback URL; "delivered" or "failed: <why>" after the retries."""
+        """POST the result to the callback URL; "delivered", "refused: <why>" (never sent) or
+        "failed: <why>" after the retries."""
         headers = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in ("content-length", "transfer-encoding"))
         headers.update({"X-Call-Id": call.call_id, "X-Call-Attempt": str(call.attempts), "X-Function-Status": str(status),
                         "X-Function-Name": call.name, "X-Duration-Seconds": f"{seconds:.6f}"})
         why = ""
         for delay in (*CALLBACK_RETRY_DELAYS_S, None):
             try:
-                async with self._callback_session().post(call.callback, data=body, headers=headers,
-                                                         timeout=aiohttp.ClientTimeout(total=30)) as resp:
-                    await resp.read()
-                    if resp.status < 500:  # a 4xx will not change on a retry
-                        return "delivered" if resp.status < 400 else f"failed: callback answered {resp.status}"
-                    why = f"callback answered {resp.status}"
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                answered = await self.egress.post(call.callback, data=body, headers=headers, timeout=30)
+                if answered < 500:  # a 4xx will not change on a retry
+                    return "delivered" if answered < 400 else f"failed: callback answered {answered}"
+                why = f"callback answered {answered}"
+            except EgressRefused as exc:  # the destination will not change on a retry either
+                _log("async-callback-refused", call_id=call.call_id, function=call.name, callback=call.callback, reason=str(exc))
+                return f"refused: {exc}"
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 why = repr(exc)
             if delay is not None:
                 await asyncio.sleep(delay)
@@ -329,7 +326,6 @@ class AsyncQueue:
 
     async def stop(self) -> None:
         await self.drain()
-        if self._callbacks is not None:
-            await self._callbacks.close()
+        await self.egress.close()
         await self.journal.close()
         _log("async-queue-stopped", pending=len(self.pending), journal=str(self.journal.path))

@@ -21,6 +21,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from nearfaas.node import worker_spec
 from nearfaas.node.pool import PoolError, WorkerPools
 from nearfaas.serving import KEEPALIVE_TIMEOUT_S
 from nearfaas.serving import serve as serve_guarded
@@ -57,6 +58,10 @@ class NodeAgent:
             self.stats = StatsKeeper(self.store, store_root)
             self.s3 = S3Frontend(LocalBackend(self.store, on_written=self.stats.soon),
                                  auth=_node_s3_auth(_cluster_secret(state_dir)), version_writer=_is_gateway)
+        # What a worker spec is checked against (node/worker_spec.py): the gateway copies every
+        # deployment's code under <state>/functions; with files_from_gateway the code comes by name.
+        self.functions_dir = None if files_from_gateway else state_dir / "functions"
+        self.secret, self.handler_roots = _spec_trust(state_dir)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
         if files_from_gateway:  # another host than the gateway's (backend: ray): code and secrets come over HTTP
@@ -104,8 +109,16 @@ class NodeAgent:
             spec = await request.json()
         except ValueError:
             return web.json_response({"error": "body must be the function spec as JSON"}, status=400)
-        if not isinstance(spec, dict) or spec.get("name") != request.match_info["name"] or "handler_dir" not in spec:
-            return web.json_response({"error": "spec must be a JSON object whose name matches the URL and has handler_dir"}, status=400)
+        # Signed by the gateway is not enough: only a spec it builds from a deployed function
+        # starts a worker (node/worker_spec.py; issue 39, a relayed spec ran code as root).
+        try:
+            worker_spec.check(spec, request.match_info["name"], functions_dir=self.functions_dir,
+                              handler_roots=self.handler_roots, cluster_secret=self.secret)
+        except worker_spec.WorkerSpecError as exc:
+            print(json.dumps({"event": "worker-spec-refused", "node": self.name, "function": request.match_info["name"],
+                              "field": exc.field, "reason": str(exc)}), flush=True)
+            return web.json_response({"error": f"refused worker spec: {exc}", "field": exc.field, "layer": "node",
+                                      "node": self.name}, status=400)
         try:
             worker = await self.pools.start(spec)
         except PoolError as exc:
@@ -205,6 +218,17 @@ def _cluster_secret(state_dir: Path) -> str:
         raise SystemExit(f"{state_dir / 'cluster.json'} has no internal_secret; it was written by an older nearfaas: "
                          "run `nearfaas down` and `nearfaas up` again")
     return secret
+
+
+def _spec_trust(state_dir: Path) -> tuple[str | None, list[str]]:
+    """The cluster secret and gateway.handler_roots from cluster.json, for checking worker specs;
+    (None, []) without one (a node driven by a test): then no spec with credentials or a local
+    image starts."""
+    try:
+        layout = json.loads((state_dir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return None, []
+    return layout.get("internal_secret"), [str(r) for r in layout.get("handler_roots") or []]
 
 
 def _is_gateway(principal) -> bool:

@@ -39,7 +39,8 @@ TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement",
 FASTPATH_ENABLED = ("auto", "true", "false")
 FASTPATH_SCHED = ("drr", "fifo")
 FASTPATH_POLL = ("adaptive", "spin", "block")
-GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces"}
+GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
+                "egress_allow"}
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
@@ -57,6 +58,9 @@ class GatewaySpec:
     handler_roots: list[str] = field(default_factory=list)
     # OpenFaaS function namespaces; the first is the default (what a call that names none uses).
     namespaces: list[str] = field(default_factory=lambda: ["openfaas-fn"])
+    # Destinations on loopback, private ranges or the cluster's own ports that requests on a
+    # caller's behalf (async callbacks) may reach: "host", "address" or "host:port" (egress.py).
+    egress_allow: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -183,7 +187,7 @@ class ClusterSpec:
             "state_dir": self.state_dir, "host": self.host,
             "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
                         "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots),
-                        "namespaces": list(g.namespaces)},
+                        "namespaces": list(g.namespaces), "egress_allow": list(g.egress_allow)},
             "nodes": [n.to_dict() for n in self.nodes],
             "replication": self.replication.to_dict(),
             "placement": self.placement,
@@ -284,6 +288,17 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
             c.error("gateway.namespaces", "names a namespace twice", "list each namespace once")
         else:
             g.namespaces = names
+    if "egress_allow" in m:
+        from nearfaas.egress import parse_allow_entry
+
+        entries = read_str_list(m["egress_allow"], "gateway.egress_allow", c, allow_single=True) or []
+        for i, entry in enumerate(entries):
+            try:
+                parse_allow_entry(entry)
+            except ValueError as exc:
+                c.error(join_path("gateway.egress_allow", i), str(exc),
+                        'write a host, an address or host:port, e.g. "hooks.example.com" or "127.0.0.1:8099"')
+        g.egress_allow = list(entries)
     return g
 
 
