@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from nearfaas.auth import internal
+from nearfaas.spec.budgets import budgets_dict
 from nearfaas.spec.cluster import ClusterSpec
 from nearfaas.pids import alive
 
@@ -152,6 +153,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
         "read_timeout": spec.gateway.read_timeout, "link_profile": spec.link.profile, "handler_roots": spec.gateway.handler_roots,
         "namespaces": spec.gateway.namespaces, "egress_allow": spec.gateway.egress_allow,
+        "budgets": budgets_dict(spec.gateway),  # against floods (spec/budgets.py)
         "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
         "fastpath": None if on_ray else _fastpath_layout(spec, host, state_dir, taken),

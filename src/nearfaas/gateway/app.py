@@ -32,6 +32,7 @@ from nearfaas.gateway.nodes import Node, NodeDirectory
 from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.keys_api import KeysAPI
 from nearfaas.gateway.webhooks import WebhookSink
+from nearfaas.gateway.worker_client import MAX_RESPONSE
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
 from nearfaas.placement.copysets import default_scatter_width
@@ -166,7 +167,14 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api.routes(app)
     QueryAPI(backend, nodes).routes(app.router)
     NodeFiles(invoker.functions, state_dir, layout.get("internal_secret")).routes(app.router)  # code and secrets for nodes on other hosts
-    WebhookSink().routes(app)
+    # Budgets against floods (spec/budgets.py): per-client calls, answers from workers, webhooks.
+    budgets = layout.get("budgets") or {}
+    api.invocations.max_per_client = int(budgets.get("max_inflight_per_client", 24))
+    invoker.pool.workers.max_response = int(budgets.get("max_response", MAX_RESPONSE))
+    WebhookSink(budgets.get("webhooks") or (), int(budgets.get("webhook_max_names", 64)), int(budgets.get("webhook_keep_bytes", 1 << 20)),
+                deployed=lambda: [s.spec for s in invoker.functions.values()],
+                authenticate=guard.check if layout.get("auth") else None,
+                read_timeout=float(layout.get("read_timeout", 60.0))).routes(app)
     if key_store is not None:  # /system/keys: the keys file over the admin API (gateway/keys_api.py)
         KeysAPI(key_store.path, set(key_store.reserved)).routes(app)
     s3.mount(app)

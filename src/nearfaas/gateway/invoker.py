@@ -22,7 +22,7 @@ from nearfaas.gateway.errors import CallError, NodeLost
 from nearfaas.gateway.inputs import InputResolver
 from nearfaas.gateway.instances import FunctionState, InstancePool
 from nearfaas.gateway.nodes import NodeDirectory
-from nearfaas.gateway.worker_client import WorkerFailed, WorkerUnreachable
+from nearfaas.gateway.worker_client import ResponseTooLarge, WorkerFailed, WorkerUnreachable
 from nearfaas.link.profiles import PROFILES, LinkProfile
 from nearfaas.placement.policy import POLICIES, ClusterView, Estimates, Invocation, NoNodeAvailable, make_policy
 from nearfaas.placement.replicas import RENDEZVOUS, ReplicaCatalog, Scheme
@@ -228,6 +228,9 @@ class Invoker:
                 self.pool.drop_instance(state, instance, stop=True)
                 raise CallError(504, f"gateway: {state.name!r} gave no answer within exec_timeout={exec_timeout:g}s "
                                      f"+ {BACKSTOP_MARGIN_S:g}s; the worker on {decision.node} was stopped", "gateway") from None
+            except ResponseTooLarge as exc:
+                # Its connection is closed unread; the worker itself is fine (a call answered too much).
+                raise CallError(502, f"the worker of {state.name!r} on {decision.node}: {exc}", "worker") from None
             except WorkerFailed as exc:
                 self.pool.drop_instance(state, instance, stop=True)
                 if not await self.nodes.probe(decision.node):

@@ -5,6 +5,16 @@ client keeps a pool of keep-alive connections per worker and does only what that
 It costs a fraction of a general-purpose client's per-request work, which is most of what
 the warm-call path spends beyond the handler itself. Everything else in the gateway (S3,
 node API, callbacks) uses aiohttp's client.
+
+A worker runs the function's code, so its answer is not trusted to be small: a Content-Length
+above ``max_response`` (``gateway.max_response``, 32 MiB by default) is refused before a byte of
+the body is read, as is any framing but Content-Length (chunked), and the connection is closed.
+The header block is bounded by the reader's 1 MiB limit. Worked example: a handler that writes
+``Content-Length: 1000000000000`` to its socket and then streams forever gets its caller a 502
+naming the cap, and the gateway holds none of it.
+
+Known caveats:
+- The cap is per answer; 32 calls in flight may still hold up to 32 answers at once.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import time
 from multidict import CIMultiDict
 
 _IDLE_S = 60.0  # close connections idle longer than this (the worker keeps them far longer)
+MAX_RESPONSE = 32 * 1024 * 1024  # the default for gateway.max_response
 
 
 class WorkerUnreachable(Exception):
@@ -24,6 +35,10 @@ class WorkerUnreachable(Exception):
 
 class WorkerFailed(Exception):
     """The worker took the request and then broke the connection."""
+
+
+class ResponseTooLarge(WorkerFailed):
+    """The worker announced an answer larger than the gateway will hold (or framed it otherwise)."""
 
 
 class _Connection:
@@ -37,8 +52,9 @@ class _Connection:
 
 
 class WorkerClient:
-    def __init__(self) -> None:
+    def __init__(self, max_response: int = MAX_RESPONSE) -> None:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self.max_response = max_response
 
     async def _connect(self, host: str, port: int) -> _Connection:
         try:
@@ -102,7 +118,7 @@ class WorkerClient:
                     if conn is None:
                         conn = await self._connect(host, port)
                     conn.writer.write(payload)
-                    result = await self._read_response(conn)
+                    result = await self._read_response(conn, self.max_response)
                 except BaseException as exc:
                     # Whatever went wrong (a broken connection, a garbled answer, the timeout or a
                     # cancellation), the connection is in an unknown state: never pool it again.
@@ -119,6 +135,8 @@ class WorkerClient:
                         if reused and attempt == 1 and isinstance(exc, asyncio.IncompleteReadError) and not exc.partial:
                             continue
                         raise WorkerFailed(f"connection to the worker broke: {type(exc).__name__}") from None
+                    if isinstance(exc, ResponseTooLarge):
+                        raise
                     if isinstance(exc, (ValueError, IndexError, asyncio.LimitOverrunError)):
                         raise WorkerFailed(f"the worker sent a malformed response: {type(exc).__name__}: {exc}") from None
                     raise
@@ -128,7 +146,7 @@ class WorkerClient:
         raise WorkerFailed("the worker closed the connection twice")
 
     @staticmethod
-    async def _read_response(conn: _Connection) -> tuple[int, CIMultiDict, bytes]:
+    async def _read_response(conn: _Connection, max_response: int = MAX_RESPONSE) -> tuple[int, CIMultiDict, bytes]:
         raw = await conn.reader.readuntil(b"\r\n\r\n")
         lines = raw.decode("latin-1").split("\r\n")
         status = int(lines[0].split(" ", 2)[1])
@@ -137,7 +155,16 @@ class WorkerClient:
             if line:
                 name, _, value = line.partition(":")
                 headers.add(name.strip(), value.strip())
+        if "Transfer-Encoding" in headers:  # the worker frames with Content-Length; anything else is not ours
+            raise ResponseTooLarge(f"the worker framed its answer with Transfer-Encoding: {headers['Transfer-Encoding'][:40]!r}; "
+                                   "only Content-Length is accepted")
         length = int(headers.get("Content-Length", "0"))
+        if length < 0:
+            raise ValueError(f"negative Content-Length {length}")
+        if length > max_response:
+            # Refused before reading: the body could be any size, or endless.
+            raise ResponseTooLarge(f"the answer is {length} bytes, over the gateway's limit of {max_response} bytes "
+                                   "(gateway.max_response); write large results to an object and return its reference")
         data = await conn.reader.readexactly(length) if length else b""
         return status, headers, data
 

@@ -37,6 +37,16 @@ Known caveats:
   HTTP) are refused with 501 naming the fix; boto3 signs whole payloads over HTTP.
 - Presigned URLs made inside a function point at this loopback endpoint: only the function can
   use them.
+
+**Connections are budgeted by who proved what** (issue 39's "64 idle connections"): at most
+``MAX_CONNECTIONS`` at once, a thread each. A connection that has not yet sent a request signed
+with this instance's key is a stranger's: it must send one within ``STRANGER_TIMEOUT_S`` and,
+when the endpoint is full, the oldest stranger is hung up on to make room for a newcomer. Only
+connections that proved the key are kept ``IDLE_TIMEOUT_S`` between requests and are never
+evicted. Worked example: another function opens 64 idle connections to this endpoint; the
+handler's boto3 connects, the oldest of the 64 is closed for it, and the other 63 are closed
+5 s later. Caveat: a stranger who connects faster than the function's own connection sends its
+first request (microseconds on loopback) could push that connection out; botocore retries.
 """
 
 from __future__ import annotations
@@ -68,7 +78,8 @@ _NOT_FORWARDED = {"authorization", "x-amz-date", "x-amz-content-sha256", "x-amz-
                   "amz-sdk-invocation-id", "amz-sdk-request"}
 _NOT_RETURNED = {"content-length", "transfer-encoding", "connection", "keep-alive", "server", "date"}
 MAX_CONNECTIONS = 64  # per worker: a thread each; more are closed at once (pids are limited by the jail)
-IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
+IDLE_TIMEOUT_S = 60.0  # a connection that proved the key and then sends nothing for this long is closed
+STRANGER_TIMEOUT_S = 5.0  # a connection must send a signed request within this, or it is closed
 
 
 class Calls:
@@ -162,35 +173,62 @@ class S3Endpoint:
 
 class _BoundedServer(ThreadingHTTPServer):
     """A thread per connection, at most MAX_CONNECTIONS: whoever else on loopback opens
-    connections by the thousand cannot make this worker spend its threads on them."""
+    connections by the thousand cannot make this worker spend its threads on them, nor hold the
+    slots its own function needs (a stranger's connection gives way; see the module doc)."""
 
     daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # a burst of connects waits in the backlog, not in SYN retries
 
     def __init__(self, *args):
         super().__init__(*args)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._open: dict[socket.socket, bool] = {}  # connection -> proved the key; oldest first
+        self.evicted = 0
 
     def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        with self._lock:
+            if len(self._open) >= MAX_CONNECTIONS:
+                stranger = next((conn for conn, proved in self._open.items() if not proved), None)
+                if stranger is None:  # every slot is the function's own: its own concurrency limit
+                    self.shutdown_request(request)
+                    return
+                del self._open[stranger]
+                self.evicted += 1
+                try:  # wakes its thread's read with EOF; the thread closes it (never closed from here)
+                    stranger.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._open[request] = False
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._forget(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._forget(request)
+
+    def _forget(self, request) -> None:
+        with self._lock:
+            self._open.pop(request, None)
+
+    def proved(self, request) -> bool:
+        """Mark a connection as the function's own; False when it was already evicted."""
+        with self._lock:
+            if request not in self._open:
+                return False
+            self._open[request] = True
+            return True
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, and Expect: 100-continue as botocore sends it
-    timeout = IDLE_TIMEOUT_S
+    timeout = STRANGER_TIMEOUT_S  # until a request proves the key (then IDLE_TIMEOUT_S)
     owner: S3Endpoint
+    proved = False
 
     def log_message(self, *args) -> None:  # the function's log is for the function
         pass
@@ -220,6 +258,9 @@ class _Handler(BaseHTTPRequestHandler):
         except S3Error as exc:
             self.close_connection = True
             return self._error(exc)
+        if not self.proved:
+            self.proved = self.server.proved(self.request)
+            self.connection.settimeout(IDLE_TIMEOUT_S)
         try:
             body = self._body()
             _check_payload(auth.payload_hash, body)

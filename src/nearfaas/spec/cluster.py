@@ -19,6 +19,7 @@ from nearfaas.placement.policy import POLICIES
 from nearfaas.placement.copysets import check_scatter_width, default_scatter_width
 from nearfaas.placement.replicas import SCHEMES
 
+from .budgets import KEYS as BUDGET_KEYS, budgets_dict, read_budgets
 from .ray import RaySpec, check_resource, parse_backend, parse_ray
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
                      parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
@@ -41,6 +42,7 @@ FASTPATH_SCHED = ("drr", "fifo")
 FASTPATH_POLL = ("adaptive", "spin", "block")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
                 "egress_allow"}
+GATEWAY_KEYS |= BUDGET_KEYS  # budgets against floods (spec/budgets.py)
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
@@ -53,6 +55,11 @@ class GatewaySpec:
     invoke_max_body: int = 8 * MiB   # largest /function/ request body; big data goes by object reference
     max_inflight: int = 32           # invocations forwarded at once, all functions together; 0 = unlimited
     read_timeout: float = 60.0       # seconds to wait for a client's request body
+    max_inflight_per_client: int = 24  # budgets against floods: spec/budgets.py says what each is
+    max_response: int = 32 * MiB
+    webhooks: list[str] = field(default_factory=list)
+    webhook_max_names: int = 64
+    webhook_keep_bytes: int = 1 * MiB
     # Folders a deployment may name its handler under (a copy is deployed); empty: code comes
     # only as an uploaded bundle, which is what `nearfaas deploy` sends (spec/bundle.py).
     handler_roots: list[str] = field(default_factory=list)
@@ -185,7 +192,7 @@ class ClusterSpec:
         g = self.gateway
         return {
             "state_dir": self.state_dir, "host": self.host,
-            "gateway": {"port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
+            "gateway": {**budgets_dict(g), "port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
                         "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots),
                         "namespaces": list(g.namespaces), "egress_allow": list(g.egress_allow)},
             "nodes": [n.to_dict() for n in self.nodes],
@@ -269,6 +276,7 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
         except ValueError as exc:
             c.error("gateway.read_timeout", f"bad duration {short_repr(m['read_timeout'])}: {exc}",
                     'write e.g. "60s", "1m30s" or a number of seconds')
+    read_budgets(m, g, c)
     if "handler_roots" in m:
         roots = read_str_list(m["handler_roots"], "gateway.handler_roots", c, allow_single=True) or []
         for i, root in enumerate(roots):

@@ -8,6 +8,7 @@ executor by its ID (gateway/fastpath.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -29,6 +30,10 @@ class InvokeAPI:
         self.invoke_max_body = invoke_max_body
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
         self.inflight = 0
+        # Calls one client (peer address) has open at once, body reading included (0 = no cap):
+        # one client's slow bodies or slow calls cannot take every slot (docs/security.md).
+        self.max_per_client = 0
+        self.per_client: dict[str, int] = {}
         self.read_timeout = read_timeout
         self.namespaces = Namespaces()  # the cluster's, set by OpenFaaSAPI
 
@@ -82,6 +87,26 @@ class InvokeAPI:
         state = self.invoker.functions.get(internal) if isinstance(internal, str) else None
         return state is not None and state.options.auth
 
+    @contextlib.contextmanager
+    def _client_slot(self, request: web.Request):
+        """One of the calling client's slots for the whole request, body included; 429 when it has
+        ``gateway.max_inflight_per_client`` open."""
+        client = request.remote or "unknown"
+        held = self.per_client.get(client, 0)
+        if self.max_per_client and held >= self.max_per_client:
+            raise CallError(429, f"this client ({client}) already has {held} calls open, its limit "
+                                 f"(gateway.max_inflight_per_client={self.max_per_client}); retry when one ends",
+                            "gateway", {"Retry-After": "1"})
+        self.per_client[client] = held + 1
+        try:
+            yield
+        finally:
+            left = self.per_client[client] - 1
+            if left:
+                self.per_client[client] = left
+            else:
+                del self.per_client[client]
+
     async def _read_invocation_body(self, request) -> bytes:
         if request.content_length is not None and request.content_length > self.invoke_max_body:
             raise CallError(413, f"request body of {request.content_length} bytes exceeds the {self.invoke_max_body}-byte limit "
@@ -113,12 +138,24 @@ class InvokeAPI:
         name = self.namespaces.resolve(request.match_info["name"])  # NAME or NAME.NAMESPACE
         if isinstance(name, web.Response):
             return name
-        if self.max_inflight and self.inflight >= self.max_inflight:
-            return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); retry",
-                          headers={"Retry-After": "1"})
-        self.inflight += 1
         try:
-            body = await self._read_invocation_body(request)
+            with self._client_slot(request):
+                # The body first, under read_timeout: a slow sender holds only its own client's
+                # slot, never one of the gateway's forwarding slots.
+                body = await self._read_invocation_body(request)
+                if self.max_inflight and self.inflight >= self.max_inflight:
+                    return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); "
+                                      "retry", headers={"Retry-After": "1"})
+                self.inflight += 1
+                try:
+                    return await self._forward(request, name, body)
+                finally:
+                    self.inflight -= 1
+        except CallError as exc:
+            return error(exc.status, str(exc), exc.layer, exc.headers)
+
+    async def _forward(self, request: web.Request, name: str, body: bytes) -> web.Response:
+        try:
             state = self.invoker.functions.get(name)
             started = time.time()  # OpenFaaS's gateway sends it to the function and back: unix nanoseconds
             if state is not None and is_fastpath(state.spec):
@@ -131,8 +168,6 @@ class InvokeAPI:
             result = await self.calls.invoke(name, request.method, path, query, headers, body, request.get("call_id"))
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer, exc.headers)
-        finally:
-            self.inflight -= 1
         answer = CIMultiDict(result.headers)  # repeated headers (Set-Cookie) stay repeated
         answer["X-Start-Time"] = headers["X-Start-Time"]
         return web.Response(status=result.status, headers=answer, body=result.body)
@@ -160,7 +195,8 @@ class InvokeAPI:
         if callback and not re.match(r"^https?://[^\s/]+", callback):
             return error(400, "X-Callback-Url must be an absolute http(s) URL")
         try:
-            body = await self._read_invocation_body(request)
+            with self._client_slot(request):
+                body = await self._read_invocation_body(request)
             path, query = self._raw_target(request)
             await self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
                                      "call_id": request["call_id"], "callback": callback})  # on disk before the 202

@@ -1,0 +1,50 @@
+"""The gateway's budgets against floods, as the cluster file sets them (``gateway:``):
+
+    max_inflight_per_client: 24   calls one client (peer address) has open at once, body reading
+                                  included; 0 = no per-client cap (gateway/api/invoke.py)
+    max_response: 32Mi            largest answer the gateway takes from a worker (gateway/worker_client.py)
+    webhooks: [alerts]            webhook names open to posts without credentials (gateway/webhooks.py)
+    webhook_max_names: 64         undeclared webhook names the sink keeps at once
+    webhook_keep_bytes: 1Mi       events kept per webhook name, newest first
+
+Kept apart from spec/cluster.py (which holds the fields' defaults in ``GatewaySpec``) so that
+module stays one screenful per section; docs/security.md says what each budget defends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import Collector, join_path, read_str_list, short_repr
+
+KEYS = {"max_inflight_per_client", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes"}
+
+
+def budgets_dict(g) -> dict[str, Any]:
+    return {"max_inflight_per_client": g.max_inflight_per_client, "max_response": g.max_response, "webhooks": list(g.webhooks),
+            "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes}
+
+
+def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
+    from .cluster import _NAME, _int, _size  # the cluster file's own readers (cluster.py imports this module)
+
+    g.max_inflight_per_client = _int(m, "max_inflight_per_client", "gateway", c, g.max_inflight_per_client, 0, None,
+                                     "24 (0 means no per-client cap)")
+    g.webhook_max_names = _int(m, "webhook_max_names", "gateway", c, g.webhook_max_names, 0, None, "64")
+    for key in ("max_response", "webhook_keep_bytes"):
+        if key in m:
+            try:
+                size = _size(m[key])
+                if size < 1:
+                    raise ValueError("must be at least 1 byte")
+                setattr(g, key, size)
+            except ValueError as exc:
+                c.error(join_path("gateway", key), f"bad size {short_repr(m[key])}: {exc}",
+                        'write a byte count or a quantity such as "32Mi" or "1Mi"')
+    if "webhooks" in m:
+        names = read_str_list(m["webhooks"], "gateway.webhooks", c, allow_single=True) or []
+        for i, name in enumerate(names):
+            if not _NAME.fullmatch(name):
+                c.error(join_path("gateway.webhooks", i), f"{short_repr(name)} is not a webhook name",
+                        "use lower-case letters, digits and '-', e.g. alerts")
+        g.webhooks = [n for n in names if _NAME.fullmatch(n)]

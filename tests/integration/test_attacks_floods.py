@@ -1,0 +1,155 @@
+"""Issue 39, finding 6 (the gateway's and the workers' parts): denial of service with a handful of
+connections, each attack run against a cluster with small budgets so it is quick to show.
+
+- 32 slow ``POST /function/...`` bodies from one client held every function at 429; now a body is
+  read before a forwarding slot is taken, under ``read_timeout``, and one client holds at most
+  ``max_inflight_per_client`` calls.
+- 64 idle connections from one function to another's S3 endpoint made its boto3 fail; now a
+  connection that has not proved the function's key gives way to the function's own.
+- Unauthenticated webhook posts to ever new names grew the gateway without bound; now only
+  declared names are open, and names and bytes are capped.
+- A worker's answer was read to whatever Content-Length it announced; now a 502 names the cap.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import time
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from nearfaas.cluster import launcher
+from nearfaas.spec.cluster import GatewaySpec
+
+from conftest import running_cluster
+
+pytestmark = pytest.mark.integration
+
+READ_TIMEOUT_S = 2.0
+MAX_RESPONSE = 1 << 20
+PER_CLIENT = 24
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory, functions_dir):
+    gateway = GatewaySpec(port=0, read_timeout=READ_TIMEOUT_S, max_response=MAX_RESPONSE, webhooks=["declared-hook"],
+                          webhook_max_names=4, webhook_keep_bytes=256 << 10, max_inflight_per_client=PER_CLIENT)
+    with running_cluster(tmp_path_factory.mktemp("floods") / "state", gateway=gateway) as c:
+        for name in ("floodkit-a", "floodkit-b"):
+            env = {"exec_timeout": "5s"}
+            if name == "floodkit-a":  # declares its webhook, as a notification stage's WEBHOOK_URL does
+                env["WEBHOOK_URL"] = f"{c.url}/system/webhooks/fn-hook"
+            assert c.deploy(name, functions_dir / "floodkit", envVars=env).status_code == 202
+        yield c
+
+
+def _rss_kib(cluster) -> int:
+    pid = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == "gateway")
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def _call(cluster, function: str, doc: dict, source: str = "127.0.0.1", timeout: float = 30) -> tuple[int, bytes]:
+    """POST a JSON body from a chosen loopback address: another address is another client."""
+    where = urlsplit(cluster.url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("POST", f"/function/{function}", body=json.dumps(doc), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def _status_line(sock: socket.socket) -> int:
+    head = b""
+    while b"\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return 0
+        head += chunk
+    return int(head.split(b" ", 2)[1])
+
+
+def test_slow_bodies_from_one_client_do_not_stop_another_and_are_cut_at_read_timeout(small):
+    where = urlsplit(small.url)
+    slow = []
+    started = time.monotonic()
+    for _ in range(32):
+        s = socket.create_connection((where.hostname, where.port), timeout=READ_TIMEOUT_S + 10)
+        s.sendall(b"POST /function/floodkit-a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{")  # and then nothing: the body never ends
+        slow.append(s)
+    try:
+        # Another client, while the 32 hang: served at once.
+        status, body = _call(small, "floodkit-a", {"op": "where"}, source="127.0.0.2")
+        assert status == 200, body
+        assert time.monotonic() - started < READ_TIMEOUT_S, "the other client's call waited for the slow bodies"
+        codes = [_status_line(s) for s in slow]
+        elapsed = time.monotonic() - started
+    finally:
+        for s in slow:
+            s.close()
+    # Past its own budget the slow client is refused at once; the rest are cut at read_timeout.
+    assert sorted(codes) == [408] * PER_CLIENT + [429] * (32 - PER_CLIENT), codes
+    assert elapsed < READ_TIMEOUT_S + 3, f"slow bodies were answered after {elapsed:.1f}s (read_timeout={READ_TIMEOUT_S}s)"
+    # And the slow client itself is served again once they are gone.
+    assert _call(small, "floodkit-a", {"op": "where"})[0] == 200
+
+
+def test_idle_connections_to_a_functions_s3_endpoint_do_not_starve_its_boto3(small):
+    status, body = _call(small, "floodkit-a", {"op": "where"})
+    assert status == 200, body
+    port = urlsplit(json.loads(body)["endpoint"]).port
+    status, body = _call(small, "floodkit-b", {"op": "hold", "port": port, "n": 64})
+    assert status == 200, body
+    opened = json.loads(body)["opened"]
+    # 64 when the workers share the host's loopback (the attack), 0 if they cannot reach each other.
+    assert opened in (64, 0), opened
+    status, body = _call(small, "floodkit-a", {"op": "s3"})
+    assert status == 200, body
+    assert json.loads(body)["ok"], json.loads(body)
+
+
+def test_webhooks_undeclared_refused_without_credentials_and_names_capped(small):
+    url = f"{small.url}/system/webhooks"
+    event = {"text": "x" * 60_000}
+    refused = requests.post(f"{url}/nope", json=event, timeout=10)
+    assert refused.status_code == 403 and "not declared" in refused.json()["error"], refused.text
+    before = _rss_kib(small)
+    for i in range(300):  # the reported flood: fresh names, 60 KB each, no credentials
+        assert requests.post(f"{url}/flood-{i}", json=event, timeout=10).status_code == 403
+    assert _rss_kib(small) - before < 16 * 1024, "the gateway grew on refused webhook posts"
+    # Declared names stay open: in the cluster file, and by a deployed function's WEBHOOK_URL.
+    for name in ("declared-hook", "fn-hook"):
+        resp = requests.post(f"{url}/{name}", json={"n": 1}, timeout=10)
+        assert resp.status_code == 202, resp.text
+    # With the admin's credentials other names are accepted, up to webhook_max_names of them.
+    for i in range(4):
+        assert small.http.post(f"{url}/admin-{i}", json={"n": i}, timeout=10).status_code == 202
+    over = small.http.post(f"{url}/admin-4", json={"n": 4}, timeout=10)
+    assert over.status_code == 429 and "webhook_max_names=4" in over.json()["error"], over.text
+    # Bytes are capped per name: the newest events within webhook_keep_bytes.
+    for _ in range(10):
+        assert requests.post(f"{url}/declared-hook", json=event, timeout=10).status_code == 202
+    kept = small.http.get(f"{url}/declared-hook", timeout=10)
+    assert kept.status_code == 200 and 1 <= len(kept.json()) <= (256 << 10) // 60_000, len(kept.json())
+    assert kept.json()[-1]["event"] == event
+
+
+def test_worker_answers_over_max_response_are_a_502_naming_the_cap(small):
+    status, body = _call(small, "floodkit-a", {"op": "big", "size": MAX_RESPONSE + 1})
+    assert status == 502 and b"gateway.max_response" in body and str(MAX_RESPONSE).encode() in body, body[:300]
+    before = _rss_kib(small)
+    started = time.monotonic()
+    status, body = _call(small, "floodkit-a", {"op": "endless", "total": 256 << 20})
+    assert status == 502 and b"1000000000000 bytes" in body and b"gateway.max_response" in body, (status, body[:300])
+    assert time.monotonic() - started < 5, "the gateway waited on the endless body"
+    assert _rss_kib(small) - before < 64 * 1024, "the gateway held the endless body"
+    # The worker was not blamed for its answer's size: the next call is served.
+    assert _call(small, "floodkit-a", {"op": "where"})[0] == 200
