@@ -41,6 +41,8 @@ class NodeAgent:
         self.s3 = None
         self.stats = None
         store_root = None
+        # Who may use this node's S3 port: the gateway and this node's own workers (their keys).
+        self._s3_auth = _node_s3_auth(_cluster_secret(state_dir))
         if kind == "storage":
             from nearfaas.node.objectstore import ObjectStore
             from nearfaas.s3.frontend import S3Frontend
@@ -57,7 +59,7 @@ class NodeAgent:
 
             self.stats = StatsKeeper(self.store, store_root)
             self.s3 = S3Frontend(LocalBackend(self.store, on_written=self.stats.soon),
-                                 auth=_node_s3_auth(_cluster_secret(state_dir)), version_writer=_is_gateway)
+                                 auth=self._s3_auth, version_writer=_is_gateway)
         # What a worker spec is checked against (node/worker_spec.py): the gateway copies every
         # deployment's code under <state>/functions; with files_from_gateway the code comes by name.
         self.functions_dir = None if files_from_gateway else state_dir / "functions"
@@ -92,6 +94,25 @@ class NodeAgent:
             app.router.add_get(f"{INTERNAL}/stats", self.tabular_stats)
             app.router.add_post(f"{INTERNAL}/query", self.query)
             self.s3.mount(app)
+        else:  # a compute node holds no objects, but says so only to a signed caller (like a storage node)
+            app.router.add_route("*", r"/{s3_path:[\s\S]*}", self.no_objects)
+
+    async def no_objects(self, request: web.Request) -> web.Response:
+        """Any S3 request to a compute node: authenticated first, as on a storage node, so an
+        unsigned one gets 403 (not a 404 that tells a stranger what kind of node this is)."""
+        from urllib.parse import parse_qsl
+
+        from nearfaas.s3.errors import S3Error
+
+        raw_path, _, raw_query = request.raw_path.partition("?")
+        try:
+            self._s3_auth.authenticate(request.method, raw_path, parse_qsl(raw_query, keep_blank_values=True), request.headers)
+            error = S3Error("NoSuchBucket", f"node {self.name} is a compute node: it holds no objects; use the gateway")
+        except S3Error as exc:
+            error = exc
+        error.resource = error.resource or raw_path
+        return web.Response(status=error.status, body=b"" if request.method == "HEAD" else error.to_xml(),
+                            content_type="application/xml", headers={"x-nearfaas-error-code": error.code})
 
     def describe(self) -> dict:
         store = self.store.counters.snapshot() if self.store is not None else None

@@ -22,6 +22,7 @@ import zlib
 from awscrt import checksums as crt
 
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.validation import decimal
 
 KINDS = ("crc32", "crc32c", "crc64nvme", "sha1", "sha256")
 CHECKSUM_PREFIX = "x-amz-checksum-"
@@ -266,8 +267,8 @@ def parse_part_checksums(xml_body: bytes) -> dict[int, dict[str, str]]:
         number, values = None, {}
         for child in part:
             name, text = child.tag.rsplit("}", 1)[-1], (child.text or "").strip()
-            if name == "PartNumber" and text.isdigit():
-                number = int(text)
+            if name == "PartNumber" and decimal(text) is not None:
+                number = decimal(text)
             elif name.startswith("Checksum") and name[8:].lower() in KINDS:
                 values[CHECKSUM_PREFIX + name[8:].lower()] = text
         if number is not None and values:

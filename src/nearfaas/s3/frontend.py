@@ -67,7 +67,7 @@ from nearfaas.s3.object_headers import (COPY_ETAG_HEADER, VersionTrailer, bucket
                                          exact_headers, is_true, object_headers, user_metadata)
 from nearfaas.s3.sigv4 import AuthContext, Principal, S3Auth
 from nearfaas.s3.versions import DELETED_HEADER, VERSION_HEADER, VERSION_TRAILER_HEADER, is_version
-from nearfaas.s3.validation import (resolve_range, validate_bucket_name, validate_header_value,
+from nearfaas.s3.validation import (decimal, resolve_range, validate_bucket_name, validate_header_value,
                                      validate_key, validate_new_key)
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class S3Frontend(ListingHandlers):
     def _check_declared_length(self, request: web.Request) -> None:
         for header in ("x-amz-decoded-content-length", "content-length"):
             value = request.headers.get(header, "")
-            if value.isdigit() and int(value) > self.max_body:
+            if (size := decimal(value)) is not None and size > self.max_body:
                 raise S3Error("EntityTooLarge", f"The body of {value} bytes exceeds the maximum of {self.max_body} "
                               "bytes; use a multipart upload for large objects.")
 
@@ -530,9 +530,9 @@ class S3Frontend(ListingHandlers):
         if not self._may_version(request, VERSION_TRAILER_HEADER):
             return None
         raw = request.headers[VERSION_TRAILER_HEADER]
-        if not raw.isdigit() or not 18 <= int(raw) <= 81:
+        if (length := decimal(raw)) is None or not 18 <= length <= 81:
             raise S3Error("InvalidArgument", f"{VERSION_TRAILER_HEADER} must be the version's length (18-81), not {raw!r}.")
-        return VersionTrailer(int(raw))
+        return VersionTrailer(length)
 
     def _body(self, request: web.Request, *, require_length: bool = True) -> RequestBody:
         """The request's body, checked against what its signature covers as it streams."""

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.validation import decimal
 
 MAX_LIST_KEYS = 1000
 
@@ -61,13 +62,14 @@ def list_params(q: dict, max_name: str) -> tuple[str, int, str, str]:
     if encoding not in ("", "url"):
         raise S3Error("InvalidArgument", f"Invalid Encoding Method {encoding!r} specified in Request; use url.")
     raw_max = q.get(max_name, str(MAX_LIST_KEYS))
-    if not raw_max.strip().isdigit() or not raw_max.strip().isascii():
+    if (most := decimal(raw_max.strip())) is None:
         raise S3Error("InvalidArgument", f"{max_name} must be a non-negative integer, not {raw_max!r}.")
-    return encoding, min(int(raw_max), MAX_LIST_KEYS), q.get("prefix", ""), q.get("delimiter", "")
+    return encoding, min(most, MAX_LIST_KEYS), q.get("prefix", ""), q.get("delimiter", "")
 
 
 def _bounded(q: dict, name: str, default: int, lo: int, hi: int) -> int:
     raw = q.get(name, str(default))
-    if not raw.strip().isdigit() or not lo <= int(raw) <= hi:
+    value = decimal(raw.strip())
+    if value is None or not lo <= value <= hi:
         raise S3Error("InvalidArgument", f"{name} must be an integer from {lo} to {hi}, not {raw!r}.")
-    return min(int(raw), hi)
+    return min(value, hi)

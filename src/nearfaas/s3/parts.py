@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from nearfaas.s3.backend import ObjectInfo
 from nearfaas.s3.errors import S3Error
-from nearfaas.s3.validation import MAX_PART_NUMBER, parse_range_header
+from nearfaas.s3.validation import MAX_PART_NUMBER, decimal, parse_range_header
 
 PART_SIZES = "x-nearfaas-part-sizes"
 PARTS_COUNT = "x-amz-mp-parts-count"
@@ -41,9 +41,10 @@ def part_of(q: dict) -> tuple[str, int]:
 
 def part_number(q: dict) -> int:
     raw = q.get("partNumber", "")
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PART_NUMBER:
+    number = decimal(raw)
+    if number is None or not 1 <= number <= MAX_PART_NUMBER:
         raise S3Error("InvalidArgument", f"partNumber must be an integer from 1 to {MAX_PART_NUMBER}, not {raw!r}.")
-    return int(raw)
+    return number
 
 
 def part_sizes(info: ObjectInfo) -> list[int] | None:

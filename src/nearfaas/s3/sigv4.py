@@ -175,6 +175,7 @@ class S3Auth:
         payload_hash = headers.get("x-amz-content-sha256")
         if not self.enabled:
             return AuthContext(access_key=None, payload_hash=payload_hash)
+        _refuse_non_canonical_path(path)
         authorization = headers.get("authorization")
         if authorization:
             return self._check_header_auth(method, path, query, headers, authorization.strip())
@@ -319,6 +320,25 @@ def _streaming_seed(principal: Principal, region: str, payload_hash: str, timest
     return StreamingSeed(key=signing_key(principal.secret_key, date, region), timestamp=timestamp,
                          scope=f"{date}/{region}/s3/aws4_request", signature=signature,
                          trailer=payload_hash == STREAMING_PAYLOAD_TRAILER)
+
+
+# An escape of "/" or of an unreserved character (RFC 3986: letters, digits, "-._~"): SDKs never
+# send one (botocore quotes keys with safe="/~"), so such a spelling is another path for the
+# same signature; and a "." or ".." segment names no object.
+_NEEDLESS_ESCAPE = re.compile(r"%(2[Ff]|2[DdEe]|3[0-9]|[46][1-9A-Fa-f]|[57][0-9Aa]|5[Ff]|7[Ee])")
+
+
+def _refuse_non_canonical_path(raw_path: str) -> None:
+    """Only one spelling of a path is accepted, so the path a signature (or a presigned URL)
+    covers is the path served: ``/./``, ``/../``, ``%2F``, ``%2E`` or ``%78`` (an escaped
+    unreserved character) are refused (issue 39, finding 8)."""
+    for match in re.finditer(r"%[0-9A-Fa-f]{2}", raw_path):
+        if _NEEDLESS_ESCAPE.fullmatch(match.group()):
+            raise S3Error("InvalidURI", f"The request path escapes {unquote(match.group())!r} as {match.group()}; send "
+                          "it unescaped, as the AWS SDKs do (only one spelling of a path is accepted).")
+    if any(segment in (".", "..") for segment in raw_path.split("/")):
+        raise S3Error("InvalidURI", "The request path has a '.' or '..' segment, which names no object; send the "
+                      "path without it.")
 
 
 def _canonical_path_candidates(raw_path: str) -> Iterable[str]:

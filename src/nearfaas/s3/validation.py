@@ -20,6 +20,13 @@ _UPLOAD_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _METADATA_NAME = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
 
 
+def decimal(text: str) -> int | None:
+    """A plain non-negative decimal number, or None. ASCII digits only: str.isdigit and int()
+    also take "\u0661" (ARABIC-INDIC DIGIT ONE), int() also "+1", "1_0" and " 1", so a check by
+    either lets another spelling of a number through (issue 39, finding 8: PartNumber=\u0661)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def validate_bucket_name(name: str) -> None:
     """S3 bucket naming rules (general purpose buckets)."""
     problem = None

@@ -16,6 +16,7 @@ from xml.sax.saxutils import escape
 
 from nearfaas.s3.backend import BucketInfo, ListResult, ObjectInfo, PartInfo, PartListResult, UploadInfo, UploadListResult
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.validation import decimal
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,10 @@ def list_buckets_page(buckets: list[BucketInfo], q: dict) -> bytes:
     raw = q.get("max-buckets")
     if raw is None:
         return list_buckets_xml(buckets, prefix=prefix)
-    if not raw.strip().isdigit() or not 1 <= int(raw) <= 10000:
+    count = decimal(raw.strip())
+    if count is None or not 1 <= count <= 10000:
         raise S3Error("InvalidArgument", f"max-buckets must be an integer from 1 to 10000, not {raw!r}.")
-    page = buckets[: int(raw)]
+    page = buckets[:count]
     more = encode_token(page[-1].name) if len(buckets) > len(page) else None
     return list_buckets_xml(page, continuation_token=more, prefix=prefix)
 
@@ -294,10 +296,9 @@ def parse_complete_multipart(body: bytes) -> list[tuple[int, str]]:
         number, etag = _child_text(el, "PartNumber"), _child_text(el, "ETag")
         if number is None or etag is None:
             raise S3Error("MalformedXML", "Every <Part> needs a <PartNumber> and an <ETag>.")
-        try:
-            parts.append((int(number.strip()), etag.strip()))
-        except ValueError:
-            raise S3Error("MalformedXML", f"<PartNumber>{number}</PartNumber> is not an integer.") from None
+        if (value := decimal(number.strip())) is None:
+            raise S3Error("MalformedXML", f"<PartNumber>{number}</PartNumber> is not an integer written in digits 0-9.")
+        parts.append((value, etag.strip()))
     if not parts:
         raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one <Part>.")
     return parts
