@@ -1,0 +1,107 @@
+"""Budgets against floods (issue 39, finding 6), the parts that need no cluster:
+tests/integration/test_attacks_floods.py runs the attacks themselves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import types
+
+import pytest
+
+from nearfaas.apps import APPS
+from nearfaas.apps.stack import stack_for
+from nearfaas.gateway.api.invoke import InvokeAPI
+from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.webhooks import _Ring, declared_by
+from nearfaas.gateway.worker_client import ResponseTooLarge, WorkerClient
+from nearfaas.jobs.apps import webhook_url
+from nearfaas.runtime import s3proxy
+
+
+async def _answer_with(head: bytes, body: bytes = b"", max_response: int = 1024):
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + body)
+        await writer.drain()
+        await asyncio.sleep(1)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = WorkerClient(max_response)
+    try:
+        return await client.request("127.0.0.1", port, {}, b"", 5)
+    finally:
+        client.close()
+        server.close()
+
+
+def test_a_worker_answer_over_the_cap_is_refused_unread_and_names_it():
+    with pytest.raises(ResponseTooLarge, match=r"1000000000000 bytes, over the gateway's limit of 1024 bytes \(gateway.max_response\)"):
+        asyncio.run(_answer_with(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n", b"x" * 4096))
+    with pytest.raises(ResponseTooLarge, match="Transfer-Encoding"):
+        asyncio.run(_answer_with(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"5\r\nhello\r\n0\r\n\r\n"))
+    status, _, body = asyncio.run(_answer_with(b"HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n", b"y" * 1024))
+    assert (status, len(body)) == (200, 1024)
+
+
+def test_a_client_holds_at_most_its_slots_and_gets_them_back():
+    api = InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1)
+    api.max_per_client = 2
+    one, other = types.SimpleNamespace(remote="10.0.0.1"), types.SimpleNamespace(remote="10.0.0.2")
+    with api._client_slot(one), api._client_slot(one):
+        with pytest.raises(CallError, match=r"gateway.max_inflight_per_client=2") as refused:
+            with api._client_slot(one):
+                pass
+        assert refused.value.status == 429
+        with api._client_slot(other):  # another client is not affected
+            assert api.per_client == {"10.0.0.1": 2, "10.0.0.2": 1}
+    assert api.per_client == {}  # released, and the table does not grow with clients gone
+
+
+def test_webhook_events_are_kept_within_the_byte_budget_newest_first():
+    ring = _Ring()
+    for i in range(10):
+        ring.add(json.dumps({"i": i, "pad": "x" * 90}).encode(), keep_bytes=350)
+    kept = json.loads(ring.as_json())
+    assert [e["event"]["i"] for e in kept] == [7, 8, 9] and ring.bytes <= 350
+    big = _Ring()
+    big.add(b'"' + b"x" * 1000 + b'"', keep_bytes=10)  # one event over the budget is still the newest
+    assert len(big.events) == 1
+
+
+def test_the_notification_stages_webhook_is_declared_by_its_deployment():
+    gateway = "http://127.0.0.1:8080"
+    for key in APPS:
+        stack = stack_for(key, webhook_url=webhook_url(gateway, key))
+        declared = {declared_by(f.get("environment")) for f in stack["functions"].values()} - {None}
+        assert declared == {key.replace("_", "-")}, (key, declared)
+    assert declared_by({"WEBHOOK_URL": "https://hooks.example.com/notify"}) is None
+    assert declared_by({"WEBHOOK_URL": "http://x/system/webhooks/Bad_Name"}) is None
+
+
+def test_strangers_connections_give_way_to_the_functions_own(monkeypatch):
+    monkeypatch.setattr(s3proxy._Handler, "timeout", 0.5)  # STRANGER_TIMEOUT_S, shortened
+    endpoint = s3proxy.S3Endpoint(s3proxy.Calls(None))
+    endpoint.start()
+    port = int(endpoint.url.rsplit(":", 1)[1])
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(s3proxy.MAX_CONNECTIONS)]
+        deadline = time.monotonic() + 5
+        while len(endpoint.server._open) < s3proxy.MAX_CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # A newcomer is served (an unsigned request: 403 from the endpoint, not a reset).
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as newcomer:
+            newcomer.sendall(b"GET /b/k HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert newcomer.recv(64).startswith(b"HTTP/1.1 403"), "the newcomer got no slot"
+        assert endpoint.server.evicted >= 1
+        # And strangers that say nothing are hung up on after the stranger timeout.
+        for s in idle:
+            s.settimeout(5)
+            assert s.recv(1) == b""
+    finally:
+        endpoint.server.shutdown()
+        endpoint.server.server_close()
