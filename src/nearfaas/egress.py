@@ -67,9 +67,9 @@ def parse_allow_entry(entry: str) -> tuple[str, int | None]:
     if not text or "/" in text or "@" in text or " " in text:
         raise ValueError(f"{entry!r} is not a host name, an address or host:port")
     if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
+        host, bracket, rest = text[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else None
-        if rest and port_text is None:
+        if not bracket or (rest and port_text is None):
             raise ValueError(f"{entry!r} is not [address]:port")
     elif text.count(":") > 1:  # a bare IPv6 address
         host, port_text = text, None
