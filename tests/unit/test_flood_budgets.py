@@ -105,3 +105,35 @@ def test_strangers_connections_give_way_to_the_functions_own(monkeypatch):
     finally:
         endpoint.server.shutdown()
         endpoint.server.server_close()
+
+
+def test_the_sink_refuses_undeclared_names_without_credentials_and_caps_the_rest():
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from nearfaas.gateway.webhooks import WebhookSink
+
+    async def authenticate(request):  # as a SigV4 check does: it hashes the body it reads
+        body = await request.read()
+        return None if request.headers.get("Authorization") == f"ok {len(body)}" else "no credentials"
+
+    async def scenario():
+        sink = WebhookSink(declared=["open"], max_names=1, deployed=lambda: [{"environment": {"WEBHOOK_URL": "http://g/system/webhooks/fn"}}],
+                           authenticate=authenticate)
+        app = web.Application()
+        sink.routes(app)
+        async with TestClient(TestServer(app)) as client:
+            codes = {}
+            for name, headers in (("open", {}), ("fn", {}), ("other", {}), ("other", {"Authorization": "ok 8"}),
+                                  ("third", {"Authorization": "ok 8"})):
+                resp = await client.post(f"/system/webhooks/{name}", data=b'{"n": 1}', headers=headers)
+                codes.setdefault(name, []).append((resp.status, (await resp.json()).get("error", "")))
+            listed = await (await client.get("/system/webhooks/other")).json()
+        return codes, listed
+
+    codes, listed = asyncio.run(scenario())
+    assert codes["open"][0][0] == 202 and codes["fn"][0][0] == 202
+    assert codes["other"][0][0] == 403 and "not declared" in codes["other"][0][1]
+    assert codes["other"][1][0] == 202  # the body the credentials were checked over is the one stored
+    assert codes["third"][0][0] == 429 and "webhook_max_names=1" in codes["third"][0][1]
+    assert [e["event"] for e in listed] == [{"n": 1}]
