@@ -6,7 +6,8 @@ allows callbacks to 127.0.0.1 at any port but the cluster's own, for the tests' 
    spec with PYTHONWARNINGS + BROWSER: the callback is refused (egress.py), not sent, and the
    call's outcome says so; no worker starts.
 2. The same spec signed as the gateway signs (as if the gateway had relayed it): the node
-   refuses it, 400 naming the field (node/worker_spec.py), and logs it.
+   refuses it, 400 naming the field (node/worker_spec.py), and logs it; so is an image to be
+   pulled (as root) from a "registry" on one of the cluster's own ports.
 3. A compute node authenticates before it routes: an unsigned S3 GET gets 403, not 404.
 4. A presigned URL works only in its own spelling (%2F, %2E, %61, /./ are refused).
 5. <PartNumber>١</PartNumber> (an Arabic-Indic digit) is not the number 1.
@@ -96,11 +97,13 @@ def test_a_callback_to_a_node_port_is_refused_and_starts_nothing(cluster, mirror
     ({"uid": 0}, "uid"),
     ({"secrets": ["../../cluster.json"]}, "secrets.0"),
     ({"x": {"requirements": "/etc/passwd"}}, "x.requirements"),
+    ({"image_source": "docker://127.0.0.1:{storage_port}/fn/evil:1", "handler_dir": "/.nearfaas-image-only"}, "image_source"),
 ], ids=["browser", "pythonwarnings", "ld_preload", "handler-tmp", "handler-dotdot", "unknown-key", "uid-root", "secret-path",
-        "requirements-abs"])
+        "requirements-abs", "registry-on-a-node-port"])
 def test_a_signed_hostile_worker_spec_is_refused_naming_the_field(cluster, mirror, change, field):
     node = cluster.layout["nodes"][-1]
-    spec = mirror | change
+    storage_port = next(n["port"] for n in cluster.layout["nodes"] if n["kind"] == "storage")
+    spec = mirror | {k: v.format(storage_port=storage_port) if isinstance(v, str) else v for k, v in change.items()}
     resp = _signed(cluster, "POST", f"{node['url']}/_nearfaas/functions/{spec['name']}/workers", json=spec)
     assert resp.status_code == 400, resp.text
     assert resp.json()["field"] == field and field in resp.json()["error"], resp.text

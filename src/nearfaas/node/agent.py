@@ -63,7 +63,7 @@ class NodeAgent:
         # What a worker spec is checked against (node/worker_spec.py): the gateway copies every
         # deployment's code under <state>/functions; with files_from_gateway the code comes by name.
         self.functions_dir = None if files_from_gateway else state_dir / "functions"
-        self.secret, self.handler_roots = _spec_trust(state_dir)
+        self.secret, self.handler_roots, self.egress = _spec_trust(state_dir)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
                                  isolation=isolation)
         if files_from_gateway:  # another host than the gateway's (backend: ray): code and secrets come over HTTP
@@ -132,9 +132,9 @@ class NodeAgent:
             return web.json_response({"error": "body must be the function spec as JSON"}, status=400)
         # Signed by the gateway is not enough: only a spec it builds from a deployed function
         # starts a worker (node/worker_spec.py; issue 39, a relayed spec ran code as root).
-        try:
-            worker_spec.check(spec, request.match_info["name"], functions_dir=self.functions_dir,
-                              handler_roots=self.handler_roots, cluster_secret=self.secret)
+        try:  # in a thread: a registry's name may be resolved
+            await asyncio.to_thread(worker_spec.check, spec, request.match_info["name"], functions_dir=self.functions_dir,
+                                    handler_roots=self.handler_roots, cluster_secret=self.secret, egress=self.egress)
         except worker_spec.WorkerSpecError as exc:
             print(json.dumps({"event": "worker-spec-refused", "node": self.name, "function": request.match_info["name"],
                               "field": exc.field, "reason": str(exc)}), flush=True)
@@ -241,15 +241,17 @@ def _cluster_secret(state_dir: Path) -> str:
     return secret
 
 
-def _spec_trust(state_dir: Path) -> tuple[str | None, list[str]]:
-    """The cluster secret and gateway.handler_roots from cluster.json, for checking worker specs;
-    (None, []) without one (a node driven by a test): then no spec with credentials or a local
-    image starts."""
+def _spec_trust(state_dir: Path):
+    """The cluster secret, gateway.handler_roots and the egress policy (registries) from
+    cluster.json, for checking worker specs; without one (a node driven by a test) no spec with
+    credentials, a local image or a registry on a private address starts."""
+    from nearfaas.egress import EgressPolicy
+
     try:
         layout = json.loads((state_dir / "cluster.json").read_text())
     except (OSError, ValueError):
-        return None, []
-    return layout.get("internal_secret"), [str(r) for r in layout.get("handler_roots") or []]
+        return None, [], EgressPolicy()
+    return layout.get("internal_secret"), [str(r) for r in layout.get("handler_roots") or []], EgressPolicy.from_layout(layout)
 
 
 def _is_gateway(principal) -> bool:

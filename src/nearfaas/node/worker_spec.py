@@ -20,7 +20,10 @@ against what the gateway can have built from a deployed function record
   function name (it names files and folders on the node);
 - ``uid``: a function uid (node/jail.py's range, never root); ``credentials``: exactly the key
   the gateway derives for this function and uid (auth/function_keys.py), never another;
-- ``image_source``: a registry reference, or a path under the cluster's gateway.handler_roots.
+- ``image_source``: a path under the cluster's gateway.handler_roots, or a registry reference
+  whose registry the egress policy allows (nearfaas/egress.py: not loopback, a private range or
+  the cluster's own ports unless gateway.egress_allow names it): the node's skopeo pulls it as
+  root, with root's registry logins.
 
 A refused spec is answered 400 with the field and why, and logged (``worker-spec-refused``).
 
@@ -35,15 +38,20 @@ Known caveats:
   the function's name and never reads ``handler_dir``, so its location is not checked there.
 - The node cannot tell a current deployment from an older one of the same function: a replayed
   signed spec (within auth/internal.py's clock skew) starts what was deployed then.
+- A registry's name is resolved and checked here, then resolved again by skopeo: a name whose
+  answer changes in between (DNS rebinding) is not caught; allow registries by address.
+- ``check`` may resolve a registry's name: call it off the event loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import socket
 from pathlib import Path, PurePosixPath
 
 from nearfaas.auth import function_keys
+from nearfaas.egress import EgressPolicy, EgressRefused
 from nearfaas.node import jail
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.stack import IMAGE_ONLY_HANDLER, FunctionSpec, interpreter_variable
@@ -67,7 +75,8 @@ class WorkerSpecError(ValueError):
         self.field = field
 
 
-def check(spec, url_name: str, *, functions_dir: Path | None, handler_roots: list[str], cluster_secret: str | None) -> None:
+def check(spec, url_name: str, *, functions_dir: Path | None, handler_roots: list[str], cluster_secret: str | None,
+          egress: EgressPolicy | None = None) -> None:
     """Raise WorkerSpecError unless ``spec`` is one the gateway builds (see the opening)."""
     if not isinstance(spec, dict):
         raise WorkerSpecError("spec", "must be a JSON object, the function's deployed spec")
@@ -89,6 +98,7 @@ def check(spec, url_name: str, *, functions_dir: Path | None, handler_roots: lis
             raise WorkerSpecError(f"environment.{key}", "changes how the interpreter, the loader or a library starts; "
                                   "the gateway refuses it at deploy, so no deployed function has it")
     _check_paths(spec, functions_dir, handler_roots)
+    _check_registry(str(spec.get("image_source") or ""), egress or EgressPolicy())
     try:
         uid = jail.function_uid(spec) if "uid" in spec else None
     except ValueError as exc:
@@ -138,3 +148,27 @@ def _check_credentials(spec: dict, uid: int, cluster_secret: str | None) -> None
     if cluster_secret is None or got != function_keys.credentials(cluster_secret, spec["name"], uid):
         raise WorkerSpecError("credentials", "are not this function's own key (the gateway sends only the key it derives "
                               "for the function's name and uid)")
+
+
+def _check_registry(source: str, egress: EgressPolicy) -> None:
+    """A ``docker://`` reference's registry must be one the egress policy lets the node reach."""
+    if not source.startswith("docker://"):
+        return
+    first, slash, _ = source.removeprefix("docker://").partition("/")
+    if not slash or not ("." in first or ":" in first or first == "localhost"):
+        return  # docker.io/library/...: Docker Hub
+    if first.startswith("["):  # [v6]:port
+        host, _, rest = first[1:].partition("]")
+        port_text = rest[1:]
+    else:
+        host, _, port_text = first.partition(":")
+    port = int(port_text) if port_text.isascii() and port_text.isdigit() else 443
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError):
+        return  # skopeo cannot reach it either: the pull fails with its own message
+    try:
+        for address in sorted(addresses):
+            egress.check(host, address, port)
+    except EgressRefused as exc:
+        raise WorkerSpecError("image_source", f"the registry is refused: {exc}") from None
