@@ -31,6 +31,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from nearfaas import atomic
+
 
 def _log(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
@@ -126,21 +128,10 @@ class Journal:
 
     def rewrite(self, records: list[dict]) -> None:
         """Compaction: a new file holding ``records``, made durable, then renamed over the old one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.private_dir(self.path.parent)
         lines = [encode(r) for r in records]
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold request bodies
-        try:
-            _write_all(fd, encode({"t": "h", "next": self.next_key}) + b"".join(lines))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)  # the rename itself must survive a crash
-        finally:
-            os.close(dir_fd)
+        # 0600: it may hold request bodies; write_bytes fsyncs the folder, so the rename survives a crash
+        atomic.write_bytes(self.path, encode({"t": "h", "next": self.next_key}) + b"".join(lines), 0o600)
         old, self._fd = self._fd, os.open(self.path, os.O_WRONLY | os.O_APPEND)
         if old is not None:
             os.close(old)

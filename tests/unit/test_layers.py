@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nearfaas"
 # Bottom first. A package may import any package of a lower layer, never one of its own layer
 # (other than itself) or above.
 LAYERS: list[set[str]] = [
-    {"bitar"},  # compression offload: codecs the wire formats above use
+    {"bitar", "atomic"},  # compression offload: codecs the wire formats above use; atomic file writes
     {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models", "pids", "fanout"},  # wire formats, leaves
     {"auth", "placement", "hw", "dataservices", "memory"},  # credentials, the placement rule, hardware models, Arrow data services, memory tiers
     {"spec", "replication", "econ"},  # deployment specs, replica convergence, cost-benefit and availability models
@@ -47,7 +47,11 @@ def _imports(path: Path):
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "nearfaas":
             parts = node.module.split(".")
-            yield node.lineno, parts[1] if len(parts) > 1 else "<root>"
+            if len(parts) == 1:  # from nearfaas import atomic: the module named, not the package root
+                for alias in node.names:
+                    yield node.lineno, alias.name if (SRC / f"{alias.name}.py").exists() or (SRC / alias.name).is_dir() else "<root>"
+                continue
+            yield node.lineno, parts[1]
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")

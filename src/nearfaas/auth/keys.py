@@ -34,13 +34,13 @@ import logging
 import os
 import re
 import secrets
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nearfaas import atomic
 from nearfaas.auth.policy import Policy, PolicyError
 
 log = logging.getLogger(__name__)
@@ -273,23 +273,7 @@ def write_atomically(path: Path, entries: list[dict]) -> None:
         text = "# nearfaas access keys (docs/security.md); edited by `nearfaas keys`\n" + \
             yaml.safe_dump({"keys": entries}, sort_keys=False, default_flow_style=False)
     parse_keys(_parse_text(text, path), path)  # never write a file the gateway would refuse
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    atomic.write_text(path, text, 0o600)
 
 
 def new_access_key() -> str:

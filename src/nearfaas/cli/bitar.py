@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from nearfaas import atomic
 from nearfaas.cli.common import console, err, fail
 
 ENGINES = ["isal", "libdeflate", "zlib", "bf2-model"]
@@ -65,12 +66,9 @@ def _write(output: Path, data) -> None:
     if str(output) == "-":
         sys.stdout.buffer.write(data)
         return
-    tmp = output.with_name(output.name + ".part")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(output)  # never a half-written output under the real name
+    try:  # never a half-written output under the real name; a user's file: the usual 0644
+        atomic.write_bytes(output, data, 0o644, durable=False)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         fail(f"cannot write {output}: {e.strerror or e}")
 
 

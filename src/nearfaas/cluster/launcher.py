@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.auth import internal
 from nearfaas.spec.budgets import budgets_dict
 from nearfaas.spec.cluster import ClusterSpec
@@ -131,7 +132,12 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     if is_running(state_dir):
         layout = read_layout(state_dir)
         raise ClusterError(f"a cluster is already running from {state_dir} at {layout['gateway_url']}; run `nearfaas down` first")
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # The state directory is the platform's alone (0700): objects, records, keys and logs below
+    # it are out of every other local user's reach even where a file's own mode would allow
+    # more. Functions, which run as uids of their own, see only their own files in it, through
+    # the bind mounts of their jail (node/jail.py), which do not pass through this folder.
+    atomic.private_dir(state_dir / "logs")
+    os.chmod(state_dir, 0o700)
     on_ray = ray_address is not None or spec.backend == "ray"
     host = spec.host
     taken: set[int] = set()  # ports given out in this cluster: no two of its servers get the same
@@ -326,7 +332,10 @@ def admin_headers(layout: dict) -> dict[str, str]:
 
 def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str):
     log = state_dir / "logs" / f"{name}.log"
-    with open(log, "ab") as out:
+    # 0600: a log names functions, callers and keys' names; an older, 0644 one is narrowed
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True, cwd=state_dir)
     return name, proc, ready_url, log
@@ -334,11 +343,7 @@ def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str
 
 def _write_layout(state_dir: Path, layout: dict) -> None:
     path = layout_path(state_dir)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the S3 secret key
-    with os.fdopen(fd, "w") as f:
-        json.dump(layout, f, indent=2)
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(layout, indent=2), 0o600)  # may hold the S3 secret key
 
 
 def _stop_group(pid: int, timeout: float = 5.0) -> None:

@@ -32,6 +32,7 @@ import os
 import sys
 import time
 
+from nearfaas import atomic
 from nearfaas.link.profiles import EmulatedLink, get_profile
 
 UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2  # <sys/stat.h>
@@ -90,7 +91,7 @@ def _operations():
             return os.unlink(self._full(path))
 
         def rename(self, old, new):
-            return os.rename(self._full(old), self._full(new))
+            return atomic.move(self._full(old), self._full(new))  # the mounted filesystem's own rename
 
         def link(self, target, source):
             return os.link(self._full(source), self._full(target))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.memory.profile import hints, read_profiles
 
 HINT_FILE = "hints.txt"
@@ -81,8 +82,9 @@ def prepare(log_dir: Path, dram_bytes: int | None, period_ms: float, dram_share:
     ranked = hints(profiles, dram_share) if profiles else []
     path = log_dir / HINT_FILE
     if ranked:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(hint_lines(ranked))
-        os.replace(tmp, path)  # a worker starting meanwhile reads the old file or the new, never half
+        # A worker starting meanwhile reads the old file or the new, never half. 0644 as before:
+        # the shim in the worker reads it, possibly after the switch to the function's uid; the
+        # node's 0700 log folder keeps other users from reaching it.
+        atomic.write_text(path, hint_lines(ranked), 0o644, durable=False)
         env["NEARFAAS_MEMSHIM_HINTS"] = str(path)
     return env

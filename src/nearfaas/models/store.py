@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from nearfaas import atomic
+
 from .catalog import BUILDER_VERSION, card, config, make, param_count
 from .layers import WeightSink
 
@@ -71,8 +73,7 @@ def build(key: str, size: str = "tiny", cache_dir: Path | str | None = None, pro
             os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; a cache is read by every worker
             if final.parent.exists():  # a leftover without its .onnx (cannot come from us): replace it
                 shutil.rmtree(final.parent)
-            os.rename(tmp, final.parent)
-            _fsync_dir(root)
+            atomic.publish(tmp, final.parent)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -99,7 +100,7 @@ def _write(key: str, size: str, onnx_path: Path, progress: Progress | None) -> N
         f.write(model.SerializeToString())
         f.flush()
         os.fsync(f.fileno())
-    _fsync_dir(onnx_path.parent)
+    atomic.fsync_dir(onnx_path.parent)
 
 
 @contextlib.contextmanager
@@ -123,10 +124,3 @@ def _sweep(root: Path, prefix: str) -> None:
         except (ValueError, PermissionError):
             continue
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 from urllib.parse import quote
 
+from nearfaas import atomic
 from nearfaas.auth import internal
 from nearfaas.node.oci import is_image_function
 from nearfaas.spec.bundle import BundleError, unpack_into
@@ -72,15 +72,11 @@ class GatewayFiles:
         except ValueError:
             raise FetchError(f"the gateway's answer for the secrets of {spec['name']!r} is not JSON") from None
         folder = self.secrets_dir(spec)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic.private_dir(folder)
         for name, value in values.items():
             if "/" in name or name.startswith("."):
                 raise FetchError(f"the gateway named a secret {name!r}, which is not a file name")
-            tmp = folder / f".{name}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(base64.b64decode(value))
-            os.replace(tmp, folder / name)
+            atomic.write_bytes(folder / name, base64.b64decode(value), 0o600)
 
     def _get(self, target: str) -> bytes:
         request = urllib.request.Request(self.gateway_url + target, headers=internal.sign(self.secret, "GET", target))

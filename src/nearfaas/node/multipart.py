@@ -30,7 +30,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nearfaas import atomic
 from nearfaas.node.objectfile import (
+    DIR_MODE,
+    FILE_MODE,
     AtomicObjectFile,
     CorruptObjectFile,
     data_offset_for,
@@ -190,16 +193,10 @@ class MultipartUploads:
                     f"The upload id {upload_id!r} is already in use for another object; pick a new one.",
                 )
             staging = self.store.tmp_dir / f"{uuid.uuid4().hex}.upload"
-            os.mkdir(staging)
-            fd = os.open(staging / "upload.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.write(fd, json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogateescape"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(staging)
-            os.rename(staging, self.dir / upload_id)
-            fsync_dir(self.dir)
+            os.mkdir(staging, DIR_MODE)
+            atomic.write_bytes(staging / "upload.json", json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogateescape"),
+                               FILE_MODE)  # fsyncs staging too
+            atomic.publish(staging, self.dir / upload_id)
             self._records[upload_id] = record
         return upload_id
 
@@ -355,7 +352,7 @@ class MultipartUploads:
                 return None
             self._records.pop(upload_id, None)
             try:
-                os.rename(path, graveyard)
+                atomic.move(path, graveyard)
             except FileNotFoundError:
                 return None
         # A crash from here on leaves the files in tmp/, which start-up empties.

@@ -43,6 +43,8 @@ import zlib
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from nearfaas import atomic
+from nearfaas.atomic import fsync_dir  # the store's modules import it from here
 from nearfaas.s3.backend import ObjectInfo
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import validate_bucket_name, validate_key
@@ -75,12 +77,10 @@ def object_path(root: Path, bucket: str, key: str) -> Path:
     return root / "buckets" / bucket / "objects" / digest[:2] / digest
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# Objects are readable by the node's user only (issue 39 finding 5: a local user read another
+# bucket's objects from 0644 files in 0755 folders). A function gets its objects as file
+# descriptors the node opens for it (node/objectfds.py), never by path.
+FILE_MODE, DIR_MODE = 0o600, 0o700
 
 
 def make_dir_durable(path: Path) -> None:
@@ -89,7 +89,7 @@ def make_dir_durable(path: Path) -> None:
         return
     make_dir_durable(path.parent)
     try:
-        os.mkdir(path)
+        os.mkdir(path, DIR_MODE)
     except FileExistsError:
         return
     fsync_dir(path.parent)
@@ -99,7 +99,7 @@ def make_subdir(path: Path) -> None:
     """Create ``path`` durably, but never its parents: if the bucket directory is gone (deleted
     meanwhile), leave it gone and let the caller report NoSuchBucket."""
     try:
-        os.mkdir(path)
+        os.mkdir(path, DIR_MODE)
     except (FileExistsError, FileNotFoundError):
         return
     fsync_dir(path.parent)
@@ -128,7 +128,7 @@ def remove_tree_atomically(path: Path, tmp_dir: Path, lock: AbstractContextManag
     graveyard = tmp_dir / f"{uuid.uuid4().hex}.deleted"
     try:
         with lock or nullcontext():
-            os.rename(path, graveyard)
+            atomic.move(path, graveyard)
     except FileNotFoundError:
         return
     fsync_dir(path.parent)
@@ -277,7 +277,7 @@ class AtomicObjectFile:
         self.data_offset = data_offset
         self.size = 0
         self.tmp_path = tmp_dir / f"{uuid.uuid4().hex}.tmp"
-        self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd: int | None = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         self._finished = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
@@ -322,7 +322,7 @@ class AtomicObjectFile:
     def install(self, final_path: Path) -> None:
         """Atomically replace `final_path` with this file. The caller fsyncs the directory."""
         assert self._finished
-        os.replace(self.tmp_path, final_path)
+        atomic.publish(self.tmp_path, final_path, durable=False)
 
     def discard(self) -> None:
         if self._fd is not None:

@@ -41,11 +41,13 @@ from pathlib import Path
 
 from sortedcontainers import SortedDict
 
+from nearfaas import atomic
 from nearfaas.node.objectfile import (
+    DIR_MODE,
+    FILE_MODE,
     AtomicObjectFile,
     CorruptObjectFile,
     bucket_dir,
-    fsync_dir,
     info_from_header,
     is_tombstone,
     key_digest,
@@ -132,7 +134,10 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         self._digests: dict[str, int] = {}  # XOR of _entry_hash over live objects and tombstones
         for sub in ("tmp", "buckets", "uploads"):
             make_dir_durable(self.root / sub)
-        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        # A store made by an older version has 0755 folders and 0644 files: closing its root
+        # keeps every other local user out of all of them at once.
+        os.chmod(self.root, DIR_MODE)
+        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -218,18 +223,11 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
                     return self._buckets[name], False
             info = BucketInfo(name=name, created=time.time(), options=dict(options or {}))
             staging = self.tmp_dir / f"{uuid.uuid4().hex}.bucket"
-            os.mkdir(staging)
-            os.mkdir(staging / "objects")
+            os.mkdir(staging, DIR_MODE)
+            os.mkdir(staging / "objects", DIR_MODE)
             meta = json.dumps({"name": name, "created": info.created, "options": info.options}).encode()
-            fd = os.open(staging / ".bucket.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.write(fd, meta)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_dir(staging)
-            os.rename(staging, bucket_dir(self.root, name))
-            fsync_dir(self.root / "buckets")
+            atomic.write_bytes(staging / ".bucket.json", meta, FILE_MODE)  # fsyncs staging too
+            atomic.publish(staging, bucket_dir(self.root, name))
             # Visible only once durable: no write may land in a bucket a crash could undo.
             with self._lock:
                 self._buckets[name] = info
@@ -279,15 +277,7 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
                 info = self._require_bucket(name)
             options = {**info.options, VERSIONING_OPTION: status}
             meta = json.dumps({"name": name, "created": info.created, "options": options}).encode()
-            staging = self.tmp_dir / f"{uuid.uuid4().hex}.bucket.json"
-            fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.write(fd, meta)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(staging, bucket_dir(self.root, name) / ".bucket.json")
-            fsync_dir(bucket_dir(self.root, name))
+            atomic.write_bytes(bucket_dir(self.root, name) / ".bucket.json", meta, FILE_MODE)
             with self._lock:
                 self._buckets[name] = info = BucketInfo(name=name, created=info.created, options=options)
             return info

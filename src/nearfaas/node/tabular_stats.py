@@ -31,9 +31,10 @@ import asyncio
 import hashlib
 import json
 import logging
-import os
 from collections import OrderedDict
 from pathlib import Path
+
+from nearfaas import atomic
 
 log = logging.getLogger("nearfaas.node.stats")
 
@@ -105,10 +106,8 @@ class StatsKeeper:
         doc = {"bucket": bucket, "key": key, "etag": info.etag, "version": info.version, "size": info.size,
                "stats": stats.to_json()}
         path = self.path(bucket, key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, path)
+        atomic.private_dir(path.parent)
+        atomic.write_text(path, json.dumps(doc), durable=False)  # a cache, rebuilt from the objects
         self.built += 1
 
     def read(self, bucket: str, prefix: str = "") -> list[dict]:

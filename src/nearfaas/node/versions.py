@@ -46,6 +46,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedDict
 
+from nearfaas import atomic
 from nearfaas.node.objectfile import (PAGE, AtomicObjectFile, CorruptObjectFile, bucket_dir, fsync_dir_unless_gone,
                                       info_from_header, is_tombstone, key_digest, make_subdir, make_versions_dir, object_path,
                                       read_file_header, read_header, tombstone_header)
@@ -170,7 +171,7 @@ class VersionedStore:
             make_versions_dir(vdir)  # rare: a node not yet told of the bucket's versioning
         target = vdir / entry.version
         target.unlink(missing_ok=True)  # a copy left by a crash between link and replace
-        (os.link if link else os.rename)(source, target)
+        (os.link if link else atomic.move)(source, target)
         shelf = self._shelf[bucket].setdefault(key, [])
         bisect.insort(shelf, entry, key=lambda e: e.version)
         self._digests[bucket] ^= entry_hash(key, entry.version, entry.deleted)
@@ -193,7 +194,7 @@ class VersionedStore:
         if into is None:
             path.unlink(missing_ok=True)
         else:
-            os.replace(path, into)
+            atomic.publish(path, into, durable=False)  # back in place: the caller fsyncs
 
     def _install_entry(self, bucket: str, key: str, new: Entry, file: AtomicObjectFile, path: Path) -> list[Path] | None:
         """Put a committed write or delete where it belongs; the dirs to fsync, or None when it

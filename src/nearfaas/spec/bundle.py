@@ -29,6 +29,8 @@ import tarfile
 import zlib
 from pathlib import Path
 
+from nearfaas import atomic
+
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 MAX_FILES = 10_000
 _SKIP = {"__pycache__", ".git", ".venv"}
@@ -96,14 +98,18 @@ def unpack_into(blob: bytes, target: Path) -> Path:
         return target
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True, mode=0o755)
+    # functions/ and functions/<name> are the platform's (0700); the bundle itself is 0755/0644:
+    # the function's uid reads it through the bind mount its jail makes (node/jail.py).
+    atomic.private_dir(staging.parent)
+    staging.mkdir(mode=0o755)
+    os.chmod(staging, 0o755)  # whatever the umask
     try:
         _extract(blob, staging)
         (staging / ".complete").touch()
         if target.exists():  # another deploy of the same content won the race
             shutil.rmtree(staging)
         else:
-            os.replace(staging, target)
+            atomic.publish(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -128,9 +134,9 @@ def _extract(blob: bytes, dest: Path) -> None:
                     raise BundleError(f"bundle: unpacks to over {MAX_BUNDLE_BYTES >> 20} MiB")
                 path = dest.joinpath(*parts)
                 if member.isdir():
-                    path.mkdir(parents=True, exist_ok=True, mode=0o755)
+                    atomic.private_dir(path, 0o755)
                     continue
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+                atomic.private_dir(path.parent, 0o755)
                 with tar.extractfile(member) as src, open(path, "wb") as out:
                     shutil.copyfileobj(src, out)
                 os.chmod(path, 0o755 if member.mode & 0o100 else 0o644)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas import atomic
 from nearfaas.gateway import autoscale
 from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
@@ -41,12 +41,7 @@ class FunctionStore:
             return []
 
     def save(self, specs: list[dict]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(specs, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic.write_text(self.path, json.dumps(specs))  # 0600: it names every function and its uid
 
 
 class UidAllocator:
@@ -65,12 +60,7 @@ class UidAllocator:
         except (FileNotFoundError, ValueError):
             last = self.FIRST - 1
         uid = max([last, *in_use]) + 1
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(uid))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        atomic.write_text(self.path, str(uid))
         return uid
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas import atomic
 from nearfaas.gateway.api.common import error, json_body
 from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.spec.options import secrets_folder
@@ -68,13 +68,7 @@ class SecretsAPI:
             value = body["value"].encode()
         else:
             return error(400, "value: required, the secret as a string (or rawValue: base64 of its bytes)")
-        tmp = folder / f".{name}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(value)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / name)
+        atomic.write_bytes(folder / name, value, 0o600)
         return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}\n")
 
     async def delete_secret(self, request):

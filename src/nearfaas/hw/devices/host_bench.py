@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nearfaas import atomic
 
 
 # ------------------------------------------------------------------------------ machine facts
@@ -153,7 +154,7 @@ def _ub_binary() -> Path | None:
         r = subprocess.run([cc, "-O2", "-pthread", "-o", str(out), str(src)], capture_output=True, text=True)
         if r.returncode != 0:
             return None
-        os.replace(out, exe)
+        atomic.publish(out, exe, durable=False)  # a cache: rebuilt if a crash loses it
     return exe
 
 

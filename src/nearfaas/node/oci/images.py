@@ -30,6 +30,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from nearfaas import atomic
+
 IMPORT_TIMEOUT_S = 300.0
 REGISTRY_TIMEOUT_S = 60.0
 TRANSPORTS = ("oci:", "oci-archive:", "docker-archive:", "docker://")
@@ -149,9 +151,7 @@ def _tag(layout: Path, existing: str, tag: str) -> None:
     index = json.loads(index_path.read_text())
     entry = next(m for m in index["manifests"] if (m.get("annotations") or {}).get("org.opencontainers.image.ref.name") == existing)
     index["manifests"].append(dict(entry, annotations=dict(entry.get("annotations") or {}, **{"org.opencontainers.image.ref.name": tag})))
-    tmp = index_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(index))
-    tmp.rename(index_path)
+    atomic.write_text(index_path, json.dumps(index), 0o600)
 
 
 def _digest_of(layout: Path, tag: str) -> str | None:
@@ -183,7 +183,7 @@ def _unpack(layout: Path, tag: str, bundle: Path, umoci: str) -> None:
         raise ImageError(f"image: umoci could not unpack the image ({said}); rebuild or export it again", status=502)
     os.chmod(partial, 0o755)  # the function's uid walks to rootfs/ (umoci makes the bundle folder 0700)
     (partial / ".complete").touch()
-    partial.rename(bundle)
+    atomic.publish(partial, bundle)
 
 
 class _locked:
