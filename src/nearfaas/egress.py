@@ -32,9 +32,12 @@ Worked example::
     #   "127.0.0.1:18512 is the cluster's own port (loopback); name it in gateway.egress_allow ..."
 
 Known caveats:
-- Registry pulls (node/oci/images.py runs skopeo) and a function's own outgoing requests do not
-  go through here: skopeo resolves on its own, and functions' network access is the jail's
-  business (docs/isolation.md).
+- Registry pulls (node/oci/images.py runs skopeo) are judged by this policy before the pull
+  (node/worker_spec.py), but skopeo resolves the registry's name again itself: a name whose
+  answer changes in between is not caught. A function's own outgoing requests do not go through
+  here at all: its network access is the jail's business (docs/isolation.md).
+- An allow entry naming a host (not an address) trusts that name's DNS answers, whatever
+  address they give, except the cluster's own ports.
 - A name that resolves to both a public and a refused address is refused as a whole.
 - "This machine's addresses" are found by trying to bind a socket to the address: an address of
   another host on the same private network is refused as private anyway.
