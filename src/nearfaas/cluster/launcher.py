@@ -183,12 +183,15 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     try:
         for node in nodes:
             on_step(f"starting {node['kind']} node {node['name']} ({node['class']}) on {node['url']}")
+            # 0700 whatever the node makes below it: its store, specs, logs, secrets (0700 up
+            # to here, so a folder the node leaves 0755 inside is still nobody else's)
+            atomic.private_dir(state_dir / "nodes" / node["name"])
             started.append(_spawn(node["name"], _node_command(layout, node), state_dir, env, f"{node['url']}/_nearfaas/health"))
         if layout["fastpath"]:
             fp = layout["fastpath"]
             on_step(f"starting the fast path on {host} ({fp['workers']} worker(s), {fp['sched']})")
             Path(fp["ready_file"]).unlink(missing_ok=True)
-            started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"])))
+            started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"]), umask=0o077))
         # The nodes answer before the gateway starts: its first health poll must find them up, or
         # it would count them down (and fail S3 calls fast) until its next poll.
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
@@ -204,7 +207,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         # pinned by a few survivors (+16 MiB for good after 20,000 idle sockets), while glibc's
         # malloc hands freed memory back when serving.py trims it (+4 MiB).
         started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
-                              state_dir, {**env, "PYTHONMALLOC": "malloc"}, f"{gateway_url}/healthz"))
+                              state_dir, {**env, "PYTHONMALLOC": "malloc"}, f"{gateway_url}/healthz", umask=0o077))
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
         _write_layout(state_dir, layout)
         name, proc, url, log = started[-1]
@@ -330,14 +333,18 @@ def admin_headers(layout: dict) -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"admin:{keys['secret_key']}".encode()).decode()}
 
 
-def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str):
+def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict, ready_url: str, umask: int = -1):
+    """Start one of the cluster's processes, its output to logs/<name>.log. ``umask=0o077``: all
+    it creates is the platform's alone (the gateway and the fast path, which make nothing a
+    function reads by path). Nodes keep the caller's umask for now: a jailed function reads the
+    requirements environments their pip installs (see docs/security.md, "Files")."""
     log = state_dir / "logs" / f"{name}.log"
     # 0600: a log names functions, callers and keys' names; an older, 0644 one is narrowed
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.fchmod(fd, 0o600)
     with os.fdopen(fd, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True, cwd=state_dir)
+                                start_new_session=True, cwd=state_dir, umask=umask)
     return name, proc, ready_url, log
 
 

@@ -32,7 +32,7 @@ class FunctionStore:
 
     def __init__(self, path: Path):
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.private_dir(path.parent)
 
     def load(self) -> list[dict]:
         try:

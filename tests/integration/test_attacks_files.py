@@ -1,0 +1,125 @@
+"""Issue 39 finding 5: any local user read every object. Store files were 0644 in 0755 folders
+(the user ``nobody`` read another bucket's objects) and ``gateway.log`` and ``functions.json``
+were world-readable.
+
+After objects are put, a function with a secret is deployed and called (so logs, records, specs
+and secrets exist), the state directory is walked: nothing in it may be readable, and no folder
+listable or traversable, by anyone but the platform's user, except what the design requires
+(``DESIGN_READABLE``, each with its reason). Then the attack itself, as ``nobody``: read another
+bucket's object file, ``gateway.log`` and ``functions.json`` -> EACCES, both by path (as on a
+host whose folders above the state directory are world-traversable, e.g. ``/srv/nf``) and
+past the folders (a file's own mode must hold too, so that one folder opened up by mistake does
+not expose everything below it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="acts as the user nobody: needs root")
+
+# What the design lets the function's own uid read (and so must leave readable to a uid that is
+# not the platform's). None of it is reachable by other local users: each lies below the 0700
+# state directory (and functions/<name> is 0700 too); a jailed function sees only its own copy,
+# through the bind mounts its jail makes (node/jail.py), which do not pass through those folders.
+DESIGN_READABLE = {
+    "functions/*/*": "a function's unpacked code (0755/0644): its uid imports it",
+    "envs/*": "a requirements.txt environment (pip's modes), shared by the functions with the same requirements",
+    "models": "the model cache every worker reads (node/jail.py SHARED_STATE)",
+    "images/*": "an image function's unpacked root filesystem (the image's own modes)",
+}
+
+# Made by node/pool.py with the node's umask (022), while another helper of issue 39 splits that
+# module: still out of other users' reach, because nodes/<name> is 0700 (checked below). Remove
+# an entry once pool.py creates it 0700/0600 itself.
+POOL_NOT_YET = ("nodes/*/specs", "nodes/*/logs", "nodes/*/logs/*.log", "nodes/*/secrets")
+
+
+def _matches(rel: Path, patterns) -> bool:
+    """``rel`` is, or lies below, a path matching one of ``patterns`` from the state dir down."""
+    for pattern in patterns:
+        want = pattern.split("/")
+        if len(rel.parts) >= len(want) and all(fnmatch.fnmatchcase(p, w) for p, w in zip(rel.parts[:len(want)], want, strict=True)):
+            return True
+    return False
+
+
+def _design_readable(rel: Path) -> bool:
+    return _matches(rel, DESIGN_READABLE) or _matches(rel, POOL_NOT_YET)
+
+
+def _open_to_others(state: Path) -> list[str]:
+    found = []
+    for root, dirs, files in os.walk(state):
+        for name in dirs + files:
+            path = Path(root) / name
+            rel = path.relative_to(state)
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode) or _design_readable(rel):
+                continue
+            if st.st_uid != 0 and not {"secrets", "volumes"} & set(rel.parts):  # a function's own: its uid's
+                found.append(f"{rel}: owned by uid {st.st_uid}")
+            if st.st_mode & 0o077:
+                found.append(f"{rel}: mode {stat.S_IMODE(st.st_mode):o}")
+    return found
+
+
+ATTACK = r"""
+import errno, json, os, sys
+base, files, uid, gid = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+held = {f: os.open(os.path.join(base, f), os.O_PATH) for f in files}  # as root: past the folders
+base_fd = os.open(os.path.dirname(base), os.O_PATH | os.O_DIRECTORY)
+os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)
+def attempt(fn):
+    try:
+        fn()
+        return "READ"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+def read_or_list(fd):
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        return os.listdir(f"/proc/self/fd/{fd}")
+    return os.read(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY), 1)
+name = os.path.basename(base)
+print(json.dumps({f: {"by_path": attempt(lambda: os.read(os.open(os.path.join(name, f), os.O_RDONLY, dir_fd=base_fd), 1)),
+                      "past_folders": attempt(lambda: read_or_list(held[f]))} for f in files}))
+"""
+
+
+def _as_nobody(state: Path, files: list[str]) -> dict:
+    nobody = pwd.getpwnam("nobody")
+    out = subprocess.run([sys.executable, "-c", ATTACK, str(state), json.dumps(files), str(nobody.pw_uid), str(nobody.pw_gid)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_nobody_reads_no_object_log_or_record(cluster, bucket, scratch, functions_dir):
+    state = cluster.state_dir
+    s3 = cluster.s3()
+    s3.put_object(Bucket=bucket, Key="payroll.csv", Body=b"alice,100000\n")
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}, timeout=10).status_code == 200
+    assert scratch("files-secretreader", functions_dir / "secretreader", secrets=["api-key"]).status_code < 300
+    assert cluster.http.post(f"{cluster.url}/function/files-secretreader", data=b"", timeout=30).text == "s3cr3t"
+
+    objects = [p for p in state.glob(f"nodes/*/**/buckets/{bucket}/objects/*/*") if p.is_file()]
+    assert objects, f"no object file of {bucket} under {state}/nodes"
+    assert os.stat(state).st_mode & 0o777 == 0o700
+    targets = [str(p.relative_to(state)) for p in (objects[0], objects[0].parent, state / "logs" / "gateway.log",
+                                                    state / "logs", state / "gateway" / "functions.json")]
+    tried = _as_nobody(state, targets)
+    assert tried == {t: {"by_path": "EACCES", "past_folders": "EACCES"} for t in targets}
+
+    open_to_others = _open_to_others(state)
+    assert not open_to_others, "readable by other local users:\n" + "\n".join(open_to_others)
+    for node in (state / "nodes").iterdir():  # what POOL_NOT_YET lets pass is behind these
+        assert stat.S_IMODE(node.stat().st_mode) == 0o700, node
