@@ -77,7 +77,7 @@ ATTACK = r"""
 import errno, json, os, sys
 base, files, uid, gid = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 held = {f: os.open(os.path.join(base, f), os.O_PATH) for f in files}  # as root: past the folders
-base_fd = os.open(os.path.dirname(base), os.O_PATH | os.O_DIRECTORY)
+base_fd = os.open(base, os.O_PATH | os.O_DIRECTORY)  # as if every folder above were world-traversable
 os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)
 def attempt(fn):
     try:
@@ -85,13 +85,11 @@ def attempt(fn):
         return "READ"
     except OSError as exc:
         return errno.errorcode[exc.errno]
-def read_or_list(fd):
-    if os.path.isdir(f"/proc/self/fd/{fd}"):
-        return os.listdir(f"/proc/self/fd/{fd}")
-    return os.read(os.open(f"/proc/self/fd/{fd}", os.O_RDONLY), 1)
-name = os.path.basename(base)
-print(json.dumps({f: {"by_path": attempt(lambda: os.read(os.open(os.path.join(name, f), os.O_RDONLY, dir_fd=base_fd), 1)),
-                      "past_folders": attempt(lambda: read_or_list(held[f]))} for f in files}))
+def read_or_list(fd):  # a folder is listed, a file read
+    return os.listdir(fd) if os.path.isdir(f"/proc/self/fd/{fd}") else os.read(fd, 1)
+print(json.dumps({f: {"by_path": attempt(lambda: read_or_list(os.open(f, os.O_RDONLY, dir_fd=base_fd))),
+                      "past_folders": attempt(lambda: read_or_list(os.open(f"/proc/self/fd/{held[f]}", os.O_RDONLY)))}
+                  for f in files}))
 """
 
 
