@@ -148,7 +148,8 @@ def test_dangerous_keys_are_rejected(cluster, bucket, key):
     from urllib.parse import quote
 
     resp = requests.put(f"{cluster.url}/{bucket}/{quote(key, safe='')}", data=b"x", headers=cluster.signed_headers("PUT", f"{cluster.url}/{bucket}/{quote(key, safe='')}"))
-    assert resp.status_code == 400 and "<Code>InvalidObjectName</Code>" in resp.text
+    # An escaped "/" is refused as a second spelling of the path (InvalidURI, s3/sigv4.py) before the key is read.
+    assert resp.status_code == 400 and ("<Code>InvalidObjectName</Code>" in resp.text or "<Code>InvalidURI</Code>" in resp.text)
     assert not any(p.name == "escape" for p in cluster.state_dir.rglob("escape"))
 
 
