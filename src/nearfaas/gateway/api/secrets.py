@@ -28,13 +28,13 @@ class SecretsAPI:
         self.state_dir = state_dir
         self.namespaces = namespaces or Namespaces()
         self.secrets_dir = state_dir / "secrets"
-        self.secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic.private_dir(self.secrets_dir)
 
     def folder(self, namespace: str) -> Path:
         if namespace == self.namespaces.default:
             return self.secrets_dir
         folder = secrets_folder(self.state_dir, namespace)
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic.private_dir(folder)
         return folder
 
     def routes(self, r: web.UrlDispatcher) -> None:
