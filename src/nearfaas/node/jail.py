@@ -26,6 +26,8 @@ receives the plan in its specialisation message. ``enter``:
    view, clears supplementary groups, ``setresgid``/``setresuid`` to the function's uid, sets
    ``PR_SET_NO_NEW_PRIVS`` and re-arms ``PR_SET_PDEATHSIG`` (the kernel clears it on a uid
    change, and a worker must still die with its node).
+5. loads the default seccomp profile (node/seccomp.py: no namespaces, mounts, ptrace, keyrings,
+   bpf, ...; EPERM), with TSYNC, so nothing the function runs can undo steps 1-4.
 
 Everything the worker needs from the hidden state it already holds as file descriptors opened
 before step 2: its log (fds 1 and 2), its ready pipe, and the object socket through which the
@@ -74,6 +76,8 @@ import os
 import signal
 import sys
 from pathlib import Path
+
+from nearfaas.node import seccomp
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -151,6 +155,10 @@ def _enter(plan: dict) -> None:
     os.chdir(cwd)  # the old working directory still points into the hidden tree; look it up anew
     os.environ["HOME"] = "/tmp"
     _drop(int(plan["uid"]), int(plan["gid"]))
+    try:  # step 5: the default seccomp profile (node/seccomp.py), last: it forbids mount and unshare
+        seccomp.apply()
+    except seccomp.SeccompError as exc:
+        raise OSError(errno.ENOSYS, str(exc)) from None
 
 
 def _mount_view(plan: dict) -> None:
@@ -535,6 +543,7 @@ def _probe_child(state_dir: Path, cgroups: Cgroups, instance: str) -> list[str]:
     except OSError as exc:
         problems.append(f"cannot switch to an unprivileged uid ({exc}); run the node agent as root")
         return problems
+    problems += seccomp.probe()
     try:
         os.kill(os.getppid(), 0)
         problems.append("a process of an unprivileged uid may signal the node agent; run the node agent as root")

@@ -10,6 +10,8 @@ The confinement, and why:
   process reaches by entering it (runtime/image_host.py), so two instances never contend for port 8080;
 - the process runs as the function's own uid (the one its Python workers would have), no
   capabilities, no_new_privs: root in the image is not root on the host;
+- the default seccomp profile of node/seccomp.py (the one Python workers load): no namespaces,
+  mounts, ptrace, keyrings, bpf, ... (EPERM);
 - memory, pids and CPU limits through the runtime's cgroups, from the spec's ``limits``;
 - the function's secrets, copied per instance by node/pool.py, bound read-only at
   /var/openfaas/secrets, where OpenFaaS functions read them.
@@ -20,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+
+from nearfaas.node import seccomp
 
 SECRETS_AT = "/var/openfaas/secrets"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -68,6 +72,7 @@ def config(rootfs: Path, proc: dict, *, hostname: str, limits: dict, tmp_size: i
         "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
                         "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi"],
         "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"],
+        "seccomp": seccomp.oci_profile(),  # the Python workers' profile, one list for both
     }
     if cgroups_path:
         linux["cgroupsPath"] = cgroups_path
