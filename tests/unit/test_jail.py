@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from nearfaas.node import cgroups as cgroups_mod
 from nearfaas.node import jail
 from nearfaas.node.pool import PoolError, WorkerPools
 
@@ -140,18 +141,128 @@ def test_limits_follow_openfaas_units_with_defaults():
         jail.limits_of({"limits": {"cpu": "0"}})
 
 
-def test_cgroup_v2_files(tmp_path):
+def test_cgroup_v2_files(tmp_path, monkeypatch):
+    # A v2 kernel, faked: every folder reads as cgroup2 and mkdir brings the controller files.
     root = tmp_path / "cg2"
-    root.mkdir()
+    real_mkdir = os.mkdir
+
+    def mkdir(path, mode=0o777):
+        real_mkdir(path, mode)
+        for name in ("cgroup.procs", "cgroup.subtree_control", "memory.max", "pids.max", "cpu.max"):
+            Path(path, name).write_text("")
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    mkdir(root)
     (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    monkeypatch.setattr(cgroups_mod, "fs_magic", lambda path: cgroups_mod.CGROUP2_SUPER_MAGIC)
     cgroups = jail.Cgroups(tmp_path / "state", "n1", root=str(root))
-    assert cgroups.v2
+    assert cgroups.v2 and cgroups.missing() == []
     [folder] = cgroups.create("fn-n1-1", {"memory": 128 * 2**20, "pids": 256, "cpu": 0.5})
     assert Path(folder).parent.parent == root
     assert Path(folder, "memory.max").read_text() == str(128 * 2**20)
     assert Path(folder, "pids.max").read_text() == "256"
     assert Path(folder, "cpu.max").read_text() == "50000 100000"
     assert "+memory" in Path(folder).parent.joinpath("cgroup.subtree_control").read_text()
+
+
+def test_a_plain_folder_is_not_a_cgroup(tmp_path):
+    # On cgroup v1 /sys/fs/cgroup is a writable tmpfs: a folder there that no controller is
+    # mounted on used to take `cgroup.procs` as a new plain file, and no limit applied.
+    fake = tmp_path / "cg"
+    (fake / "pids" / "grp").mkdir(parents=True)
+    (fake / "cgroup.controllers").write_text("cpu memory pids\n")  # looks like v2, is not
+    assert not cgroups_mod.is_cgroup(str(fake / "pids" / "grp"))
+    with pytest.raises(cgroups_mod.CgroupError, match="does not exist"):
+        cgroups_mod.join(str(fake / "pids" / "grp"))
+    assert not (fake / "pids" / "grp" / "cgroup.procs").exists()  # nothing created
+    (fake / "pids" / "grp" / "cgroup.procs").write_text("")  # even a file put there is refused
+    with pytest.raises(cgroups_mod.CgroupError, match="not a cgroup file"):
+        cgroups_mod.join(str(fake / "pids" / "grp"))
+    assert (fake / "pids" / "grp" / "cgroup.procs").read_text() == ""
+    with pytest.raises(cgroups_mod.CgroupError, match="not a cgroup"):
+        cgroups_mod.verify(str(fake / "pids"))
+    cgroups = jail.Cgroups(tmp_path / "state", "n1", root=str(fake))
+    assert not cgroups.v2
+    missing = cgroups.missing()
+    assert [m.split(" cgroup controller")[0] for m in missing] == ["the memory", "the pids", "the cpu"]
+    assert "plain folder" in missing[1] and "mount -t cgroup -o pids" in missing[1]
+    with pytest.raises(cgroups_mod.CgroupError, match="the pids cgroup controller is missing"):
+        cgroups.create("x", jail.limits_of({}))
+    assert not (fake / "pids" / "grp" / cgroups.group).exists()
+
+
+@pytest.fixture
+def host_without(tmp_path):
+    """A cgroup root on a real tmpfs (as /sys/fs/cgroup is on v1) where the named controllers
+    are real cgroup hierarchies (bind mounts of this host's) and the others plain folders, or
+    another hierarchy standing in (``{"cpu": "cpuacct"}``: a cgroup without a CPU quota)."""
+    made = []
+
+    def make(mounts: dict[str, str | None]) -> str:
+        root = tmp_path / "cgroot"
+        root.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)], check=True)
+        made.append(root)
+        for name, source in mounts.items():
+            (root / name).mkdir()
+            if source:
+                subprocess.run(["mount", "--bind", os.path.join(jail.CGROUP_ROOT, source), str(root / name)], check=True)
+        return str(root)
+
+    yield make
+    for root in made:
+        subprocess.run(["umount", "-R", "-l", str(root)], check=False)
+
+
+v1_host = pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/pids/")
+                             or cgroups_mod.is_v2(jail.CGROUP_ROOT), reason="needs root on a cgroup v1 host")
+
+
+@v1_host
+def test_a_node_missing_a_controller_refuses_to_start_and_to_deploy(tmp_path, host_without, monkeypatch, capsys):
+    from nearfaas.node import agent
+
+    root = host_without({"memory": "memory", "cpu": "cpu", "cpuacct": "cpuacct", "pids": None})  # pids not mounted
+    monkeypatch.setenv("NEARFAAS_CGROUP_ROOT", root)
+    monkeypatch.setattr(jail, "_probed", {})
+    argv = ["--name", "storage-0", "--kind", "storage", "--port", "1", "--state", str(tmp_path / "state"),
+            "--gateway", "http://127.0.0.1:9"]
+    with pytest.raises(SystemExit) as exited:
+        agent.main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert "node storage-0 cannot isolate functions" in err and "the pids cgroup controller is missing" in err
+    assert f"mount -t cgroup -o pids cgroup {root}/pids" in err
+    assert not os.path.exists(os.path.join(root, "pids", "cgroup.procs"))  # the probe wrote no plain file
+
+    async def main():  # a deploy on such a node is refused with the same sentence
+        pools = WorkerPools("n", tmp_path / "state", "http://127.0.0.1:9", None, prewarm=0)
+        try:
+            with pytest.raises(PoolError, match="the pids cgroup controller is missing") as info:
+                await pools.start({"name": "f", "lang": "python3-http", "handler_dir": str(tmp_path), "uid": 200001})
+            assert info.value.status == 503
+        finally:
+            await pools.shutdown()
+
+    asyncio.run(main())
+
+
+@v1_host
+def test_set_limits_raises_when_the_cpu_quota_is_missing(tmp_path, host_without):
+    # A `cpu` hierarchy without CFS bandwidth (cpu.cfs_quota_us): stood in for by cpuacct's.
+    root = host_without({"memory": "memory", "cpu": "cpuacct", "pids": "pids"})
+    cgroups = jail.Cgroups(tmp_path / "state", "t-node", root=root)
+    with pytest.raises(cgroups_mod.CgroupError, match="cannot set a CPU quota.*cpu.cfs_quota_us.*CONFIG_CFS_BANDWIDTH"):
+        cgroups.create("f-1", jail.limits_of({"limits": {"cpu": "250m"}}))
+    assert all(not os.path.exists(os.path.join(b, "f-1")) for b in cgroups._bases())  # cleaned up
+    cpu_dir = os.path.join(cgroups._bases()[2], "f-2")
+    os.makedirs(cpu_dir)
+    try:
+        with pytest.raises(cgroups_mod.CgroupError, match="cpu.cfs_quota_us"):
+            cgroups.set_limits([cpu_dir], {"memory": 1 << 30, "pids": 256, "cpu": 0.25})
+    finally:
+        jail.remove_cgroups([cpu_dir])
+        cgroups.close()
 
 
 def test_the_environment_is_an_allow_list():
@@ -195,7 +306,7 @@ def test_the_probe_names_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.undo()
 
     problems = jail._probe(tmp_path / "state", "n", "/proc/no-cgroups-here")
-    assert len(problems) == 1 and "cgroup" in problems[0]
+    assert [p.split(":")[0] for p in problems] == [f"the {c} cgroup controller is missing" for c in ("memory", "pids", "cpu")]
 
     def no_setuid(*ids):
         raise PermissionError(1, "Operation not permitted")

@@ -79,6 +79,14 @@ from pathlib import Path
 
 from nearfaas.node import seccomp
 
+# The cgroup half lives in node/cgroups.py; these names stay importable from here for callers.
+from nearfaas.node.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONTROLLERS, CgroupError,  # noqa: F401
+                                   Cgroups, cpu_cgroup_of, cpu_seconds, default_root, limits_of, parse_cpu,
+                                   remove_cgroups)
+from nearfaas.node.cgroups import join as _join
+from nearfaas.node.cgroups import own_cgroups as _own_cgroups  # noqa: F401  (old private name)
+from nearfaas.node.cgroups import write as _write  # noqa: F401  (old private name)
+
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -90,10 +98,6 @@ PROBE_UID = MIN_UID - 1          # the probe's stand-in for a function uid; no f
 TMP_SIZE = "64m"                 # a worker's private /tmp (and /dev/shm) unless its plan says (x-nearfaas.tmp_size)
 OPENFAAS_DIR = "/var/openfaas"     # where OpenFaaS functions find /var/openfaas/secrets/<name>
 PRIVATE = ("/tmp", "/dev/shm")   # hidden by a writable tmpfs of the worker's own, sized by the plan's tmp_size
-DEFAULT_MEMORY = 1 << 30
-DEFAULT_PIDS = 256
-CGROUP_ROOT = "/sys/fs/cgroup"
-V1_CONTROLLERS = ("memory", "pids", "cpu")
 # Folders of the state directory every function may read: the models `nearfaas apps` builds
 # there (jobs/apps.py) and names to inference stages by MODEL_PATH. Platform data, no secrets.
 SHARED_STATE = ("models",)
@@ -148,8 +152,7 @@ def enter(plan: dict) -> None:
 
 def _enter(plan: dict) -> None:
     for folder in plan.get("cgroups") or []:
-        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        _join(folder)  # fails (never creates a file) unless the folder is a real cgroup
     cwd = os.getcwd()
     _mount_view(plan)
     os.chdir(cwd)  # the old working directory still points into the hidden tree; look it up anew
@@ -294,197 +297,16 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def parse_cpu(value: str) -> float:
-    """"500m" -> 0.5, "1.5" -> 1.5 CPUs."""
-    value = str(value).strip()
-    cpus = float(value[:-1]) / 1000 if value.endswith("m") else float(value)
-    if cpus <= 0:
-        raise ValueError(f"cpu limit must be positive, got {value!r}")
-    return cpus
-
-
-def limits_of(spec: dict) -> dict:
-    """{memory: bytes, pids: n, cpu: CPUs or None} from the spec's OpenFaaS ``limits``."""
-    from nearfaas.spec.errors import parse_memory
-
-    limits = spec.get("limits") or {}
-    memory = parse_memory(limits["memory"]) if limits.get("memory") else DEFAULT_MEMORY
-    cpu = parse_cpu(limits["cpu"]) if limits.get("cpu") else None
-    return {"memory": memory, "pids": DEFAULT_PIDS, "cpu": cpu}
-
-
-class Cgroups:
-    """Per-worker cgroups of one node: ``create`` before the worker joins, ``remove`` once it
-    is reaped. v2 when ``<root>/cgroup.controllers`` exists, else v1 (memory, pids, cpu)."""
-
-    def __init__(self, state_dir: Path, node: str, root: str = CGROUP_ROOT):
-        self.root = root
-        tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
-        self.group = f"nearfaas-{tag}-{node}"  # one node owns it; two clusters never share one
-        self.v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))
-        # Where this process was when the node started: the node's groups hang there even after
-        # the agent moves itself into its own capped group (node/capacity.py).
-        self._own = {} if self.v2 else _own_cgroups()
-
-    def _bases(self) -> list[str]:
-        if self.v2:
-            return [os.path.join(self.root, self.group)]
-        own = self._own
-        controllers = list(V1_CONTROLLERS)
-        # cpuacct meters the CPU time the autoscaler's ``cpu`` type reads (cpu_seconds): its own
-        # group where its hierarchy is mounted apart from cpu's; co-mounted, cpu's group has it.
-        accounting = os.path.join(self.root, "cpuacct")
-        if os.path.isdir(accounting) and os.path.realpath(accounting) != os.path.realpath(os.path.join(self.root, "cpu")):
-            controllers.append("cpuacct")
-        return [os.path.join(self.root, c, own.get(c, "/").lstrip("/"), self.group) for c in controllers]
-
-    def create(self, instance: str, limits: dict) -> list[str]:
-        """The instance's cgroup folders, limits written; the worker joins them itself."""
-        dirs = []
-        try:
-            if self.v2:
-                base = self._bases()[0]
-                os.makedirs(base, exist_ok=True)
-                _write(os.path.join(self.root, "cgroup.subtree_control"), "+memory +pids +cpu")
-                _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids +cpu")
-            for base in self._bases():
-                os.makedirs(base, exist_ok=True)
-                dirs.append(os.path.join(base, instance))
-                os.mkdir(dirs[-1])
-            self.set_limits(dirs, limits)
-            return dirs
-        except OSError:
-            remove_cgroups(dirs)
-            raise
-
-    def set_limits(self, dirs: list[str], limits: dict) -> None:
-        """Write ``limits`` into an instance's groups (also groups a worker is in already: a
-        pre-warmed one joins its groups when it is spawned and gets the function's limits when
-        it is specialised). A memory limit below what the group uses fails with EBUSY."""
-        cpu = f"{int(limits['cpu'] * 100000)}" if limits.get("cpu") else None
-        for folder in dirs:
-            if self.v2:
-                _write(os.path.join(folder, "memory.max"), str(limits["memory"]))
-                _write(os.path.join(folder, "pids.max"), str(limits["pids"]))
-                _write(os.path.join(folder, "cpu.max"), f"{cpu or 'max'} 100000")
-            elif os.path.exists(os.path.join(folder, "memory.limit_in_bytes")):
-                memsw = os.path.join(folder, "memory.memsw.limit_in_bytes")
-                # memory+swap must stay >= memory: lower it after, raise it before, the other.
-                order = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
-                if os.path.exists(memsw) and int(_read(memsw)) < limits["memory"]:
-                    order.reverse()
-                for name in order:
-                    if os.path.exists(os.path.join(folder, name)):  # memsw: only with swap accounting
-                        _write(os.path.join(folder, name), str(limits["memory"]))
-            elif os.path.exists(os.path.join(folder, "pids.max")):
-                _write(os.path.join(folder, "pids.max"), str(limits["pids"]))
-            elif os.path.exists(os.path.join(folder, "cpu.cfs_quota_us")):
-                _write(os.path.join(folder, "cpu.cfs_period_us"), "100000")
-                _write(os.path.join(folder, "cpu.cfs_quota_us"), cpu or "-1")
-
-    def close(self) -> None:
-        """Remove this node's (empty) group folders, at shutdown."""
-        remove_cgroups(self._bases(), kill=False)
-
-    def sweep(self) -> None:
-        """Remove empty groups a previous run of this node left (it was killed with -9, say)."""
-        for base in self._bases():
-            try:
-                names = [e.name for e in os.scandir(base) if e.is_dir()]
-            except OSError:
-                continue
-            remove_cgroups([os.path.join(base, n) for n in names], kill=False)
-
-
-def cpu_seconds(dirs: list[str]) -> float | None:
-    """CPU time used so far by the processes of an instance's cgroups (v1 ``cpuacct.usage``,
-    v2 ``cpu.stat``); None where none of them meters it."""
-    for folder in dirs:
-        try:
-            return int(_read(os.path.join(folder, "cpuacct.usage"))) / 1e9
-        except (OSError, ValueError):
-            pass
-        try:
-            stat = dict(line.split() for line in _read(os.path.join(folder, "cpu.stat")).splitlines())
-            if "usage_usec" in stat:
-                return int(stat["usage_usec"]) / 1e6
-        except (OSError, ValueError):
-            pass
-    return None
-
-
-def cpu_cgroup_of(pid: int, root: str = CGROUP_ROOT) -> str | None:
-    """The cgroup folder that meters ``pid``'s CPU time (a container's, found from its init)."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = [line.rstrip("\n").split(":", 2) for line in f]
-    except OSError:
-        return None
-    for _, controllers, path in lines:
-        if "cpuacct" in controllers.split(","):
-            folder = os.path.join(root, controllers, path.lstrip("/"))
-            if os.path.isdir(folder):
-                return folder
-    v2_root = root if os.path.exists(os.path.join(root, "cgroup.controllers")) else os.path.join(root, "unified")
-    for _, controllers, path in lines:
-        if controllers == "" and path != "/":
-            return os.path.join(v2_root, path.lstrip("/"))
-    return None
-
-
-def _own_cgroups() -> dict[str, str]:
-    own = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            for c in controllers.split(","):
-                own[c] = path
-    return own
-
-
-def _read(path: str) -> str:
-    with open(path) as f:
-        return f.read().strip()
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
-
-
-def remove_cgroups(dirs: list[str], kill: bool = True) -> list[str]:
-    """rmdir each cgroup; with ``kill``, first SIGKILL whatever is still in it (a process the
-    handler started in a session of its own escapes the group kill, never its cgroup). Returns
-    the folders still there (a process that has not finished dying yet)."""
-    left = []
-    for folder in dirs:
-        if kill:
-            try:
-                with open(os.path.join(folder, "cgroup.procs")) as f:
-                    for pid in f.read().split():
-                        try:
-                            os.kill(int(pid), signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
-            except OSError:
-                pass
-        try:
-            os.rmdir(folder)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            left.append(folder)
-    return left
-
-
 # -- the probe ----------------------------------------------------------------------------------
 
 _probed: dict[str, list[str]] = {}
 
 
-def probe(state_dir: Path, node: str, cgroup_root: str = CGROUP_ROOT) -> list[str]:
+def probe(state_dir: Path, node: str, cgroup_root: str | None = None) -> list[str]:
     """What isolation needs and this host lacks, one sentence each (empty: all is there).
-    Runs the real steps in a forked child, so nothing here changes the node itself."""
+    Runs the real steps in a forked child, so nothing here changes the node itself. The cgroup
+    root defaults to node/cgroups.default_root() (``NEARFAAS_CGROUP_ROOT`` or /sys/fs/cgroup)."""
+    cgroup_root = cgroup_root or default_root()
     key = f"{Path(state_dir).resolve()}|{node}|{cgroup_root}"
     if key not in _probed:
         _probed[key] = _probe(Path(state_dir), node, cgroup_root)
@@ -522,11 +344,17 @@ def _probe(state_dir: Path, node: str, cgroup_root: str) -> list[str]:
 
 
 def _probe_child(state_dir: Path, cgroups: Cgroups, instance: str) -> list[str]:
-    problems = []
+    problems = cgroups.missing()  # each missing controller by name, with its fix (fail closed)
     try:
+        if problems:
+            raise CgroupError(errno.ENOENT, "a controller is missing")
         dirs = cgroups.create(instance, {"memory": DEFAULT_MEMORY, "pids": DEFAULT_PIDS, "cpu": 0.5})
         for folder in dirs:
-            _write(os.path.join(folder, "cgroup.procs"), str(os.getpid()))
+            _join(folder)
+    except CgroupError as exc:
+        if not problems:
+            problems.append(f"the cgroups under {cgroups.root} are not usable for isolation ({exc}); mount the cgroup "
+                            f"controllers memory, pids and cpu (with CFS bandwidth) writable for root")
     except (OSError, KeyError) as exc:
         kind = "v2" if cgroups.v2 else "v1 memory, pids and cpu"
         problems.append(f"cannot create and join a cgroup ({kind} under {cgroups.root}: {exc}); mount the cgroup "
