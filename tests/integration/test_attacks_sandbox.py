@@ -7,7 +7,8 @@ A hostile function (functions/sandboxed) on the shared cluster (isolation on) tr
 own, a plain ``mount``, ``ptrace(PTRACE_TRACEME)``, ``bpf`` and ``keyctl``: each must answer
 EPERM (node/seccomp.py, loaded by node/jail.enter), and the worker's ``/proc/self/status`` says
 ``Seccomp: 2``. What a function legitimately does still works: boto3 against its S3 endpoint and
-a call of another function through ``OPENFAAS_URL``.
+a call of another function through ``OPENFAAS_URL``. An image function gets the same profile from
+its OCI config: busybox's ``unshare -U -r`` in it is refused.
 
 Not yet here (see docs/isolation.md, "Network"): the function still shares the host's network,
 so connecting to a node's, the fast path's or another worker's port is not refused by this part.
@@ -20,6 +21,8 @@ import os
 import platform
 
 import pytest
+from test_images import deploy as image_deploy  # noqa: F401 - fixtures, shared with the image tests
+from test_images import images, runtime  # noqa: F401
 
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs root"),
               pytest.mark.skipif(platform.machine() != "x86_64", reason="the hostile function uses x86-64 syscall numbers")]
@@ -41,3 +44,13 @@ def test_a_function_cannot_reach_the_kernels_larger_surfaces(cluster, scratch, f
     assert answer["legit"]["s3"] == "still works"
     status, text = answer["legit"]["call"]
     assert status == 200 and json.loads(text)["function"] == "sandbox-echo"
+
+
+def test_an_image_function_cannot_make_a_user_namespace(cluster, runtime, images, image_deploy):
+    """The same profile in an image function's OCI config (node/oci/bundle.py): busybox's
+    ``unshare -U -r`` (a user namespace in which it is root) is refused."""
+    fprocess = "sh -c 'unshare -U -r id -u 2>&1; echo rc=$?'"
+    assert image_deploy("sandbox-img", images["sh"], envVars={"fprocess": fprocess}).status_code == 202
+    call = cluster.http.post(f"{cluster.url}/function/sandbox-img", data=b"", timeout=60)
+    assert call.status_code == 200, call.text
+    assert "Operation not permitted" in call.text and "rc=1" in call.text, call.text
