@@ -55,7 +55,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))  # the watchdog runs as a script
 from nearfaas.cluster.launcher import _ancestors, cmdline as _cmdline
-from nearfaas.node.jail import remove_cgroups
+from nearfaas.cgroups import is_cgroup
+from nearfaas.cgroups import join as _join
+from nearfaas.cgroups import remove_cgroups
+from nearfaas.cgroups import write as _write
 from nearfaas.pids import alive as _alive
 
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -80,11 +83,6 @@ def _own_groups() -> dict[str, str]:
             path = next((line.rstrip("\n").split(":", 2)[2] for line in f if line.startswith("0::")), "/")
         own[CGROUP_ROOT] = path
     return own
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
 
 
 def _tree(top: str) -> list[str]:
@@ -130,6 +128,8 @@ class Session:
             self.own = _own_groups()
             for hierarchy, path in self.own.items():
                 group = os.path.join(hierarchy, path.lstrip("/"), self.name)
+                if not is_cgroup(hierarchy):  # a plain folder on v1's tmpfs: nothing to contain
+                    continue
                 with contextlib.suppress(OSError):
                     os.makedirs(group, exist_ok=True)
                     self.groups.append(group)
@@ -140,13 +140,13 @@ class Session:
         os.close(read_end)
         for group in self.groups:
             with contextlib.suppress(OSError):
-                _write(os.path.join(group, "cgroup.procs"), str(os.getpid()))
+                _join(group)
 
     def finish(self, timeout: float = 120.0) -> dict:
         """Leave the groups, let the watchdog sweep, and return its report."""
         for hierarchy, path in self.own.items():
             with contextlib.suppress(OSError):
-                _write(os.path.join(hierarchy, path.lstrip("/"), "cgroup.procs"), str(os.getpid()))
+                _join(os.path.join(hierarchy, path.lstrip("/")))
         if self._pipe_w is not None:
             os.close(self._pipe_w)
             self._pipe_w = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nearfaas.node import cgroups as cgroups_mod
+from nearfaas import cgroups as cgroups_mod
 from nearfaas.node import jail
 from nearfaas.node.pool import PoolError, WorkerPools
 

@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nearfaas"
 # (other than itself) or above.
 LAYERS: list[set[str]] = [
     {"bitar", "atomic"},  # compression offload: codecs the wire formats above use; atomic file writes
-    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models", "pids", "fanout", "egress"},  # wire formats, leaves; egress: requests sent for a user
+    {"<root>", "s3", "fastpath", "journal", "serving", "stats", "telemetry", "link", "models", "pids", "fanout", "egress", "cgroups"},  # wire formats, leaves; egress: requests sent for a user; cgroups: the one cgroup manager
     {"auth", "placement", "hw", "dataservices", "memory"},  # credentials, the placement rule, hardware models, Arrow data services, memory tiers
     {"spec", "replication", "econ"},  # deployment specs, replica convergence, cost-benefit and availability models
     {"node"},  # a storage/compute node: object store, worker pools

@@ -77,7 +77,8 @@ from nearfaas.dataservices.sketches import table_stats
 from nearfaas.dataservices.templates import IDS, instantiate
 from nearfaas.link.profiles import get_profile
 from nearfaas.node.capacity import PERIOD_US
-from nearfaas.node.jail import CGROUP_ROOT, _own_cgroups, _write
+from nearfaas import cgroups as cg
+from nearfaas.cgroups import CGROUP_ROOT
 
 PROFILES = ("dc-25g", "s3-like")
 POLICIES = ("always-offload", "always-push-back", "engine", "oracle")
@@ -102,16 +103,15 @@ class StorageCap:
     def __init__(self, cpus: float, period_us: int = PERIOD_US, root: str = CGROUP_ROOT):
         self.cpus, self.group, self.method, self.why = cpus, "", "", ""
         name, quota = f"nearfaas-bench-{os.getpid()}", int(cpus * period_us)
-        v2 = os.path.exists(os.path.join(root, "cgroup.controllers"))  # v2 under the root, as node/capacity.py
+        v2 = cg.is_v2(root)  # v2 under the root, as node/capacity.py
         files = {"cpu.max": f"{quota} {period_us}"} if v2 else {"cpu.cfs_period_us": period_us, "cpu.cfs_quota_us": quota}
         try:
             if v2:
-                _write(os.path.join(root, "cgroup.subtree_control"), "+cpu")
-            own = "" if v2 else os.path.join("cpu", _own_cgroups().get("cpu", "/").lstrip("/"))
-            self.group = os.path.join(root, own, name)
-            os.mkdir(self.group)
-            for k, v in files.items():
-                _write(os.path.join(self.group, k), str(v))
+                cg.enable(root, "+cpu")
+            own = "" if v2 else os.path.join("cpu", cg.own_cgroups().get("cpu", "/").lstrip("/"))
+            cg.verify(os.path.join(root, own))  # a plain folder there would take a plain "group"
+            os.mkdir(os.path.join(root, own, name))  # ours alone: an existing one is someone else's
+            self.group = cg.make_cpu_group(os.path.join(root, own), name, cpus, v2, period_us)
             self.method = f"cgroup {'v2' if v2 else 'v1'} " + ", ".join(f"{k} = {v}" for k, v in files.items())
         except OSError as exc:
             self.fail(f"no writable CPU cgroup: {exc}")
@@ -122,16 +122,12 @@ class StorageCap:
 
     def join(self, pid: int) -> None:
         try:
-            _write(os.path.join(self.group, "cgroup.procs"), str(pid))
+            cg.join(self.group, pid)
         except OSError as exc:
             self.fail(f"could not move the worker into {self.group}: {exc}")
 
     def cpu_stat(self) -> dict:
-        try:
-            with open(os.path.join(self.group, "cpu.stat")) as f:
-                return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
-        except (OSError, ValueError):
-            return {}
+        return cg.cpu_stat(self.group)
 
     def remove(self) -> bool:
         """rmdir the group (retrying while an exiting worker still counts in it); True once gone."""

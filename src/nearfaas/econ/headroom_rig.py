@@ -29,6 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from nearfaas import cgroups as cg
 from nearfaas.econ.headroom import Knobs, Run
 from nearfaas.link.profiles import LinkProfile
 from nearfaas.pids import alive
@@ -142,15 +143,13 @@ class CpuQuota:
         self.group = os.path.join(root, f"nearfaas-headroom-{os.getpid()}")
 
     def __enter__(self):
-        if not os.path.isfile(os.path.join(self.root, "cpu.cfs_quota_us")):
+        if not cg.is_cgroup(self.root) or not os.path.isfile(os.path.join(self.root, "cpu.cfs_quota_us")):
             raise RigError(f"cannot hold the sender to {self.cpus:g} cores: no cgroup v1 cpu hierarchy at {self.root} "
                            "(needs cgroup v1 with the cpu controller); refusing to measure without the quota")
         sweep_stale(self.root)
         quota = max(1000, round(self.cpus * PERIOD_US))
         try:
-            os.makedirs(self.group, exist_ok=True)
-            _write(os.path.join(self.group, "cpu.cfs_period_us"), str(PERIOD_US))
-            _write(os.path.join(self.group, "cpu.cfs_quota_us"), str(quota))
+            cg.make_cpu_group(self.root, os.path.basename(self.group), self.cpus, False, PERIOD_US)
             with open(os.path.join(self.group, "cpu.cfs_quota_us")) as f:
                 if int(f.read()) != quota:
                     raise OSError("the quota did not stick")
@@ -182,11 +181,6 @@ class CpuQuota:
         except OSError:
             return 0
         return int(stat.get("nr_throttled", 0))
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
 
 
 def sweep_stale(cgroup_root: str = CGROUP_CPU) -> None:

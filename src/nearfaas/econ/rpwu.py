@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from nearfaas import cgroups as cg
+
 HOST = "host"  # the unrestricted machine, always a valid target
 DEFAULT_DURATION_S = 2
 MIN_DURATION_S = 1  # stress-ng's --timeout counts whole seconds
@@ -159,21 +161,6 @@ def parse_metrics(text: str, stressor: str) -> dict:
 
 # ---------------------------------------------------------------- the CPU quota
 
-def _own_cpu_cgroup() -> str:
-    """This process's group in the v1 hierarchy that holds the cpu controller."""
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, controllers, path = line.rstrip("\n").split(":", 2)
-            if "cpu" in controllers.split(","):
-                return path.lstrip("/")
-    raise OSError("no cgroup v1 cpu controller in /proc/self/cgroup")
-
-
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
-
-
 class CpuQuota:
     """A cgroup granting ``cpus`` cores to whatever joins it, removed on ``close``."""
 
@@ -186,17 +173,16 @@ class CpuQuota:
 
     def open(self) -> CpuQuota:
         try:
-            if os.path.exists(os.path.join(self.root, "cgroup.controllers")):  # unified (v2)
-                _write(os.path.join(self.root, "cgroup.subtree_control"), "+cpu")
-                self.dir = os.path.join(self.root, self.name)
-                os.mkdir(self.dir)
-                _write(os.path.join(self.dir, "cpu.max"), f"{self.quota_us} {PERIOD_US}")
+            if cg.is_v2(self.root):  # unified (v2)
+                cg.enable(self.root, "+cpu")
+                self.dir = cg.make_cpu_group(self.root, self.name, self.cpus, True, PERIOD_US)
                 self.method = f"cgroup v2 cpu.max {self.quota_us} {PERIOD_US}"
             else:
-                self.dir = os.path.join(self.root, "cpu", _own_cpu_cgroup(), self.name)
-                os.mkdir(self.dir)
-                _write(os.path.join(self.dir, "cpu.cfs_period_us"), str(PERIOD_US))
-                _write(os.path.join(self.dir, "cpu.cfs_quota_us"), str(self.quota_us))
+                own = cg.own_cgroups()
+                if "cpu" not in own:
+                    raise OSError("no cgroup v1 cpu controller in /proc/self/cgroup")
+                self.dir = cg.make_cpu_group(os.path.join(self.root, "cpu", own["cpu"].lstrip("/")), self.name, self.cpus,
+                                             False, PERIOD_US)
                 self.method = f"cgroup v1 cpu.cfs_quota_us {self.quota_us} / cpu.cfs_period_us {PERIOD_US}"
         except OSError as exc:
             self.close()
@@ -212,11 +198,7 @@ class CpuQuota:
 
     def stat(self) -> dict[str, int]:
         """The group's CPU accounting: periods and how many were throttled (evidence the cap bit)."""
-        try:
-            with open(os.path.join(self.dir, "cpu.stat")) as f:
-                return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
-        except (OSError, ValueError):
-            return {}
+        return cg.cpu_stat(self.dir)
 
     def describe(self) -> dict:
         return {"cpus": self.cpus, "method": self.method, "group": self.dir, "cpu_stat": self.stat()}

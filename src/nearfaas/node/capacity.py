@@ -33,7 +33,8 @@ import math
 import os
 
 from nearfaas.dataservices.decision import CFS_PERIOD_S
-from nearfaas.node.jail import CGROUP_ROOT, Cgroups, _own_cgroups, _write
+from nearfaas import cgroups as cg
+from nearfaas.cgroups import CGROUP_ROOT, Cgroups
 
 PERIOD_US = int(CFS_PERIOD_S * 1_000_000)  # the decision engine models the quota with this period
 
@@ -49,24 +50,25 @@ class CpuCap:
         _cap_arrow_threads(cpus)
         cgroups = Cgroups(state_dir, node, root)
         try:
+            own = cg.own_cgroups()
             if cgroups.v2:
                 base = cgroups._bases()[0]
+                cg.verify(root)
                 os.makedirs(base, exist_ok=True)
-                _write(os.path.join(root, "cgroup.subtree_control"), "+cpu")
-                _write(os.path.join(base, "cgroup.subtree_control"), "+cpu")
-                _write(os.path.join(base, "cpu.max"), f"{int(cpus * PERIOD_US)} {PERIOD_US}")
-                self._home = os.path.join(root, _own_cgroups().get("", "/").lstrip("/"))
+                cg.enable(root, "+cpu")
+                cg.enable(base, "+cpu")
+                self._home = os.path.join(root, own.get("", "/").lstrip("/"))
                 self.method = "cgroup v2 cpu.max"
             else:
                 base = next(b for b in cgroups._bases() if f"{os.sep}cpu{os.sep}" in b)
+                cg.verify(os.path.dirname(base))
                 os.makedirs(base, exist_ok=True)
-                _write(os.path.join(base, "cpu.cfs_period_us"), str(PERIOD_US))
-                _write(os.path.join(base, "cpu.cfs_quota_us"), str(int(cpus * PERIOD_US)))
-                self._home = os.path.join(root, "cpu", _own_cgroups().get("cpu", "/").lstrip("/"))
+                self._home = os.path.join(root, "cpu", own.get("cpu", "/").lstrip("/"))
                 self.method = "cgroup v1 cpu.cfs_quota_us"
+            cg.set_cpu(base, cpus, cgroups.v2, PERIOD_US)  # raises where the quota cannot be set
             self._agent_dir = os.path.join(base, "agent")
             os.makedirs(self._agent_dir, exist_ok=True)
-            _write(os.path.join(self._agent_dir, "cgroup.procs"), str(os.getpid()))
+            cg.join(self._agent_dir)
             self.group, self.enforced = base, True
         except (OSError, StopIteration) as exc:
             self.method = f"threads only (Arrow pool capped at {math.ceil(cpus)})"
@@ -76,11 +78,7 @@ class CpuCap:
         """The group's CPU accounting (v1/v2 ``cpu.stat``): how often and how long it was held back."""
         if not self.group:
             return {}
-        try:
-            with open(os.path.join(self.group, "cpu.stat")) as f:
-                return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
-        except OSError:
-            return {}
+        return cg.cpu_stat(self.group)
 
     def describe(self) -> dict:
         return {"cpus": self.cpus, "enforced": self.enforced, "method": self.method, "why": self.why,
@@ -92,7 +90,7 @@ class CpuCap:
         if not self._agent_dir:
             return
         try:
-            _write(os.path.join(self._home, "cgroup.procs"), str(os.getpid()))
+            cg.join(self._home)
             os.rmdir(self._agent_dir)
         except OSError:
             pass

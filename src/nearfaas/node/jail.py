@@ -79,13 +79,12 @@ from pathlib import Path
 
 from nearfaas.node import seccomp
 
-# The cgroup half lives in node/cgroups.py; these names stay importable from here for callers.
-from nearfaas.node.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONTROLLERS, CgroupError,  # noqa: F401
-                                   Cgroups, cpu_cgroup_of, cpu_seconds, default_root, limits_of, parse_cpu,
-                                   remove_cgroups)
-from nearfaas.node.cgroups import join as _join
-from nearfaas.node.cgroups import own_cgroups as _own_cgroups  # noqa: F401  (old private name)
-from nearfaas.node.cgroups import write as _write  # noqa: F401  (old private name)
+# The cgroup half lives in nearfaas/cgroups.py; these names stay importable from here for callers.
+from nearfaas.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONTROLLERS, CgroupError,  # noqa: F401
+                              Cgroups, cpu_cgroup_of, cpu_seconds, default_root, remove_cgroups)
+from nearfaas.cgroups import join as _join
+from nearfaas.cgroups import own_cgroups as _own_cgroups  # noqa: F401  (old private name)
+from nearfaas.cgroups import write as _write  # noqa: F401  (old private name)
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -297,6 +296,25 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
+def parse_cpu(value: str) -> float:
+    """"500m" -> 0.5, "1.5" -> 1.5 CPUs."""
+    value = str(value).strip()
+    cpus = float(value[:-1]) / 1000 if value.endswith("m") else float(value)
+    if cpus <= 0:
+        raise ValueError(f"cpu limit must be positive, got {value!r}")
+    return cpus
+
+
+def limits_of(spec: dict) -> dict:
+    """{memory: bytes, pids: n, cpu: CPUs or None} from the spec's OpenFaaS ``limits``."""
+    from nearfaas.spec.errors import parse_memory
+
+    limits = spec.get("limits") or {}
+    memory = parse_memory(limits["memory"]) if limits.get("memory") else DEFAULT_MEMORY
+    cpu = parse_cpu(limits["cpu"]) if limits.get("cpu") else None
+    return {"memory": memory, "pids": DEFAULT_PIDS, "cpu": cpu}
+
+
 # -- the probe ----------------------------------------------------------------------------------
 
 _probed: dict[str, list[str]] = {}
@@ -305,7 +323,7 @@ _probed: dict[str, list[str]] = {}
 def probe(state_dir: Path, node: str, cgroup_root: str | None = None) -> list[str]:
     """What isolation needs and this host lacks, one sentence each (empty: all is there).
     Runs the real steps in a forked child, so nothing here changes the node itself. The cgroup
-    root defaults to node/cgroups.default_root() (``NEARFAAS_CGROUP_ROOT`` or /sys/fs/cgroup)."""
+    root defaults to nearfaas/cgroups.default_root() (``NEARFAAS_CGROUP_ROOT`` or /sys/fs/cgroup)."""
     cgroup_root = cgroup_root or default_root()
     key = f"{Path(state_dir).resolve()}|{node}|{cgroup_root}"
     if key not in _probed:

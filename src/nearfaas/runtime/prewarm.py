@@ -39,6 +39,7 @@ import traceback
 
 # The imports are the point of a pre-warmed worker: everything the classic worker imports
 # before it loads the handler is loaded here, before any function is known.
+from nearfaas import cgroups
 from nearfaas.runtime import worker
 
 try:
@@ -132,8 +133,7 @@ def main(argv=None) -> None:
         # Joined now, while idle: a cgroup join can wait for an RCU grace period (ms), which
         # would otherwise be part of a cold start. Memory used from here on is charged to it.
         for folder in args.cgroup:
-            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
+            cgroups.join(folder)  # never creates a file: a folder that is no cgroup fails the start
     except OSError:
         _fail(args.ready_fd, traceback.format_exc().strip().splitlines())
     startup_cwd = os.getcwd()

@@ -141,7 +141,11 @@ def make_cpu_group(parent: str, name: str, cpus: float | None, v2: bool, period_
     verify(parent)
     folder = os.path.join(parent, name)
     os.makedirs(folder, exist_ok=True)
-    set_cpu(folder, cpus, v2, period_us)
+    try:
+        set_cpu(folder, cpus, v2, period_us)
+    except OSError:
+        remove_cgroups([folder])
+        raise
     return folder
 
 
@@ -171,25 +175,6 @@ def cpu_stat(folder: str) -> dict[str, int]:
         return {k: int(v) for k, v in (line.split()[:2] for line in read(os.path.join(folder, "cpu.stat")).splitlines() if line.strip())}
     except (OSError, ValueError):
         return {}
-def parse_cpu(value: str) -> float:
-    """"500m" -> 0.5, "1.5" -> 1.5 CPUs."""
-    value = str(value).strip()
-    cpus = float(value[:-1]) / 1000 if value.endswith("m") else float(value)
-    if cpus <= 0:
-        raise ValueError(f"cpu limit must be positive, got {value!r}")
-    return cpus
-
-
-def limits_of(spec: dict) -> dict:
-    """{memory: bytes, pids: n, cpu: CPUs or None} from the spec's OpenFaaS ``limits``."""
-    from nearfaas.spec.errors import parse_memory
-
-    limits = spec.get("limits") or {}
-    memory = parse_memory(limits["memory"]) if limits.get("memory") else DEFAULT_MEMORY
-    cpu = parse_cpu(limits["cpu"]) if limits.get("cpu") else None
-    return {"memory": memory, "pids": DEFAULT_PIDS, "cpu": cpu}
-
-
 class Cgroups:
     """Per-worker cgroups of one node: ``create`` before the worker joins, ``remove`` once it
     is reaped. v2 when ``<root>/cgroup.controllers`` exists, else v1 (memory, pids, cpu)."""
