@@ -50,14 +50,29 @@ def up(config, state, port, ray_address):
     if layout.get("auth"):
         console.print(f"credentials: access key {layout['auth']['access_key']}; `nearfaas credentials` prints them for "
                       "boto3, aws-cli and faas-cli", markup=False, highlight=False)
-    else:
-        err.print("warning: auth is off: anyone on this host may deploy code and read every object", style="yellow")
+    _warn(unsafe_warnings(layout))
     if state_dir.resolve() != state_path(None).resolve():
         # Every later command (down, status, deploy...) looks in state_path(None) unless told: say so,
         # or `nearfaas down` would miss this cluster. On stderr: stdout's last line is the URL.
         err.print(f"note: this cluster's state is in {state_dir}; pass --state {state_dir} to later commands "
                   f"(down, status, deploy...) or run: export NEARFAAS_STATE={state_dir}", markup=False, highlight=False, soft_wrap=True)
     click.echo(layout["gateway_url"])
+
+
+def unsafe_warnings(layout: dict) -> list[str]:
+    """What the cluster file turned off that keeps tenants and the host safe, one line each."""
+    warnings = []
+    if not layout.get("auth"):
+        warnings.append("warning: auth is off (`auth: off`): anyone on this host may deploy code and read every object")
+    if layout.get("isolation") is False:
+        warnings.append("warning: isolation is off (`isolation: off`): functions run as root, unconfined, and may read "
+                        "every secret, object and the cluster's keys; remove `isolation: off` from the cluster file")
+    return warnings
+
+
+def _warn(warnings: list[str]) -> None:
+    for line in warnings:  # on stderr, every time: stdout's last line of `up` is the URL
+        err.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @click.command()
@@ -105,11 +120,14 @@ def down(state):
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output (includes gateway_url)")
 def status(state, as_json):
     """Nodes, their health, deployed functions and replicas."""
-    from nearfaas.cluster.launcher import status as cluster_status
+    from nearfaas.cluster.launcher import read_layout, status as cluster_status
 
     info = cluster_status(state_path(state))
+    layout = read_layout(state_path(state)) if info.get("running") else None
+    warnings = unsafe_warnings(layout) if layout else []
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(info | {"warnings": warnings}, indent=2))
+        _warn(warnings)
         return
     if not info.get("running"):
         console.print(f"no cluster is running from {info['state_dir']}{': ' + info['error'] if info.get('error') else ''}; "
@@ -127,6 +145,7 @@ def status(state, as_json):
     for f in info["functions"]:
         functions.add_row(f["name"], str(f["replicas"]), str(f["available"]), str(f["invocations"]), str(f["placement"]))
     console.print(functions)
+    _warn(warnings)
 
 
 @click.command()
