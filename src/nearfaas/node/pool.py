@@ -20,8 +20,6 @@ hides the host's /tmp.
 from __future__ import annotations
 
 import asyncio
-import fcntl
-import hashlib
 import json
 import os
 import secrets
@@ -32,7 +30,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nearfaas.node import jail
+from nearfaas.node import build, jail
+from nearfaas.node.build import PIP_FLAGS, PIP_TIMEOUT_S  # noqa: F401  (their home moved)
 from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.oci import is_image_function
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
@@ -40,15 +39,8 @@ from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe,
 from nearfaas.spec.options import DEFAULT_TMP_SIZE, secrets_folder, secrets_namespace
 
 COLD_START_TIMEOUT_S = 60.0
-PIP_TIMEOUT_S = 600.0
 DEFAULT_REQUIREMENTS = "requirements.txt"
 DEFAULT_NAMESPACE = "openfaas-fn"  # what OpenFaaS calls the namespace of functions
-# pip installs a function's requirements into a folder of their own (--target implies
-# --ignore-installed), which comes first on the worker's sys.path. Its resolver would compare
-# that set against the runtime's packages and print their "conflicts" as an ERROR into the
-# function's log; they are not conflicts here, the function's copies shadow the runtime's.
-PIP_FLAGS = ("--quiet", "--disable-pip-version-check", "--no-input", "--ignore-installed", "--no-warn-conflicts",
-             "--no-warn-script-location", "--root-user-action=ignore")
 
 
 class PoolError(Exception):
@@ -176,7 +168,7 @@ class WorkerPools:
         uid = self._uid(spec)
         tmp_size = self._tmp_size(spec)
         requirements = self._requirements_file(spec)
-        extra_path = await self._ensure_requirements(spec, requirements)
+        extra_path = await self._ensure_requirements(spec, requirements, uid)
         held = _Held()  # what this start has made, undone unless a worker takes it over
         try:
             secrets_dir = held.secrets = self._mount_secrets(spec, instance, uid)
@@ -493,45 +485,18 @@ class WorkerPools:
                         f"is not in its handler folder; add {named} to the handler folder and deploy again, or remove "
                         f"x-nearfaas.requirements to use requirements.txt", status=400)
 
-    async def _ensure_requirements(self, spec: dict, req: Path | None) -> str | None:
-        """Install the requirements once per distinct content, shared by every node on this host."""
-        if req is None or not any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines()):
+    async def _ensure_requirements(self, spec: dict, req: Path | None, uid: int | None = None) -> str | None:
+        """The function's requirements env (node/build.py: pip runs in the function's jail, as its
+        uid, when this node isolates), built once per key and shared by every node on this host."""
+        if not build.has_requirements(req):
             return None
-        digest = hashlib.sha256(req.read_bytes()).hexdigest()[:16]
-        target = self.state_dir / "envs" / digest
-        if (target / ".complete").exists():
-            return str(target)
-        lock = self._env_locks.setdefault(digest, asyncio.Lock())
-        async with lock:
-            if (target / ".complete").exists():
-                return str(target)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target.parent / f"{digest}.lock", "w") as lock_file:
-                # Another node process on this host may be installing the same set: wait for it.
-                await asyncio.get_running_loop().run_in_executor(None, fcntl.flock, lock_file, fcntl.LOCK_EX)
-                if not (target / ".complete").exists():
-                    await self._pip_install(spec["name"], req, target)
-        return str(target)
-
-    async def _pip_install(self, name: str, req: Path, target: Path) -> None:
-        staging = target.with_name(target.name + ".partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pip", "install", *PIP_FLAGS, "--target", str(staging), "-r", str(req),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=str(req.parent))
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
-        except TimeoutError:
-            kill_group(proc)
-            raise PoolError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
-        with open(self.log_path(name), "ab") as log:  # pip's own words, whatever they are (a failure's, mostly)
-            log.write(out)
-        if proc.returncode != 0:
-            shutil.rmtree(staging, ignore_errors=True)
-            tail = out.decode(errors="replace").strip().splitlines()[-6:]
-            raise PoolError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n" + "\n".join(tail))
-        (staging / ".complete").touch()
-        staging.rename(target)
+            return await build.ensure(self.state_dir / "envs", spec["name"], spec["handler_dir"], req, uid, self._env_locks,
+                                      self.log_path(spec["name"]), self.cgroups)
+        except build.BuildError as exc:
+            raise PoolError(str(exc), status=exc.status) from None
+        except OSError as exc:  # the build's folders or cgroups could not be made
+            raise PoolError(f"could not set up the requirements build of {spec['name']!r} on {self.node}: {exc}", status=503) from None
 
     def _mount_secrets(self, spec: dict, instance: str, uid: int | None = None) -> Path | None:
         """Copy the function's secrets into a folder of this instance's own: starting a new

@@ -1,0 +1,203 @@
+"""A function's requirements, built as the function: pip runs in the function's jail, as its uid.
+
+Why a module of its own: pip runs code the deployer wrote. A requirement such as ``./evil``
+with an in-tree PEP 517 backend (``build-backend = "backend"``, ``backend-path = ["."]``), or
+any sdist's ``setup.py``, is executed by pip while it builds. Run by the node, that code was
+root outside every jail (issue 39, finding 3). Here it runs where the function's own code runs:
+
+- ``pip install --target <envs>/<digest>.partial`` is started as ``python -m
+  nearfaas.node.build --plan <jail plan> -- <pip args>``; that process applies the plan with
+  ``jail.enter`` (the same call every worker makes: the function's uid, a mount namespace that
+  hides the state directory, no_new_privs, the seccomp profile, fresh cgroups with a build's
+  limits) and only then execs pip;
+- the only folders of the state directory it sees are its output folder and a scratch folder
+  (both the function's uid's, 0700), read-write; the bundle is seen through a hard-linked copy
+  in the scratch folder (pip builds local projects in place; the bundle itself stays
+  untouched);
+- the node then renames the output into ``<envs>/<digest>`` and writes the marker
+  ``<envs>/<digest>.complete`` itself, outside anything the build could write;
+- the cache key is the requirements file's bytes, and the function's uid too unless every line
+  names a package of the index (``env_key``): an env built from another function's bundle (its
+  ``./evil``) is never handed to this one.
+
+Worked example: ``resize`` (uid 200001) with ``requirements.txt`` = ``./evil``. The node makes
+``<state>/envs/3f..9a.partial`` and ``3f..9a.build/{src,tmp}`` owned by 200001, then runs pip
+jailed with cwd ``3f..9a.build/src``. ``backend.py`` runs as 200001: ``open(<state>/cluster.json)``
+is ENOENT (hidden), writing to ``<state>/nodes`` is EROFS; it can write only into the two
+folders above. pip's failure, if any, is the PoolError's tail as before.
+
+Known caveats:
+- No network namespace yet: the build reaches whatever the host reaches, not only the index
+  the operator configured. The node's ``PIP_*`` variables (index, find-links, cert) are passed
+  on, so credentials in ``PIP_INDEX_URL`` are readable by the build backend.
+- pip's user config of the node's user (``~/.config/pip``) is not read (HOME is the jail's
+  /tmp); /etc/pip.conf and ``PIP_*`` are.
+- Unisolated nodes (``isolation: off``) run pip as the node, as they run functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from nearfaas.node import jail
+from nearfaas.node.procs import kill_group, package_root
+
+PIP_TIMEOUT_S = 600.0
+# A build's cgroup limits: pip and a compiler need more than a small function's 128Mi.
+BUILD_LIMITS = {"memory": 2 << 30, "pids": 512, "cpu": 2.0}
+# pip installs a function's requirements into a folder of their own (--target implies
+# --ignore-installed), which comes first on the worker's sys.path. Its resolver would compare
+# that set against the runtime's packages and print their "conflicts" as an ERROR into the
+# function's log; they are not conflicts here, the function's copies shadow the runtime's.
+PIP_FLAGS = ("--quiet", "--disable-pip-version-check", "--no-input", "--ignore-installed", "--no-warn-conflicts",
+             "--no-warn-script-location", "--root-user-action=ignore", "--no-cache-dir")
+
+
+class BuildError(Exception):
+    def __init__(self, message: str, status: int = 502):
+        super().__init__(message)
+        self.status = status
+
+
+def has_requirements(req: Path | None) -> bool:
+    return req is not None and any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines())
+
+
+# A line that can only name a package of the index: a name, extras, version specifiers, a marker.
+PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]*\])?\s*"
+                   r"([<>=!~]=?=?\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*(;[^@]*)?$")
+
+ARCHIVE = re.compile(r"\.(whl|zip|tar|tgz|tbz|txz|tar\.gz|tar\.bz2|tar\.xz)$", re.I)  # pip reads such a name as a file
+
+
+def env_key(req: Path, uid: int | None) -> str:
+    """The cache key of an env: its requirements' bytes, shared between functions only when
+    every line names a package of the index (the same bytes then build the same env). A line
+    that may read the bundle (``./evil``, a wheel file, ``-r``, ``--find-links``, ``pkg @ url``)
+    keys the env to the function's uid too: another function's bundle under the same text
+    must never supply this one's code."""
+    text = req.read_text()
+    lines = [line.split(" #")[0].strip() for line in text.splitlines()]
+    plain = all(PLAIN.match(line) and not ARCHIVE.search(line.split(";")[0].strip())
+                for line in lines if line and not line.startswith("#"))
+    salt = b"" if plain else f"uid {uid}\0".encode()
+    return hashlib.sha256(salt + req.read_bytes()).hexdigest()[:16]
+
+
+async def ensure(envs: Path, name: str, handler_dir: str, req: Path, uid: int | None, locks: dict, log_path: Path,
+                 cgroups=None) -> str:
+    """The function's requirements env, built once per key, shared by every node on this host."""
+    digest = env_key(req, uid)
+    target, done = envs / digest, envs / f"{digest}.complete"
+    if done.exists():
+        return str(target)
+    async with locks.setdefault(digest, asyncio.Lock()):
+        if done.exists():
+            return str(target)
+        envs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(envs / f"{digest}.lock", "w") as lock_file:
+            # Another node process on this host may be installing the same set: wait for it.
+            await asyncio.get_running_loop().run_in_executor(None, fcntl.flock, lock_file, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(target, ignore_errors=True)
+                await _install(envs, digest, name, Path(handler_dir), req, uid, log_path, cgroups)
+                done.touch(mode=0o600)
+    return str(target)
+
+
+async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path, uid: int | None, log_path: Path, cgroups) -> None:
+    staging, scratch = envs / f"{digest}.partial", envs / f"{digest}.build"
+    for path in (staging, scratch):
+        shutil.rmtree(path, ignore_errors=True)
+    pip = [sys.executable, "-m", "pip", "install", *PIP_FLAGS, "--target", str(staging)]
+    groups: list[str] = []
+    try:
+        if uid is None:  # unisolated: the node builds, as it runs the function
+            staging.mkdir(mode=0o700)
+            argv, env, cwd = [*pip, "-r", str(req)], None, str(req.parent)
+        else:
+            cwd = await asyncio.to_thread(_prepare, staging, scratch, handler, req, uid)
+            instance = f"build-{digest}-{os.getpid()}"
+            groups = cgroups.create(instance, BUILD_LIMITS)
+            plan = jail.plan(uid, envs.parent, [], groups, [staging, scratch])
+            env = jail.allowed_env(os.environ) | {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+            env |= {"PYTHONPATH": package_root(), "TMPDIR": str(scratch / "tmp"), "PYTHONUNBUFFERED": "1"}
+            argv = [sys.executable, "-m", "nearfaas.node.build", "--plan", json.dumps(plan), "--", *pip, "-r", req.name]
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                    cwd=cwd, env=env, start_new_session=True)
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
+        except TimeoutError:
+            kill_group(proc)
+            await proc.wait()
+            raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
+        with open(log_path, "ab") as log:  # pip's own words, whatever they are (a failure's, mostly)
+            log.write(out)
+        if proc.returncode != 0:
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = out.decode(errors="replace").strip().splitlines()[-6:]
+            raise BuildError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n" + "\n".join(tail))
+        staging.rename(envs / digest)  # the envs folder is the node's: the build cannot swap this
+    finally:
+        await asyncio.to_thread(shutil.rmtree, scratch, True)
+        for _ in range(50):  # what the build left running is killed with its groups
+            groups = jail.remove_cgroups(groups)
+            if not groups:
+                break
+            await asyncio.sleep(0.02)
+
+
+def _prepare(staging: Path, scratch: Path, handler: Path, req: Path, uid: int) -> str:
+    """The build's folders, its uid's before it starts (nothing of it runs yet, so no race):
+    the output, and a scratch holding TMPDIR and a copy of the bundle whose folders it may
+    write (pip builds local projects in place). Files are hard links where the bundle's file
+    is root's and not world-writable (the uid cannot change them), copies otherwise."""
+    staging.mkdir(mode=0o755)  # an index-only env serves every function with the same text
+    scratch.mkdir(mode=0o700)
+    (scratch / "tmp").mkdir(mode=0o700)
+    src = scratch / "src"
+
+    def link(source: str, dest: str) -> None:
+        st = os.lstat(source)
+        if st.st_uid == 0 and not st.st_mode & 0o002:
+            try:
+                os.link(source, dest)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                    raise
+        shutil.copy2(source, dest)
+        os.chown(dest, uid, uid, follow_symlinks=False)
+
+    shutil.copytree(handler, src, symlinks=True, copy_function=link)
+    for root, dirs, _ in os.walk(src):
+        for d in dirs:
+            os.chown(os.path.join(root, d), uid, uid, follow_symlinks=False)
+    for path in (staging, scratch, scratch / "tmp", src):
+        os.chown(path, uid, uid)
+    return str(src / req.parent.relative_to(handler))
+
+
+def main(argv: list[str]) -> None:
+    """The jailed side: enter the plan, then become pip (never run anything before the jail)."""
+    if len(argv) < 4 or argv[0] != "--plan" or argv[2] != "--":
+        sys.exit("usage: python -m nearfaas.node.build --plan JSON -- COMMAND...")
+    try:
+        jail.enter(json.loads(argv[1]))
+    except jail.JailError as exc:
+        print(f"the requirements build could not be isolated: {exc}", flush=True)
+        sys.exit(70)
+    os.execve(argv[3], argv[3:], dict(os.environ))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

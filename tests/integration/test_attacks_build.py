@@ -1,0 +1,115 @@
+"""Issue 39 finding 3: a deployer got root on the node through its requirements build.
+
+The bundle's requirements.txt names ``./evil``, a project whose PEP 517 backend lives in the
+bundle itself (``build-backend = "backend"``, ``backend-path = ["."]``). pip runs that backend
+while it builds the wheel, at the first call. The node used to run pip as itself: the backend
+ran as uid 0, outside the jail, and could read ``cluster.json`` (every key of the cluster) and
+write anywhere. Now (node/build.py) pip runs in the function's jail as its uid: the backend
+records what it could do into the wheel it builds (module ``evil_report``), the function
+returns that record, and the test checks it ran as the function's uid, found ``cluster.json``
+hidden, and could not write into the state directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300),
+              pytest.mark.skipif(os.geteuid() != 0, reason="isolation needs root")]
+
+BACKEND = '''"""A PEP 517 backend that, when run, records what it may do: its uid, reading the cluster's
+keys, writing into the state directory. It builds a wheel holding that record."""
+import base64, hashlib, json, os, zipfile
+
+NAME, VERSION = "evil_report", "1.0"
+
+
+def _attempt(action):
+    try:
+        action()
+        return "ok"
+    except OSError as exc:
+        return type(exc).__name__
+
+
+def _probe():
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "target.json")) as f:
+        state = json.load(f)["state"]
+
+    def read():
+        with open(os.path.join(state, "cluster.json")) as f:
+            f.read()
+
+    def write():
+        with open(os.path.join(state, "pwned-by-build"), "w") as f:
+            f.write("root on the node")
+
+    return {"uid": os.getuid(), "read_cluster_json": _attempt(read), "write_state": _attempt(write)}
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    info = f"{NAME}-{VERSION}.dist-info"
+    files = {"evil_report.py": f"REPORT = {_probe()!r}\\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\\nGenerator: evil\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n"}
+    record = []
+    for path, text in files.items():
+        data = text.encode()
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = "\\n".join(record + [f"{info}/RECORD,,"]) + "\\n"
+    wheel = f"{NAME}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(os.path.join(wheel_directory, wheel), "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    return wheel
+'''
+
+PYPROJECT = '''[build-system]
+requires = []
+build-backend = "backend"
+backend-path = ["."]
+
+[project]
+name = "evil_report"
+version = "1.0"
+'''
+
+HANDLER = '''import json
+import os
+
+import evil_report
+
+
+def handle(event, context):
+    return json.dumps({"build": evil_report.REPORT, "uid": os.getuid()})
+'''
+
+
+def test_a_build_backend_runs_as_the_function_and_sees_nothing_of_the_node(cluster, scratch, tmp_path):
+    bundle = tmp_path / "evilbuild"
+    (bundle / "evil").mkdir(parents=True)
+    (bundle / "handler.py").write_text(HANDLER)
+    (bundle / "requirements.txt").write_text("./evil\n")
+    (bundle / "evil" / "pyproject.toml").write_text(PYPROJECT)
+    (bundle / "evil" / "backend.py").write_text(BACKEND)
+    state = cluster.state_dir.resolve()
+    (bundle / "evil" / "target.json").write_text(json.dumps({"state": str(state)}))
+
+    assert scratch("build-attack", bundle, wait=False).status_code < 300
+    resp = cluster.http.post(f"{cluster.url}/function/build-attack", data=b"", timeout=300)
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    build = answer["build"]
+    assert build["uid"] != 0 and build["uid"] == answer["uid"], answer  # the function's uid, not the node's
+    assert build["read_cluster_json"] != "ok", answer   # the state directory is hidden from the build
+    assert build["write_state"] != "ok", answer
+    assert not (state / "pwned-by-build").exists()
