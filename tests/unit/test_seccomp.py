@@ -85,3 +85,16 @@ def test_image_functions_get_the_same_list():
     assert denied == set(seccomp.DENIED)
     masked = {rule["args"][0]["value"] for rule in profile["syscalls"] if rule["names"] == ["clone"]}
     assert masked == set(seccomp.CLONE_NEW.values())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the jail's probe switches uid: needs root")
+def test_the_nodes_probe_refuses_without_libseccomp(tmp_path, monkeypatch):
+    from nearfaas.node import jail
+
+    def missing(*args, **kwargs):
+        raise OSError("libseccomp.so.2: cannot open shared object file")
+
+    monkeypatch.setattr(seccomp, "_lib", None)
+    monkeypatch.setattr(seccomp.ctypes, "CDLL", missing)  # the probe's forked child inherits it
+    problems = jail._probe(tmp_path / "state", "n", jail.CGROUP_ROOT)
+    assert any("cannot load the default seccomp profile" in p and "libseccomp2" in p for p in problems), problems
