@@ -7,7 +7,8 @@ with ``enter(plan)`` right before it imports the handler. Both ways a worker sta
 that one call in ``runtime/worker.py``: a fresh spawn, and a pre-warmed generic worker that
 receives the plan in its specialisation message. ``enter``:
 
-1. joins the cgroups the node made for this instance (``Cgroups.create``) by writing its pid
+1. joins the cgroups the node made for this instance (``Cgroups.create``; the cgroup half lives
+   in nearfaas/cgroups.py, which refuses anything that is not a real cgroup) by writing its pid
    into each ``cgroup.procs`` (a process may only be moved there by root). A pre-warmed worker
    joined groups of its own when it was spawned (a v1 memory join waits for an RCU grace
    period, 5-20 ms here, kept off the cold start); the node writes the function's limits into
