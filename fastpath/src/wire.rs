@@ -34,9 +34,11 @@ pub const HOST_ERROR: u8 = 7;
 pub const EXTERNAL_ERROR: u8 = 8;
 /// The lambda refused the input (a negative return).
 pub const BAD_REQUEST: u8 = 9;
+/// The function requires credentials the fast path does not carry (the host refused the miss).
+pub const UNAUTHORIZED: u8 = 10;
 
 /// Status names, indexed by code.
-pub const STATUS_NAMES: [&str; 10] = [
+pub const STATUS_NAMES: [&str; 11] = [
     "OK",
     "HOST_OK",
     "UNKNOWN",
@@ -47,6 +49,7 @@ pub const STATUS_NAMES: [&str; 10] = [
     "HOST_ERROR",
     "EXTERNAL_ERROR",
     "BAD_REQUEST",
+    "UNAUTHORIZED",
 ];
 
 /// Bytes of the lambda id at the start of a request (u32 BE).

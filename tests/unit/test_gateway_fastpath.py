@@ -128,8 +128,8 @@ def test_misses_run_the_function_or_say_why_not():
             raise CallError(503, "no node can run 'boom'", "placement")
         return (500, b"handler failed") if name == "bad" else (200, name.encode() + b":" + body)
 
-    fp = FastPath(None, invoke)
-    for n in ("ok", "boom", "bad"):
+    fp = FastPath(None, invoke, protected=lambda name: name == "secret")
+    for n in ("ok", "boom", "bad", "secret"):
         fp.assign(n)
 
     def miss(token, lambda_id, payload=b"p"):
@@ -141,6 +141,21 @@ def test_misses_run_the_function_or_say_why_not():
     assert (token, status) == (8, HOST_ERROR) and b"no node can run" in text
     assert miss(9, 3)[1:] == (HOST_ERROR, b"bad: HTTP 500: handler failed")
     assert miss(10, 99)[1] == UNKNOWN
+    # issue 39: a miss carries no credential, so a protected function is refused, never run
+    token, status, text = miss(11, 4)
+    assert (token, status) == (11, wire.UNAUTHORIZED) and b"requires credentials" in text
+    # without a protected() check every miss fails closed
+    closed = FastPath(None, invoke)
+    closed.assign("ok")
+    assert asyncio.run(closed.miss(wire.MISS_HEAD.pack(12, 1) + b"p"))[4] == wire.UNAUTHORIZED
+
+
+def test_protected_functions_are_not_installed_in_the_executor():
+    fp = FastPath(None, None, protected=lambda name: True)
+    spec = {"name": "s", "x": {"target": "fastpath", "auth": True, "fastpath": {"module": "web.wasm"}}}
+    with pytest.raises(CallError) as exc:
+        asyncio.run(fp.deploy(spec))
+    assert exc.value.status == 400 and "auth" in str(exc.value) and "s" not in fp.ids
 
 
 def test_call_survives_a_dead_pooled_connection():

@@ -30,10 +30,12 @@ OVERLOADED = 6  # the lambda's queue is full
 HOST_ERROR = 7  # the host failed, or did not answer in time
 EXTERNAL_ERROR = 8  # the lambda's external call (memcached) failed
 BAD_REQUEST = 9  # the lambda refused the input
+UNAUTHORIZED = 10  # the function requires credentials the fast path does not carry (gateway HTTP: 401)
 
 STATUS = {
     OK: "OK", HOST_OK: "HOST_OK", UNKNOWN: "UNKNOWN", TRAP: "TRAP", TIMEOUT: "TIMEOUT", TOO_LARGE: "TOO_LARGE",
     OVERLOADED: "OVERLOADED", HOST_ERROR: "HOST_ERROR", EXTERNAL_ERROR: "EXTERNAL_ERROR", BAD_REQUEST: "BAD_REQUEST",
+    UNAUTHORIZED: "UNAUTHORIZED",
 }
 STATUS_CODES = {name: code for code, name in STATUS.items()}
 

@@ -14,6 +14,18 @@
 * **Misses** ("send to host" in λ-NIC): the executor forwards a datagram whose ID has no lambda
   to the gateway's host UDP port as ``token | id | payload``; the function of that ID runs on
   its normal worker path and the answer goes back as ``token | status | payload``.
+* **Protected functions stay off the fast path** (issue 39). The fast path's ports take a bare
+  lambda ID and carry no caller credential, and IDs are small sequential numbers, so anything a
+  client can reach by ID there is public. A function with ``x-nearfaas.auth: true`` (or in a
+  namespace that requires auth: ``protected(name)`` is the HTTP front door's own check) is
+  therefore never installed in the executor (deploying one with ``target: fastpath`` or as a
+  stream function is refused, 400, naming the fix), and a miss for its ID, whether the executor
+  forwarded it or someone forged it straight to the host port, is answered ``UNAUTHORIZED``
+  (HTTP 401) without running it. Its callers use ``/function/<name>`` with credentials.
+  Example: ``sendto(pack(">I", id_of_secret_fn) + b"x")`` to the UDP port gets back
+  ``id | 10 | "... requires credentials ..."``, never the function's output.
+  Known caveats: a per-call MAC on the wire (so authorized clients keep the fast path for
+  protected lambdas) is not built yet; until then the protection is "not reachable at all".
 
 The wire format itself (status codes, frame layouts, packing) is ``nearfaas.fastpath.wire``.
 """
@@ -26,14 +38,14 @@ import os
 from pathlib import Path
 
 from nearfaas.fastpath import auth, wire
-from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNKNOWN
+from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNAUTHORIZED, UNKNOWN
 
 from . import stream
 from .errors import CallError
 
 # The wire format (status codes, frames) is nearfaas.fastpath.wire's; what the gateway adds is the
 # HTTP status a call over /function/<name> answers for each fast-path status (others: 502).
-STATUS_HTTP = {wire.OK: 200, wire.UNKNOWN: 404, wire.TRAP: 500, wire.TIMEOUT: 504, wire.TOO_LARGE: 413, wire.OVERLOADED: 429,
+STATUS_HTTP = {wire.OK: 200, wire.UNAUTHORIZED: 401, wire.UNKNOWN: 404, wire.TRAP: 500, wire.TIMEOUT: 504, wire.TOO_LARGE: 413, wire.OVERLOADED: 429,
                wire.EXTERNAL_ERROR: 502, wire.BAD_REQUEST: 400}
 STATUS_NAMES = wire.STATUS
 CALL_TIMEOUT_S = 65.0  # the longest lambda timeout_ms (60 s) and a margin
@@ -46,11 +58,14 @@ GATEWAY_CONNECTIONS = 64
 
 
 class FastPath:
-    def __init__(self, layout: dict | None, invoke):
+    def __init__(self, layout: dict | None, invoke, protected=None):
         """``layout``: the cluster layout's ``fastpath`` block (None: no executor runs);
-        ``invoke(name, body) -> (status, body)`` runs a function on its normal path."""
+        ``invoke(name, body) -> (status, body)`` runs a function on its normal path;
+        ``protected(name) -> bool``: whether calls of it need credentials (the HTTP front door's
+        check). Without one every function counts as protected: misses fail closed."""
         self.layout = layout
         self.invoke = invoke
+        self.protected = protected or (lambda name: True)
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
         self.versions: dict[str, int] = {}
@@ -130,6 +145,11 @@ class FastPath:
         """Assign the function's ID and, for a fast-path lambda or a stream function, install it
         (or hot-swap it). ``lookup(name)``: a deployed function's spec (stream chains)."""
         fp = (spec.get("x") or {}).get("fastpath")
+        if (spec.get("x") or {}).get("auth") and (stream.is_stream(spec) or ((spec.get("x") or {}).get("target") == "fastpath" and fp)):
+            # The executor's ports take a bare ID and no credential: installing it there would make it public.
+            raise CallError(400, f"function {spec['name']!r} has x-nearfaas.auth: true, but the fast path's ports carry no caller "
+                                 "credential, so a protected function cannot be installed there; remove auth (and protect "
+                                 "nothing secret in it) or deploy it with target: worker (docs/fastpath.md, Security)", "fastpath")
         if stream.is_stream(spec):
             return await self._deploy_stream(spec, lookup)
         if (spec.get("x") or {}).get("target") != "fastpath" or not fp:
@@ -307,6 +327,9 @@ class FastPath:
         name = self.names.get(lambda_id)
         if name is None:
             return wire.encode_host_reply(token, UNKNOWN, f"no function has lambda ID {lambda_id}".encode())
+        if self.protected(name):  # a miss carries no credential: never run a protected function for it
+            return wire.encode_host_reply(token, UNAUTHORIZED, f"lambda ID {lambda_id} requires credentials: call "
+                                          "/function/<name> with the cluster's keys (docs/fastpath.md, Security)".encode())
         try:
             status, body = await self.invoke(name, payload)
         except CallError as exc:

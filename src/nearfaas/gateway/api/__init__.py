@@ -39,7 +39,7 @@ class OpenFaaSAPI:
         self.queue = AsyncQueue(calls, metrics, state_dir / "gateway")  # journal: async_queue.py
         self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
         self.invocations.namespaces = self.namespaces
-        self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host)
+        self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host, self.invocations.requires_auth)
         self.functions = FunctionsAPI(self.invoker, self.fastpath, state_dir, handler_roots, self.namespaces)
         self.secrets = SecretsAPI(state_dir, self.namespaces)
         self.system = SystemAPI(self.invoker, nodes, metrics, self.namespaces)
