@@ -46,7 +46,7 @@ def test_a_function_cannot_reach_the_kernels_larger_surfaces(cluster, scratch, f
     assert status == 200 and json.loads(text)["function"] == "sandbox-echo"
 
 
-def test_an_image_function_cannot_make_a_user_namespace(cluster, runtime, images, image_deploy):
+def test_an_image_function_cannot_make_a_user_namespace(cluster, runtime, images, image_deploy):  # noqa: F811 - the fixtures
     """The same profile in an image function's OCI config (node/oci/bundle.py): busybox's
     ``unshare -U -r`` (a user namespace in which it is root) is refused."""
     fprocess = "sh -c 'unshare -U -r id -u 2>&1; echo rc=$?'"

@@ -66,7 +66,7 @@ SCMP_FLTATR_CTL_TSYNC = 4
 SCMP_CMP_MASKED_EQ = 7
 
 
-def SCMP_ACT_ERRNO(code: int) -> int:  # noqa: N802 - libseccomp's name
+def scmp_act_errno(code: int) -> int:  # libseccomp's SCMP_ACT_ERRNO(x)
     return 0x00050000 | (code & 0xFFFF)
 
 
@@ -121,14 +121,14 @@ def apply() -> None:
             nr = lib.seccomp_syscall_resolve_name(name.encode())
             if nr < 0:  # not a system call on this architecture (e.g. iopl on arm64)
                 continue
-            _ok(lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(errno.EPERM), nr, 0, None), f"deny {name}")
+            _ok(lib.seccomp_rule_add_array(ctx, scmp_act_errno(errno.EPERM), nr, 0, None), f"deny {name}")
         clone = lib.seccomp_syscall_resolve_name(b"clone")
         for flag in CLONE_NEW.values():
             cmp = _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag)
-            _ok(lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(errno.EPERM), clone, 1, ctypes.byref(cmp)), "deny clone(CLONE_NEW*)")
+            _ok(lib.seccomp_rule_add_array(ctx, scmp_act_errno(errno.EPERM), clone, 1, ctypes.byref(cmp)), "deny clone(CLONE_NEW*)")
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0:
-            _ok(lib.seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(errno.ENOSYS), clone3, 0, None), "clone3 -> ENOSYS")
+            _ok(lib.seccomp_rule_add_array(ctx, scmp_act_errno(errno.ENOSYS), clone3, 0, None), "clone3 -> ENOSYS")
         _ok(lib.seccomp_load(ctx), "load the filter")
     finally:
         lib.seccomp_release(ctx)
