@@ -25,6 +25,9 @@ whatever it points at is verified like the default.
 Known caveats:
 - v1 controllers must each be mounted at ``<root>/<controller>`` (a co-mounted ``cpu,cpuacct``
   is found through its usual ``cpu`` link).
+- econ/rpwu.py and econ/headroom_rig.py start their load through ``sh -c 'echo $$ > cgroup.procs'``
+  (so it starts inside the quota); the shell's ``>`` may create, but only after ``make_cpu_group``
+  verified the folder is a real cgroup, where no file can be created.
 - cgroup v2 groups sit under the root (``<root>/nearfaas-*``): a v2 node cannot enable
   controllers in its own, non-empty cgroup.
 """
