@@ -24,31 +24,23 @@ import json
 import os
 import secrets
 import shutil
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nearfaas.node import build, jail
+from nearfaas.node import build, jail, profiling, spawning, worker_dirs, worker_logs, worker_secrets
 from nearfaas.node.build import PIP_FLAGS, PIP_TIMEOUT_S  # noqa: F401  (their home moved)
 from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.oci import is_image_function
+from nearfaas.node.pool_error import PoolError
 from nearfaas.node.prewarm import GenericWorker, PrewarmPool
-from nearfaas.node.procs import kill_group, package_root, spawn_with_ready_pipe, terminate_group
+from nearfaas.node.procs import package_root, terminate_group
 from nearfaas.spec.options import DEFAULT_TMP_SIZE, secrets_folder, secrets_namespace
 
 COLD_START_TIMEOUT_S = 60.0
 DEFAULT_REQUIREMENTS = "requirements.txt"
 DEFAULT_NAMESPACE = "openfaas-fn"  # what OpenFaaS calls the namespace of functions
-
-
-class PoolError(Exception):
-    """A worker could not be started; the message says why and what to do."""
-
-    def __init__(self, message: str, status: int = 502):
-        super().__init__(message)
-        self.status = status
 
 
 def credentials_env(spec: dict) -> dict[str, str]:
@@ -303,91 +295,28 @@ class WorkerPools:
         return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size, secrets=secrets_dir)
 
     async def await_ready(self, process, ready, transport, name: str, timeout: float, what: str, slow: str, failed: str) -> str:
-        """The new worker's ``READY <port>`` line; its ``FAILED <why>`` (or log tail) and a start
-        slower than ``timeout`` are PoolErrors saying ``what`` went wrong."""
-        try:
-            line = (await asyncio.wait_for(ready.readline(), timeout)).decode(errors="replace")
-        except TimeoutError:
-            kill_group(process)
-            raise PoolError(f"{what} on {self.node} did not finish in {timeout:g}s {slow}".rstrip(), status=504) from None
-        finally:
-            transport.close()
-        if not line.startswith("READY "):
-            await process.wait()
-            detail = line.removeprefix("FAILED ").strip()
-            try:
-                detail = "\n".join(json.loads(detail))
-            except ValueError:
-                detail = detail or self.tail_log(name, 8)
-            raise PoolError(f"{what} failed on {self.node}: {failed}\n{detail}")
-        return line
+        """node/spawning.await_ready, its log tail this function's (image functions use it too)."""
+        return await spawning.await_ready(process, ready, transport, self.node, timeout, what, slow, failed,
+                                          lambda: self.tail_log(name, 8))
 
     def _private_tmp(self, instance: str) -> Path:
-        """An unjailed instance's /tmp: ``<node>/tmp/<instance>``, 0700, empty. Nothing bounds
-        its size and the host's /tmp stays reachable (only the jail gives a tmpfs of its own)."""
-        path = self.node_dir / "tmp" / instance
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.mkdir(mode=0o700)
-        return path
+        return worker_dirs.private_tmp(self.node_dir, instance)
 
     def _volume(self, spec: dict, uid: int | None) -> Path | None:
-        """With ``x-nearfaas.volume``: the function's own folder on this node's disk, kept across
-        calls, instances and redeploys: ``<node>/volumes/<name>``, 0700, owned by its uid. A
-        folder some other uid owns is a deleted function's of the same name: its data is wiped
-        before the new one may see the folder (unless it is a mount point, which is chowned)."""
-        if not (spec.get("x") or {}).get("volume"):
-            return None
-        path = self.node_dir / "volumes" / spec["name"]
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        owner = uid if uid is not None else os.getuid()
-        try:
-            # Something an operator mounted there (a disk, a link file system) is used as it is.
-            if path.stat().st_uid != owner and not os.path.ismount(path):
-                shutil.rmtree(path)
-        except FileNotFoundError:
-            pass
-        path.mkdir(mode=0o700, exist_ok=True)
-        if uid is not None:
-            os.chown(path, uid, uid)
-        return path
+        return worker_dirs.volume(self.node_dir, spec, uid)
 
     def memory_log_dir(self, name: str) -> Path:
-        """Where the allocation logs of ``name``'s profiled workers go (one file per instance)."""
-        return self.node_dir / "memory" / name
+        return profiling.memory_log_dir(self.node_dir, name)
 
     def _memory_profile(self, spec: dict, instance: str, env: dict) -> bool:
-        """With ``x-nearfaas.memory.profile``: preload the allocation shim (memory/shim.py) into
-        the worker, its log in this node's state (opened by the shim before the worker enters
-        its jail, which hides that folder), write sampling started once the worker is jailed
-        (a threaded process cannot enter a mount namespace). Refuses when the shim is not built."""
-        from nearfaas.memory import shim
-
-        memory = (spec.get("x") or {}).get("memory") or {}
-        if not memory.get("profile"):
-            return False
-        try:
-            log_dir = self.memory_log_dir(spec["name"])
-            log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            env.update(shim.shim_env(log_dir / f"{instance}.log", base={}, sample_ms=int(memory.get("sample_ms", 50))),
-                       NEARFAAS_MEMSHIM_DEFER="1")
-        except shim.ShimUnavailable as exc:
-            raise PoolError(f"cannot profile {spec['name']!r} on {self.node}: {exc}", status=503) from None
-        return True
+        """With ``x-nearfaas.memory.profile``: the shim's variables into ``env`` (node/profiling.py)."""
+        shim = profiling.shim_env(spec, self.node, self.node_dir, instance)
+        if shim is not None:
+            env.update(shim)
+        return shim is not None
 
     def _placement(self, spec: dict) -> dict:
-        """The shim's placement inputs for a new profiled worker (memory/placement.py): the hint
-        file from the function's newest runs on this node, and an even share of the node's
-        DRAM budget among its live profiled workers and this one."""
-        from nearfaas.memory import placement
-
-        live = sum(1 for w in self.workers.values() if w.profiled)
-        memory = (spec.get("x") or {}).get("memory") or {}
-        try:
-            budget = placement.node_budget()
-        except ValueError as exc:
-            raise PoolError(f"cannot place {spec['name']!r}'s memory on {self.node}: {exc}", status=503) from None
-        return placement.prepare(self.memory_log_dir(spec["name"]), budget // (live + 1),
-                                 period_ms=float(memory.get("sample_ms") or 50))
+        return profiling.placement(spec, self.node, self.node_dir, sum(1 for w in self.workers.values() if w.profiled))
 
     def _function_env(self, spec: dict, extra_path: str | None, tmp_dir: Path | None = None) -> dict:
         """The environment a worker of this function runs with, whichever way it is started.
@@ -409,18 +338,7 @@ class WorkerPools:
         return env
 
     async def _spawn(self, args: dict, plan: dict | None, channel: Channel | None, env: dict, cwd: str, name: str):
-        """The classic cold start: a fresh interpreter for this function."""
-        args = dict(args, jail=json.dumps(plan) if plan else None, object_fd=str(channel.worker_fd) if channel else None)
-        # Flag and value as separate arguments: `nearfaas down` recognises our processes by
-        # arguments that are paths under the state directory (cluster/launcher.py).
-        flags = [part for key, value in args.items() if value is not None for part in (f"--{key.replace('_', '-')}", value)]
-        try:
-            return await spawn_with_ready_pipe([sys.executable, "-m", "nearfaas.runtime.worker", *flags],
-                                               log_path=self.log_path(name), env=env, cwd=cwd,
-                                               extra_fds=(channel.child_fd,) if channel else ())
-        finally:
-            if channel is not None:
-                channel.release_child()  # the worker has its copy (or never will)
+        return await spawning.spawn(args, plan, channel, env, cwd, self.log_path(name))
 
     async def _specialise(self, generic: GenericWorker, args: dict, plan: dict | None, env: dict, extra_path: str | None,
                           cwd: str, name: str):
@@ -499,57 +417,23 @@ class WorkerPools:
             raise PoolError(f"could not set up the requirements build of {spec['name']!r} on {self.node}: {exc}", status=503) from None
 
     def _mount_secrets(self, spec: dict, instance: str, uid: int | None = None) -> Path | None:
-        """Copy the function's secrets into a folder of this instance's own: starting a new
-        instance never touches the files that running ones read. An isolated worker sees only
-        this folder of the state directory, and only its uid may read it."""
-        names = spec.get("secrets") or []
-        if not names:
+        """The function's secrets, copied for this instance (node/worker_secrets.py) from its
+        namespace's folder: the gateway's, or this node's fetched copy of it."""
+        if not spec.get("secrets"):
             return None
-        # the function's namespace's: the gateway's folder, or this node's fetched copy of it
         source = self.files.secrets_dir(spec) if self.files is not None else secrets_folder(self.state_dir, secrets_namespace(spec))
-        missing = [s for s in names if not (source / s).is_file()]
-        if missing:
-            raise PoolError(f"function {spec['name']!r} lists secret {missing[0]!r}, which does not exist; "
-                            f"create it with: nearfaas secret create {missing[0]} --from-literal VALUE", status=400)
-        mount = self.node_dir / "secrets" / instance
-        mount.mkdir(parents=True, mode=0o700)
-        for secret in names:
-            shutil.copyfile(source / secret, mount / secret)
-            os.chmod(mount / secret, 0o400)
-            if uid is not None:
-                os.chown(mount / secret, uid, uid)
-        if uid is not None:
-            os.chown(mount, uid, uid)
-            os.chmod(mount, 0o500)
-        return mount
+        return worker_secrets.mount(spec, source, self.node_dir / "secrets" / instance, uid)
 
     # -- logs ------------------------------------------------------------------------------------
     def log_path(self, name: str) -> Path:
-        return self.node_dir / "logs" / f"{name}.log"
+        return worker_logs.log_path(self.node_dir, name)
 
     def tail_log(self, name: str, lines: int) -> str:
-        path = self.log_path(name)
-        if not path.exists():
-            return ""
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return worker_logs.tail(self.log_path(name), lines)
 
     def read_logs(self, name: str, since: float = 0.0, tail: int = 0) -> list[dict]:
-        """Log records of a function on this node: JSON lines from print(), raw lines from fd writes."""
-        path = self.log_path(name)
-        if not path.exists():
-            return []
-        records = []
-        mtime = path.stat().st_mtime
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict) or "text" not in record:
-                    raise ValueError
-            except ValueError:
-                record = {"timestamp": mtime, "name": name, "instance": self.node, "stream": "raw", "text": line}
-            if record.get("timestamp", 0) >= since:
-                records.append(record)
-        return records[-tail:] if tail else records
+        """Log records of a function on this node (node/worker_logs.py)."""
+        return worker_logs.read(self.log_path(name), name, self.node, since, tail)
 
 
 @dataclass
@@ -562,10 +446,7 @@ class _Held:
     tmp: Path | None = None
 
 
-async def _remove_tmp(path: Path | None) -> None:
-    """Remove an unjailed instance's /tmp (off the event loop: a function may leave many files)."""
-    if path is not None:
-        await asyncio.to_thread(shutil.rmtree, path, True)
+_remove_tmp = worker_dirs.remove_tmp
 
 
 async def _remove_cgroups(dirs: list[str]) -> None:
