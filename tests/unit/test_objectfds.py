@@ -12,10 +12,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from nearfaas.auth import function_keys
+from nearfaas.node import objectfds
 from nearfaas.node.objectfds import ObjectFdServer, answer, function_buckets
 from nearfaas.node.objectstore import ObjectStore
 from nearfaas.runtime.context import IOStats, LocalObjects, ObjectClient
 from nearfaas.spec.options import INTERMEDIATE_BUCKET
+
+
+RUN_ID = "ab" * 16
 
 
 @pytest.fixture
@@ -26,7 +31,7 @@ def store(tmp_path):
     s.put_object("docs", "a.txt", b"near data, by fd")
     s.put_object("docs", "empty", b"")
     s.put_object("payroll", "q3.csv", b"secret numbers")
-    s.put_object(INTERMEDIATE_BUCKET, "app/run/stage", b"intermediate")
+    s.put_object(INTERMEDIATE_BUCKET, f"app/{RUN_ID}/stage", b"intermediate")
     for i in range(8):
         s.put_object("docs", f"k{i}", bytes([65 + i]) * (5000 + i))  # bigger than a page
     return s
@@ -79,9 +84,8 @@ def test_an_allowed_bucket_is_mapped_with_the_right_bytes(store):
         assert view.readonly
         assert client.stats.bytes_read_local == len(b"near data, by fd") and client.stats.bytes_read_remote == 0
         assert bytes(client.get("s3://docs/empty")) == b""
-        assert bytes(client.get(f"s3://{INTERMEDIATE_BUCKET}/app/run/stage")) == b"intermediate"  # always allowed
         assert client.is_local("s3://docs/a.txt")
-        _until(lambda: channel.served == 4)
+        _until(lambda: channel.served == 3)
 
     _serve(store, {"buckets": ["docs"]}, body)
 
@@ -102,8 +106,29 @@ def test_another_bucket_is_denied_and_a_missing_key_is_not_found(store):
     _serve(store, {"buckets": ["docs"]}, body)
 
 
-def test_any_bucket_star_and_no_list_means_intermediates_only():
-    assert function_buckets({}) == {INTERMEDIATE_BUCKET}
+def test_an_intermediate_needs_its_chain_calls_key(store):
+    """A function key (any bucket list, "*" included) never reads intermediates by fd; a chain
+    call's key reads its own call's prefix and nothing else (auth/function_keys.py)."""
+    objectfds.trust_chain_keys("cluster-secret")
+    mine = function_keys.run_credentials("cluster-secret", "app", RUN_ID)
+    other = function_keys.run_credentials("cluster-secret", "app", "cd" * 16)
+    forged = function_keys.run_credentials("another-secret", "app", RUN_ID)
+
+    def body(local, channel):
+        key = f"app/{RUN_ID}/stage"
+        assert local.ask("open", INTERMEDIATE_BUCKET, key)[0]["status"] == "denied"
+        for cred in (other, forged):
+            assert local.open(INTERMEDIATE_BUCKET, key, (cred["access_key"], cred["secret_key"])) is None
+        client = ObjectClient("http://127.0.0.1:9", local, IOStats(), run_key=f"{mine['access_key']}:{mine['secret_key']}")
+        assert bytes(client.get(f"s3://{INTERMEDIATE_BUCKET}/{key}")) == b"intermediate"
+        assert client.stats.bytes_read_local == len(b"intermediate")
+
+    _serve(store, {"buckets": ["*"]}, body)
+
+
+def test_any_bucket_star_and_no_list_means_no_bucket_and_never_the_intermediates():
+    assert function_buckets({}) == frozenset()
+    assert function_buckets({"buckets": ["*", INTERMEDIATE_BUCKET]}) == {"*"}
     reply, fd = answer("/nonexistent", function_buckets({"buckets": ["*"]}), json.dumps({"id": 1, "bucket": "zz9", "key": "k"}).encode())
     assert reply["status"] == "not-found" and fd is None
     reply, _ = answer("/nonexistent", function_buckets({}), json.dumps({"id": 2, "bucket": "zz9", "key": "k"}).encode())

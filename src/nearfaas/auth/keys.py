@@ -113,7 +113,7 @@ def parse_keys(document: Any, path: Path, reserved: Iterable[str] = ()) -> dict[
         access = raw.get("access_key")
         if not isinstance(access, str) or not _ACCESS.match(access):
             raise KeysFileError(f"{where}.access_key: must be 3-128 letters, digits, '.', '_' or '-', not {access!r}")
-        if access in reserved or access.startswith("nff."):
+        if access in reserved or access.startswith(("nff.", "nfr.")):  # function and chain-call keys (function_keys.py)
             raise KeysFileError(f"{where}.access_key: {access!r} is the cluster's own key or a function key's form; "
                                 "give this key an access key of its own")
         if access in entries:

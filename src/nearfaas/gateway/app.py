@@ -105,16 +105,26 @@ def _stage_profiles():
         return Profiles()
 
 
+def _not_intermediates(action: str, bucket: str | None, key: str | None) -> bool:
+    """A function key never reaches the intermediates, not even with ``buckets: ["*"]``."""
+    return bucket != INTERMEDIATE_BUCKET
+
+
 def _function_key_resolver(invoker: Invoker, secret: str):
-    """S3 keys of deployed functions: each may use only the buckets its spec allows."""
+    """S3 keys of deployed functions (each may use only the buckets its spec allows) and of chain
+    calls (each may use only its own intermediates; auth/function_keys.py)."""
     from nearfaas.s3.sigv4 import Principal
 
     def resolve(access: str):
+        if (prefix := function_keys.run_prefix(access)) is not None:  # a chain call's own key: its prefix only
+            return Principal(f"chain-call key {access}", function_keys.secret_key(secret, access), frozenset({INTERMEDIATE_BUCKET}),
+                             authorizer=function_keys.run_authorizer(prefix))
         parsed = function_keys.parse(access)
         state = invoker.functions.get(parsed[0]) if parsed else None
         if state is None or state.spec.get("uid") != parsed[1]:
             return None  # not a function key, or its function is gone (or was redeployed anew)
-        return Principal(f"function key {access}", function_keys.secret_key(secret, access), state.options.allowed_buckets())
+        return Principal(f"function key {access}", function_keys.secret_key(secret, access), state.options.allowed_buckets(),
+                         authorizer=_not_intermediates)
 
     return resolve
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from multidict import CIMultiDict
 
+from nearfaas.auth import function_keys
 from nearfaas.gateway.errors import CallError
 from nearfaas.gateway.invoker import CallResult, Invoker, StageIO
 from nearfaas.placement.chain import ChainCycle, Stage, StageMissing, intermediate_key, plan
@@ -60,6 +61,9 @@ class _ChainCall:
     results: dict[str, CallResult] = field(default_factory=dict)
     begun: set[str] = field(default_factory=set)  # stages that were sent, whether or not they answered
     holds: dict[str, str] = field(default_factory=dict)  # stage -> node whose accelerator is kept for it
+    # The key each stage gets for this call's intermediates only (auth/function_keys.py); None
+    # without a cluster secret (local mode, no S3 auth).
+    run_key: dict | None = field(default=None, repr=False)
 
     def output_of(self, stage: str) -> tuple[str, str]:
         return INTERMEDIATE_BUCKET, intermediate_key(self.app, self.run_id, stage)
@@ -91,6 +95,8 @@ class ChainRunner:
         except ChainCycle as exc:
             raise CallError(409, f"chain {app!r}: {exc}", "gateway") from None
         call = _ChainCall(app, call_id, request, waves)
+        secret = getattr(self.invoker.nodes, "secret", None)
+        call.run_key = function_keys.run_credentials(secret, app, call.run_id) if secret else None
         outcome = "failed"
         try:
             for wave in waves:
@@ -116,7 +122,8 @@ class ChainRunner:
         inputs = tuple(call.output_of(p) for p in stage.after if self._wrote(call, p))
         self._check_inputs_reachable(stage, inputs)
         io = StageIO(call.output_of(stage.function), output_local=not stage.is_sink, app=call.app,
-                     held_accelerator=call.holds.get(stage.function), inputs=inputs if stage.after else None)
+                     held_accelerator=call.holds.get(stage.function), inputs=inputs if stage.after else None,
+                     run_key=call.run_key)
         method, path, query, headers, body = call.request
         if stage.after:  # not the first stage: the predecessors' outputs and answers, as JSON
             policy = {k: v for k, v in headers.items() if k.lower() == "x-nearfaas-policy"}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from multidict import CIMultiDict
 
+from nearfaas.auth.function_keys import RUN_KEY_HEADER
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.gateway.errors import CallError, NodeLost
 from nearfaas.gateway.inputs import InputResolver
@@ -54,6 +55,8 @@ class StageIO:
     app: str  # the chain's first function: its writes never trigger the app again
     held_accelerator: str | None = None  # the chain's own hold on a node's accelerator (not "busy" for this stage)
     inputs: tuple | None = None  # the predecessors' outputs, whatever the function's x-nearfaas.inputs say
+    # The chain call's own S3 key (auth/function_keys.py): the only key that reaches its intermediates.
+    run_key: dict | None = field(default=None, repr=False)
 
 
 def find_inputs(options: NearfaasOptions, body: bytes) -> list[dict]:
@@ -201,6 +204,8 @@ class Invoker:
             forward["X-Nearfaas-Output"] = json.dumps({"bucket": stage.output[0], "key": stage.output[1]})
             forward["X-Nearfaas-Output-Mode"] = "local" if stage.output_local else "cluster"
             forward["X-Nearfaas-App"] = stage.app
+            if stage.run_key:  # read by the worker only (runtime/worker.py drops x-nearfaas-* from the event)
+                forward[RUN_KEY_HEADER] = f"{stage.run_key['access_key']}:{stage.run_key['secret_key']}"
         exec_timeout = float(state.spec.get("exec_timeout", 10.0))
         for attempt in (1, 2):
             try:

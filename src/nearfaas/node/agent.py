@@ -264,12 +264,18 @@ def _is_gateway(principal) -> bool:
 def _node_s3_auth(secret: str):
     from nearfaas.auth import function_keys
     from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
+    from nearfaas.node import objectfds
     from nearfaas.s3.sigv4 import Principal, S3Auth
 
+    # A storage node's S3 port takes a chain call's key for that call's intermediates (a stage's
+    # local output), never a function key; its fd hand-off checks the same keys (objectfds.py).
+    objectfds.trust_chain_keys(secret)
+
     def function_key(access: str):
-        if function_keys.parse(access) is None:
+        if (prefix := function_keys.run_prefix(access)) is None:
             return None
-        return Principal(f"function key {access}", function_keys.secret_key(secret, access), frozenset({INTERMEDIATE_BUCKET}))
+        return Principal(f"chain-call key {access}", function_keys.secret_key(secret, access), frozenset({INTERMEDIATE_BUCKET}),
+                         authorizer=function_keys.run_authorizer(prefix))
 
     return S3Auth({INTERNAL_ACCESS_KEY: secret}, resolver=function_key)
 

@@ -5,7 +5,7 @@ Mechanism. When a storage node starts a worker (or a pre-warmed generic worker) 
 ``socketpair(AF_UNIX, SOCK_SEQPACKET)``; the worker inherits one end, the node watches the other
 from its event loop. A worker asks with one datagram, ``{"id": 7, "op": "open", "bucket": "docs",
 "key": "a.txt"}``; the node checks that the function may read the bucket locally (the buckets
-the gateway put in the spec, plus the chain intermediate bucket), opens the object file
+the gateway put in the spec; an intermediate only with its chain call's key), opens the object file
 read-only and answers ``{"id": 7, "status": "ok", "offset": 4096, "size": 1234, "etag": "..."}``
 with the open fd attached (SCM_RIGHTS). The worker mmaps it exactly as it used to mmap the
 path: an object file is replaced by rename, never rewritten, so the mapping stays valid. ``op:
@@ -34,6 +34,7 @@ import os
 import socket
 from pathlib import Path
 
+from nearfaas.auth import function_keys
 from nearfaas.node.objectfile import CorruptObjectFile, bucket_dir, info_from_header, live_fields, object_path
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.validation import validate_bucket_name, validate_key
@@ -47,12 +48,27 @@ ANY_BUCKET = "*"  # the gateway's word for a function that declared no x-nearfaa
 
 def function_buckets(spec: dict) -> frozenset[str]:
     """Buckets a function may read through the fd hand-off: the gateway's ``spec["buckets"]``
-    (``["*"]``: any) and the chain intermediate bucket. No list at all: the intermediates only."""
-    return frozenset(b for b in (spec.get("buckets") or []) if isinstance(b, str)) | {INTERMEDIATE_BUCKET}
+    (``["*"]``: any but the intermediates). The chain intermediate bucket is never among them: a
+    request for it must carry its chain call's key (``run`` + ``proof``, auth/function_keys.py)."""
+    return frozenset(b for b in (spec.get("buckets") or []) if isinstance(b, str) and b != INTERMEDIATE_BUCKET)
 
 
 def may_read(buckets: frozenset[str], bucket: str) -> bool:
-    return bucket in buckets or ANY_BUCKET in buckets
+    return bucket != INTERMEDIATE_BUCKET and (bucket in buckets or ANY_BUCKET in buckets)
+
+
+_chain_secret: list[str] = []  # the cluster secret, set once by the node agent (trust_chain_keys)
+
+
+def trust_chain_keys(cluster_secret: str) -> None:
+    """Let requests for intermediates in with a chain call's key made under ``cluster_secret``."""
+    _chain_secret[:] = [cluster_secret]
+
+
+def _chain_key_ok(message: dict, bucket: str, key: str) -> bool:
+    run, proof = message.get("run"), message.get("proof")
+    return (bool(_chain_secret) and isinstance(run, str) and isinstance(proof, str)
+            and function_keys.run_proof_ok(_chain_secret[0], run, proof, bucket, key, INTERMEDIATE_BUCKET))
 
 
 def answer(store_root, buckets: frozenset[str], request: bytes) -> tuple[dict, int | None]:
@@ -67,7 +83,7 @@ def answer(store_root, buckets: frozenset[str], request: bytes) -> tuple[dict, i
     except ValueError as exc:
         return {"id": None, "status": "bad-request", "error": str(exc)}, None
     reply = {"id": rid}
-    if not may_read(buckets, bucket):
+    if not may_read(buckets, bucket) and not _chain_key_ok(message, bucket, key):
         return reply | {"status": "denied", "error": f"this function may not read bucket {bucket!r} locally"}, None
     try:
         validate_bucket_name(bucket)

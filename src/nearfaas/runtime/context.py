@@ -25,6 +25,7 @@ from nearfaas.bitar import transfer as bitar_transfer
 from nearfaas.link.profiles import EmulatedLink
 from nearfaas.telemetry.headers import format_link
 
+INTERMEDIATE_BUCKET = "nearfaas-intermediates"  # spec/options.py's, without importing the spec package into workers
 LOCAL_TIMEOUT_S = 10.0  # the node answers from its event loop; past this, read through S3 instead
 
 
@@ -159,7 +160,7 @@ class LocalObjects:
         self._next = 0
         self.broken = False  # the node closed its end: every read goes through S3 from then on
 
-    def ask(self, op: str, bucket: str, key: str) -> tuple[dict, int | None] | None:
+    def ask(self, op: str, bucket: str, key: str, run: tuple[str, str] | None = None) -> tuple[dict, int | None] | None:
         """The node's answer and the fd it sent (the caller owns it), or None when the node
         could not be asked (gone, or too slow)."""
         with self._lock:
@@ -168,7 +169,10 @@ class LocalObjects:
             self._next += 1
             rid = self._next
             try:
-                self._sock.send(json.dumps({"id": rid, "op": op, "bucket": bucket, "key": key}).encode())
+                message = {"id": rid, "op": op, "bucket": bucket, "key": key}
+                if run is not None:  # this socket is the node's and ours alone: the secret itself is the proof
+                    message |= {"run": run[0], "proof": run[1]}
+                self._sock.send(json.dumps(message).encode())
                 while True:
                     data, fds, flags, _ = socket.recv_fds(self._sock, 65536, 1)
                     if not data:
@@ -188,9 +192,10 @@ class LocalObjects:
                 self.broken = True
                 return None
 
-    def open(self, bucket: str, key: str) -> tuple[int, int, int] | None:
-        """(fd, data offset, size) of a local object this function may read, else None."""
-        got = self.ask("open", bucket, key)
+    def open(self, bucket: str, key: str, run: tuple[str, str] | None = None) -> tuple[int, int, int] | None:
+        """(fd, data offset, size) of a local object this function may read, else None. ``run``:
+        the chain call's key (access, secret), which the node wants for an intermediate."""
+        got = self.ask("open", bucket, key, run)
         if got is None:
             return None
         reply, fd = got
@@ -200,8 +205,8 @@ class LocalObjects:
             return None
         return fd, int(reply["offset"]), int(reply["size"])
 
-    def exists(self, bucket: str, key: str) -> bool:
-        got = self.ask("stat", bucket, key)
+    def exists(self, bucket: str, key: str, run: tuple[str, str] | None = None) -> bool:
+        got = self.ask("stat", bucket, key, run)
         return got is not None and got[0].get("status") == "ok"
 
 
@@ -217,7 +222,7 @@ class ObjectClient:
 
     def __init__(self, gateway: str, local: LocalObjects | None, stats: IOStats | None = None, auth_headers=None,
                  link: EmulatedLink | None = None, node_url: str | None = None, output: ObjectRef | None = None,
-                 output_local: bool = False, caller: str = ""):
+                 output_local: bool = False, caller: str = "", run_key: str | None = None):
         self._endpoints = {"cluster": urllib.parse.urlsplit(gateway)}
         if node_url and local is not None:  # a storage node serves S3 itself: a write to it stays on this node
             self._endpoints["node"] = urllib.parse.urlsplit(node_url)
@@ -233,6 +238,11 @@ class ObjectClient:
         self._output = output
         self._local_output = output if output_local and "node" in self._endpoints else None
         self.caller = caller
+        # The chain call's own key ("ACCESS:SECRET" from the gateway, auth/function_keys.py): the
+        # only key that reaches the intermediates; every other bucket takes the function's key.
+        access, _, secret = (run_key or "").partition(":")
+        self.run: tuple[str, str] | None = (access, secret) if access and secret else None
+        self._run_headers = sigv4_signer(access, secret, os.environ.get("NEARFAAS_REGION", "us-east-1")) if self.run else None
         self.wrote_output: str | None = None  # "local" or "cluster" once the call's output ref is written
 
     @property
@@ -283,12 +293,12 @@ class ObjectClient:
 
     def is_local(self, ref) -> bool:
         ref = ObjectRef.parse(ref)
-        return self._local is not None and self._local.exists(ref.bucket, ref.key)
+        return self._local is not None and self._local.exists(ref.bucket, ref.key, self.run)
 
     def _map_local(self, ref: ObjectRef):
         if self._local is None:
             return None
-        found = self._local.open(ref.bucket, ref.key)
+        found = self._local.open(ref.bucket, ref.key, self.run)
         if found is None:  # not here, or not this function's to read locally: S3 decides
             return None
         fd, offset, size = found
@@ -358,15 +368,17 @@ class ObjectClient:
                 and bitar_transfer.pays(link.profile.bandwidth_bytes_per_s, _RATIOS.ratio(bucket))):
             # Ask for the object compressed (bitar/transfer.py): only over a link slow enough to pay
             headers.update({"Accept-Encoding": "gzip", bitar_transfer.OPT_IN_HEADER: bitar_transfer.OPT_IN_VALUE})
-        if self._auth_headers:  # the function's own key: the gateway checks it, and so does this node's S3 port
+        sign = self._auth_headers
+        if self._run_headers is not None and _bucket_of(target) == INTERMEDIATE_BUCKET:
+            sign = self._run_headers  # the chain call's key: the gateway and this node's S3 port check it
+        if sign:  # else the function's own key, checked by the gateway
             url = f"{endpoint.scheme}://{endpoint.netloc}{target}"
             if whole_object:  # what context.objects always signed: the content coding, nothing the gateway rewrites
                 signed = {k: v for k, v in headers.items() if k in ("Content-Encoding", bitar_transfer.OPT_IN_HEADER)}
             else:  # a plain S3 client's request: every S3 header it sent (x-amz-*, Range, metadata) is signed again
                 signed = {k: v for k, v in headers.items() if k.lower() != "accept-encoding" and (
                     not k.lower().startswith("x-nearfaas-") or k == bitar_transfer.OPT_IN_HEADER)}
-            headers.update(self._auth_headers(method, url, body or b"", signed) if signed else
-                           self._auth_headers(method, url, body or b""))
+            headers.update(sign(method, url, body or b"", signed) if signed else sign(method, url, body or b""))
         for attempt in (1, 2):  # one retry: a keep-alive connection may have been closed by the server
             conn = self._take(where, endpoint)
             try:
@@ -406,6 +418,11 @@ class ObjectClient:
     def _give_back(self, where: str, conn: http.client.HTTPConnection) -> None:
         with self._idle_lock:
             self._idle.setdefault(where, []).append(conn)
+
+
+def _bucket_of(target: str) -> str:
+    """The bucket of a path-style request target (``/bucket/key?query``)."""
+    return urllib.parse.unquote(target.partition("?")[0].lstrip("/").partition("/")[0])
 
 
 def sigv4_signer(access_key: str, secret_key: str, region: str = "us-east-1"):

@@ -289,7 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve_local(self, method: str, client: ObjectClient, bucket: str, key: str) -> bool:
         """Answer from this node's object file; False when it is not here (or not ours to read)."""
-        found = client.local.open(bucket, key)
+        found = client.local.open(bucket, key, client.run)
         if found is None:
             return False
         fd, offset, size = found

@@ -194,11 +194,12 @@ class Worker:
         endpoint.start()
         return endpoint
 
-    def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool, app: str | None) -> ObjectClient:
+    def _objects(self, stats: IOStats, output: ObjectRef | None, output_local: bool, app: str | None,
+                 run_key: str | None = None) -> ObjectClient:
         # One client per call: its stats are the call's data-movement measurement. Its writes
         # name the chain (or the function) they come from, so they never trigger it again.
         return ObjectClient(self.gateway, self.local, stats, auth_headers=self.signer, link=self.link, node_url=self.node_url,
-                            output=output, output_local=output_local, caller=app or self.name)
+                            output=output, output_local=output_local, caller=app or self.name, run_key=run_key)
 
     def _run_as(self, call_id: str, event: Event, context: Context):
         token = current_call.set(call_id)  # this thread's S3 requests are this call's (runtime/s3proxy.py)
@@ -241,7 +242,8 @@ class Worker:
                       method=h.get("X-Nearfaas-Method", request.method), query=query,
                       path=unquote(h.get("X-Nearfaas-Path", "/")))
         stats = IOStats()
-        objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local", h.get("X-Nearfaas-App"))
+        objects = self._objects(stats, output, h.get("X-Nearfaas-Output-Mode") == "local", h.get("X-Nearfaas-App"),
+                                h.get("X-Nearfaas-Run-Key"))  # a chain stage's key for its call's intermediates
         call_id = h.get("X-Nearfaas-Call-Id") or f"local-{uuid.uuid4().hex}"
         context = Context(function=self.name, node=self.node, call_id=call_id, input=ref,
                           objects=objects, secrets=self.secrets, output=output)

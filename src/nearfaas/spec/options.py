@@ -70,8 +70,8 @@ class NearfaasOptions:
     target: str = "worker"                  # "fastpath": a tiny lambda run to completion by the fast path (docs/fastpath.md)
     fastpath: dict[str, Any] | None = None  # {module | native, weight, timeout_ms, external} when target is fastpath
     stream: dict[str, Any] | None = None    # {fn, k, dtype, variant, min, max} when target is stream
-    # The buckets this function's own S3 key may use ("*": any). Its trigger buckets and the chain
-    # intermediate bucket are added for it (auth/function_keys.py); nothing else is reachable.
+    # The buckets this function's own S3 key may use ("*": any but the chain intermediates). Its
+    # trigger buckets are added; intermediates take a chain call's own key (auth/function_keys.py).
     buckets: list[str] = field(default_factory=list)
     auth: bool = False                      # calls to /function/<name> need the cluster's credentials
     # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 50} preloads the allocation
@@ -91,7 +91,7 @@ class NearfaasOptions:
         if "*" in self.buckets:
             return None
         triggers = {t.removeprefix("s3://").split("/", 1)[0] for t in self.triggers}
-        return frozenset(self.buckets) | triggers | {INTERMEDIATE_BUCKET}
+        return frozenset(self.buckets) | triggers  # intermediates: a chain call's own key (function_keys.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),
