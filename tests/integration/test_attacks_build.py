@@ -113,3 +113,20 @@ def test_a_build_backend_runs_as_the_function_and_sees_nothing_of_the_node(clust
     assert build["read_cluster_json"] != "ok", answer   # the state directory is hidden from the build
     assert build["write_state"] != "ok", answer
     assert not (state / "pwned-by-build").exists()
+
+
+def test_a_failing_jailed_build_is_pips_own_clear_error(cluster, scratch, tmp_path):
+    """The jail keeps today's failure: the call is a 502 naming the file, with pip's tail."""
+    bundle = tmp_path / "brokenbuild"
+    (bundle / "broken").mkdir(parents=True)
+    (bundle / "handler.py").write_text("def handle(event, context):\n    return 'unreachable'\n")
+    (bundle / "requirements.txt").write_text("./broken\n")
+    (bundle / "broken" / "pyproject.toml").write_text(PYPROJECT.replace("evil_report", "broken"))
+    (bundle / "broken" / "backend.py").write_text(
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n\n\n"
+        "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+        "    raise RuntimeError('the backend refuses to build')\n")
+    assert scratch("build-broken", bundle, wait=False).status_code < 300
+    resp = cluster.http.post(f"{cluster.url}/function/build-broken", data=b"", timeout=300)
+    assert resp.status_code == 502, resp.text
+    assert "pip could not install" in resp.text and "fix requirements.txt" in resp.text, resp.text
