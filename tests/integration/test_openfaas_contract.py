@@ -252,3 +252,16 @@ def test_nearfaas_deploy_sends_a_stack_functions_namespace(namespaced, functions
     namespaced.wait_warm("clins.team-a")
     assert requests.post(f"{namespaced.url}/function/clins.team-a", data=b"ns", timeout=30).json()["body"] == "ns"
     assert requests.post(f"{namespaced.url}/function/clins", timeout=30).status_code == 404
+
+
+def test_a_namespaced_function_uses_its_declared_bucket_with_its_own_key(namespaced, functions_dir):
+    """Issue 39, finding 8: a team-a function's key (nff.<fn>.team-a.<uid>) was InvalidAccessKeyId."""
+    c = namespaced
+    c.s3().create_bucket(Bucket="ns-data")
+    c.s3().put_object(Bucket="ns-data", Key="in.txt", Body=b"team data")
+    resp = c.deploy("nsboto", functions_dir / "upper_boto", wait=False, namespace="team-a", **{"x-nearfaas": {"buckets": ["ns-data"]}})
+    assert resp.status_code == 202, resp.text
+    c.wait_warm("nsboto.team-a")
+    got = requests.post(f"{c.url}/function/nsboto.team-a", json={"input": {"bucket": "ns-data", "key": "in.txt"}}, timeout=60)
+    assert got.status_code == 200, got.text
+    assert c.s3().get_object(Bucket="ns-data", Key="in.txt.upper")["Body"].read() == b"TEAM DATA"
