@@ -178,6 +178,7 @@ fn stats(srv: &Server) -> Value {
         "host_forwarded": r(&g.host_forwarded), "host_errors": r(&g.host_errors),
         "packets": r(&g.packets), "auth_failures": r(&g.auth_failures),
         "conns_refused": r(&g.conns_refused), "frames_too_large": r(&g.frames_too_large),
+        "conns_refused_peer": r(&g.conns_refused_peer), "conns_idle_closed": r(&g.conns_idle_closed),
         "tcp_conns": srv.tcp_conns.load(Ordering::Relaxed),
     });
     let mut global = global;

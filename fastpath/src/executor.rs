@@ -13,12 +13,14 @@ use crate::{auth, control, lambda, sched, server, stream};
 pub const USAGE: &str =
     "usage: nearfaas-fastpath --control-key-file PATH [--udp ADDR] [--tcp ADDR] [--control ADDR]
   [--unix PATH] [--workers N] [--host ADDR] [--ready-file PATH] [--queue-depth N]
-  [--sched drr|fifo] [--pin] [--max-connections N] [--max-frame BYTES]
+  [--sched drr|fifo] [--pin] [--max-connections N] [--max-connections-per-peer N]
+  [--tcp-idle-ms MS] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
   [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
-  --max-connections 256 --max-frame 2097152; --stream (stream functions) is off unless given,
+  --max-connections 256 --max-connections-per-peer 64 --tcp-idle-ms 5000 (a TCP connection with
+  nothing in flight that sends nothing for this long is closed) --max-frame 2097152; --stream (stream functions) is off unless given,
   --stream-idle-ms 2000 --stream-max-connections 1024; --poll adaptive --poll-max-us 200 --poll-share 0.1
   (idle workers spin on their socket for a budget learnt from the gaps between requests, then
   block: src/poll.rs); --slice-us 50 (wasm lambdas run in slices of this many microseconds, so
@@ -38,6 +40,10 @@ pub struct Args {
     pub pin: bool,
     pub control_key_file: Option<String>,
     pub max_conns: usize,
+    /// Most TCP connections open at once from one peer IP address.
+    pub max_conns_per_peer: usize,
+    /// A TCP connection with no request in flight that sends nothing for this long is closed.
+    pub tcp_idle_ms: u64,
     pub max_frame: usize,
     /// The stream functions' listener (off when None).
     pub stream: Option<String>,
@@ -87,6 +93,8 @@ fn default_args() -> Args {
         pin: false,
         control_key_file: None,
         max_conns: 256,
+        max_conns_per_peer: 64,
+        tcp_idle_ms: 5000,
         max_frame: 2 << 20,
         stream: None,
         stream_idle_ms: 2000,
@@ -113,6 +121,14 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
         "--pin" => a.pin = true,
         "--control-key-file" => a.control_key_file = Some(val()),
         "--max-connections" => a.max_conns = at_least_1(val()),
+        "--max-connections-per-peer" => a.max_conns_per_peer = at_least_1(val()),
+        "--tcp-idle-ms" => {
+            a.tcp_idle_ms = int_in(
+                &val(),
+                1..=3_600_000,
+                "--tcp-idle-ms: use milliseconds from 1 to 3600000",
+            ) as u64
+        }
         "--max-frame" => {
             a.max_frame = int_in(
                 &val(),
@@ -241,6 +257,8 @@ pub fn run(args: Args) -> ! {
         host: args.host,
         max_frame: args.max_frame,
         max_conns: args.max_conns,
+        max_conns_per_peer: args.max_conns_per_peer,
+        tcp_idle: std::time::Duration::from_millis(args.tcp_idle_ms),
         poll: args.poll,
         slice: args.slice,
     };

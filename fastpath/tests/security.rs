@@ -126,7 +126,14 @@ fn tcp(fp: &Fp) -> TcpStream {
 fn declared_frames_cost_nothing_until_their_bytes_arrive() {
     // The frame limit raised to 16 MiB so that these frames are legal: the old executor
     // allocated (and zeroed) the declared length at once, 1.6 GiB for 100 connections.
-    let fp = Fp::start(&["--workers", "1", "--max-frame", "16777216"]);
+    let fp = Fp::start(&[
+        "--workers",
+        "1",
+        "--max-frame",
+        "16777216",
+        "--max-connections-per-peer",
+        "256",
+    ]);
     fp.deploy_native(7, "web", json!({}));
     let pid = fp.child.id();
     std::thread::sleep(Duration::from_millis(300));
@@ -252,4 +259,76 @@ fn closed_connections_give_their_threads_back() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(fp.stats()["global"]["tcp_conns"], 0);
+}
+
+#[test]
+fn idle_connections_are_closed_and_do_not_hold_the_pool() {
+    // Issue 39: 256 idle connections used to fill the pool for good, so every new call failed.
+    let fp = Fp::start(&[
+        "--workers",
+        "1",
+        "--max-connections",
+        "6",
+        "--max-connections-per-peer",
+        "6",
+        "--tcp-idle-ms",
+        "300",
+    ]);
+    fp.deploy_native(7, "web", json!({}));
+    // A connection in use (a call every 100 ms, under the idle timeout) is not closed.
+    let mut busy = TcpClient::connect(&fp);
+    let mut idle: Vec<TcpStream> = (0..5).map(|_| tcp(&fp)).collect();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(900) {
+        busy.send(7, b"hi");
+        assert_eq!(busy.recv().1, OK);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for s in idle.iter_mut() {
+        assert!(
+            closed(s, Duration::from_secs(5)),
+            "an idle connection stayed open"
+        );
+    }
+    assert_eq!(global(&fp, "conns_idle_closed"), 5);
+    busy.send(7, b"still");
+    assert_eq!(busy.recv().1, OK);
+    // The pool has room again: a new client is served.
+    let mut next = TcpClient::connect(&fp);
+    next.send(7, b"new");
+    assert_eq!(next.recv().1, OK);
+}
+
+#[test]
+fn one_peer_cannot_take_the_whole_pool() {
+    let fp = Fp::start(&[
+        "--workers",
+        "1",
+        "--max-connections",
+        "8",
+        "--max-connections-per-peer",
+        "3",
+    ]);
+    fp.deploy_native(7, "web", json!({}));
+    let mut open: Vec<TcpClient> = (0..3).map(|_| TcpClient::connect(&fp)).collect();
+    for t in open.iter_mut() {
+        t.send(7, b"hi");
+        assert_eq!(t.recv().1, OK);
+    }
+    let mut fourth = tcp(&fp);
+    assert!(
+        closed(&mut fourth, Duration::from_secs(5)),
+        "a 4th connection from one peer stayed open"
+    );
+    assert_eq!(global(&fp, "conns_refused_peer"), 1);
+    assert_eq!(global(&fp, "conns_refused"), 0); // the pool itself had room
+    drop(open.pop());
+    let t = Instant::now();
+    while fp.stats()["global"]["tcp_conns"] != 2 {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut again = TcpClient::connect(&fp);
+    again.send(7, b"again");
+    assert_eq!(again.recv().1, OK);
 }

@@ -93,3 +93,34 @@ def test_a_protected_function_cannot_be_installed_in_the_executor(cluster):
     finally:
         if resp.status_code < 300:
             cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "fp-attack-private-lambda"}, timeout=30)
+
+
+def test_256_idle_tcp_connections_are_closed_and_calls_succeed_again(cluster):
+    # Finding 6 (fast-path half): 256 idle connections used to fill the executor's pool for good,
+    # so every later call over TCP (and every HTTP call the gateway relays) failed with 502.
+    name = "fp-attack-web"
+    body = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+            "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm"}}}
+    assert cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30).status_code == 202
+    lambda_id = cluster.http.get(f"{cluster.url}/system/function/{name}", timeout=5).json()["lambdaId"]
+    idle = []
+    try:
+        for _ in range(256):
+            s = socket.create_connection(_addr(cluster, "tcp"), timeout=5)
+            idle.append(s)
+        # Wait for the executor to close each one (EOF or reset): over its per-peer cap at once,
+        # the rest after fastpath.tcp_idle_ms (5 s by default).
+        for s in idle:
+            s.settimeout(30)
+            try:
+                assert s.recv(1) == b"", "an idle connection got data"
+            except ConnectionResetError:
+                pass
+        resp = requests.post(f"{cluster.url}/function/{name}", data=b"after", timeout=30)
+        assert resp.status_code == 200 and resp.content.endswith(b"after"), (resp.status_code, resp.text)
+        with TcpClient(_addr(cluster, "tcp"), timeout=10) as client:
+            assert client.call(lambda_id, b"tcp")[0] == wire.OK
+    finally:
+        for s in idle:
+            s.close()
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)

@@ -53,6 +53,10 @@ pub struct GlobalStats {
     pub auth_failures: AtomicU64,
     /// TCP and control connections closed at accept (over the connection cap).
     pub conns_refused: AtomicU64,
+    /// TCP connections closed at accept because their peer IP had its share open (issue 39).
+    pub conns_refused_peer: AtomicU64,
+    /// TCP connections closed after `--tcp-idle-ms` with nothing in flight (issue 39).
+    pub conns_idle_closed: AtomicU64,
     /// TCP connections closed for a frame over `--max-frame`, or for not reading their replies
     /// while more than the per-connection buffer of them piled up.
     pub frames_too_large: AtomicU64,
@@ -85,6 +89,11 @@ pub struct Config {
     pub max_frame: usize,
     /// Most TCP connections open at once.
     pub max_conns: usize,
+    /// Most TCP connections open at once from one peer IP (issue 39: one client cannot take
+    /// the whole pool).
+    pub max_conns_per_peer: usize,
+    /// A TCP connection with no request in flight that sends nothing for this long is closed.
+    pub tcp_idle: Duration,
     /// How workers wait for work (src/poll.rs): spin a while, then block.
     pub poll: crate::poll::Policy,
     /// Wasm lambdas run in slices of this length (src/slice.rs); `None`: to completion.
@@ -118,6 +127,10 @@ pub struct Server {
     pub max_conns: usize,
     /// TCP connections open now (at most `max_conns`).
     pub tcp_conns: AtomicUsize,
+    pub max_conns_per_peer: usize,
+    pub tcp_idle: Duration,
+    /// TCP connections open now per peer IP (at most `max_conns_per_peer` each).
+    pub tcp_peers: Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
     /// Stream functions (`--stream`; src/stream/): their table and listener counters.
     pub streams: crate::stream::Streams,
     pub poll: crate::poll::Policy,
@@ -184,6 +197,9 @@ impl Server {
             max_frame: cfg.max_frame,
             max_conns: cfg.max_conns,
             tcp_conns: AtomicUsize::new(0),
+            max_conns_per_peer: cfg.max_conns_per_peer,
+            tcp_idle: cfg.tcp_idle,
+            tcp_peers: Mutex::new(Default::default()),
             streams: Default::default(),
             poll: cfg.poll,
             polled: PollStats::default(),

@@ -94,18 +94,76 @@ pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
             inc(&srv.g.conns_refused);
             continue;
         }
+        // One peer IP gets at most its share, so one client cannot take the whole pool (issue 39).
+        let Some(peer) = s.peer_addr().ok().map(|a| a.ip()) else {
+            srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+            continue;
+        };
+        {
+            let mut peers = srv.tcp_peers.lock().unwrap();
+            let n = peers.entry(peer).or_insert(0);
+            if *n >= srv.max_conns_per_peer {
+                drop(peers);
+                srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+                inc(&srv.g.conns_refused_peer);
+                continue;
+            }
+            *n += 1;
+        }
         let srv2 = srv.clone();
         let spawned = std::thread::Builder::new()
             .name("tcp-conn".into())
             .stack_size(CONN_STACK)
             .spawn(move || {
                 tcp_conn(&srv2, s);
-                srv2.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+                release_peer(&srv2, peer);
             });
         if spawned.is_err() {
-            srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+            release_peer(&srv, peer);
         }
     }
+}
+
+fn release_peer(srv: &Server, peer: std::net::IpAddr) {
+    let mut peers = srv.tcp_peers.lock().unwrap();
+    if let Some(n) = peers.get_mut(&peer) {
+        *n -= 1;
+        if *n == 0 {
+            peers.remove(&peer);
+        }
+    }
+    drop(peers);
+    srv.tcp_conns.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Read a frame's 4-byte length into `lb`. The socket's read timeout is `--tcp-idle-ms`: when
+/// it passes with nothing read and no request of the connection unanswered (`idle()`), the
+/// connection is closed (false), so idle connections do not hold the pool (issue 39); with a
+/// request in flight it keeps waiting. Bytes already read are kept across timeouts.
+fn read_head(r: &mut impl Read, lb: &mut [u8; 4], idle: impl Fn() -> bool) -> Result<(), bool> {
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut lb[got..]) {
+            Ok(0) => return Err(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if got == 0 && idle() {
+                    return Err(true);
+                }
+                if got > 0 {
+                    return Err(false); // half a header, then silence for --tcp-idle-ms: not a client
+                }
+            }
+            Err(_) => return Err(false),
+        }
+    }
+    Ok(())
 }
 
 /// Read `len` bytes into `buf`, growing it only as bytes arrive (at most 64 KiB ahead of them,
@@ -134,6 +192,7 @@ fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> bool {
 
 fn tcp_conn(srv: &Arc<Server>, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(srv.tcp_idle));
     let Ok(wstream) = stream.try_clone() else {
         return;
     };
@@ -169,8 +228,14 @@ fn tcp_conn(srv: &Arc<Server>, stream: TcpStream) {
     let mut scratch = Vec::with_capacity(256);
     loop {
         let mut lb = [0u8; 4];
-        if r.read_exact(&mut lb).is_err() {
-            break;
+        let idle = || written.load(Ordering::Acquire) == seq;
+        match read_head(&mut r, &mut lb, idle) {
+            Ok(()) => {}
+            Err(true) => {
+                inc(&srv.g.conns_idle_closed);
+                break;
+            }
+            Err(false) => break,
         }
         let len = u32::from_be_bytes(lb) as usize;
         if len > srv.max_frame {

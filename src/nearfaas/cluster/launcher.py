@@ -271,7 +271,7 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[i
     return {"binary": str(binary), "udp": 0, "tcp": 0, "control": 0, "stream": 0,
             "host_port": _free_port(host, taken), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin, "poll": fp.poll,
-            "slice_us": fp.slice_us, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
+            "slice_us": fp.slice_us, "tcp_idle_ms": fp.tcp_idle_ms, "max_connections_per_peer": fp.max_connections_per_peer, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
             "max_frame": 2 << 20, "max_connections": 256}
 
 
@@ -291,7 +291,8 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--host", f"{host}:{fp['host_port']}", "--ready-file", fp["ready_file"],
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
             "--max-connections", str(fp.get("max_connections", 256)), "--poll", fp.get("poll", "adaptive"),
-            "--slice-us", str(fp.get("slice_us", 50))] + \
+            "--slice-us", str(fp.get("slice_us", 50)), "--tcp-idle-ms", str(fp.get("tcp_idle_ms", 5000)),
+            "--max-connections-per-peer", str(fp.get("max_connections_per_peer", 64))] + \
         (["--pin"] if fp.get("pin") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 

@@ -139,6 +139,8 @@ class FastpathSpec:
     pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
     poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
     slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
+    tcp_idle_ms: int = 5000          # a TCP connection with nothing in flight, silent this long, is closed (issue 39)
+    max_connections_per_peer: int = 64  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
@@ -203,7 +205,8 @@ class ClusterSpec:
             "link": {**self.link.options, "profile": self.link.profile},
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
                          "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll,
-                         "slice_us": self.fastpath.slice_us},
+                         "slice_us": self.fastpath.slice_us, "tcp_idle_ms": self.fastpath.tcp_idle_ms,
+                         "max_connections_per_peer": self.fastpath.max_connections_per_peer},
             "backend": self.backend, "ray": self.ray.to_dict(),
         }
 
@@ -496,7 +499,8 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
     spec = FastpathSpec()
     if m is None:
         return spec
-    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us"}, "fastpath", c, error=True)
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us", "tcp_idle_ms",
+                           "max_connections_per_peer"}, "fastpath", c, error=True)
     poll = m.get("poll", spec.poll)
     if poll not in FASTPATH_POLL:
         c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
@@ -519,7 +523,8 @@ def _fastpath(value: Any, c: Collector) -> FastpathSpec:
         c.error("fastpath.sched", f"must be drr or fifo, got {short_repr(sched)}", "write sched: drr (weighted fair queueing)")
     else:
         spec.sched = sched
-    for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000)):
+    for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000), ("tcp_idle_ms", 1, 3_600_000),
+                        ("max_connections_per_peer", 1, 256)):
         if key in m:
             v = m[key]
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
