@@ -127,10 +127,12 @@ class Objects:
                                                 listener=listener)
         self.endpoint.start()
 
-    def client(self, output, output_local: bool, app: str | None):
-        """One client per call, as the Python worker makes (its stats are the call's measurement)."""
+    def client(self, output, output_local: bool, app: str | None, run_key: str | None = None):
+        """One client per call, as the Python worker makes (its stats are the call's measurement);
+        ``run_key``: a chain stage's key for its call's intermediates (auth/function_keys.py)."""
         return self.context.ObjectClient(self.gateway, self.local, self.context.IOStats(), auth_headers=self.signer, link=self.link,
-                                         node_url=self.node_url, output=output, output_local=output_local, caller=app or self.name)
+                                         node_url=self.node_url, output=output, output_local=output_local, caller=app or self.name,
+                                         run_key=run_key)
 
 
 class Host:
@@ -228,7 +230,7 @@ class Host:
             output = plane.context.ObjectRef.parse(json.loads(h["x-nearfaas-output"])) if h.get("x-nearfaas-output") else None
         except ValueError as exc:
             return 400, [], f"bad X-Nearfaas-Output header: {exc}\n".encode()
-        objects = plane.client(output, h.get("x-nearfaas-output-mode") == "local", h.get("x-nearfaas-app"))
+        objects = plane.client(output, h.get("x-nearfaas-output-mode") == "local", h.get("x-nearfaas-app"), h.get("x-nearfaas-run-key"))
         call_id = h.get("x-nearfaas-call-id") or f"local-{time.monotonic_ns()}"
         started = time.perf_counter()
         plane.calls.begin(call_id, objects)  # the container's S3 requests meanwhile are this call's
