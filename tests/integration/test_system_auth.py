@@ -280,7 +280,7 @@ def test_a_function_key_reaches_only_its_declared_buckets(scratch, cluster, func
     with pytest.raises(ClientError) as denied_err:
         as_function.get_object(Bucket="scope-theirs", Key="in.txt")
     assert denied_err.value.response["Error"]["Code"] == "AccessDenied"
-    # The chain intermediates' bucket is the function's to use, never listed (issue 22).
+    # The chain intermediates' bucket is never a function key's (only a chain call's own key), nor listed.
     assert [b["Name"] for b in as_function.list_buckets()["Buckets"]] == ["scope-mine"]
     assert cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "scoped-upper"}).status_code == 202
     with pytest.raises(ClientError) as gone:
