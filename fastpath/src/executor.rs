@@ -19,7 +19,7 @@ pub const USAGE: &str =
   [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
-  --max-connections 256 --max-connections-per-peer 64 --tcp-idle-ms 5000 (a TCP connection with
+  --max-connections 256 --max-connections-per-peer 128 --tcp-idle-ms 5000 (a TCP connection with
   nothing in flight that sends nothing for this long is closed) --max-frame 2097152; --stream (stream functions) is off unless given,
   --stream-idle-ms 2000 --stream-max-connections 1024; --poll adaptive --poll-max-us 200 --poll-share 0.1
   (idle workers spin on their socket for a budget learnt from the gaps between requests, then
@@ -93,7 +93,7 @@ fn default_args() -> Args {
         pin: false,
         control_key_file: None,
         max_conns: 256,
-        max_conns_per_peer: 64,
+        max_conns_per_peer: 128,
         tcp_idle_ms: 5000,
         max_frame: 2 << 20,
         stream: None,

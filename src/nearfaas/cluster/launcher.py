@@ -292,7 +292,7 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
             "--max-connections", str(fp.get("max_connections", 256)), "--poll", fp.get("poll", "adaptive"),
             "--slice-us", str(fp.get("slice_us", 50)), "--tcp-idle-ms", str(fp.get("tcp_idle_ms", 5000)),
-            "--max-connections-per-peer", str(fp.get("max_connections_per_peer", 64))] + \
+            "--max-connections-per-peer", str(fp.get("max_connections_per_peer", 128))] + \
         (["--pin"] if fp.get("pin") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 

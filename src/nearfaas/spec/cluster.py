@@ -140,7 +140,7 @@ class FastpathSpec:
     poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
     slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
     tcp_idle_ms: int = 5000          # a TCP connection with nothing in flight, silent this long, is closed (issue 39)
-    max_connections_per_peer: int = 64  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
+    max_connections_per_peer: int = 128  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
