@@ -20,6 +20,7 @@ from nearfaas.placement.copysets import check_scatter_width, default_scatter_wid
 from nearfaas.placement.replicas import SCHEMES
 
 from .budgets import KEYS as BUDGET_KEYS, budgets_dict, read_budgets
+from .fastpath import FastpathSpec, read_fastpath
 from .ray import RaySpec, check_resource, parse_backend, parse_ray
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
                      parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
@@ -37,9 +38,6 @@ PLACEMENT_POLICIES = tuple(POLICIES)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation", "backend", "ray"}
-FASTPATH_ENABLED = ("auto", "true", "false")
-FASTPATH_SCHED = ("drr", "fifo")
-FASTPATH_POLL = ("adaptive", "spin", "block")
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
                 "egress_allow"}
 GATEWAY_KEYS |= BUDGET_KEYS  # budgets against floods (spec/budgets.py)
@@ -126,21 +124,6 @@ def generated_auth() -> AuthSpec:
 class LinkSpec:
     profile: str = "local"           # placeholder: how nodes reach each other ("local" = loopback)
     options: dict[str, Any] = field(default_factory=dict)  # other keys, kept for later use
-
-
-@dataclass
-class FastpathSpec:
-    """The fast-path executor (docs/fastpath.md), started with the cluster like a node."""
-
-    enabled: str = "auto"            # auto: when its binary is built (make setup); true: required; false: never
-    workers: int = 1                 # run-to-completion worker threads
-    sched: str = "drr"               # weighted fair queueing between lambdas ("fifo" for comparisons)
-    queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
-    pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
-    poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
-    slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
-    tcp_idle_ms: int = 5000          # a TCP connection with nothing in flight, silent this long, is closed (issue 39)
-    max_connections_per_peer: int = 128  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
 
 
 #: The default storage nodes' CPU capacity: weaker than the compute node (which has the machine),
@@ -494,53 +477,6 @@ def _link(value: Any, c: Collector) -> LinkSpec:
     return LinkSpec(profile=profile, options={k: v for k, v in m.items() if k != "profile"})
 
 
-def _fastpath(value: Any, c: Collector) -> FastpathSpec:
-    m = read_mapping(value, "fastpath", c)
-    spec = FastpathSpec()
-    if m is None:
-        return spec
-    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us", "tcp_idle_ms",
-                           "max_connections_per_peer"}, "fastpath", c, error=True)
-    poll = m.get("poll", spec.poll)
-    if poll not in FASTPATH_POLL:
-        c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
-                "write poll: adaptive (spin a budget learnt from the gaps between requests, then block)")
-    else:
-        spec.poll = poll
-    if "pin" in m:
-        if not isinstance(m["pin"], bool):
-            c.error("fastpath.pin", f"must be true or false, got {short_repr(m['pin'])}", "write pin: true")
-        else:
-            spec.pin = m["pin"]
-    enabled = str(m.get("enabled", "auto")).lower()
-    if enabled not in FASTPATH_ENABLED:
-        c.error("fastpath.enabled", f"must be auto, true or false, got {short_repr(m.get('enabled'))}",
-                "write enabled: auto (start it when it is built)")
-    else:
-        spec.enabled = enabled
-    sched = m.get("sched", "drr")
-    if sched not in FASTPATH_SCHED:
-        c.error("fastpath.sched", f"must be drr or fifo, got {short_repr(sched)}", "write sched: drr (weighted fair queueing)")
-    else:
-        spec.sched = sched
-    for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000), ("tcp_idle_ms", 1, 3_600_000),
-                        ("max_connections_per_peer", 1, 256)):
-        if key in m:
-            v = m[key]
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                c.error(f"fastpath.{key}", f"must be a whole number from {lo} to {hi}, got {short_repr(v)}", f"write e.g. {key}: {getattr(spec, key)}")
-            else:
-                setattr(spec, key, v)
-    if "slice_us" in m:
-        v = m["slice_us"]
-        if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 10 <= v <= 1_000_000):
-            c.error("fastpath.slice_us", f"must be 0 or a whole number of microseconds from 10 to 1000000, got {short_repr(v)}",
-                    "write slice_us: 50 (a light lambda waits about one slice behind a heavy call), or 0 to run calls to completion")
-        else:
-            spec.slice_us = v
-    return spec
-
-
 # ---------------------------------------------------------------- entry points
 
 def parse_cluster(data: Any) -> ClusterSpec:
@@ -588,7 +524,7 @@ def parse_cluster(data: Any) -> ClusterSpec:
         else:
             spec.isolation = isolation
     spec.link = _link(m.get("link"), c)
-    spec.fastpath = _fastpath(m.get("fastpath"), c)
+    spec.fastpath = read_fastpath(m.get("fastpath"), c)
     spec.backend = parse_backend(m.get("backend"), c)
     spec.ray = parse_ray(m.get("ray"), c)
     c.raise_if_any()

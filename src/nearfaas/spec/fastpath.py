@@ -1,0 +1,77 @@
+"""The cluster file's ``fastpath:`` section: the fast-path executor (docs/fastpath.md), started
+with the cluster like a node. Kept apart from spec/cluster.py, which imports it, so each stays
+small; the defaults live in ``FastpathSpec`` and default_cluster.yml documents each field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Collector, check_unknown_keys, read_mapping, short_repr
+
+FASTPATH_ENABLED = ("auto", "true", "false")
+FASTPATH_SCHED = ("drr", "fifo")
+FASTPATH_POLL = ("adaptive", "spin", "block")
+
+
+@dataclass
+class FastpathSpec:
+    """The fast-path executor (docs/fastpath.md), started with the cluster like a node."""
+
+    enabled: str = "auto"            # auto: when its binary is built (make setup); true: required; false: never
+    workers: int = 1                 # run-to-completion worker threads
+    sched: str = "drr"               # weighted fair queueing between lambdas ("fifo" for comparisons)
+    queue_depth: int = 1024          # per-lambda queue; beyond it requests are answered OVERLOADED
+    pin: bool = True                 # pin each worker thread to a core (λ-NIC's cores run nothing else)
+    poll: str = "adaptive"           # how idle workers wait: adaptive (spin a learnt budget, then block), spin, block
+    slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
+    tcp_idle_ms: int = 5000          # a TCP connection with nothing in flight, silent this long, is closed (issue 39)
+    max_connections_per_peer: int = 128  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
+
+
+def read_fastpath(value: Any, c: Collector) -> FastpathSpec:
+    m = read_mapping(value, "fastpath", c)
+    spec = FastpathSpec()
+    if m is None:
+        return spec
+    check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us", "tcp_idle_ms",
+                           "max_connections_per_peer"}, "fastpath", c, error=True)
+    poll = m.get("poll", spec.poll)
+    if poll not in FASTPATH_POLL:
+        c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
+                "write poll: adaptive (spin a budget learnt from the gaps between requests, then block)")
+    else:
+        spec.poll = poll
+    if "pin" in m:
+        if not isinstance(m["pin"], bool):
+            c.error("fastpath.pin", f"must be true or false, got {short_repr(m['pin'])}", "write pin: true")
+        else:
+            spec.pin = m["pin"]
+    enabled = str(m.get("enabled", "auto")).lower()
+    if enabled not in FASTPATH_ENABLED:
+        c.error("fastpath.enabled", f"must be auto, true or false, got {short_repr(m.get('enabled'))}",
+                "write enabled: auto (start it when it is built)")
+    else:
+        spec.enabled = enabled
+    sched = m.get("sched", "drr")
+    if sched not in FASTPATH_SCHED:
+        c.error("fastpath.sched", f"must be drr or fifo, got {short_repr(sched)}", "write sched: drr (weighted fair queueing)")
+    else:
+        spec.sched = sched
+    for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000), ("tcp_idle_ms", 1, 3_600_000),
+                        ("max_connections_per_peer", 1, 256)):
+        if key in m:
+            v = m[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                c.error(f"fastpath.{key}", f"must be a whole number from {lo} to {hi}, got {short_repr(v)}", f"write e.g. {key}: {getattr(spec, key)}")
+            else:
+                setattr(spec, key, v)
+    if "slice_us" in m:
+        v = m["slice_us"]
+        if isinstance(v, bool) or not isinstance(v, int) or not (v == 0 or 10 <= v <= 1_000_000):
+            c.error("fastpath.slice_us", f"must be 0 or a whole number of microseconds from 10 to 1000000, got {short_repr(v)}",
+                    "write slice_us: 50 (a light lambda waits about one slice behind a heavy call), or 0 to run calls to completion")
+        else:
+            spec.slice_us = v
+    return spec
