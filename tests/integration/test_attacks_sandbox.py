@@ -10,8 +10,12 @@ EPERM (node/seccomp.py, loaded by node/jail.enter), and the worker's ``/proc/sel
 a call of another function through ``OPENFAAS_URL``. An image function gets the same profile from
 its OCI config: busybox's ``unshare -U -r`` in it is refused.
 
-Not yet here (see docs/isolation.md, "Network"): the function still shares the host's network,
-so connecting to a node's, the fast path's or another worker's port is not refused by this part.
+Issue 39 finding 7 (part): Python workers shared the host's network. A hostile function
+(functions/netprobe) connects to every node's port, the fast path's UDP, TCP, stream and control
+ports, the gateway's fast-path host port and another function's worker port: each must be refused
+(ECONNREFUSED: its network namespace, node/netns.py, has loopback only), while the gateway's own
+port, which its S3 endpoint and OPENFAAS_URL reach through the node (node/netrelay.py), stays
+reachable, and its boto3, ``context.objects`` and OPENFAAS_URL calls still work.
 """
 
 from __future__ import annotations
@@ -54,3 +58,41 @@ def test_an_image_function_cannot_make_a_user_namespace(cluster, runtime, images
     call = cluster.http.post(f"{cluster.url}/function/sandbox-img", data=b"", timeout=60)
     assert call.status_code == 200, call.text
     assert "Operation not permitted" in call.text and "rc=1" in call.text, call.text
+
+
+def _host_ports(cluster, own_node: str) -> tuple[list, list]:
+    """(TCP, UDP) ports of the cluster a function must not reach: every node's (but its own
+    storage node's, whose S3 endpoint it may use), the fast path's, another worker's."""
+    host = cluster.layout["host"]
+    nodes = [n for n in cluster.layout["nodes"] if not (n["name"] == own_node and n["kind"] == "storage")]
+    tcp = [[host, n["port"]] for n in nodes]
+    udp = []
+    fp = cluster.layout.get("fastpath")
+    if fp:
+        tcp += [[host, fp[k]] for k in ("tcp", "control", "stream") if fp.get(k)]
+        udp += [[host, fp["udp"]]] + ([[host, fp["host_port"]]] if fp.get("host_port") else [])
+    for node in cluster.layout["nodes"]:
+        tcp += [["127.0.0.1", w["port"]] for w in cluster.node_health(node["url"])["workers"] if w["function"] == "net-echo"]
+    return tcp, udp
+
+
+def test_a_function_reaches_only_the_gateway(cluster, scratch, functions_dir, bucket):
+    assert scratch("net-echo", functions_dir / "echo").status_code < 300
+    assert scratch("net-hostile", functions_dir / "netprobe").status_code < 300
+    own = next(n["name"] for n in cluster.layout["nodes"]
+               if any(w["function"] == "net-hostile" for w in cluster.node_health(n["url"])["workers"]))
+    tcp, udp = _host_ports(cluster, own)
+    assert any(port for _, port in tcp if port) and len(tcp) >= 3, tcp  # nodes, and the other worker at least
+    gateway = [cluster.layout["host"], int(cluster.url.rsplit(":", 1)[1])]
+    resp = cluster.http.post(f"{cluster.url}/function/net-hostile", timeout=90, data=json.dumps(
+        {"tcp": tcp + [gateway], "udp": udp, "bucket": bucket, "call": "net-echo"}))
+    assert resp.status_code == 200, resp.text
+    answer = resp.json()
+    reached = {target: how for target, how in answer["tcp"].items() if target != "{}:{}".format(*gateway)}
+    assert reached == {f"{h}:{p}": "ECONNREFUSED" for h, p in tcp}, reached
+    assert answer["udp"] == {f"{h}:{p}": "ECONNREFUSED" for h, p in udp}, answer["udp"]
+    # ... the gateway is reachable (its S3 API and OPENFAAS_URL live there), and the work still gets done
+    assert answer["tcp"]["{}:{}".format(*gateway)] == "connected"
+    assert answer["s3"] == "boto3 works" and answer["objects"] == "objects work"
+    status, text = answer["call"]
+    assert status == 200 and json.loads(text)["function"] == "net-echo"

@@ -1,6 +1,8 @@
-"""What the default seccomp profile (node/seccomp.py, issue 39) costs a Python function: warm
-invoke p50 and cold start, before (the commit before the profile, run from a ``git archive`` of
-it through ``scratch_cluster(src_root=...)``) and after (this checkout), on two private clusters
+"""What the confinement of issue 39 costs a Python function (the default seccomp profile,
+node/seccomp.py, then each worker's own network namespace, node/netns.py, with the node's relays,
+node/netrelay.py): warm invoke p50 and cold start, before (the commit before the change measured,
+``BEFORE``, run from a ``git archive`` of it through ``scratch_cluster(src_root=...)``) and after
+(this checkout), on two private clusters
 with the defaults (auth on, isolation on) side by side, measured alternately so that the load of
 a shared machine falls on both alike.
 
@@ -14,8 +16,9 @@ a shared machine falls on both alike.
 Usage: ``python -m nearfaas.bench.sandbox [BEFORE_COMMIT]`` -> benchmarks/results/sandbox_cost.json.
 
 Known caveats: on a shared 2-core VM the spread between runs is larger than the cost measured
-here; read the difference together with the micro measurement of ``seccomp.apply()`` itself
-(``apply_ms``), which is the whole of what the profile adds to a cold start.
+here; read the difference together with the micro measurements of ``seccomp.apply()`` itself
+(``apply_ms``) and of ``netns.enter`` (``netns_enter_ms``: unshare, ``lo`` up, the serving socket
+and one forward listener), which are the whole of what they add to a cold start in the worker.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.results import ROOT, machine_facts, publish
 
-BEFORE = "75ee1f8^"  # the commit before "seccomp: a default profile ..."
+BEFORE = "5749969"  # the commit before the network namespace (the seccomp profile's was 75ee1f8^)
 ROUNDS, WARM_CALLS, COLD = 6, 100, 16
 PREWARMED_BELOW_S = 0.3  # a cold start this fast took a pre-warmed worker; slower ones spawned one
 HANDLER = "def handle(event, context):\n    return event.body\n"
@@ -95,6 +98,27 @@ def _apply_ms(n: int = 30) -> list[float]:
     return out
 
 
+def _netns_ms(n: int = 30) -> list[float]:
+    """``netns.enter`` alone, each in a fresh forked child (root), with one forward listener."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="nf-netns-") as folder:
+        for _ in range(n):
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                from nearfaas.node import netns
+
+                t = time.perf_counter()
+                netns.enter({"serve": f"{folder}/serve.sock", "forward": [{"host": "127.0.0.1", "port": 8080, "socket": f"{folder}/x"}]})
+                os.write(w, str((time.perf_counter() - t) * 1000).encode())
+                os._exit(0)
+            os.close(w)
+            os.waitpid(pid, 0)
+            out.append(float(os.read(r, 64)))
+            os.close(r)
+    return out
+
+
 def main(before: str = BEFORE) -> Path:
     import requests
 
@@ -125,9 +149,10 @@ def main(before: str = BEFORE) -> Path:
                 cold[k].append(_deploy(layout, folder, name))
                 _remove(layout, name)
         apply_ms = _apply_ms()
+        netns_ms = _netns_ms()
     p50 = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     result = {
-        "label": "measured", "before_commit": commit, "profile": "node/seccomp.py (default denylist, libseccomp, TSYNC)",
+        "label": "measured", "before_commit": commit, "profile": "node/netns.py + node/netrelay.py (loopback-only network namespace, node relays; after the seccomp profile)",
         "warm_p50_ms": {k: round(p50(v), 3) for k, v in warm.items()},
         "warm_p90_ms": {k: round(statistics.quantiles(v, n=10)[8] * 1000, 3) for k, v in warm.items()},
         "warm_calls": {k: len(v) for k, v in warm.items()},
@@ -137,6 +162,7 @@ def main(before: str = BEFORE) -> Path:
         "cold_spawned_p50_ms": {k: round(p50([x for x in v if x >= PREWARMED_BELOW_S] or [0]), 1) for k, v in cold.items()},
         "cold_start_all_ms": {k: [round(x * 1000, 1) for x in v] for k, v in cold.items()},
         "apply_ms": {"p50": round(statistics.median(apply_ms), 3), "max": round(max(apply_ms), 3), "n": len(apply_ms)},
+        "netns_enter_ms": {"p50": round(statistics.median(netns_ms), 3), "max": round(max(netns_ms), 3), "n": len(netns_ms)},
     }
     result["warm_p50_change_pct"] = round((result["warm_p50_ms"]["after"] / result["warm_p50_ms"]["before"] - 1) * 100, 1)
     for kind in ("prewarmed", "spawned"):

@@ -27,6 +27,8 @@ receives the plan in its specialisation message. ``enter``:
    view, clears supplementary groups, ``setresgid``/``setresuid`` to the function's uid, sets
    ``PR_SET_NO_NEW_PRIVS`` and re-arms ``PR_SET_PDEATHSIG`` (the kernel clears it on a uid
    change, and a worker must still die with its node).
+   Before step 2, a network namespace of its own with loopback only, plus relays to the
+   gateway (node/netns.py; the node's half is node/netrelay.py);
 5. loads the default seccomp profile (node/seccomp.py: no namespaces, mounts, ptrace, keyrings,
    bpf, ...; EPERM), with TSYNC, so nothing the function runs can undo steps 1-4.
 
@@ -49,9 +51,8 @@ when isolation is on and something is missing; ``--isolation off`` skips the jai
 allow-listed environment and the fd hand-off).
 
 Known caveats:
-- No network namespace: a function can connect to anything on loopback (other functions'
-  workers, the node's and gateway's ports). The node's internal API and S3 port check the
-  gateway's signature; a worker answers only calls carrying its instance's token.
+- The gateway (and, on a storage node, the node's own port) stays reachable from the worker's
+  network namespace (node/netns.py): the function's S3 calls and OPENFAAS_URL go there.
 - Workers of the same function share its uid, so they can signal one another.
 - ``/proc`` is the host's: a function sees other processes and their command lines (not their
   environment, memory or fds, which need the same uid).
@@ -78,7 +79,7 @@ import signal
 import sys
 from pathlib import Path
 
-from nearfaas.node import seccomp
+from nearfaas.node import netns, seccomp
 
 # The cgroup half lives in nearfaas/cgroups.py; these names stay importable from here for callers.
 from nearfaas.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONTROLLERS, CgroupError,  # noqa: F401
@@ -153,6 +154,8 @@ def enter(plan: dict) -> None:
 def _enter(plan: dict) -> None:
     for folder in plan.get("cgroups") or []:
         _join(folder)  # fails (never creates a file) unless the folder is a real cgroup
+    if plan.get("net"):  # its own network namespace (node/netns.py), while the state folder is still writable
+        netns.enter(plan["net"])
     cwd = os.getcwd()
     _mount_view(plan)
     os.chdir(cwd)  # the old working directory still points into the hidden tree; look it up anew
@@ -259,11 +262,12 @@ def python_paths() -> list[str]:
 
 
 def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: list[str] = (),
-         tmp_size: int | str = TMP_SIZE, secrets: Path | None = None) -> dict:
+         tmp_size: int | str = TMP_SIZE, secrets: Path | None = None, net: dict | None = None) -> dict:
     """The jail plan: ``show`` read-only, ``write`` (the function's volume) read-write, a private
-    ``/tmp`` and ``/dev/shm`` of ``tmp_size`` each (bytes, or a tmpfs size such as "64m"), and
-    the instance's ``secrets`` folder (one of ``show``) also at /var/openfaas/secrets, where
-    OpenFaaS functions read them."""
+    ``/tmp`` and ``/dev/shm`` of ``tmp_size`` each (bytes, or a tmpfs size such as "64m"), the
+    instance's ``secrets`` folder (one of ``show``) also at /var/openfaas/secrets, where
+    OpenFaaS functions read them, and ``net`` (node/netrelay.Relay.plan): a network namespace
+    of its own (its relay folder lies outside the state directory, under /run)."""
     hide = {*PRIVATE, str(Path(state_dir).resolve())}
     show = list(show) + [str(Path(state_dir).resolve() / s) for s in SHARED_STATE if (Path(state_dir) / s).is_dir()]
     shown = {os.path.realpath(p) for p in show}
@@ -281,7 +285,8 @@ def plan(uid: int, state_dir: Path, show: list[str], cgroups: list[str], write: 
         if not under(p, binds):
             binds.append(p)
     return {"uid": uid, "gid": uid, "hide": sorted(hide), "show": sorted(binds), "cgroups": cgroups, "tmp_size": str(tmp_size),
-            "write": sorted(os.path.realpath(p) for p in write), **({"secrets": os.path.realpath(secrets)} if secrets else {})}
+            "write": sorted(os.path.realpath(p) for p in write), **({"secrets": os.path.realpath(secrets)} if secrets else {}),
+            **({"net": net} if net else {})}
 
 
 def _closed_ancestor(path: str) -> str | None:
@@ -378,6 +383,7 @@ def _probe_child(state_dir: Path, cgroups: Cgroups, instance: str) -> list[str]:
         kind = "v2" if cgroups.v2 else "v1 memory, pids and cpu"
         problems.append(f"cannot create and join a cgroup ({kind} under {cgroups.root}: {exc}); mount the cgroup "
                         f"controllers writable for root")
+    problems += netns.probe()  # a network namespace of its own (node/netns.py), fail closed
     files = _python_files()  # found while still root: after the switch, finding them is the test
     state_dir.mkdir(parents=True, exist_ok=True)
     try:

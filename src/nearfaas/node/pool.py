@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nearfaas.node import build, jail, profiling, spawning, worker_dirs, worker_logs, worker_secrets
+from nearfaas.node import build, jail, netrelay, profiling, spawning, worker_dirs, worker_logs, worker_secrets
 from nearfaas.node.build import PIP_FLAGS, PIP_TIMEOUT_S  # noqa: F401  (their home moved)
 from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.oci import is_image_function
@@ -70,6 +70,7 @@ class WorkerProcess:
     profiled: bool = False           # runs under the memory shim (x-nearfaas.memory.profile)
     tmp_dir: Path | None = None      # its private /tmp on the host, when unjailed (removed when reaped)
     cpu_cgroup: str | None = None    # the cgroup that meters its CPU time (a container's), when not among ``cgroups``
+    relay: netrelay.Relay | None = None  # its only ways in and out of its network namespace, when jailed
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
@@ -108,6 +109,7 @@ class WorkerPools:
         (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
         # Unjailed instances' /tmp folders a previous run of this node left (it was killed with -9).
         shutil.rmtree(self.node_dir / "tmp", ignore_errors=True)
+        shutil.rmtree(netrelay.node_folder(self.node_dir), ignore_errors=True)  # and jailed ones' relay folders
         self.isolation = isolation
         # Checked once (cached per process: the node agent probed already before it started);
         # while anything is missing every start fails, naming it: never a silent unisolated run.
@@ -180,6 +182,7 @@ class WorkerPools:
             volume = self._volume(spec, uid)
             if volume is not None:
                 env["NEARFAAS_VOLUME"] = str(volume)
+            net = await self._relay(held, instance, uid)
             # The worker's arguments, named as worker.main's parser names them.
             args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
                     "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
@@ -200,7 +203,7 @@ class WorkerPools:
                 if held.channel is not None:
                     held.channel.authorise(spec)
                 held.cgroups, generic.cgroups = generic.cgroups, []  # the worker's from now on
-                plan = self._plan(uid, show, [], volume, tmp_size, secrets_dir) if uid is not None else None  # groups joined at spawn
+                plan = self._plan(uid, show, [], volume, tmp_size, secrets_dir, net) if uid is not None else None  # groups joined at spawn
                 launched = await self._specialise(generic, args, plan, env, extra_path, spec["handler_dir"], name)
                 if launched is None:
                     spawn_reason = "the pre-warmed worker exited before it could be used"
@@ -214,20 +217,22 @@ class WorkerPools:
                 plan = None
                 if uid is not None:
                     held.cgroups = self._cgroups(instance, limits)
-                    plan = self._plan(uid, show, held.cgroups, volume, tmp_size, secrets_dir)
+                    plan = self._plan(uid, show, held.cgroups, volume, tmp_size, secrets_dir, net)
                 launched = await self._spawn(args, plan, held.channel, env, spec["handler_dir"], name)
             process, ready, transport = launched
             prewarmed = spawn_reason is None
             line = await self.await_ready(process, ready, transport, name, COLD_START_TIMEOUT_S, f"cold start of {name!r}",
                                           "(handler import or init() is too slow)", "the handler could not be loaded:")
+            port = int(line.split()[1]) if held.relay is None else await held.relay.listen()
         except BaseException:
             await self._release(held)
             raise
         elapsed = time.perf_counter() - started
-        worker = WorkerProcess(instance, name, int(line.split()[1]), process, time.time(), elapsed, spec["handler_dir"],
+        worker = WorkerProcess(instance, name, port, process, time.time(), elapsed, spec["handler_dir"],
                                prewarmed, spawn_reason, uid, held.channel, held.cgroups, token)
         worker.profiled = profiled
         worker.tmp_dir, held.tmp = held.tmp, None
+        worker.relay, held.relay = held.relay, None
         self.workers[instance] = worker
         self.stats.cold_starts += 1
         self.stats.prewarmed_starts += prewarmed
@@ -268,7 +273,21 @@ class WorkerPools:
         except OSError as exc:
             raise PoolError(f"could not create the cgroups of {instance} on {self.node}: {exc}", status=503) from None
 
+    async def _relay(self, held: _Held, instance: str, uid: int | None) -> dict | None:
+        """A jailed instance's network (node/netrelay.py): it reaches the gateway and, on a storage
+        node, this node's own S3 endpoint; nothing else. Its jail plan's ``net``."""
+        if uid is None:
+            return None
+        targets = [self.gateway_url] + ([self.node_env["NEARFAAS_NODE_URL"]] if self.fds is not None and "NEARFAAS_NODE_URL" in self.node_env else [])
+        held.relay = netrelay.Relay(netrelay.instance_folder(self.node_dir, instance), uid, targets)
+        try:
+            return await held.relay.start()
+        except (OSError, ValueError) as exc:
+            raise PoolError(f"could not set up the network of {instance} on {self.node}: {exc}", status=503) from None
+
     async def _release(self, held: _Held) -> None:
+        if held.relay is not None:
+            await held.relay.close()
         if held.channel is not None:
             held.channel.close()
         if held.secrets is not None:
@@ -289,10 +308,11 @@ class WorkerPools:
                             status=400) from None
 
     def _plan(self, uid: int, show: list[str], cgroups: list[str], volume: Path | None, tmp_size: int,
-              secrets_dir: Path | None = None) -> dict:
+              secrets_dir: Path | None = None, net: dict | None = None) -> dict:
         """The jail plan of an instance: its view, its groups, its volume, its /tmp's size and its
         secrets (also at /var/openfaas/secrets, where OpenFaaS functions read them)."""
-        return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size, secrets=secrets_dir)
+        return jail.plan(uid, self.state_dir, show, cgroups, [volume] if volume else [], tmp_size=tmp_size, secrets=secrets_dir,
+                         net=net)
 
     async def await_ready(self, process, ready, transport, name: str, timeout: float, what: str, slow: str, failed: str) -> str:
         """node/spawning.await_ready, its log tail this function's (image functions use it too)."""
@@ -357,6 +377,8 @@ class WorkerPools:
         shutil.rmtree(self.node_dir / "secrets" / worker.id, ignore_errors=True)
         if worker.channel is not None:
             worker.channel.close()
+        if worker.relay is not None:
+            await worker.relay.close()
         await _remove_cgroups(worker.cgroups)  # kills what the handler left running first
         await _remove_tmp(worker.tmp_dir)
         self.stats.exits[code] = self.stats.exits.get(code, 0) + 1
@@ -378,6 +400,8 @@ class WorkerPools:
         await asyncio.gather(self.prewarm.shutdown(), *(self.stop(w.id) for w in workers))
         for worker in workers:  # their reapers may not have run yet; removing twice is harmless
             await _remove_cgroups(worker.cgroups)
+            if worker.relay is not None:
+                await worker.relay.close()
             await _remove_tmp(worker.tmp_dir)
         if self.fds is not None:
             self.fds.close()
@@ -444,6 +468,7 @@ class _Held:
     channel: Channel | None = None
     cgroups: list = field(default_factory=list)
     tmp: Path | None = None
+    relay: netrelay.Relay | None = None
 
 
 _remove_tmp = worker_dirs.remove_tmp

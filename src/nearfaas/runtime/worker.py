@@ -1,7 +1,8 @@
 """The function worker: our own watchdog (OpenFaaS's Go modules cannot be fetched here).
 
 One process per warm instance. It imports the handler once (the cold start), then serves calls
-over HTTP on 127.0.0.1 until it is told to stop.
+over HTTP on 127.0.0.1 until it is told to stop (jailed: on a unix socket in its own network
+namespace, which the node relays the gateway's calls into, node/netns.py and node/netrelay.py).
 
 Execution model: the handler runs like a normal program. The worker's main thread imports it and
 runs every call of a sync handler, one at a time (``x-nearfaas.execution: main``, the default),
@@ -46,7 +47,7 @@ from multidict import CIMultiDict
 
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
-from nearfaas.node import jail
+from nearfaas.node import jail, netns
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
 from nearfaas.runtime.s3proxy import Calls, S3Endpoint, current_call, install_botocore_hook
@@ -308,9 +309,13 @@ async def _serve(worker: Worker, ready_fd: int) -> None:
     server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600)
     runner = web.ServerRunner(server, handle_signals=False)  # signals reach the main thread, not this one
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    if netns.serving is not None:  # jailed: a unix socket the node relays the gateway's calls into (node/netrelay.py)
+        site, port = web.SockSite(runner, netns.serving), 0
+        await site.start()
+    else:
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
     os.write(ready_fd, f"READY {port}\n".encode())
     os.close(ready_fd)
     await asyncio.Event().wait()
@@ -386,6 +391,7 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
             spec = json.load(f)
         if args.jail:
             jail.enter(args.jail)
+            netns.start_forwarding()  # the gateway's address inside its network namespace, before init() may call it
         _start_memory_sampling()
         _run(args, spec)
     except KeyboardInterrupt:
