@@ -36,7 +36,7 @@ from pathlib import Path
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.results import ROOT, machine_facts, publish
 
-BEFORE = "5749969"  # the commit before the network namespace (the seccomp profile's was 75ee1f8^)
+BEFORE = "1efd68a^"  # the commit before the network namespace (the seccomp profile's was 75ee1f8^)
 ROUNDS, WARM_CALLS, COLD = 6, 100, 16
 PREWARMED_BELOW_S = 0.3  # a cold start this fast took a pre-warmed worker; slower ones spawned one
 HANDLER = "def handle(event, context):\n    return event.body\n"

@@ -19,8 +19,10 @@ through the node; ``socket.create_connection(("127.0.0.1", 9001))`` (a node) is 
 Fail closed: a kernel without network namespaces, or one that refuses any step, stops the
 worker (JailError, FAILED on the ready pipe) and the node's start-up probe (``probe``) names it.
 
-Known caveats: the forward listeners run on a thread of their own with its own event loop, so a
-handler that blocks the worker's loop still reaches the gateway; IPv4 only; host names other
+Known caveats: the forward listeners run on a thread of their own with an event loop of its own
+(a plain selector loop: a second uvloop loop in the process crashed the worker with a NULL call
+on its second compressed write), so a handler that blocks the worker's loop still reaches the
+gateway; IPv4 only; host names other
 than ``localhost`` do not resolve inside (no DNS): the URLs the node gives are addresses.
 """
 
