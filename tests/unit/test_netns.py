@@ -77,3 +77,22 @@ def test_the_relay_names_ipv4_addresses_only():
     assert netrelay.address_of("http://localhost:80/") == ("127.0.0.1", 80)
     with pytest.raises(ValueError, match="IPv4"):
         netrelay.address_of("http://[::1]:8080")
+
+
+def test_without_network_namespaces_the_probe_names_what_is_missing(monkeypatch):
+    """Fail closed: a kernel (or container) that refuses unshare(CLONE_NEWNET) is named, with the
+    fix, and jail.probe puts the sentence into the node's refusal to start."""
+    import ctypes
+    import errno
+
+    from nearfaas.node import netns
+
+    class NoNetns:
+        def unshare(self, flags):
+            ctypes.set_errno(errno.EPERM)
+            return -1
+
+    monkeypatch.setattr(netns, "_libc", NoNetns())
+    problems = netns.probe()
+    assert len(problems) == 1 and "unshare(CLONE_NEWNET): Operation not permitted" in problems[0], problems
+    assert "CONFIG_NET_NS" in problems[0]

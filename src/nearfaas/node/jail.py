@@ -13,6 +13,8 @@ receives the plan in its specialisation message. ``enter``:
    joined groups of its own when it was spawned (a v1 memory join waits for an RCU grace
    period, 5-20 ms here, kept off the cold start); the node writes the function's limits into
    them (``Cgroups.set_limits``) and its plan lists none;
+   Then, with a plan's ``net``, a network namespace of its own with loopback only and the
+   gateway's address relayed by the node (node/netns.py; the node's half is node/netrelay.py);
 2. ``unshare(CLONE_NEWNS)`` and marks every mount private, so nothing below leaks out;
 3. opens an ``O_PATH`` fd on every folder it must keep seeing (its handler bundle, its
    requirements env, its secrets, its volume, ``<state>/models``, the Python it runs when that lies under a
@@ -27,8 +29,6 @@ receives the plan in its specialisation message. ``enter``:
    view, clears supplementary groups, ``setresgid``/``setresuid`` to the function's uid, sets
    ``PR_SET_NO_NEW_PRIVS`` and re-arms ``PR_SET_PDEATHSIG`` (the kernel clears it on a uid
    change, and a worker must still die with its node).
-   Before step 2, a network namespace of its own with loopback only, plus relays to the
-   gateway (node/netns.py; the node's half is node/netrelay.py);
 5. loads the default seccomp profile (node/seccomp.py: no namespaces, mounts, ptrace, keyrings,
    bpf, ...; EPERM), with TSYNC, so nothing the function runs can undo steps 1-4.
 
