@@ -6,7 +6,10 @@ pipe, watches it, and reaps it. Which node runs how many instances is the gatewa
 this module only does what it is asked, quickly.
 
 Every worker is isolated (node/jail.py) unless the node runs with ``--isolation off``: its own
-uid, a mount namespace without the state directory, cgroup limits. Either way its environment
+uid, a mount namespace without the state directory, cgroup limits, a network namespace with
+loopback only (node/netns.py; the node relays the gateway's calls in and the worker's
+connections to the gateway out, node/netrelay.py, so the port a worker is known by is the
+node's relay's). Either way its environment
 is built from an allow-list (never the node's own, which may hold keys), and on a storage node
 it reads local objects through file descriptors the node hands it (node/objectfds.py).
 
