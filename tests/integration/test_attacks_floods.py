@@ -9,6 +9,12 @@ connections, each attack run against a cluster with small budgets so it is quick
 - Unauthenticated webhook posts to ever new names grew the gateway without bound; now only
   declared names are open, and names and bytes are capped.
 - A worker's answer was read to whatever Content-Length it announced; now a 502 names the cap.
+- Red-team round 1 (F1): async calls with 7.5 MB bodies to an open slow function grew the
+  gateway by their size each, without bound; now queued bodies have a byte budget
+  (``async_max_bytes``), a client a quarter of it.
+- Red-team round 1 (F2): 24 slow anonymous bodies from 127.0.0.1 locked the operator, calling a
+  protected function from 127.0.0.1 with the admin's credentials, out with 429; now a verified
+  identity has a budget of its own.
 """
 
 from __future__ import annotations
@@ -34,18 +40,22 @@ pytestmark = pytest.mark.integration
 READ_TIMEOUT_S = 2.0
 MAX_RESPONSE = 1 << 20
 PER_CLIENT = 24
+ASYNC_MAX = 16 << 20  # a client's share: a quarter
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory, functions_dir):
     gateway = GatewaySpec(port=0, read_timeout=READ_TIMEOUT_S, max_response=MAX_RESPONSE, webhooks=["declared-hook"],
-                          webhook_max_names=4, webhook_keep_bytes=256 << 10, max_inflight_per_client=PER_CLIENT)
+                          webhook_max_names=4, webhook_keep_bytes=256 << 10, max_inflight_per_client=PER_CLIENT,
+                          async_max_bytes=ASYNC_MAX)
     with running_cluster(tmp_path_factory.mktemp("floods") / "state", gateway=gateway) as c:
         for name in ("floodkit-a", "floodkit-b"):
             env = {"exec_timeout": "5s"}
             if name == "floodkit-a":  # declares its webhook, as a notification stage's WEBHOOK_URL does
                 env["WEBHOOK_URL"] = f"{c.url}/system/webhooks/fn-hook"
             assert c.deploy(name, functions_dir / "floodkit", envVars=env).status_code == 202
+        assert c.deploy("floodkit-p", functions_dir / "floodkit", envVars={"exec_timeout": "5s"},
+                        **{"x-nearfaas": {"auth": True}}).status_code == 202  # the operator's protected function
         yield c
 
 
@@ -156,3 +166,61 @@ def test_worker_answers_over_max_response_are_a_502_naming_the_cap(small):
     assert _rss_kib(small) - before < 64 * 1024, "the gateway held the endless body"
     # The worker was not blamed for its answer's size: the next call is served.
     assert _call(small, "floodkit-a", {"op": "where"})[0] == 200
+
+
+def _post_async(cluster, function: str, body: bytes, source: str) -> tuple[int, bytes]:
+    where = urlsplit(cluster.url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=30, source_address=(source, 0))
+    try:
+        conn.request("POST", f"/async-function/{function}", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_async_bodies_are_held_within_a_byte_budget(small):
+    """F1: the redteam's slowbody.py, scaled to the fixture's budget: 1 MiB bodies queued behind a
+    slow function, from one address and then from many."""
+    body = json.dumps({"op": "sleep", "s": 2, "pad": "A" * (1 << 20)}).encode()
+    before = _rss_kib(small)
+    codes, refusals = [], []
+    for i in range(64):  # 64 MiB offered: 4x the global budget
+        status, text = _post_async(small, "floodkit-a", body, f"127.0.0.{10 + i // 8}")
+        codes.append(status)
+        if status != 202:
+            refusals.append(text)
+    grown = _rss_kib(small) - before
+    assert codes[0] == 202 and set(codes) <= {202, 429}, codes
+    assert codes[:8].count(429) >= 2, f"one address queued more than its share: {codes[:8]}"  # share: 4 of 8
+    assert any(b"(a 1/4 of gateway.async_max_bytes=16777216)" in t for t in refusals), refusals[:2]
+    assert any(b"would pass its limit (gateway.async_max_bytes=16777216)" in t for t in refusals), refusals[:2]
+    assert grown < 40 * 1024, f"the gateway grew by {grown} KiB on 64 MiB of async bodies (budget 16 MiB)"
+    # Calls within the budget run, and as they finish the budget comes back.
+    deadline = time.monotonic() + 60
+    while (status := _post_async(small, "floodkit-a", body, "127.0.0.10")[0]) != 202 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert status == 202, "the queued calls never ran: the budget did not come back"
+
+
+def test_slow_anonymous_bodies_do_not_lock_out_the_operator_from_the_same_address(small):
+    """F2: the redteam's slowbody holder: PER_CLIENT slow bodies without credentials from
+    127.0.0.1, while the admin calls a protected function from 127.0.0.1."""
+    where = urlsplit(small.url)
+    slow = []
+    for _ in range(PER_CLIENT):
+        s = socket.create_connection((where.hostname, where.port), timeout=READ_TIMEOUT_S + 10)
+        s.sendall(b"POST /function/floodkit-a HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n{")  # and then nothing
+        slow.append(s)
+    try:
+        # The address's anonymous budget is spent (this also waits until the gateway holds them) ...
+        status, body = _call(small, "floodkit-a", {"op": "where"}, source="127.0.0.1")
+        assert status == 429 and b"max_inflight_per_client" in body, (status, body)
+        # ... and the operator, from the same address with the admin's credentials, is served.
+        resp = small.http.post(f"{small.url}/function/floodkit-p", json={"op": "where"}, timeout=30)
+        assert resp.status_code == 200, (resp.status_code, resp.text)
+        assert [s for s in slow if not select.select([s], [], [], 0)[0]], "the slow bodies had been cut before the check"
+    finally:
+        for s in slow:
+            s.close()

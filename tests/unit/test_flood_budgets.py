@@ -4,6 +4,7 @@ tests/integration/test_attacks_floods.py runs the attacks themselves."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import socket
 import time
@@ -137,3 +138,87 @@ def test_the_sink_refuses_undeclared_names_without_credentials_and_caps_the_rest
     assert codes["other"][1][0] == 202  # the body the credentials were checked over is the one stored
     assert codes["third"][0][0] == 429 and "webhook_max_names=1" in codes["third"][0][1]
     assert [e["event"] for e in listed] == [{"n": 1}]
+
+
+# -- issue 39 red-team round 1: async bodies (F1) and per-client budgets by identity (F2) ----------
+
+def _async_item(call_id: str, size: int, client: str = "") -> dict:
+    return {"name": "fn", "path": "/", "query": "", "headers": {}, "body": b"x" * size, "call_id": call_id,
+            "callback": None, "client": client}
+
+
+def test_queued_async_bodies_are_held_within_the_byte_budget_global_and_per_client(tmp_path):
+    from nearfaas.gateway.async_queue import AsyncQueue, BudgetSpent, Call
+    from nearfaas.telemetry.metrics import GatewayMetrics
+
+    async def scenario():
+        q = AsyncQueue(types.SimpleNamespace(), GatewayMetrics(), tmp_path, max_bytes=4000)
+        q.journal.load(Call.from_records, Call.record)  # the journal, without consumers: calls stay queued
+        try:
+            for i in range(3):  # a client's share is 1000 bytes: 3 x 300 fit, the 4th does not
+                await q.submit(_async_item(f"a{i}", 300, "10.0.0.1"))
+            with pytest.raises(BudgetSpent, match=r"share, 1000 bytes .*gateway.async_max_bytes=4000") as refused:
+                await q.submit(_async_item("a3", 300, "10.0.0.1"))
+            assert refused.value.status == 429 and q.client_bytes == {"10.0.0.1": 900}
+            for n in range(2, 5):  # other clients fill the rest of the global budget
+                await q.submit(_async_item(f"c{n}", 1000, f"10.0.0.{n}"))
+            with pytest.raises(BudgetSpent, match=r"gateway.async_max_bytes=4000"):
+                await q.submit(_async_item("c5", 200, "10.0.0.5"))
+            with pytest.raises(BudgetSpent):  # triggers (no client) count against the global budget
+                q.submit_nowait(_async_item("t", 200))
+            assert q.bytes == 3900
+            for call in list(q.pending.values()):  # as calls run and are done, their bytes come back
+                q._forget(call)
+            assert q.bytes == 0 and q.client_bytes == {}
+            await q.submit(_async_item("again", 1000, "10.0.0.1"))
+        finally:
+            await q.journal.close()
+
+    asyncio.run(scenario())
+
+
+def test_an_authenticated_caller_has_its_own_budget_and_a_reserve_of_forwarding_slots():
+    api = InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1, max_inflight=8)
+    api.max_per_client = 2
+
+    async def identify(request):
+        return "admin" if request.headers.get("Authorization") == "good" else None
+
+    api.identify = identify
+    anon = types.SimpleNamespace(remote="127.0.0.1", headers={})
+    wrong = types.SimpleNamespace(remote="127.0.0.1", headers={"Authorization": "bad"})
+    admin = types.SimpleNamespace(remote="127.0.0.1", headers={"Authorization": "good"})
+    assert asyncio.run(api._client(anon)) == ("127.0.0.1", False)
+    assert asyncio.run(api._client(wrong)) == ("127.0.0.1", False)  # wrong credentials: anonymous
+    assert asyncio.run(api._client(admin)) == ("admin", True)
+    with api._client_slot(anon, "127.0.0.1"), api._client_slot(anon, "127.0.0.1"):
+        with pytest.raises(CallError, match="max_inflight_per_client"):
+            with api._client_slot(anon, "127.0.0.1"):
+                pass
+        with api._client_slot(admin, "admin"):  # the same address, another budget
+            pass
+    assert api.anon_limit() == 6  # 3/4 of max_inflight; the rest is kept for authenticated calls
+    api.identify = None
+    assert api.anon_limit() == 8  # unsigned mode: nobody is identified, nothing to keep
+
+
+def test_identity_is_verified_from_the_headers_alone():
+    from nearfaas.auth.admin import AdminGuard
+    from nearfaas.gateway.client_identity import identify
+
+    guard = AdminGuard({"access_key": "AK", "secret_key": "sekret"})
+
+    def request(authorization: str | None):
+        headers = {"Authorization": authorization} if authorization else {}
+
+        async def read():  # identify must not read the body
+            raise AssertionError("the body was read")
+
+        return types.SimpleNamespace(headers=headers, read=read, raw_path="/function/x", method="POST")
+
+    basic = "Basic " + base64.b64encode(b"admin:sekret").decode()
+    assert asyncio.run(identify(guard, request(basic))) == "admin"
+    assert asyncio.run(identify(guard, request("Basic " + base64.b64encode(b"admin:nope").decode()))) is None
+    assert asyncio.run(identify(guard, request("AWS4-HMAC-SHA256 Credential=AK/x, Signature=00"))) is None  # no s3 auth, no hash header
+    assert asyncio.run(identify(guard, request(None))) is None
+    assert asyncio.run(identify(AdminGuard(None), request(basic))) is None  # unsigned mode: everyone is anonymous

@@ -33,6 +33,8 @@ from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.keys_api import KeysAPI
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.gateway.worker_client import MAX_RESPONSE
+from nearfaas.gateway.async_queue import DEFAULT_MAX_BYTES as ASYNC_MAX_BYTES
+from nearfaas.gateway.client_identity import identify
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
 from nearfaas.placement.copysets import default_scatter_width
@@ -180,6 +182,9 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     # Budgets against floods (spec/budgets.py): per-client calls, answers from workers, webhooks.
     budgets = layout.get("budgets") or {}
     api.invocations.max_per_client = int(budgets.get("max_inflight_per_client", 24))
+    if layout.get("auth"):  # per-client budgets by verified identity, else peer address (gateway/client_identity.py)
+        api.invocations.identify = functools.partial(identify, guard)
+    api.queue.max_bytes = int(budgets.get("async_max_bytes", ASYNC_MAX_BYTES))  # queued async bodies (async_queue.py)
     invoker.pool.workers.max_response = int(budgets.get("max_response", MAX_RESPONSE))
     WebhookSink(budgets.get("webhooks") or (), int(budgets.get("webhook_max_names", 64)), int(budgets.get("webhook_keep_bytes", 1 << 20)),
                 deployed=lambda: [s.spec for s in invoker.functions.values()],

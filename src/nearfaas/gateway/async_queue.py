@@ -51,7 +51,13 @@ Known caveats:
   answered (the S3 front end's hook is synchronous): a crash in that window loses the trigger.
 - The request headers are kept (they are forwarded to the function) except ``Authorization``
   and ``Cookie``: credentials are checked at accept time and never written to disk.
-- Bodies are held in memory as well as in the journal: ``depth`` x ``invoke_max_body`` bounds it.
+- Bodies are held in memory as well as in the journal, so the queue has a byte budget
+  (``gateway.async_max_bytes``, 256 MiB by default) and each client a quarter of it (a client is
+  a verified identity or, without credentials, a peer address: gateway/api/invoke.py); past
+  either the call is a 429 naming the setting. Without it 500 calls of 7.5 MB from anyone took
+  the gateway from 0.3 to 3.7 GB, and to 11 GB while draining (a compaction copies every queued
+  body, base64'd, at once): both are now a small multiple of the budget. Calls resumed from the
+  journal at start-up count against the global budget (they may exceed it, if it was lowered).
 - A journal write that fails (disk full) answers the client 503 and is rolled back (truncated),
   so the file stays well formed; calls already accepted are unaffected.
 - Callbacks go out through the egress client (nearfaas/egress.py): no signing middleware, no
@@ -89,10 +95,20 @@ _UNPERSISTED_HEADERS = {"authorization", "cookie"}
 _NOT_RUN = {429, 503}
 RUN_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 CALLBACK_RETRY_DELAYS_S = (1.0, 3.0)
+# Bytes of queued bodies held in memory (gateway.async_max_bytes), and the share one client may hold.
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+CLIENT_SHARE = 4
 
 
 def _log(event: str, **fields) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
+
+
+class BudgetSpent(CallError):
+    """The queued bodies' byte budget (all clients', or this client's share) is spent: 429."""
+
+    def __init__(self, message: str):
+        super().__init__(429, message, "gateway", {"Retry-After": "1"})
 
 
 class JournalError(CallError):
@@ -114,12 +130,13 @@ class Call:
     callback: str | None
     accepted: float
     attempts: int = 0
+    client: str = ""  # whose byte budget it counts against (not persisted: resumed calls count globally)
 
     @classmethod
     def from_item(cls, key: int, item: dict) -> Call:
         headers = {k: v for k, v in dict(item.get("headers") or {}).items() if k.lower() not in _UNPERSISTED_HEADERS}
         return cls(key, item["call_id"], item["name"], item.get("path", "/"), item.get("query", ""), headers,
-                   bytes(item.get("body") or b""), item.get("callback"), time.time())
+                   bytes(item.get("body") or b""), item.get("callback"), time.time(), client=str(item.get("client") or ""))
 
     def record(self) -> dict:
         return {"t": "a", "k": self.key, "c": self.call_id, "n": self.name, "p": self.path, "q": self.query, "h": self.headers,
@@ -146,7 +163,8 @@ class AsyncQueue:
     """Async invocations: persisted, answered 202, run by a bounded set of consumers."""
 
     def __init__(self, calls, metrics, journal_dir: Path, depth: int = 10_000, consumers: int = 16,
-                 grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024, egress: EgressClient | None = None):
+                 grace_s: float = 3.0, compact_bytes: int = 4 * 1024 * 1024, egress: EgressClient | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES):
         # Callbacks never go out on a session of the caller's (the gateway's node session signs
         # internal calls), only through the egress client; the gateway gives it the cluster's
         # policy (gateway.egress_allow, its own ports). Without one: the strictest policy.
@@ -163,12 +181,21 @@ class AsyncQueue:
         self.tasks: list[asyncio.Task] = []
         self._busy: set[asyncio.Task] = set()
         self._closing = False
+        # Bodies of the calls in ``pending`` (the memory they hold): all together and per client.
+        self.max_bytes = max_bytes  # gateway.async_max_bytes; a client may hold a quarter of it
+        self.bytes = 0
+        self.client_bytes: dict[str, int] = {}
+
+    @property
+    def max_client_bytes(self) -> int:
+        return self.max_bytes // CLIENT_SHARE
 
     def start(self) -> None:
         """Replay the journal, queue what was not done, start the consumers."""
         resumed = self.journal.load(Call.from_records, Call.record)
         for call in resumed:
             self.pending[call.key] = call
+            self.bytes += len(call.body)
             self.ready.put_nowait(call.key)
         self.metrics.async_queue.set(len(self.pending))
         if resumed:
@@ -182,8 +209,20 @@ class AsyncQueue:
             raise JournalError("the gateway is shutting down; retry")
         if len(self.pending) >= self.depth:  # persisted calls count: a restart cannot overfill it
             raise asyncio.QueueFull
+        size, client = len(item.get("body") or b""), str(item.get("client") or "")
+        if self.max_bytes and self.bytes + size > self.max_bytes:
+            raise BudgetSpent(f"the async queue holds {self.bytes} bytes of bodies; this {size}-byte call would pass its limit "
+                              f"(gateway.async_max_bytes={self.max_bytes}); retry when queued calls have run")
+        held = self.client_bytes.get(client, 0)
+        if self.max_bytes and client and held + size > self.max_client_bytes:
+            raise BudgetSpent(f"this client ({client}) has {held} bytes of async calls queued; this {size}-byte call would pass "
+                              f"its share, {self.max_client_bytes} bytes (a 1/{CLIENT_SHARE} of gateway.async_max_bytes="
+                              f"{self.max_bytes}); retry when its queued calls have run")
         call = Call.from_item(self.journal.new_key(), item)
         self.pending[call.key] = call
+        self.bytes += size
+        if client:
+            self.client_bytes[client] = held + size
         self.metrics.async_queue.inc()
         return call
 
@@ -198,6 +237,13 @@ class AsyncQueue:
     def _forget(self, call: Call) -> None:
         if self.pending.pop(call.key, None) is not None:
             self.metrics.async_queue.dec()
+            self.bytes -= len(call.body)
+            if call.client:
+                left = self.client_bytes.get(call.client, 0) - len(call.body)
+                if left > 0:
+                    self.client_bytes[call.client] = left
+                else:  # the table does not grow with clients gone
+                    self.client_bytes.pop(call.client, None)
 
     def _accept(self, item: dict) -> tuple[Call, asyncio.Future]:
         """Admit a call and queue its record for the journal; the future settles once it is on disk."""
@@ -209,7 +255,8 @@ class AsyncQueue:
             raise
 
     async def submit(self, item: dict) -> None:
-        """Accept a call; on return it is on disk. Raises QueueFull (429) or JournalError (503)."""
+        """Accept a call; on return it is on disk. Raises QueueFull (429), BudgetSpent (429) or
+        JournalError (503)."""
         call, future = self._accept(item)
         try:
             await asyncio.shield(future)  # a client that hangs up does not undo the write

@@ -1,7 +1,10 @@
 """The gateway's budgets against floods, as the cluster file sets them (``gateway:``):
 
-    max_inflight_per_client: 24   calls one client (peer address) has open at once, body reading
-                                  included; 0 = no per-client cap (gateway/api/invoke.py)
+    max_inflight_per_client: 24   calls one client has open at once, body reading included; a client
+                                  is a verified identity (admin basic auth, a SigV4 key) or else a
+                                  peer address; 0 = no per-client cap (gateway/api/invoke.py)
+    async_max_bytes: 256Mi        bodies of queued async calls held at once, all clients; one client
+                                  may hold a quarter of it; 0 = no cap (gateway/async_queue.py)
     max_response: 32Mi            largest answer the gateway takes from a worker (gateway/worker_client.py)
     webhooks: [alerts]            webhook names open to posts without credentials (gateway/webhooks.py)
     webhook_max_names: 64         undeclared webhook names the sink keeps at once
@@ -17,11 +20,11 @@ from typing import Any
 
 from .errors import Collector, join_path, read_str_list, short_repr
 
-KEYS = {"max_inflight_per_client", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes"}
+KEYS = {"max_inflight_per_client", "async_max_bytes", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes"}
 
 
 def budgets_dict(g) -> dict[str, Any]:
-    return {"max_inflight_per_client": g.max_inflight_per_client, "max_response": g.max_response, "webhooks": list(g.webhooks),
+    return {"max_inflight_per_client": g.max_inflight_per_client, "async_max_bytes": g.async_max_bytes, "max_response": g.max_response, "webhooks": list(g.webhooks),
             "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes}
 
 
@@ -31,11 +34,11 @@ def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
     g.max_inflight_per_client = _int(m, "max_inflight_per_client", "gateway", c, g.max_inflight_per_client, 0, None,
                                      "24 (0 means no per-client cap)")
     g.webhook_max_names = _int(m, "webhook_max_names", "gateway", c, g.webhook_max_names, 0, None, "64")
-    for key in ("max_response", "webhook_keep_bytes"):
+    for key in ("max_response", "webhook_keep_bytes", "async_max_bytes"):
         if key in m:
             try:
                 size = _size(m[key])
-                if size < 1:
+                if size < (0 if key == "async_max_bytes" else 1):  # async_max_bytes: 0 = no cap
                     raise ValueError("must be at least 1 byte")
                 setattr(g, key, size)
             except ValueError as exc:

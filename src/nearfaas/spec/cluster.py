@@ -54,6 +54,7 @@ class GatewaySpec:
     max_inflight: int = 32           # invocations forwarded at once, all functions together; 0 = unlimited
     read_timeout: float = 60.0       # seconds to wait for a client's request body
     max_inflight_per_client: int = 24  # budgets against floods: spec/budgets.py says what each is
+    async_max_bytes: int = 256 * MiB  # queued async bodies held in memory; 0 = no cap
     max_response: int = 32 * MiB
     webhooks: list[str] = field(default_factory=list)
     webhook_max_names: int = 64

@@ -23,6 +23,9 @@ from nearfaas.gateway.stream import status_name as stream_status
 from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES
 from nearfaas.gateway.errors import CallError
 
+# The share of gateway.max_inflight that calls without verified credentials may hold at once.
+ANON_SHARE = 0.75
+
 
 class InvokeAPI:
     def __init__(self, calls, fastpath, queue, metrics, invoke_max_body: int, max_inflight: int = 0, read_timeout: float = 60.0):
@@ -30,10 +33,16 @@ class InvokeAPI:
         self.invoke_max_body = invoke_max_body
         self.max_inflight = max_inflight  # calls forwarded at once, all functions together (0 = no cap)
         self.inflight = 0
-        # Calls one client (peer address) has open at once, body reading included (0 = no cap):
-        # one client's slow bodies or slow calls cannot take every slot (docs/security.md).
+        # Calls one client has open at once, body reading included (0 = no cap): one client's
+        # slow bodies or slow calls cannot take every slot (docs/security.md). A client is the
+        # identity its headers prove (gateway/client_identity.py), else its peer address, so
+        # anonymous callers from 127.0.0.1 cannot lock out the operator calling from there.
         self.max_per_client = 0
         self.per_client: dict[str, int] = {}
+        self.identify = None  # async (request) -> verified identity or None; app.py sets it when auth is on
+        # Forwarding slots anonymous calls hold: while identities are checked they may take at
+        # most ANON_SHARE of max_inflight, so the rest stays for authenticated callers.
+        self.anon_inflight = 0
         self.read_timeout = read_timeout
         self.namespaces = Namespaces()  # the cluster's, set by OpenFaaSAPI
 
@@ -87,11 +96,25 @@ class InvokeAPI:
         state = self.invoker.functions.get(internal) if isinstance(internal, str) else None
         return state is not None and state.options.auth
 
+    async def _client(self, request: web.Request) -> tuple[str, bool]:
+        """Whose budgets the request counts against, and whether that is a verified identity."""
+        if self.identify is not None:
+            who = await self.identify(request)
+            if who:
+                return who, True
+        return request.remote or "unknown", False
+
+    def anon_limit(self) -> int:
+        """Forwarding slots anonymous calls may hold at once (max_inflight when nobody is identified)."""
+        if self.identify is None or not self.max_inflight:
+            return self.max_inflight
+        return max(1, int(self.max_inflight * ANON_SHARE))
+
     @contextlib.contextmanager
-    def _client_slot(self, request: web.Request):
+    def _client_slot(self, request: web.Request, client: str | None = None):
         """One of the calling client's slots for the whole request, body included; 429 when it has
-        ``gateway.max_inflight_per_client`` open."""
-        client = request.remote or "unknown"
+        ``gateway.max_inflight_per_client`` open. ``client`` defaults to the peer address."""
+        client = client or request.remote or "unknown"
         held = self.per_client.get(client, 0)
         if self.max_per_client and held >= self.max_per_client:
             raise CallError(429, f"this client ({client}) already has {held} calls open, its limit "
@@ -139,18 +162,25 @@ class InvokeAPI:
         if isinstance(name, web.Response):
             return name
         try:
-            with self._client_slot(request):
+            client, verified = await self._client(request)
+            with self._client_slot(request, client):
                 # The body first, under read_timeout: a slow sender holds only its own client's
                 # slot, never one of the gateway's forwarding slots.
                 body = await self._read_invocation_body(request)
                 if self.max_inflight and self.inflight >= self.max_inflight:
                     return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); "
                                       "retry", headers={"Retry-After": "1"})
+                if not verified and self.max_inflight and self.anon_inflight >= self.anon_limit():
+                    return error(429, f"the gateway is forwarding {self.anon_inflight} calls without credentials, their share of "
+                                      f"gateway.max_inflight={self.max_inflight} (the rest is kept for authenticated callers); retry",
+                                 headers={"Retry-After": "1"})
                 self.inflight += 1
+                self.anon_inflight += not verified
                 try:
                     return await self._forward(request, name, body)
                 finally:
                     self.inflight -= 1
+                    self.anon_inflight -= not verified
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer, exc.headers)
 
@@ -195,13 +225,15 @@ class InvokeAPI:
         if callback and not re.match(r"^https?://[^\s/]+", callback):
             return error(400, "X-Callback-Url must be an absolute http(s) URL")
         try:
-            with self._client_slot(request):
+            client, _ = await self._client(request)
+            with self._client_slot(request, client):
                 body = await self._read_invocation_body(request)
             path, query = self._raw_target(request)
+            # ``client``: whose share of gateway.async_max_bytes the queued body counts against.
             await self.queue.submit({"name": name, "path": path, "query": query, "headers": dict(request.headers), "body": body,
-                                     "call_id": request["call_id"], "callback": callback})  # on disk before the 202
+                                     "call_id": request["call_id"], "callback": callback, "client": client})  # on disk before the 202
         except CallError as exc:
-            return error(exc.status, str(exc), exc.layer)
+            return error(exc.status, str(exc), exc.layer, exc.headers)
         except asyncio.QueueFull:
             return error(429, "the async queue is full; retry later", headers={"Retry-After": "1"})
         return web.Response(status=202, text=f"accepted {request['call_id']}\n")

@@ -93,4 +93,7 @@ def handle(event, context):
         return {"statusCode": 200, "body": b"y" * int(doc["size"])}
     if op == "endless":
         return _endless(int(doc.get("total", 256 << 20)))
+    if op == "sleep":  # a slow function, for the async queue's byte budget
+        time.sleep(float(doc.get("s", 1)))
+        return {"slept": doc.get("s", 1)}
     return {"op": op}
