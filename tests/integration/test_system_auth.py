@@ -63,6 +63,38 @@ def test_cross_site_deploys_are_refused_even_with_credentials(cluster, functions
     assert requests.post(f"{cluster.url}/some-bucket?delete", data=b"<Delete/>", headers={"Origin": "http://evil.example"}).status_code == 403
 
 
+def test_cross_site_system_reads_are_refused_even_with_credentials(cluster):
+    """docs/security.md: a foreign Origin or cross-site fetch metadata is a 403 for all of
+    /system, reads included (red team, issue 39: GET /system/secrets answered 200 with the names)."""
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "xsite-name", "value": "v"}, timeout=10).status_code == 200
+    for headers in ({"Origin": "http://evil.com"}, {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"}, {"Origin": "null"}):
+        for path in ("/system/secrets", "/system/functions", "/system/info"):
+            resp = cluster.http.get(f"{cluster.url}{path}", headers=headers, timeout=10)
+            assert resp.status_code == 403 and "xsite-name" not in resp.text, (headers, path, resp.status_code, resp.text)
+    own = cluster.http.get(f"{cluster.url}/system/secrets", headers={"Origin": cluster.url, "Sec-Fetch-Site": "same-origin"}, timeout=10)
+    assert own.status_code == 200 and "xsite-name" in own.text
+
+
+def test_a_protected_function_is_not_callable_cross_site_even_with_credentials(scratch, cluster, functions_dir):
+    """What a web page can make a browser with cached Basic credentials send: a text/plain form
+    post from another origin. A protected function refuses it (sync and async), as /system does;
+    same-origin or header-less callers with credentials, and open functions cross-site, still run."""
+    assert scratch("xsite-victim", functions_dir / "echo", **{"x-nearfaas": {"auth": True}}).status_code == 202
+    assert scratch("xsite-open", functions_dir / "echo").status_code == 202
+    form = {"Content-Type": "text/plain"}
+    for headers in ({"Origin": "http://evil.com"}, {"Sec-Fetch-Site": "cross-site"}):
+        for route in ("/function/xsite-victim", "/async-function/xsite-victim", "/function/xsite-victim/sub?x=1"):
+            resp = cluster.http.post(f"{cluster.url}{route}", data=b"ran", headers=form | headers, timeout=30)
+            assert resp.status_code == 403 and '"body"' not in resp.text, (route, headers, resp.status_code, resp.text)
+        opened = requests.post(f"{cluster.url}/function/xsite-open", data=b"open", headers=form | headers, timeout=30)
+        assert opened.status_code == 200 and opened.json()["body"] == "open", (headers, opened.text)
+    same = cluster.http.post(f"{cluster.url}/function/xsite-victim", data=b"mine", timeout=30,
+                             headers=form | {"Origin": cluster.url, "Sec-Fetch-Site": "same-origin"})
+    assert same.status_code == 200 and same.json()["body"] == "mine", same.text
+    assert cluster.http.post(f"{cluster.url}/function/xsite-victim", data=b"cli", headers=form, timeout=30).json()["body"] == "cli"
+    assert cluster.http.post(f"{cluster.url}/async-function/xsite-victim", data=b"cli", headers=form, timeout=30).status_code == 202
+
+
 def test_same_origin_and_sigv4_callers_are_accepted(cluster):
     same = cluster.http.get(f"{cluster.url}/system/functions", headers={"Origin": cluster.url})
     assert same.status_code == 200

@@ -2,12 +2,18 @@
 
 Mechanism, in the order the middleware applies it to each request:
 
-1. **Cross-site checks (always, signed mode or not).** A state-changing request (POST, PUT,
-   PATCH, DELETE) to ``/system/*`` or to the S3 API must not come from another origin: an
-   ``Origin`` header whose host is not the request's ``Host`` (or ``Sec-Fetch-Site: cross-site``)
-   is a 403. A ``/system`` body must be sent as ``application/json``: a browser sends
-   ``text/plain`` or form bodies cross-site without asking, never JSON. ``/function/*`` is
-   exempt, as in OpenFaaS: functions may serve web pages, and their callers are their business.
+1. **Cross-site checks (always, signed mode or not).** Every request to ``/system/*`` (reads
+   too: a secret's name is the operator's to see), every state-changing request (POST, PUT,
+   PATCH, DELETE) to the S3 API, and every call of a function declared with
+   ``x-nearfaas: {auth: true}`` (``/function/<name>``, ``/async-function/<name>``) must not come
+   from another page: an ``Origin`` header whose host is not the request's ``Host``, or a
+   ``Sec-Fetch-Site`` other than ``same-origin``/``none`` (``cross-site``, and ``same-site``: a
+   page on another port of this host), is a 403 — before credentials are looked at, since a
+   browser attaches cached Basic credentials to a form post. No setting opens ``/system`` to
+   another origin (the gateway serves no CORS). A ``/system`` body must be sent as
+   ``application/json``: a browser sends ``text/plain`` or form bodies cross-site without
+   asking, never JSON. Open functions are exempt, as in OpenFaaS: they may serve web pages,
+   and their callers are their business.
 2. **Credentials (when the cluster has keys).** ``/system/*`` needs either HTTP basic auth as
    the admin (user ``admin`` or the access key, password the secret key — what ``faas-cli
    login`` sends) or a SigV4 signature by the cluster's key. A function declared with
@@ -18,7 +24,8 @@ Mechanism, in the order the middleware applies it to each request:
 
 Worked example: ``curl -X POST localhost:8080/system/functions -d '{...}'`` → 401;
 ``curl -u admin:$SECRET -H 'Content-Type: application/json' ...`` → 202; the same with
-``-H 'Origin: https://evil.example'`` → 403 even with the password.
+``-H 'Origin: https://evil.example'`` → 403 even with the password; so is
+``GET /system/secrets`` with that header, and a ``text/plain`` form post to a protected function.
 
 Known caveats:
 - Basic auth sends the secret on every call: keep the gateway on loopback or behind TLS.
@@ -51,8 +58,9 @@ def _deny(status: int, message: str, basic: bool = False) -> web.Response:
 
 def cross_site(request: web.Request) -> str | None:
     """Why this request looks like it came from another site's page, or None."""
-    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
-        return "cross-site requests are refused (Sec-Fetch-Site: cross-site)"
+    fetch_site = request.headers.get("Sec-Fetch-Site", "").lower()
+    if fetch_site not in ("", "same-origin", "none"):  # none: typed or bookmarked by the user
+        return f"requests from another page are refused (Sec-Fetch-Site: {fetch_site})"
     origin = request.headers.get("Origin")
     if origin is None:
         return None
@@ -76,16 +84,17 @@ class AdminGuard:
         is_system = path == "/system" or path.startswith("/system/")
         is_function = path.startswith(("/function/", "/async-function/"))
         webhook_post = path.startswith("/system/webhooks/") and request.method == "POST"
-        if request.method in MUTATING and not is_function:
+        protected = is_function and self.protected(path.split("/")[2])
+        if is_system or protected or (request.method in MUTATING and not is_function):
             why = cross_site(request)
             if why:
                 return _deny(403, why)
-            if is_system and not webhook_post and request.content_type != "application/json" and request.can_read_body:
+        if request.method in MUTATING and is_system and not webhook_post:
+            if request.content_type != "application/json" and request.can_read_body:
                 return _deny(415, f"{request.method} {path} needs Content-Type: application/json "
                                   f"(got {request.content_type or 'none'})")
         if self.keys and path not in _OPEN and not webhook_post:
-            needs = is_system or (is_function and self.protected(request.path.split("/")[2]))
-            if needs:
+            if is_system or protected:
                 why = await self.check(request)
                 if why:
                     return _deny(401, why, basic=True)
