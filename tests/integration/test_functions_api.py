@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from nearfaas.spec.bundle import pack
+
 pytestmark = pytest.mark.integration
 
 
@@ -182,10 +184,23 @@ def test_secrets_are_mounted_as_files(cluster, functions_dir):
     assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}).status_code == 200
     cluster.deploy("secretive", functions_dir / "secretreader", secrets=["api-key"])
     assert requests.post(f"{cluster.url}/function/secretive").text == "s3cr3t"
-    missing = cluster.deploy("needs-missing", functions_dir / "secretreader", wait=False, secrets=["no-such-secret"])
-    assert missing.status_code == 202
-    call = requests.post(f"{cluster.url}/function/needs-missing")
-    assert call.status_code == 400 and "no-such-secret" in call.text
+
+
+def test_a_deployment_naming_a_missing_secret_is_a_400_naming_it(cluster, scratch, functions_dir):
+    """docs/user-guide.md: a missing secret is a 400 at deploy (and update), naming secrets[i] and
+    how to create it; before issue 39 the deploy was a 202 and only each call failed."""
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "api-key", "value": "s3cr3t"}, timeout=10).status_code == 200
+    missing = scratch("needs-missing", functions_dir / "secretreader", wait=False, secrets=["api-key", "no-such-secret"])
+    assert missing.status_code == 400, missing.text
+    assert "secrets[1]" in missing.text and "no-such-secret" in missing.text and "nearfaas secret create no-such-secret" in missing.text
+    assert "POST /system/secrets" in missing.text
+    assert cluster.http.get(f"{cluster.url}/system/function/needs-missing", timeout=10).status_code == 404  # nothing deployed
+    assert cluster.http.put(f"{cluster.url}/system/secrets", json={"name": "late-secret", "value": "late"}, timeout=10).status_code == 200
+    assert scratch("needs-missing", functions_dir / "secretreader", secrets=["late-secret"]).status_code == 202
+    update = cluster.http.put(f"{cluster.url}/system/functions", timeout=30, json={
+        "service": "needs-missing", "bundle": pack(functions_dir / "secretreader"), "secrets": ["late-secret", "gone-secret"]})
+    assert update.status_code == 400 and "secrets[1]" in update.text and "gone-secret" in update.text, update.text
+    assert cluster.http.get(f"{cluster.url}/system/function/needs-missing", timeout=10).json()["secrets"] == ["late-secret"]
 
 
 def test_requirements_are_installed_into_a_cached_env(cluster, functions_dir, tmp_path):

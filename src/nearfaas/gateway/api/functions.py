@@ -20,6 +20,7 @@ from nearfaas import atomic
 from nearfaas.gateway import autoscale
 from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
+from nearfaas.gateway.api.secrets import SecretsAPI
 from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
@@ -73,6 +74,7 @@ class FunctionsAPI:
         self.uids = UidAllocator(state_dir / "gateway" / "last_uid")
         self.functions_dir = state_dir / "functions"  # deployed code, one folder per bundle (spec/bundle.py)
         self.handler_roots = [Path(r) for r in handler_roots]
+        self.secrets = SecretsAPI(state_dir, self.namespaces)  # to check a deployment's secrets exist (secrets.py)
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -178,6 +180,8 @@ class FunctionsAPI:
         if namespace != self.namespaces.default:  # NAME.NAMESPACE inside; its chain's stages are in its namespace
             spec["name"] = self.namespaces.qualify(name, namespace)
             spec["x"]["chain"] = [self.namespaces.qualify(stage, namespace) for stage in spec["x"].get("chain") or []]
+        if (missing := self.secrets.unknown_listed(namespace, spec.get("secrets") or [])) is not None:
+            raise SpecErrorResponse(missing)
         name = spec["name"]
         current = self.invoker.functions.get(name)
         spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \

@@ -4,12 +4,21 @@ The OpenFaaS contract: ``{"name", "value"}`` (text) or ``{"name", "rawValue"}`` 
 bytes, how Go encodes ``[]byte``); POST creates (201), PUT creates or updates (200), DELETE answers 200 (what
 faas-cli accepts). Secrets belong to a namespace (gateway/api/namespaces.py): the default one's
 live in ``<state>/secrets/``, another's in ``<state>/secrets-ns/<namespace>/``, where the nodes
-mount them from for that namespace's functions (node/pool.py); an unknown namespace is 404."""
+mount them from for that namespace's functions (node/pool.py); an unknown namespace is 404.
+
+A deployment may list only secrets its namespace has (``unknown_listed``, which the deploy and
+update of gateway/api/functions.py call): a missing one is the deploy's 400, naming
+``secrets[i]`` and how to create it, not a failure at the first call; another namespace's secret
+of that name does not count.
+
+Known caveats: deleting a secret a deployed function lists is allowed (as in OpenFaaS); its next
+cold start fails naming it."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from pathlib import Path
 
@@ -36,6 +45,21 @@ class SecretsAPI:
         folder = secrets_folder(self.state_dir, namespace)
         atomic.private_dir(folder)
         return folder
+
+    def stored(self, namespace: str, name: str) -> bool:
+        """Whether ``namespace`` has a secret called ``name`` (creates no folder)."""
+        folder = self.secrets_dir if namespace == self.namespaces.default else secrets_folder(self.state_dir, namespace)
+        return bool(SECRET_NAME.match(name)) and (folder / name).is_file()
+
+    def unknown_listed(self, namespace: str, names: list[str]) -> str | None:
+        """Why a deployment in ``namespace`` listing ``names`` cannot get its secrets, or None."""
+        for i, name in enumerate(names):
+            if not self.stored(namespace, name):
+                how = (f"`nearfaas secret create {name} --from-literal VALUE`, or " if namespace == self.namespaces.default else "")
+                return (f"secrets[{i}]: namespace {namespace!r} has no secret {name!r}; create it first: {how}"
+                        f"POST /system/secrets {{\"name\": {json.dumps(name)}, \"value\": ..., \"namespace\": \"{namespace}\"}} "
+                        "(secrets belong to a namespace: another namespace's secret of that name does not count)")
+        return None
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/secrets", self.list_secrets)
