@@ -192,9 +192,8 @@ def test_an_authenticated_caller_has_its_own_budget_and_a_reserve_of_forwarding_
     assert asyncio.run(api._client(wrong)) == ("127.0.0.1", False)  # wrong credentials: anonymous
     assert asyncio.run(api._client(admin)) == ("admin", True)
     with api._client_slot(anon, "127.0.0.1"), api._client_slot(anon, "127.0.0.1"):
-        with pytest.raises(CallError, match="max_inflight_per_client"):
-            with api._client_slot(anon, "127.0.0.1"):
-                pass
+        with pytest.raises(CallError, match="max_inflight_per_client"), api._client_slot(anon, "127.0.0.1"):
+            pass
         with api._client_slot(admin, "admin"):  # the same address, another budget
             pass
     assert api.anon_limit() == 6  # 3/4 of max_inflight; the rest is kept for authenticated calls
