@@ -44,24 +44,32 @@ def _sockets():
             s = socket.socket(fileno=os.dup(fd))
         except OSError:
             continue
-        if s.family != socket.AF_INET or s.type != socket.SOCK_STREAM:
+        if s.family not in (socket.AF_INET, socket.AF_UNIX) or s.type != socket.SOCK_STREAM:
             s.close()
             continue
         yield s
 
 
+def _local(s: socket.socket):
+    """What a socket is bound to: a TCP port, or a unix socket's path."""
+    name = s.getsockname()
+    return name[1] if s.family == socket.AF_INET else name
+
+
 def _endless(total: int) -> dict:
     """A raw answer with Content-Length 10**12 on every connection the gateway has to us, then up
-    to ``total`` bytes streamed into it (bounded, so an unfixed gateway does not take the host down)."""
+    to ``total`` bytes streamed into it (bounded, so an unfixed gateway does not take the host down).
+    The connections are those accepted by our own listeners: TCP without isolation, the unix
+    socket the node relays the gateway's calls into when the worker has a network namespace."""
     s3_port = urlsplit(os.environ.get("AWS_ENDPOINT_URL", "http://x:0")).port
     listening, conns = set(), []
     for s in _sockets():
         if s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-            listening.add(s.getsockname()[1])
+            listening.add(_local(s))
             s.close()
         else:
             conns.append(s)
-    ours = [s for s in conns if s.getsockname()[1] in listening - {s3_port}]
+    ours = [s for s in conns if _local(s) in listening - {s3_port, "", None}]
     head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000000000000\r\n\r\n"
     chunk = b"x" * 65536
     sent = 0
