@@ -120,6 +120,18 @@ def publish(staging: Path | str, target: Path | str, *, durable: bool = True) ->
         fsync_dir(Path(target).parent)
 
 
+def append(path: Path | str, mode: int = PRIVATE_FILE) -> IO:
+    """A log opened for binary appends, created with ``mode`` (0600) whatever the umask: not an
+    atomic write, but the one place a log's mode is set, so no log starts world-readable."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+    try:
+        os.fchmod(fd, mode)  # a file made earlier, with the umask's mode, is narrowed too
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "ab")
+
+
 def move(src: Path | str, dst: Path | str) -> None:
     """A rename that is not a write: a file or folder moved aside (into a graveyard, onto a
     version shelf). The caller fsyncs what it needs."""

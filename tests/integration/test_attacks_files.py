@@ -38,12 +38,6 @@ DESIGN_READABLE = {
     "images/*": "an image function's unpacked root filesystem (the image's own modes)",
 }
 
-# Made by node/pool.py with the node's umask (022), while another helper of issue 39 splits that
-# module: still out of other users' reach, because nodes/<name> is 0700 (checked below). Remove
-# an entry once pool.py creates it 0700/0600 itself.
-POOL_NOT_YET = ("nodes/*/specs", "nodes/*/logs", "nodes/*/logs/*.log", "nodes/*/secrets")
-
-
 def _matches(rel: Path, patterns) -> bool:
     """``rel`` is, or lies below, a path matching one of ``patterns`` from the state dir down."""
     for pattern in patterns:
@@ -54,7 +48,7 @@ def _matches(rel: Path, patterns) -> bool:
 
 
 def _design_readable(rel: Path) -> bool:
-    return _matches(rel, DESIGN_READABLE) or _matches(rel, POOL_NOT_YET)
+    return _matches(rel, DESIGN_READABLE)
 
 
 def _open_to_others(state: Path) -> list[str]:
@@ -119,5 +113,5 @@ def test_nobody_reads_no_object_log_or_record(cluster, bucket, scratch, function
 
     open_to_others = _open_to_others(state)
     assert not open_to_others, "readable by other local users:\n" + "\n".join(open_to_others)
-    for node in (state / "nodes").iterdir():  # what POOL_NOT_YET lets pass is behind these
+    for node in (state / "nodes").iterdir():
         assert stat.S_IMODE(node.stat().st_mode) == 0o700, node

@@ -48,6 +48,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.node import jail
 from nearfaas.node.procs import kill_group, package_root
 
@@ -140,13 +141,13 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             kill_group(proc)
             await proc.wait()
             raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
-        with open(log_path, "ab") as log:  # pip's own words, whatever they are (a failure's, mostly)
+        with atomic.append(log_path) as log:  # pip's own words, whatever they are (a failure's, mostly)
             log.write(out)
         if proc.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             tail = out.decode(errors="replace").strip().splitlines()[-6:]
             raise BuildError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n" + "\n".join(tail))
-        staging.rename(envs / digest)  # the envs folder is the node's: the build cannot swap this
+        atomic.publish(staging, envs / digest)  # the envs folder is the node's: the build cannot swap this
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
         for _ in range(50):  # what the build left running is killed with its groups

@@ -32,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.node import build, jail, netrelay, profiling, spawning, worker_dirs, worker_logs, worker_secrets
 from nearfaas.node.build import PIP_FLAGS, PIP_TIMEOUT_S  # noqa: F401  (their home moved)
 from nearfaas.node.objectfds import Channel, ObjectFdServer
@@ -108,8 +109,8 @@ class WorkerPools:
         self.workers: dict[str, WorkerProcess] = {}
         self.stats = PoolStats()
         self._env_locks: dict[str, asyncio.Lock] = {}
-        (self.node_dir / "logs").mkdir(parents=True, exist_ok=True)
-        (self.node_dir / "specs").mkdir(parents=True, exist_ok=True)
+        atomic.private_dir(self.node_dir / "logs")  # logs and specs name functions: the node's alone
+        atomic.private_dir(self.node_dir / "specs")
         # Unjailed instances' /tmp folders a previous run of this node left (it was killed with -9).
         shutil.rmtree(self.node_dir / "tmp", ignore_errors=True)
         shutil.rmtree(netrelay.node_folder(self.node_dir), ignore_errors=True)  # and jailed ones' relay folders
@@ -171,7 +172,7 @@ class WorkerPools:
             secrets_dir = held.secrets = self._mount_secrets(spec, instance, uid)
             spec_file = self.node_dir / "specs" / f"{name}.json"
             # The credentials go into the environment only; the spec file keeps no keys.
-            _write_private(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
+            atomic.write_text(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
             held.tmp = self._private_tmp(instance) if uid is None else None  # jailed: a tmpfs of its own
             env = self._function_env(spec, extra_path, held.tmp)
             profiled = self._memory_profile(spec, instance, env)
@@ -487,8 +488,3 @@ async def _remove_cgroups(dirs: list[str]) -> None:
         await asyncio.sleep(0.02)
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o600)  # an older file keeps its mode through O_TRUNC

@@ -37,6 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.node import jail
 from nearfaas.node.objectfds import Channel, ObjectFdServer
 from nearfaas.node.procs import kill_group, spawn_with_ready_pipe
@@ -269,7 +270,7 @@ class PrewarmPool:
 
     def _note(self, text: str) -> None:
         try:
-            with open(self.log_path, "a") as log:
-                log.write(json.dumps({"timestamp": time.time(), "event": "prewarm", "text": text}) + "\n")
+            with atomic.append(self.log_path) as log:
+                log.write((json.dumps({"timestamp": time.time(), "event": "prewarm", "text": text}) + "\n").encode())
         except OSError:
             pass

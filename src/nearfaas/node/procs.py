@@ -10,6 +10,8 @@ import asyncio
 import os
 from pathlib import Path
 
+from nearfaas import atomic
+
 
 async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
     """A stream over the read end of a pipe. It owns ``fd`` from the call on, even when it
@@ -39,7 +41,7 @@ async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, c
         os.close(write_fd)
         raise
     try:
-        with open(log_path, "ab") as log:
+        with atomic.append(log_path) as log:  # logs name functions and hold their output: 0600
             process = await asyncio.create_subprocess_exec(
                 *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log, stderr=log, env=env, pass_fds=(write_fd, *extra_fds),
                 cwd=cwd, start_new_session=True)

@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.node.pool_error import PoolError
 
 
@@ -25,7 +26,8 @@ def mount(spec: dict, source: Path, folder: Path, uid: int | None = None) -> Pat
     if missing:
         raise PoolError(f"function {spec['name']!r} lists secret {missing[0]!r}, which does not exist; "
                         f"create it with: nearfaas secret create {missing[0]} --from-literal VALUE", status=400)
-    folder.mkdir(parents=True, mode=0o700)
+    atomic.private_dir(folder.parent)  # nodes/<n>/secrets: the node's alone
+    folder.mkdir(mode=0o700)
     for secret in names:
         shutil.copyfile(source / secret, folder / secret)
         os.chmod(folder / secret, 0o400)

@@ -39,6 +39,7 @@ import traceback
 
 # The imports are the point of a pre-warmed worker: everything the classic worker imports
 # before it loads the handler is loaded here, before any function is known.
+from nearfaas import atomic
 from nearfaas import cgroups
 from nearfaas.runtime import worker
 
@@ -100,10 +101,9 @@ def specialise(message: dict, startup_cwd: str) -> None:
     # The function's output goes to its own log, appended to like the spawned worker's.
     sys.stdout.flush()
     sys.stderr.flush()
-    log = os.open(message["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    with atomic.append(message["log"]) as log:  # 0600: a log names the function and holds its output
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
     # A spawned worker's stdin is /dev/null; the message pipe is done with.
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
