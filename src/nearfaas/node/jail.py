@@ -85,8 +85,6 @@ from nearfaas.node import netns, seccomp
 from nearfaas.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONTROLLERS, CgroupError,  # noqa: F401
                               Cgroups, cpu_cgroup_of, cpu_seconds, default_root, remove_cgroups)
 from nearfaas.cgroups import join as _join
-from nearfaas.cgroups import own_cgroups as _own_cgroups  # noqa: F401  (old private name)
-from nearfaas.cgroups import write as _write  # noqa: F401  (old private name)
 
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
