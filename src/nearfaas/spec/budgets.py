@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import Collector, join_path, read_str_list, short_repr
+from .fields import NAME as _NAME, read_int as _int, read_sizes
 
 KEYS = {"max_inflight_per_client", "async_max_bytes", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes"}
 
@@ -29,21 +30,11 @@ def budgets_dict(g) -> dict[str, Any]:
 
 
 def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
-    from .cluster import _NAME, _int, _size  # the cluster file's own readers (cluster.py imports this module)
-
     g.max_inflight_per_client = _int(m, "max_inflight_per_client", "gateway", c, g.max_inflight_per_client, 0, None,
                                      "24 (0 means no per-client cap)")
     g.webhook_max_names = _int(m, "webhook_max_names", "gateway", c, g.webhook_max_names, 0, None, "64")
-    for key in ("max_response", "webhook_keep_bytes", "async_max_bytes"):
-        if key in m:
-            try:
-                size = _size(m[key])
-                if size < (0 if key == "async_max_bytes" else 1):  # async_max_bytes: 0 = no cap
-                    raise ValueError("must be at least 1 byte")
-                setattr(g, key, size)
-            except ValueError as exc:
-                c.error(join_path("gateway", key), f"bad size {short_repr(m[key])}: {exc}",
-                        'write a byte count or a quantity such as "32Mi" or "1Mi"')
+    read_sizes(m, ("max_response", "webhook_keep_bytes", "async_max_bytes"), g, "gateway", c, '"32Mi" or "1Mi"',
+               zero_ok=("async_max_bytes",))  # async_max_bytes: 0 = no cap
     if "webhooks" in m:
         names = read_str_list(m["webhooks"], "gateway.webhooks", c, allow_single=True) or []
         for i, name in enumerate(names):

@@ -9,7 +9,6 @@ not silently fall back to a default), except under `link:`, which is kept open f
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,10 @@ from nearfaas.placement.replicas import SCHEMES
 
 from .budgets import KEYS as BUDGET_KEYS, budgets_dict, read_budgets
 from .fastpath import FastpathSpec, read_fastpath
+from .fields import NAME as _NAME, read_int as _int, read_sizes, read_str as _str
 from .ray import RaySpec, check_resource, parse_backend, parse_ray
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
-                     parse_duration, parse_int, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
+                     parse_duration, read_mapping, read_str_list, read_text_file, short_repr,
                      type_name)
 
 MiB = 1024**2
@@ -35,7 +35,6 @@ NODE_CLASSES = ("dscs", "standard", "cpu")
 # node has only CPUs. Rejecting the other pairings catches swapped `kind`/`class` values.
 CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
 PLACEMENT_POLICIES = tuple(POLICIES)
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation", "backend", "ray"}
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
@@ -201,42 +200,6 @@ class ClusterSpec:
 
 # ---------------------------------------------------------------- field readers
 
-def _int(m: dict[str, Any], key: str, path: str, c: Collector, default: int, lo: int, hi: int | None,
-         example: str) -> int:
-    if key not in m:
-        return default
-    try:
-        n = parse_int(m[key])
-    except ValueError as exc:
-        c.error(join_path(path, key), f"bad value {short_repr(m[key])}: {exc}", f"write e.g. {key}: {example}")
-        return default
-    if n < lo or (hi is not None and n > hi):
-        span = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        c.error(join_path(path, key), f"must be {span}, got {n}", f"write e.g. {key}: {example}")
-        return default
-    return n
-
-
-def _str(m: dict[str, Any], key: str, path: str, c: Collector, default: str, example: str) -> str:
-    if key not in m:
-        return default
-    v = m[key]
-    if not isinstance(v, str) or not v.strip() or "\0" in v:
-        c.error(join_path(path, key), f"must be a non-empty string, got {type_name(v)} {short_repr(v)}",
-                f"write e.g. {key}: {example}")
-        return default
-    return v.strip()
-
-
-def _size(value: Any) -> int:
-    """Bytes from an int or a quantity such as "5Gi", "5GiB" or "100M"."""
-    if isinstance(value, str) and re.fullmatch(r"\s*[\d.]+\s*[KMGTPE]i?B\s*", value):
-        value = value.strip()[:-1]  # "5GiB" -> "5Gi": people write the B, Kubernetes does not
-    if isinstance(value, str):
-        return parse_memory(value.replace(" ", ""))
-    return parse_int(value)
-
-
 def _gateway(value: Any, c: Collector) -> GatewaySpec:
     g = GatewaySpec()
     m = read_mapping(value, "gateway", c)
@@ -245,16 +208,7 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
     check_unknown_keys(m, GATEWAY_KEYS, "gateway", c, error=True)
     g.port = _int(m, "port", "gateway", c, g.port, 0, 65535, "8080 (0 picks a free port)")
     g.max_inflight = _int(m, "max_inflight", "gateway", c, g.max_inflight, 0, None, "32 (0 means unlimited)")
-    for key in ("s3_max_body", "invoke_max_body"):
-        if key in m:
-            try:
-                size = _size(m[key])
-                if size < 1:
-                    raise ValueError("must be at least 1 byte")
-                setattr(g, key, size)
-            except ValueError as exc:
-                c.error(join_path("gateway", key), f"bad size {short_repr(m[key])}: {exc}",
-                        'write a byte count or a quantity such as "5Gi" or "8Mi"')
+    read_sizes(m, ("s3_max_body", "invoke_max_body"), g, "gateway", c, '"5Gi" or "8Mi"')
     if "read_timeout" in m:
         try:
             g.read_timeout = parse_duration(m["read_timeout"])
@@ -274,7 +228,7 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
     if "namespaces" in m:
         names = read_str_list(m["namespaces"], "gateway.namespaces", c, allow_single=True) or []
         for i, name in enumerate(names):
-            if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            if not _NAME.fullmatch(name):
                 c.error(join_path("gateway.namespaces", i), f"{short_repr(name)} is not a namespace name",
                         "use lower-case letters, digits and '-', e.g. openfaas-fn or team-a")
         if not names:
