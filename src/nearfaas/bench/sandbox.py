@@ -77,18 +77,17 @@ def _warm(session, url: str, n: int) -> list[float]:
     return out
 
 
-def _apply_ms(n: int = 30) -> list[float]:
-    """``seccomp.apply()`` alone, each in a fresh forked child after NNP (as in the jail)."""
+def _in_child_ms(step, n: int, prepare=lambda: None) -> list[float]:
+    """Milliseconds ``step()`` takes, each time in a fresh forked child after ``prepare()`` (what
+    they change — a seccomp filter, a network namespace — must not stay on this process)."""
     out = []
     for _ in range(n):
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            from nearfaas.node import seccomp
-
-            ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)
+            prepare()
             t = time.perf_counter()
-            seccomp.apply()
+            step()
             os.write(w, str((time.perf_counter() - t) * 1000).encode())
             os._exit(0)
         os.close(w)
@@ -98,25 +97,20 @@ def _apply_ms(n: int = 30) -> list[float]:
     return out
 
 
-def _netns_ms(n: int = 30) -> list[float]:
-    """``netns.enter`` alone, each in a fresh forked child (root), with one forward listener."""
-    out = []
-    with tempfile.TemporaryDirectory(prefix="nf-netns-") as folder:
-        for _ in range(n):
-            r, w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                from nearfaas.node import netns
+def _apply_ms(n: int = 30) -> list[float]:
+    """``seccomp.apply()`` alone, after NNP (as in the jail)."""
+    from nearfaas.node import seccomp
 
-                t = time.perf_counter()
-                netns.enter({"serve": f"{folder}/serve.sock", "forward": [{"host": "127.0.0.1", "port": 8080, "socket": f"{folder}/x"}]})
-                os.write(w, str((time.perf_counter() - t) * 1000).encode())
-                os._exit(0)
-            os.close(w)
-            os.waitpid(pid, 0)
-            out.append(float(os.read(r, 64)))
-            os.close(r)
-    return out
+    return _in_child_ms(seccomp.apply, n, prepare=lambda: ctypes.CDLL(None).prctl(38, 1, 0, 0, 0))  # 38: PR_SET_NO_NEW_PRIVS
+
+
+def _netns_ms(n: int = 30) -> list[float]:
+    """``netns.enter`` alone (root), with one forward listener."""
+    from nearfaas.node import netns
+
+    with tempfile.TemporaryDirectory(prefix="nf-netns-") as folder:
+        plan = {"serve": f"{folder}/serve.sock", "forward": [{"host": "127.0.0.1", "port": 8080, "socket": f"{folder}/x"}]}
+        return _in_child_ms(lambda: netns.enter(plan), n)
 
 
 def main(before: str = BEFORE) -> Path:
