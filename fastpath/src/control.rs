@@ -9,10 +9,11 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 
 use crate::auth::{self, LineError};
-use crate::lambda::{self, inc, Code, Lambda, LambdaStats, NativeKind, MAX_ID};
+use crate::lambda::{self, inc, Code, Lambda, LambdaStats, NativeKind};
 use crate::modules::EngineKind;
 use crate::server::Server;
 use crate::stream;
+use crate::wire::LambdaId;
 
 /// Control connections open at once; more are closed at accept (each holds a thread).
 const MAX_CONTROL_CONNS: usize = 16;
@@ -163,13 +164,9 @@ pub fn handle(srv: &Server, m: &Map<String, Value>) -> Value {
 }
 
 fn stats(srv: &Server) -> Value {
-    let mut lambdas = Vec::new();
-    for slot in srv.table.iter() {
-        let l = slot.read().unwrap().clone();
-        if let Some(l) = l {
-            lambdas.push(srv.lambda_json(&l));
-        }
-    }
+    let mut all: Vec<_> = srv.table.read().unwrap().values().cloned().collect();
+    all.sort_by_key(|l| l.id);
+    let lambdas: Vec<Value> = all.iter().map(|l| srv.lambda_json(l)).collect();
     let streams = srv.streams.json();
     let g = &srv.g;
     let r = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
@@ -202,21 +199,15 @@ fn stats(srv: &Server) -> Value {
     v
 }
 
-fn get_id(m: &Map<String, Value>) -> Result<u32, String> {
+/// The `id` field: any u64 (the gateway draws them at random, docs/fastpath.md, Security).
+fn get_id(m: &Map<String, Value>) -> Result<LambdaId, String> {
+    const USE: &str = "use an integer from 0 to 18446744073709551615 (2^64-1)";
     match m.get("id") {
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(i) if i <= MAX_ID as u64 => Ok(i as u32),
-            Some(i) => Err(format!(
-                "id: {i} is too large; use an integer from 0 to {MAX_ID}"
-            )),
-            None => Err(format!(
-                "id: {n} is not an integer; use an integer from 0 to {MAX_ID}"
-            )),
-        },
-        Some(v) => Err(format!(
-            "id: {v} is not an integer; use an integer from 0 to {MAX_ID}"
-        )),
-        None => Err(format!("id: required; use an integer from 0 to {MAX_ID}")),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .ok_or_else(|| format!("id: {n} is not an integer in range; {USE}")),
+        Some(v) => Err(format!("id: {v} is not an integer; {USE}")),
+        None => Err(format!("id: required; {USE}")),
     }
 }
 
@@ -281,7 +272,7 @@ const NOT_FOR_STREAM: &[&str] = &[
 
 /// A deploy request, checked and compiled, ready to swap in.
 struct Deploy {
-    id: u32,
+    id: LambdaId,
     name: String,
     /// The version asked for; `None` takes the deployed version + 1 (or 1).
     version: Option<u64>,

@@ -16,11 +16,8 @@ pub const ENOSYS: i32 = 52;
 /// `nf_handle` / `nf_resume` return value asking for an external call.
 pub const NF_EXTERNAL: i32 = -2;
 /// Reply header room kept at the front of a worker's output buffer:
-/// 4 bytes TCP frame length, 4 bytes lambda id, 1 byte status.
+/// 4 bytes TCP frame length, 8 bytes lambda id, 1 byte status.
 pub const HDR: usize = crate::wire::FRAME_LEN + crate::wire::REPLY_HEAD;
-
-/// Highest lambda id accepted by `deploy` (the match table is dense).
-pub use crate::wire::MAX_ID;
 
 /// Number of instance slots in the pooling allocator.
 pub const POOL_INSTANCES: u32 = 512;
@@ -104,7 +101,7 @@ pub fn inc(c: &AtomicU64) {
 }
 
 pub struct Lambda {
-    pub id: u32,
+    pub id: crate::wire::LambdaId,
     pub name: String,
     pub version: u64,
     pub weight: u32,

@@ -5,8 +5,8 @@
 //! and shared-memory protocol are in docs/fastpath.md.
 //!
 //! Threads:
-//! * `udp`: one socket; parses `id` and matches it in a dense table (`Vec` of 65,536 slots, each
-//!   an `RwLock<Option<Arc<Lambda>>>`); a hit is queued on that lambda's queue (bounded by
+//! * `udp`: one socket; parses the 64-bit `id` and matches it in the table (a `HashMap` from
+//!   id to `Arc<Lambda>` under one `RwLock`; IDs are random, issue 39); a hit is queued on that lambda's queue (bounded by
 //!   `--queue-depth`, else OVERLOADED), a miss goes to the host (`--host`) or is answered UNKNOWN.
 //! * `tcp` + a reader and a writer thread per connection (the writer puts replies back in
 //!   request order); `unix`: Unix datagrams carrying a memfd (SCM_RIGHTS).

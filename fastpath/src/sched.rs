@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use crate::lambda::Lambda;
 use crate::shm::Shm;
+use crate::wire::{IdHash, LambdaId};
 
 /// Where a reply goes.
 pub enum ReplyTo {
@@ -63,12 +64,12 @@ struct LQueue {
 }
 
 struct Inner {
-    queues: HashMap<u32, LQueue>,
-    active: VecDeque<u32>,
+    queues: HashMap<LambdaId, LQueue, IdHash>,
+    active: VecDeque<LambdaId>,
     /// The lambda alone in `active` that has used up its turn: a lambda that becomes active
     /// goes before it (it would have gone to the back had anyone been behind it), so a light
     /// request waits at most one quantum (one slice of a sliced call), not two.
-    spent: Option<u32>,
+    spent: Option<LambdaId>,
     fifo: VecDeque<Job>,
     waiting: usize,
     shutdown: bool,
@@ -93,7 +94,7 @@ impl Sched {
     pub fn new(mode: Mode, depth: usize) -> Sched {
         Sched {
             inner: Mutex::new(Inner {
-                queues: HashMap::new(),
+                queues: HashMap::default(),
                 active: VecDeque::new(),
                 spent: None,
                 fifo: VecDeque::new(),
@@ -238,7 +239,7 @@ impl Sched {
         self.inner.lock().unwrap().shutdown
     }
 
-    pub fn queue_len(&self, id: u32) -> usize {
+    pub fn queue_len(&self, id: LambdaId) -> usize {
         self.inner
             .lock()
             .unwrap()
@@ -258,7 +259,7 @@ mod tests {
     use super::*;
     use crate::lambda::{Code, LambdaStats, NativeKind};
 
-    fn lambda(id: u32, weight: u32) -> Arc<Lambda> {
+    fn lambda(id: LambdaId, weight: u32) -> Arc<Lambda> {
         Arc::new(Lambda {
             id,
             name: format!("l{id}"),
@@ -268,7 +269,7 @@ mod tests {
             fuel: None,
             external: None,
             code: Code::Native(NativeKind::Web),
-            uid: id as u64,
+            uid: id,
             retired: Default::default(),
             stats: Arc::new(LambdaStats::default()),
         })
@@ -282,7 +283,7 @@ mod tests {
         }
     }
 
-    fn tag(j: &Job) -> (u32, u8) {
+    fn tag(j: &Job) -> (LambdaId, u8) {
         match &j.kind {
             JobKind::Request(v) => (j.lambda.id, v[0]),
             _ => (j.lambda.id, 0),
@@ -330,7 +331,7 @@ mod tests {
             assert!(s.push(job(&a, i), false).is_ok());
             assert!(s.push(job(&b, i), false).is_ok());
         }
-        let ids: Vec<u32> = (0..8).map(|_| s.try_pop().unwrap().lambda.id).collect();
+        let ids: Vec<LambdaId> = (0..8).map(|_| s.try_pop().unwrap().lambda.id).collect();
         assert_eq!(ids, vec![3, 4, 4, 4, 3, 4, 4, 4]);
     }
 

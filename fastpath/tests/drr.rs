@@ -5,7 +5,7 @@ use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-fn done(fp: &Fp, id: u32) -> (i64, i64) {
+fn done(fp: &Fp, id: u64) -> (i64, i64) {
     let l = fp.lambda_stats(id);
     (
         l["timeouts"].as_i64().unwrap() + l["ok"].as_i64().unwrap(),

@@ -41,10 +41,10 @@ fn read_memfd(fd: &OwnedFd, n: usize) -> Vec<u8> {
 fn shm_call(
     sock: &UnixDatagram,
     server: &std::path::Path,
-    id: u32,
+    id: u64,
     fd: &OwnedFd,
     len: u32,
-) -> (u32, u8, u32) {
+) -> (u64, u8, u32) {
     let mut msg = id.to_be_bytes().to_vec();
     msg.extend_from_slice(&len.to_be_bytes());
     let fds = [fd.as_raw_fd()];
@@ -61,9 +61,9 @@ fn shm_call(
     let n = sock.recv(&mut b).expect("shm reply");
     assert_eq!(n, wire::MEMFD_REPLY);
     (
-        u32::from_be_bytes(b[..4].try_into().unwrap()),
-        b[4],
-        u32::from_be_bytes(b[5..9].try_into().unwrap()),
+        u64::from_be_bytes(b[..8].try_into().unwrap()),
+        b[8],
+        u32::from_be_bytes(b[9..13].try_into().unwrap()),
     )
 }
 
@@ -83,7 +83,7 @@ fn gray_via_memfd_wasm_and_native() {
         .chunks_exact(4)
         .map(|p| ((77 * p[0] as u32 + 150 * p[1] as u32 + 29 * p[2] as u32) >> 8) as u8)
         .collect();
-    for id in [30u32, 31, 32, 30, 32] {
+    for id in [30u64, 31, 32, 30, 32] {
         let fd = memfd(&img);
         let (rid, st, n) = shm_call(&sock, &fp.unix_path(), id, &fd, img.len() as u32);
         assert_eq!((rid, st, n), (id, OK, 65536), "lambda {id}");

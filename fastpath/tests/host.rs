@@ -18,11 +18,11 @@ fn miss_is_relayed_through_the_host_and_expires() {
     let (n, from) = host.recv_from(&mut buf).unwrap();
     assert_eq!(n, wire::TOKEN_LEN + wire::ID_LEN + 3);
     assert_eq!(
-        &buf[4..8],
-        &55u32.to_be_bytes(),
+        &buf[4..12],
+        &55u64.to_be_bytes(),
         "the original id follows the token"
     );
-    assert_eq!(&buf[8..n], b"abc");
+    assert_eq!(&buf[12..n], b"abc");
     let mut ans = buf[..4].to_vec();
     ans.push(HOST_OK);
     ans.extend_from_slice(b"from the host");
@@ -43,7 +43,7 @@ fn miss_is_relayed_through_the_host_and_expires() {
     let mut t = TcpClient::connect(&fp);
     t.send(57, b"tcp");
     let (n, from) = host.recv_from(&mut buf).unwrap();
-    assert_eq!(&buf[8..n], b"tcp");
+    assert_eq!(&buf[12..n], b"tcp");
     let mut ans = buf[..4].to_vec();
     ans.push(HOST_OK);
     ans.extend_from_slice(b"ok-tcp");

@@ -86,7 +86,7 @@ fn kv_wasm_and_native_against_memcached() {
     fp.deploy_wasm(20, "kv", json!({"external": ext}));
     fp.deploy_native(21, "kv", json!({"external": ext}));
     let c = fp.client();
-    for id in [20u32, 21] {
+    for id in [20u64, 21] {
         let k = format!("key{id}");
         assert_eq!(
             c.call(id, format!("GET {k}").as_bytes()),

@@ -142,7 +142,7 @@ fn declared_frames_cost_nothing_until_their_bytes_arrive() {
     for _ in 0..100 {
         let mut s = tcp(&fp);
         let mut d = (16u32 << 20).to_be_bytes().to_vec();
-        d.extend_from_slice(&7u32.to_be_bytes()); // the id, then nothing more
+        d.extend_from_slice(&7u64.to_be_bytes()); // the id, then nothing more
         s.write_all(&d).unwrap();
         conns.push(s);
     }
@@ -191,7 +191,7 @@ fn a_frame_over_the_limit_closes_the_connection() {
     assert_eq!(global(&fp, "frames_too_large"), 2);
     // Exactly at the limit: served.
     let mut t = TcpClient::connect(&fp);
-    t.send(7, &vec![b'z'; 65_532]);
+    t.send(7, &vec![b'z'; 65_536 - wire::ID_LEN]);
     assert_eq!(t.recv().1, OK);
     t.send(7, b"small");
     assert_eq!(t.recv().1, OK);

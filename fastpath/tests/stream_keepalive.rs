@@ -1,4 +1,4 @@
-//! Kept-alive stream connections (`STREAM_KEEP_ALIVE` in the stream_id; src/stream/conn.rs):
+//! Kept-alive stream connections (`STREAM_KEEP_ALIVE` in the payload_len; src/stream/conn.rs):
 //! many requests on one connection, pipelined requests, the cases that must still close (an
 //! early reply, until-EOF), the quiet close of an idle kept-alive connection, and a client that
 //! pipelines without reading.
@@ -13,7 +13,7 @@ use std::net::Shutdown;
 use std::time::{Duration, Instant};
 use stream_common::*;
 
-const KEEP: u32 = STREAM_KEEP_ALIVE;
+const KEEP: u64 = STREAM_KEEP_ALIVE;
 
 /// A listener with a 400 ms idle timeout and topk u32 K=3 as function 1.
 fn start_topk() -> Fp {
@@ -33,9 +33,10 @@ fn topk3(v: &[u32]) -> Vec<u8> {
     le(&s)
 }
 
-fn request(id: u32, v: &[u32]) -> Vec<u8> {
+/// A kept-alive request (`KEEP` or-ed into its payload_len).
+fn request(id: u64, v: &[u32]) -> Vec<u8> {
     let p = le(v);
-    let mut r = encode_stream_head(id, p.len() as u64).to_vec();
+    let mut r = encode_stream_head(id, p.len() as u64 | KEEP).to_vec();
     r.extend_from_slice(&p);
     r
 }
@@ -53,7 +54,7 @@ fn one_connection_serves_many_requests() {
     let mut s = connect(&fp);
     for i in 0..50usize {
         let v: Vec<u32> = (0..i).map(|_| rng.next() as u32).collect();
-        s.write_all(&request(1 | KEEP, &v)).unwrap();
+        s.write_all(&request(1, &v)).unwrap();
         assert_eq!(read_one_reply(&mut s, 4), (OK, topk3(&v)), "request {i}");
     }
     // The last request may drop the flag: answered, then closed.
@@ -74,7 +75,7 @@ fn pipelined_requests_are_answered_in_order() {
     let sets: Vec<Vec<u32>> = (0..20u32)
         .map(|i| (0..i % 7).map(|j| i * 100 + j).collect())
         .collect();
-    let all: Vec<u8> = sets.iter().flat_map(|v| request(1 | KEEP, v)).collect();
+    let all: Vec<u8> = sets.iter().flat_map(|v| request(1, v)).collect();
     s.write_all(&all).unwrap();
     for (i, v) in sets.iter().enumerate() {
         assert_eq!(read_one_reply(&mut s, 4), (OK, topk3(v)), "request {i}");
@@ -92,8 +93,8 @@ fn early_replies_and_until_eof_still_close() {
     // A length that is not a multiple of 4, and an unknown id: the payload behind them cannot
     // be told from a next header, so the reply is the last.
     for (head, want) in [
-        (encode_stream_head(1 | KEEP, 6), BAD_REQUEST),
-        (encode_stream_head(9 | KEEP, 8), UNKNOWN),
+        (encode_stream_head(1, 6 | KEEP), BAD_REQUEST),
+        (encode_stream_head(9, 8 | KEEP), UNKNOWN),
     ] {
         let mut s = connect(&fp);
         s.write_all(&head).unwrap();
@@ -103,18 +104,18 @@ fn early_replies_and_until_eof_still_close() {
     }
     // Until-EOF ends with the client's half-close: answered, then closed.
     let mut s = connect(&fp);
-    s.write_all(&encode_stream_head(1 | KEEP, STREAM_UNTIL_EOF))
+    s.write_all(&encode_stream_head(1, STREAM_UNTIL_EOF))
         .unwrap();
     s.write_all(&le(&[3, 1, 2, 9])).unwrap();
     s.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_reply(&mut s, 4), (OK, le(&[9, 3, 2])));
     // A good request after a kept-alive one that went wrong mid-way is not read.
     let mut s = connect(&fp);
-    s.write_all(&request(1 | KEEP, &[5])).unwrap();
+    s.write_all(&request(1, &[5])).unwrap();
     assert_eq!(read_one_reply(&mut s, 4), (OK, le(&[5])));
-    s.write_all(&encode_stream_head(1 | KEEP, 7)).unwrap();
+    s.write_all(&encode_stream_head(1, 7 | KEEP)).unwrap();
     assert_eq!(read_one_reply(&mut s, 4), (BAD_REQUEST, vec![]));
-    let _ = s.write_all(&request(1 | KEEP, &[6]));
+    let _ = s.write_all(&request(1, &[6]));
     assert!(closed(&mut s));
 }
 
@@ -122,7 +123,7 @@ fn early_replies_and_until_eof_still_close() {
 fn idle_kept_alive_connection_closes_quietly() {
     let fp = start_topk();
     let mut s = connect(&fp);
-    s.write_all(&request(1 | KEEP, &[8, 1])).unwrap();
+    s.write_all(&request(1, &[8, 1])).unwrap();
     assert_eq!(read_one_reply(&mut s, 4), (OK, le(&[8, 1])));
     let t = Instant::now();
     // No TIMEOUT reply between requests: the next bytes are the close.
@@ -134,9 +135,9 @@ fn idle_kept_alive_connection_closes_quietly() {
     );
     // Mid-request it is still a TIMEOUT.
     let mut s = connect(&fp);
-    s.write_all(&request(1 | KEEP, &[8])).unwrap();
+    s.write_all(&request(1, &[8])).unwrap();
     assert_eq!(read_one_reply(&mut s, 4), (OK, le(&[8])));
-    s.write_all(&encode_stream_head(1 | KEEP, 400)).unwrap();
+    s.write_all(&encode_stream_head(1, 400 | KEEP)).unwrap();
     assert_eq!(read_one_reply(&mut s, 4), (TIMEOUT, vec![]));
     // The TIMEOUT reply goes out before the connection is closed and uncounted.
     let t = Instant::now();
@@ -164,7 +165,7 @@ fn a_client_that_never_reads_does_not_hold_up_others() {
     greedy
         .set_write_timeout(Some(Duration::from_millis(500)))
         .unwrap();
-    let one = request(1 | KEEP, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    let one = request(1, &[1, 2, 3, 4, 5, 6, 7, 8]);
     let burst: Vec<u8> = one.iter().copied().cycle().take(one.len() * 4096).collect();
     let mut sent = 0usize;
     for _ in 0..100 {

@@ -88,11 +88,11 @@ fn start() -> Fp {
     Fp::start(&["--workers", "1", "--stream", "127.0.0.1:0"])
 }
 
-fn deploy(fp: &Fp, id: u32, stream: Value) -> Value {
+fn deploy(fp: &Fp, id: u64, stream: Value) -> Value {
     fp.ctl(json!({"op": "deploy", "id": id, "kind": "stream", "stream": stream}))
 }
 
-fn call(fp: &Fp, id: u32, payload: &[u8]) -> (u8, Vec<u8>) {
+fn call(fp: &Fp, id: u64, payload: &[u8]) -> (u8, Vec<u8>) {
     let mut s = TcpStream::connect(("127.0.0.1", fp.port("stream"))).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(&encode_stream_head(id, payload.len() as u64))

@@ -3,9 +3,10 @@
 Before the fix a function with ``auth: true`` answered 401 on ``/function/<name>`` without the
 cluster's keys, yet ``sendto(pack(">I", id) + body)`` to the executor's UDP port (a miss the
 executor forwarded to the gateway), the same framed over its TCP port, or a miss forged straight
-to the gateway's host port ran it and returned its output; lambda IDs are small sequential
-numbers, so sweeping them found it. Each attack below is the exact one, on the shared session
-cluster (auth on, executor running); docs/fastpath.md "Security" says what stops it.
+to the gateway's host port ran it and returned its output; lambda IDs were small sequential
+numbers, so sweeping them found it. Each attack below is the exact one (IDs are 8 bytes on the
+wire now, ``pack(">Q", id)``), on the shared session cluster (auth on, executor running);
+docs/fastpath.md "Security" says what stops it.
 """
 
 import os
@@ -71,17 +72,55 @@ def test_a_miss_forged_to_the_gateway_host_port_is_refused(cluster, protected):
     assert (token, status) == (4242, wire.UNAUTHORIZED) and MARKER not in reply
 
 
-def test_sweeping_sequential_ids_never_returns_the_protected_output(cluster, protected):
-    # IDs are still small sequential numbers (random 64-bit IDs are not built yet), so an attacker
-    # finds the protected one by counting up from its own; what must hold is that it answers
-    # UNAUTHORIZED. Only IDs from the protected one up are tried: lower ones belong to other tests.
-    _, lambda_id = protected
-    answers = {}
-    with UdpClient(_addr(cluster, "udp"), timeout=10) as client:
-        for guess in range(lambda_id, lambda_id + 4):
-            answers[guess] = client.call(guess, MARKER)
-    status, reply = answers[lambda_id]
-    assert status == wire.UNAUTHORIZED and MARKER not in reply, answers
+def _deploy_web(cluster, name: str) -> int:
+    body = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+            "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm"}}}
+    assert cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30).status_code == 202
+    return cluster.http.get(f"{cluster.url}/system/function/{name}", timeout=5).json()["lambdaId"]
+
+
+def _sweep(addr, ids, window: int = 256) -> dict[int, int]:
+    """UDP requests for every id in ``ids``, ``window`` in flight at a time: {id: status}. A
+    datagram lost on the way is asked again (at most twice); an id never answered is left out."""
+    answers: dict[int, int] = {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(2)
+        for _ in range(3):
+            todo = [i for i in ids if i not in answers]
+            for at in range(0, len(todo), window):
+                batch = todo[at:at + window]
+                for i in batch:
+                    s.sendto(wire.encode_request(i, MARKER), addr)
+                try:
+                    for _ in batch:
+                        rid, status, _ = wire.decode_reply(s.recv(65536))
+                        answers[rid] = status
+                except TimeoutError:
+                    pass
+    return answers
+
+
+def test_lambda_ids_are_random_64_bit_and_a_sweep_of_small_ids_finds_nothing(cluster, protected):
+    # Finding 2's other half: IDs were 1, 2, 3, ..., so counting up from one's own ID found every
+    # other function. Now the gateway draws 64 random bits (at least 2**32) per deployment.
+    names = ["fp-attack-id-a", "fp-attack-id-b"]
+    try:
+        a, b = (_deploy_web(cluster, n) for n in names)
+        _, secret = protected
+        for i in (a, b, secret):
+            assert 2**32 <= i < 2**64, f"lambda ID {i} is not a 64-bit random value"
+        assert abs(a - b) > 1 and abs(b - secret) > 1, (a, b, secret)  # not a counter
+        with UdpClient(_addr(cluster, "udp"), timeout=10) as client:
+            assert client.call(a, b"mine") == (wire.OK, b"Hello from nearfaas fastpath v1: mine")
+        # Every small ID, all 65536 the old dense table held: nothing answers but UNKNOWN (the
+        # executor forwards each miss to the gateway, which names no function for it).
+        answers = _sweep(_addr(cluster, "udp"), range(65536))
+        assert len(answers) == 65536, f"{65536 - len(answers)} small IDs got no answer"
+        found = {i: st for i, st in answers.items() if st != wire.UNKNOWN}
+        assert not found, f"small IDs that name something: {dict(list(found.items())[:10])}"
+    finally:
+        for n in names:
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": n}, timeout=30)
 
 
 def test_a_protected_function_cannot_be_installed_in_the_executor(cluster):

@@ -62,7 +62,7 @@ def test_stream_reply_framing():
     reply = struct.pack("<BI", 0, 2) + struct.pack("<2I", 9, 5)
     assert not stream.stream_reply_complete(reply[:-1]) and stream.stream_reply_complete(reply)
     system = stream.StreamSystem("executor", ("127.0.0.1", 1), 41, 0, "insertion")
-    assert system.request(b"abcd") == struct.pack("<IQ", 41, 4) + b"abcd"
+    assert system.request(b"abcd") == struct.pack("<QQ", 41, 4) + b"abcd"
     assert _u32(system.decode(reply)[0]) == [9, 5]
     with pytest.raises(RuntimeError):
         system.decode(struct.pack("<BI", 3, 0))

@@ -45,20 +45,20 @@ WEB = baselines.BASELINE_IDS["web"]
 
 
 def test_encode_request_is_id_be_then_payload():
-    assert encode_request(7, b"hi") == b"\x00\x00\x00\x07hi"
-    assert encode_request(0xDEADBEEF) == bytes.fromhex("deadbeef")
+    assert encode_request(7, b"hi") == b"\x00" * 7 + b"\x07hi"
+    assert encode_request(0x9F3C71D2A4E8B605) == bytes.fromhex("9f3c71d2a4e8b605")  # u64 BE
     assert decode_request(encode_request(258, b"xyz")) == (258, b"xyz")
 
 
 def test_reply_round_trip():
-    for lid, status, payload in [(1, OK, b""), (2**32 - 1, BAD_REQUEST, b"\x00" * 1000), (42, 8, b"boom")]:
+    for lid, status, payload in [(1, OK, b""), (2**64 - 1, BAD_REQUEST, b"\x00" * 1000), (42, 8, b"boom")]:
         assert decode_reply(encode_reply(lid, status, payload)) == (lid, status, payload)
-    assert encode_reply(7, 3, b"x") == b"\x00\x00\x00\x07\x03x"
+    assert encode_reply(7, 3, b"x") == b"\x00" * 7 + b"\x07\x03x"
 
 
-@pytest.mark.parametrize("short", [b"", b"\x00", b"\x00\x00\x00\x07"])
+@pytest.mark.parametrize("short", [b"", b"\x00", b"\x00" * 7 + b"\x07"])
 def test_short_reply_is_a_clear_value_error(short):
-    with pytest.raises(ValueError, match="shorter than the 5-byte header"):
+    with pytest.raises(ValueError, match="shorter than the 9-byte header"):
         decode_reply(short)
 
 
@@ -66,9 +66,9 @@ def test_bad_ids_and_short_requests_are_rejected():
     with pytest.raises(ValueError, match="lambda id"):
         encode_request(-1, b"")
     with pytest.raises(ValueError, match="lambda id"):
-        encode_request(2**32, b"")
-    with pytest.raises(ValueError, match="shorter than the 4-byte"):
-        decode_request(b"\x00\x01")
+        encode_request(2**64, b"")
+    with pytest.raises(ValueError, match="shorter than the 8-byte"):
+        decode_request(b"\x00\x01\x02\x03")
 
 
 def test_status_names_follow_the_table():
@@ -86,13 +86,13 @@ def test_tcp_framing_and_addresses():
 
 
 def test_memfd_and_miss_layouts():
-    assert wire.encode_memfd_request(7, 256) == b"\x00\x00\x00\x07\x00\x00\x01\x00"
-    assert wire.decode_memfd_reply(b"\x00\x00\x00\x07\x05\x00\x00\x00\x09") == (7, TOO_LARGE, 9)
-    with pytest.raises(ValueError, match="shorter than 9"):
-        wire.decode_memfd_reply(b"\x00" * 8)
-    assert wire.decode_miss(b"\x00\x00\x00\x01\x00\x00\x00\x07x") == (1, 7, b"x")
-    with pytest.raises(ValueError, match="8-byte header"):
-        wire.decode_miss(b"\x00" * 7)
+    assert wire.encode_memfd_request(7, 256) == b"\x00" * 7 + b"\x07\x00\x00\x01\x00"
+    assert wire.decode_memfd_reply(b"\x00" * 7 + b"\x07\x05\x00\x00\x00\x09") == (7, TOO_LARGE, 9)
+    with pytest.raises(ValueError, match="shorter than 13"):
+        wire.decode_memfd_reply(b"\x00" * 12)
+    assert wire.decode_miss(b"\x00\x00\x00\x01" + b"\x00" * 7 + b"\x07x") == (1, 7, b"x")
+    with pytest.raises(ValueError, match="12-byte header"):
+        wire.decode_miss(b"\x00" * 11)
     assert wire.encode_host_reply(1, HOST_OK, b"y") == b"\x00\x00\x00\x01\x01y"
     assert wire.frame_length(frame(b"x" * 300)[:4]) == 300
 
@@ -109,7 +109,8 @@ def test_python_and_rust_agree_on_the_wire_format():
     assert int(sizes["MEMFD_REQ"]) == wire.MEMFD_REQUEST.size and int(sizes["MEMFD_REPLY"]) == wire.MEMFD_REPLY.size
     assert int(sizes["TOKEN_LEN"]) + int(sizes["ID_LEN"]) == wire.MISS_HEAD.size
     assert int(sizes["TOKEN_LEN"]) + 1 == wire.HOST_REPLY_HEAD.size
-    assert int(sizes["MAX_DGRAM"]) == wire.MAX_DATAGRAM and int(sizes["MAX_ID"]) == wire.MAX_ID
+    assert int(sizes["MAX_DGRAM"]) == wire.MAX_DATAGRAM and "pub type LambdaId = u64;" in src
+    assert wire.REQUEST_HEAD.size == 8 and wire.MAX_ID == 2**64 - 1  # 64-bit IDs (issue 39)
 
 
 def test_the_wire_format_lives_in_one_module_below_the_gateway():

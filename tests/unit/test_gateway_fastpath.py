@@ -11,18 +11,31 @@ import pytest
 
 from nearfaas.fastpath import wire
 from nearfaas.fastpath.auth import new_key_file, read_key
-from nearfaas.gateway.fastpath import HOST_ERROR, HOST_OK, UNKNOWN, FastPath
+from nearfaas.gateway import fastpath as gateway_fastpath
+from nearfaas.gateway.fastpath import HOST_ERROR, HOST_OK, MIN_ID, UNKNOWN, FastPath
 from nearfaas.gateway.invoker import CallError
 
 
-def test_ids_are_stable_while_deployed_and_never_reused():
+def test_ids_are_random_64_bit_stable_while_deployed_and_never_reused():
     fp = FastPath(None, None)
-    assert [fp.assign(n) for n in ("a", "b", "c")] == [1, 2, 3]
-    assert fp.assign("b") == 2
+    a, b, c = (fp.assign(n) for n in ("a", "b", "c"))
+    # Drawn from the CSPRNG (issue 39): 64-bit, never below 2**32, so no sweep of small
+    # numbers and no old 4-byte ID names one; not a counter (no two consecutive).
+    assert all(MIN_ID <= i < 2**64 for i in (a, b, c)) and len({a, b, c}) == 3
+    assert abs(a - b) > 1 and abs(b - c) > 1
+    assert fp.assign("b") == b
     fp.release("b")
-    # b's ID is not handed to d: a client still holding 2 must not reach another function.
-    assert fp.assign("d") == 4 and fp.names == {1: "a", 3: "c", 4: "d"}
-    assert fp.assign("b") == 5  # deployed again, it is a new function with a new ID
+    # b's ID is not handed to d: a client still holding it must not reach another function.
+    d = fp.assign("d")
+    assert d != b and fp.names == {a: "a", c: "c", d: "d"}
+    assert fp.assign("b") not in (a, b, c, d)  # deployed again, it is a new function with a new ID
+
+
+def test_a_drawn_id_that_is_small_or_taken_is_drawn_again(monkeypatch):
+    draws = iter([0, 5, 2**32 - 1, 2**40, 2**40, 2**41])
+    monkeypatch.setattr(gateway_fastpath.secrets, "randbits", lambda bits: next(draws))
+    fp = FastPath(None, None)
+    assert fp.assign("x") == 2**40 and fp.assign("y") == 2**41  # 0, 5, 2**32-1 and the taken 2**40 redrawn
 
 
 def _layout(tmp_path, **kw):
@@ -31,18 +44,38 @@ def _layout(tmp_path, **kw):
 
 def test_ids_survive_the_gateway_being_recreated_from_its_state(tmp_path):
     fp = FastPath(_layout(tmp_path), None)
-    assert [fp.assign(n) for n in ("web", "db", "img", "old")] == [1, 2, 3, 4]
+    web, db, img, old = (fp.assign(n) for n in ("web", "db", "img", "old"))
     fp.release("db")
     fp.release("old")
     table = tmp_path / "gateway" / "lambda_ids.json"
-    assert json.loads(table.read_text()) == {"next": 5, "ids": {"web": 1, "img": 3}}
+    assert json.loads(table.read_text()) == {"format": 2, "ids": {"web": web, "img": img}}
     assert not list(table.parent.glob(".*.tmp"))  # written via a temp file, renamed into place
     # A restarted gateway deploys its functions again, in whatever order: the same IDs.
     again = FastPath(_layout(tmp_path), None)
-    assert again.assign("img") == 3 and again.assign("web") == 1
-    # A new function never gets a deleted one's ID, after the restart as before it.
-    assert again.assign("new") == 5 and again.assign("db") == 6
-    assert FastPath(_layout(tmp_path), None).ids == {"web": 1, "img": 3, "new": 5, "db": 6}
+    assert again.assign("img") == img and again.assign("web") == web
+    new, db2 = again.assign("new"), again.assign("db")
+    assert db2 != db and not {new, db2} & {web, img, db, old}
+    assert FastPath(_layout(tmp_path), None).ids == {"web": web, "img": img, "new": new, "db": db2}
+
+
+def test_an_old_table_of_4_byte_ids_is_migrated_to_random_ones(tmp_path, capsys):
+    async def invoke(name, body):
+        return 200, name.encode()
+
+    table = tmp_path / "gateway" / "lambda_ids.json"
+    table.parent.mkdir()
+    table.write_text(json.dumps({"next": 5, "ids": {"web": 1, "img": 3}}))  # before issue 39
+    fp = FastPath(_layout(tmp_path), invoke, protected=lambda name: False)
+    assert set(fp.ids) == {"web", "img"} and all(i >= MIN_ID for i in fp.ids.values())
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((e["event"], e["function"], e["old_id"], e["id"]) for e in logged) == sorted(
+        ("fastpath-id-migrated", name, old, fp.ids[name]) for name, old in (("web", 1), ("img", 3)))
+    assert json.loads(table.read_text()) == {"format": 2, "ids": fp.ids}  # recorded: a restart keeps the new IDs
+    assert FastPath(_layout(tmp_path), invoke).ids == fp.ids and capsys.readouterr().out == ""
+    # The old small IDs name nothing now; the new ones reach the functions.
+    for old in (1, 3):
+        assert asyncio.run(fp.miss(wire.MISS_HEAD.pack(1, old) + b"x"))[4] == UNKNOWN
+    assert asyncio.run(fp.miss(wire.MISS_HEAD.pack(1, fp.ids["web"]) + b"x")) == wire.encode_host_reply(1, HOST_OK, b"web")
 
 
 def test_a_deleted_functions_id_answers_unknown_never_another_function(tmp_path):
@@ -59,7 +92,9 @@ def test_a_deleted_functions_id_answers_unknown_never_another_function(tmp_path)
         assert reply[4] == UNKNOWN and b"someone-else" not in reply
 
 
-@pytest.mark.parametrize("content", ["{not json", '{"next": 2, "ids": {"a": 5}}', '{"ids": {}}', '{"next": 9, "ids": {"a": 1, "b": 1}}'])
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"format": 2}', '{"format": 2, "ids": {"a": "5"}}', '{"format": 2, "ids": {"a": 0}}',
+                                     '{"format": 2, "ids": {"a": 18446744073709551616}}', '{"format": 2, "ids": {"a": true}}',
+                                     '{"format": 2, "ids": {"a": 4294967296, "b": 4294967296}}'])
 def test_an_unreadable_id_table_stops_the_gateway_rather_than_reassigning(tmp_path, content):
     table = tmp_path / "gateway" / "lambda_ids.json"
     table.parent.mkdir()
@@ -119,7 +154,7 @@ def test_a_fastpath_deploy_without_an_executor_is_a_503_naming_the_fix():
     with pytest.raises(CallError) as exc:
         asyncio.run(fp.deploy(spec))
     assert exc.value.status == 503 and "make setup" in str(exc.value)
-    assert asyncio.run(fp.deploy({"name": "w", "x": {"target": "worker"}})) == 1  # workers get IDs all the same
+    assert asyncio.run(fp.deploy({"name": "w", "x": {"target": "worker"}})) == fp.ids["w"] >= MIN_ID  # workers get IDs all the same
 
 
 def test_misses_run_the_function_or_say_why_not():
@@ -129,25 +164,23 @@ def test_misses_run_the_function_or_say_why_not():
         return (500, b"handler failed") if name == "bad" else (200, name.encode() + b":" + body)
 
     fp = FastPath(None, invoke, protected=lambda name: name == "secret")
-    for n in ("ok", "boom", "bad", "secret"):
-        fp.assign(n)
+    ok, boom, bad, secret = (fp.assign(n) for n in ("ok", "boom", "bad", "secret"))
 
     def miss(token, lambda_id, payload=b"p"):
         reply = asyncio.run(fp.miss(wire.MISS_HEAD.pack(token, lambda_id) + payload))
         return *wire.HOST_REPLY_HEAD.unpack_from(reply), reply[wire.HOST_REPLY_HEAD.size:]
 
-    assert miss(7, 1) == (7, HOST_OK, b"ok:p")
-    token, status, text = miss(8, 2)
+    assert miss(7, ok) == (7, HOST_OK, b"ok:p")
+    token, status, text = miss(8, boom)
     assert (token, status) == (8, HOST_ERROR) and b"no node can run" in text
-    assert miss(9, 3)[1:] == (HOST_ERROR, b"bad: HTTP 500: handler failed")
+    assert miss(9, bad)[1:] == (HOST_ERROR, b"bad: HTTP 500: handler failed")
     assert miss(10, 99)[1] == UNKNOWN
     # issue 39: a miss carries no credential, so a protected function is refused, never run
-    token, status, text = miss(11, 4)
+    token, status, text = miss(11, secret)
     assert (token, status) == (11, wire.UNAUTHORIZED) and b"requires credentials" in text
     # without a protected() check every miss fails closed
     closed = FastPath(None, invoke)
-    closed.assign("ok")
-    assert asyncio.run(closed.miss(wire.MISS_HEAD.pack(12, 1) + b"p"))[4] == wire.UNAUTHORIZED
+    assert asyncio.run(closed.miss(wire.MISS_HEAD.pack(12, closed.assign("ok")) + b"p"))[4] == wire.UNAUTHORIZED
 
 
 def test_protected_functions_are_not_installed_in_the_executor():
@@ -186,7 +219,7 @@ def test_call_survives_a_dead_pooled_connection():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("reply", [wire.encode_reply(2, wire.OK, b"x"), b"\x00\x00\x00\x01"])
+@pytest.mark.parametrize("reply", [wire.encode_reply(2, wire.OK, b"x"), b"\x00\x00\x00\x01\x00\x00\x00\x00"])
 def test_a_malformed_or_mismatched_reply_is_a_502_and_drops_the_connection(reply):
     async def main():
         async def serve(reader, writer):
@@ -206,8 +239,8 @@ def test_a_malformed_or_mismatched_reply_is_a_502_and_drops_the_connection(reply
 
 
 def test_a_payload_over_the_frame_limit_is_a_413_before_any_connection():
-    fp = FastPath({"host": "127.0.0.1", "tcp": 1, "control": 1, "host_port": 1, "max_frame": 104}, None)
+    fp = FastPath({"host": "127.0.0.1", "tcp": 1, "control": 1, "host_port": 1, "max_frame": 108}, None)
     fp.assign("f")
     with pytest.raises(CallError) as exc:
-        asyncio.run(fp.call("f", b"x" * 101))  # 4-byte ID + 101 > 104; port 1 would refuse a connection (503)
+        asyncio.run(fp.call("f", b"x" * 101))  # 8-byte ID + 101 > 108; port 1 would refuse a connection (503)
     assert exc.value.status == 413 and "100 bytes" in str(exc.value)

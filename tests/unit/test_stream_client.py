@@ -15,9 +15,9 @@ from nearfaas.fastpath.stream import Connection, StreamError, call, decode, enco
 
 
 def test_head_and_elements_are_little_endian():
-    assert encode_head(1, 8) == b"\x01\x00\x00\x00" + b"\x08" + b"\x00" * 7
-    assert encode_head(2) == b"\x02\x00\x00\x00" + b"\xff" * 8
-    assert wire.STREAM_HEAD.size == 12 and wire.STREAM_REPLY_HEAD.size == 5
+    assert encode_head(1, 8) == b"\x01" + b"\x00" * 7 + b"\x08" + b"\x00" * 7
+    assert encode_head(2) == b"\x02" + b"\x00" * 7 + b"\xff" * 8
+    assert wire.STREAM_HEAD.size == 16 and wire.STREAM_REPLY_HEAD.size == 5
     assert encode([1, 256], "u32") == b"\x01\x00\x00\x00\x00\x01\x00\x00"
     assert encode([1.5], "f32") == struct.pack("<f", 1.5)
     assert decode(b"\x00\x02\x00\x00\x00" + encode([9, 4]), "u32") == ("OK", [9, 4])
@@ -105,4 +105,4 @@ def test_a_kept_alive_connection_serves_many_requests_and_recovers(ex):
     with pytest.raises(TypeError, match="bytes payload"):
         Connection(addr).call(1, iter([b"1 2"]))
     with pytest.raises(ValueError, match="stream_id"):
-        Connection(addr).call(1 << 31, b"")
+        Connection(addr).call(1 << 64, b"")

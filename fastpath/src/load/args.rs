@@ -16,7 +16,7 @@ pub enum Match {
 
 pub struct Args {
     pub addr: SocketAddr,
-    pub ids: Vec<u32>,
+    pub ids: Vec<crate::wire::LambdaId>,
     pub payload: Vec<u8>,
     pub outstanding: usize,
     pub duration: f64,
@@ -43,7 +43,7 @@ pub fn usage(msg: &str) -> ! {
 /// The flags' values before they are checked together.
 struct Raw {
     addr: Option<SocketAddr>,
-    ids: Vec<u32>,
+    ids: Vec<crate::wire::LambdaId>,
     payload_bytes: Option<usize>,
     payload_text: Option<String>,
     outstanding: usize,
@@ -61,7 +61,7 @@ struct Raw {
 pub fn parse_args() -> Args {
     let mut r = Raw {
         addr: None,
-        ids: vec![1u32],
+        ids: vec![1u64],
         payload_bytes: None,
         payload_text: None,
         outstanding: 1,
@@ -135,14 +135,14 @@ fn set_flag(r: &mut Raw, flag: &str, value: &str) {
     }
 }
 
-fn parse_ids(value: &str) -> Vec<u32> {
-    let ids: Vec<u32> = value
+fn parse_ids(value: &str) -> Vec<crate::wire::LambdaId> {
+    let ids: Vec<crate::wire::LambdaId> = value
         .split(',')
         .filter(|s| !s.is_empty())
         .map(|s| {
             s.trim()
-                .parse::<u32>()
-                .unwrap_or_else(|_| usage(&format!("--ids: not a u32: {s}")))
+                .parse::<u64>()
+                .unwrap_or_else(|_| usage(&format!("--ids: not a u64 lambda id: {s}")))
         })
         .collect();
     if ids.is_empty() {

@@ -1,7 +1,7 @@
 //! `nearfaas-fastpath-load --stream-floor ADDR`: the TCP floor under the stream listener, for
 //! benchmarks to print beside it. A blocking server, one connection at a time (no thread to
 //! start per connection; the benchmarks' client sends one request at a time), that speaks the
-//! stream protocol and does nothing else: it reads the 12-byte header and the payload, writes a
+//! stream protocol and does nothing else: it reads the 16-byte header and the payload, writes a
 //! reply of the same shape as a K = 16 Top-K's (status OK, count 16, 64 bytes of zeros) and
 //! closes, or with `STREAM_KEEP_ALIVE` waits for the next header. What a request costs against
 //! it is the kernel's: the handshake, loopback round trips, the reads and writes. The executor
@@ -48,8 +48,9 @@ fn serve(mut s: TcpStream) {
         if s.read_exact(&mut head).is_err() {
             return;
         }
-        let keep = u32::from_le_bytes(head[..4].try_into().unwrap()) & STREAM_KEEP_ALIVE != 0;
-        let mut left = u64::from_le_bytes(head[4..].try_into().unwrap());
+        let raw = u64::from_le_bytes(head[8..].try_into().unwrap());
+        let keep = raw != STREAM_UNTIL_EOF && raw & STREAM_KEEP_ALIVE != 0;
+        let mut left = if keep { raw & !STREAM_KEEP_ALIVE } else { raw };
         while left > 0 {
             let want = left.min(buf.len() as u64) as usize;
             match s.read(&mut buf[..want]) {

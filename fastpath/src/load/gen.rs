@@ -24,7 +24,7 @@ pub struct Slot {
 
 pub struct Gen {
     pub sock: UdpSocket,
-    ids: Vec<u32>,
+    ids: Vec<crate::wire::LambdaId>,
     offsets: Vec<Option<usize>>, // per id index: where the tag sits in the reply payload (tag mode)
     pub tag: bool,
     buf: Vec<u8>,      // the request being built: id + payload
@@ -41,7 +41,7 @@ impl Gen {
     /// `k` outstanding requests at most; `offsets` from [`probe`] (tag mode).
     pub fn new(
         sock: UdpSocket,
-        ids: &[u32],
+        ids: &[crate::wire::LambdaId],
         payload: &[u8],
         offsets: Vec<Option<usize>>,
         tag: bool,
@@ -80,7 +80,7 @@ impl Gen {
         self.buf.len() - ID_LEN
     }
 
-    fn id_index(&self, id: u32) -> Option<usize> {
+    fn id_index(&self, id: crate::wire::LambdaId) -> Option<usize> {
         self.ids.iter().position(|&x| x == id)
     }
 
@@ -236,7 +236,11 @@ impl Gen {
 }
 
 /// Sends one tagged probe to each ID and looks for the tag in the reply: its offset, or None.
-pub fn probe(sock: &UdpSocket, ids: &[u32], payload: &[u8]) -> Vec<Option<usize>> {
+pub fn probe(
+    sock: &UdpSocket,
+    ids: &[crate::wire::LambdaId],
+    payload: &[u8],
+) -> Vec<Option<usize>> {
     let mut rbuf = vec![0u8; RBUF];
     let _ = sock.set_read_timeout(Some(Duration::from_millis(300)));
     let out = ids
@@ -252,7 +256,7 @@ pub fn probe(sock: &UdpSocket, ids: &[u32], payload: &[u8]) -> Vec<Option<usize>
 
 fn probe_one(
     sock: &UdpSocket,
-    id: u32,
+    id: crate::wire::LambdaId,
     tag: u64,
     payload: &[u8],
     rbuf: &mut [u8],

@@ -69,7 +69,7 @@ pub fn jnum(x: f64) -> String {
 
 /// How the run was set up, for the report.
 pub struct Setup<'a> {
-    pub ids: &'a [u32],
+    pub ids: &'a [crate::wire::LambdaId],
     pub json: bool,
     pub outstanding: usize,
     pub rate: f64,

@@ -23,7 +23,7 @@ use crate::wire::{encode_stream_head, status_name, OK, STREAM_KEEP_ALIVE, STREAM
 
 pub struct Args {
     pub addr: SocketAddr,
-    pub id: u32,
+    pub id: crate::wire::LambdaId,
     bytes: usize,
     text: bool,
     pub item: usize,
@@ -93,7 +93,11 @@ fn parse(argv: &[String]) -> Args {
                     .unwrap_or_else(|| usage(&format!("--addr: cannot resolve {v}")));
                 have_addr = true;
             }
-            "--id" => a.id = num(v) as u32,
+            "--id" => {
+                a.id = v
+                    .parse()
+                    .unwrap_or_else(|_| usage(&format!("--id: not a u64 stream id: {v}")))
+            }
             "--payload-bytes" => a.bytes = num(v) as usize,
             "--item" => a.item = num(v) as usize,
             "--batch" => a.batch = num(v) as usize,
@@ -138,12 +142,12 @@ fn request(a: &Args) -> Vec<u8> {
             p.extend_from_slice(&(next() as u32).to_le_bytes());
         }
     }
-    let id = if a.keep_alive {
-        a.id | STREAM_KEEP_ALIVE
+    let len = if a.keep_alive {
+        p.len() as u64 | STREAM_KEEP_ALIVE
     } else {
-        a.id
+        p.len() as u64
     };
-    let mut r = encode_stream_head(id, p.len() as u64).to_vec();
+    let mut r = encode_stream_head(a.id, len).to_vec();
     r.extend_from_slice(&p);
     r
 }

@@ -6,7 +6,7 @@ use super::*;
 pub struct HostFwd {
     sock: UdpSocket,
     addr: SocketAddr,
-    pending: Mutex<HashMap<u32, (u32, ReplyTo, Instant)>>,
+    pending: Mutex<HashMap<u32, (LambdaId, ReplyTo, Instant)>>,
     next: AtomicU32,
 }
 
@@ -27,7 +27,7 @@ impl HostFwd {
         reply: ReplyTo,
         scratch: &mut Vec<u8>,
     ) {
-        let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
+        let id = LambdaId::from_be_bytes(dgram[..ID_LEN].try_into().unwrap());
         let token = self.next.fetch_add(1, Ordering::Relaxed);
         let mut msg = Vec::with_capacity(dgram.len() + 4);
         msg.extend_from_slice(&token.to_be_bytes());
@@ -96,7 +96,7 @@ pub fn host_loop(srv: Arc<Server>) {
         }
         if last_sweep.elapsed() >= Duration::from_millis(100) {
             last_sweep = Instant::now();
-            let expired: Vec<(u32, ReplyTo)> = {
+            let expired: Vec<(LambdaId, ReplyTo)> = {
                 let mut p = h.pending.lock().unwrap();
                 let old: Vec<u32> = p
                     .iter()

@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use wasmtime::Engine;
 
-use crate::lambda::{self, inc, Code, Lambda, HDR, MAX_ID};
+use crate::lambda::{self, inc, Code, Lambda, HDR};
 use crate::sched::{Job, JobKind, Mode, ReplyTo, Sched};
 use crate::shm::Shm;
+use crate::wire::{IdHash, LambdaId, ID_LEN};
 
 mod external;
 mod host;
@@ -112,7 +113,10 @@ pub struct Server {
     pub engine: Engine,
     /// The fuel-counting engine, made on the first deploy that asks for `fuel`.
     pub fuel_engine: std::sync::OnceLock<Result<Engine, String>>,
-    pub table: Vec<RwLock<Option<Arc<Lambda>>>>,
+    /// The match table: lambda id -> lambda. IDs are random 64-bit values (issue 39), so a hash
+    /// map replaces the dense array over 0..=65535; a lookup hashes 8 bytes and clones an Arc
+    /// under a read lock (no allocation). Writers (deploy, swap, remove) are rare.
+    pub table: RwLock<HashMap<LambdaId, Arc<Lambda>, IdHash>>,
     pub sched: Sched,
     pub udp: UdpSocket,
     pub unix: Option<UnixDatagram>,
@@ -183,7 +187,7 @@ impl Server {
         Ok(Server {
             engine,
             fuel_engine: std::sync::OnceLock::new(),
-            table: (0..=MAX_ID).map(|_| RwLock::new(None)).collect(),
+            table: RwLock::new(HashMap::with_capacity_and_hasher(64, IdHash::default())),
             sched,
             udp,
             unix,
@@ -209,13 +213,13 @@ impl Server {
     }
 
     #[inline]
-    pub fn lookup(&self, id: u32) -> Option<Arc<Lambda>> {
-        self.table.get(id as usize)?.read().unwrap().clone()
+    pub fn lookup(&self, id: LambdaId) -> Option<Arc<Lambda>> {
+        self.table.read().unwrap().get(&id).cloned()
     }
 
     /// Install `l` at its id (a hot swap when one is there); returns the old version.
     pub fn install(&self, l: Arc<Lambda>) -> Option<Arc<Lambda>> {
-        let old = self.table[l.id as usize].write().unwrap().replace(l);
+        let old = self.table.write().unwrap().insert(l.id, l);
         if let Some(o) = &old {
             o.retired.store(true, Ordering::Release);
             self.retire_gen.fetch_add(1, Ordering::Release);
@@ -223,8 +227,8 @@ impl Server {
         old
     }
 
-    pub fn remove(&self, id: u32) -> Option<Arc<Lambda>> {
-        let old = self.table.get(id as usize)?.write().unwrap().take();
+    pub fn remove(&self, id: LambdaId) -> Option<Arc<Lambda>> {
+        let old = self.table.write().unwrap().remove(&id);
         if let Some(o) = &old {
             o.retired.store(true, Ordering::Release);
             self.retire_gen.fetch_add(1, Ordering::Release);
@@ -234,20 +238,20 @@ impl Server {
 
     /// Match stage: `dgram` is a whole request (id + payload).
     pub fn dispatch(&self, dgram: &[u8], reply: ReplyTo, scratch: &mut Vec<u8>) {
-        let id = u32::from_be_bytes(dgram[..4].try_into().unwrap());
+        let id = LambdaId::from_be_bytes(dgram[..ID_LEN].try_into().unwrap());
         match self.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);
                 // Larger than the lambda's buffer: answer now rather than queue a copy of the
                 // payload that the worker would refuse anyway (this bounds queued bytes).
-                if dgram.len() - 4 > l.input_capacity() {
+                if dgram.len() - ID_LEN > l.input_capacity() {
                     inc(&l.stats.too_large);
                     self.reply_simple(&reply, id, TOO_LARGE, b"", scratch);
                     return;
                 }
                 let job = Job {
                     lambda: l,
-                    kind: JobKind::Request(dgram[4..].to_vec()),
+                    kind: JobKind::Request(dgram[ID_LEN..].to_vec()),
                     reply,
                 };
                 if let Err(job) = self.sched.push(job, false) {
@@ -269,7 +273,7 @@ impl Server {
     pub fn reply_simple(
         &self,
         to: &ReplyTo,
-        id: u32,
+        id: LambdaId,
         status: u8,
         payload: &[u8],
         scratch: &mut Vec<u8>,
@@ -281,22 +285,24 @@ impl Server {
     }
 
     /// Send the reply whose payload is `out[HDR..]` (the first HDR bytes are header room).
-    pub fn reply_out(&self, to: &ReplyTo, id: u32, mut status: u8, out: &mut Vec<u8>) {
+    pub fn reply_out(&self, to: &ReplyTo, id: LambdaId, mut status: u8, out: &mut Vec<u8>) {
+        // out = [frame length (4)][id (ID_LEN)][status (1)][payload]; UDP sends from byte 4.
+        const F: usize = crate::wire::FRAME_LEN;
         match to {
             ReplyTo::Udp(addr) => {
-                if out.len() - 4 > MAX_DGRAM {
+                if out.len() - F > MAX_DGRAM {
                     status = TOO_LARGE;
                     out.truncate(HDR);
                 }
-                out[4..8].copy_from_slice(&id.to_be_bytes());
-                out[8] = status;
-                let _ = self.udp.send_to(&out[4..], addr);
+                out[F..F + ID_LEN].copy_from_slice(&id.to_be_bytes());
+                out[F + ID_LEN] = status;
+                let _ = self.udp.send_to(&out[F..], addr);
             }
             ReplyTo::Tcp { conn, seq, req_len } => {
-                let len = (out.len() - 4) as u32;
-                out[0..4].copy_from_slice(&len.to_be_bytes());
-                out[4..8].copy_from_slice(&id.to_be_bytes());
-                out[8] = status;
+                let len = (out.len() - F) as u32;
+                out[0..F].copy_from_slice(&len.to_be_bytes());
+                out[F..F + ID_LEN].copy_from_slice(&id.to_be_bytes());
+                out[F + ID_LEN] = status;
                 let n = out.len();
                 // One atomic add, no syscall: the hot path stays as it was.
                 let st = &conn.state;
@@ -327,11 +333,11 @@ impl Server {
         }
     }
 
-    fn unix_answer(&self, path: &PathBuf, id: u32, status: u8, n: usize) {
-        let mut h = [0u8; 9];
-        h[..4].copy_from_slice(&id.to_be_bytes());
-        h[4] = status;
-        h[5..].copy_from_slice(&(n as u32).to_be_bytes());
+    fn unix_answer(&self, path: &PathBuf, id: LambdaId, status: u8, n: usize) {
+        let mut h = [0u8; crate::wire::MEMFD_REPLY];
+        h[..ID_LEN].copy_from_slice(&id.to_be_bytes());
+        h[ID_LEN] = status;
+        h[ID_LEN + 1..].copy_from_slice(&(n as u32).to_be_bytes());
         if let Some(u) = &self.unix {
             let _ = u.send_to(&h, path);
         }

@@ -60,7 +60,7 @@ impl Server {
 
     fn accept_datagram(&self, dgram: &[u8], from: SocketAddr, scratch: &mut Vec<u8>) {
         inc(&self.g.packets);
-        if dgram.len() < 4 {
+        if dgram.len() < ID_LEN {
             inc(&self.g.malformed_short);
             return;
         }
@@ -246,7 +246,7 @@ fn tcp_conn(srv: &Arc<Server>, stream: TcpStream) {
             break;
         }
         inc(&srv.g.packets);
-        if len < 4 {
+        if len < ID_LEN {
             inc(&srv.g.malformed_short);
             continue;
         }
@@ -354,12 +354,12 @@ pub fn unix_loop(srv: Arc<Server>) {
         };
         inc(&srv.g.packets);
         let Some(path) = from else { continue }; // unnamed client: cannot answer
-        if n < 8 {
+        if n < crate::wire::MEMFD_REQ {
             inc(&srv.g.malformed_short);
             continue;
         }
-        let id = u32::from_be_bytes(buf[..4].try_into().unwrap());
-        let len = u32::from_be_bytes(buf[4..8].try_into().unwrap()) as usize;
+        let id = LambdaId::from_be_bytes(buf[..ID_LEN].try_into().unwrap());
+        let len = u32::from_be_bytes(buf[ID_LEN..ID_LEN + 4].try_into().unwrap()) as usize;
         let Some(shm) = srv.map_memfd(&path, id, len, fds) else {
             continue;
         };
@@ -393,7 +393,13 @@ fn recv_with_fds(fd: i32, buf: &mut [u8]) -> Option<(usize, Vec<OwnedFd>, Option
 impl Server {
     /// Map the request's memfd (the first descriptor it carried) with `len` bytes of input.
     /// A request without one, over the limits, or unsealed is answered here and gives `None`.
-    fn map_memfd(&self, path: &PathBuf, id: u32, len: usize, fds: Vec<OwnedFd>) -> Option<Shm> {
+    fn map_memfd(
+        &self,
+        path: &PathBuf,
+        id: LambdaId,
+        len: usize,
+        fds: Vec<OwnedFd>,
+    ) -> Option<Shm> {
         let Some(memfd) = fds.into_iter().next() else {
             self.unix_answer(path, id, BAD_REQUEST, 0);
             return None;
@@ -422,7 +428,7 @@ impl Server {
     }
 
     /// Match stage for a memfd request: queue it on lambda `id`, or answer UNKNOWN/OVERLOADED.
-    fn enqueue_shm(&self, id: u32, reply: ReplyTo, scratch: &mut Vec<u8>) {
+    fn enqueue_shm(&self, id: LambdaId, reply: ReplyTo, scratch: &mut Vec<u8>) {
         match self.lookup(id) {
             Some(l) => {
                 inc(&l.stats.calls);

@@ -1,18 +1,18 @@
 //! One stream connection's state machine, driven by the event loop (`serve`).
 //!
-//! Per connection: `Header` (12 bytes) → `Body` (the pipeline eats each chunk as it is read) →
+//! Per connection: `Header` (16 bytes) → `Body` (the pipeline eats each chunk as it is read) →
 //! `Reply` (written as the socket takes it) → closed; or, when the reply came before the client
 //! finished sending (UNKNOWN, BAD_REQUEST mid-stream), `Drain`: the write side is shut
 //! (FIN after the reply) and input is read and dropped until EOF or the idle timeout, so the
 //! close does not reset the connection under the client's unread reply.
 //!
-//! **Kept-alive connections.** A header whose stream_id has `STREAM_KEEP_ALIVE` set asks for the
+//! **Kept-alive connections.** A header whose payload_len has `STREAM_KEEP_ALIVE` set asks for the
 //! connection to stay open after its reply: when the payload had a declared length, was read
 //! to its end and the reply is written, the connection goes back to `Header` for the next
 //! request instead of closing. That takes the TCP handshake and the accept out of each request
 //! (the FPGA paper opens a connection per request; clients that send many small requests to
-//! one function should not have to). Worked example: `id | KEEP, len 256` + 256 bytes → reply;
-//! `id | KEEP, len 64` + 64 bytes on the same socket → reply; the client closes → the executor
+//! one function should not have to). Worked example: `id, len 256 | KEEP` + 256 bytes → reply;
+//! `id, len 64 | KEEP` + 64 bytes on the same socket → reply; the client closes → the executor
 //! closes. Bytes that arrive behind a request's payload in the same read (a pipelining client)
 //! are kept, at most one read's worth, and start the next header once the reply is written;
 //! while a reply waits for the socket the connection is not read, so a client that sends and
@@ -288,9 +288,13 @@ fn consume(streams: &Streams, c: &mut Conn, mut bytes: &[u8], scratch: &mut Vec<
 /// A complete header: look the function up and start its pipeline (or answer at once), and
 /// whether the connection stays open after this request.
 fn start(streams: &Streams, h: &[u8; STREAM_HEAD]) -> (Phase, bool) {
-    let raw = u32::from_le_bytes(h[..4].try_into().unwrap());
-    let (id, keep) = (raw & !STREAM_KEEP_ALIVE, raw & STREAM_KEEP_ALIVE != 0);
-    let len = u64::from_le_bytes(h[4..].try_into().unwrap());
+    let id = crate::wire::LambdaId::from_le_bytes(h[..8].try_into().unwrap());
+    let raw = u64::from_le_bytes(h[8..].try_into().unwrap());
+    // STREAM_UNTIL_EOF has the keep-alive bit set too: it stays "until EOF", never kept alive.
+    let (len, keep) = match raw {
+        STREAM_UNTIL_EOF => (raw, false),
+        _ => (raw & !STREAM_KEEP_ALIVE, raw & STREAM_KEEP_ALIVE != 0),
+    };
     let Some(f) = streams.lookup(id) else {
         inc(&streams.g.unknown);
         return (reply(reply_status(UNKNOWN)), false);

@@ -1,10 +1,10 @@
 //! Stream functions: the third execution target (besides UDP/TCP/memfd lambdas). A request is
-//! one TCP connection on the `--stream` listener: a 12-byte header (`stream_id: u32 LE`,
+//! one TCP connection on the `--stream` listener: a 16-byte header (`stream_id: u64 LE`,
 //! `payload_len: u64 LE`, u64::MAX = until the client half-closes), then the payload, which the
 //! function consumes *as it arrives*, in chunks, through a chain of native stages (`parse`,
 //! `filter`, `topk`, `frequent`) run as one pipeline inside the executor; when the payload ends
 //! the last stage's state is the reply (`status: u8`, `count: u32 LE`, the elements), and the
-//! connection closes (or, with `STREAM_KEEP_ALIVE` in the stream_id, waits for the next
+//! connection closes (or, with `STREAM_KEEP_ALIVE` in the payload_len, waits for the next
 //! request). Protocol and limits: docs/fastpath.md, "Stream functions".
 //!
 //! * [`ops`]: the stages as data structures (Top-K insertion network and heap, Space-Saving,
@@ -54,7 +54,7 @@ pub struct StreamStats {
 
 /// A deployed stream function.
 pub struct StreamFn {
-    pub id: u32,
+    pub id: crate::wire::LambdaId,
     pub name: String,
     pub version: u64,
     pub chain: Chain,
@@ -80,18 +80,18 @@ pub struct StreamGlobal {
     pub reused: AtomicU64,
 }
 
-/// The stream function table (IDs 0..=MAX_ID, shared with the lambdas) and the listener's
+/// The stream function table (64-bit IDs, shared with the lambdas) and the listener's
 /// counters. Looked up once per connection, never on the lambda hot path.
 #[derive(Default)]
 pub struct Streams {
-    table: RwLock<HashMap<u32, Arc<StreamFn>>>,
+    table: RwLock<HashMap<crate::wire::LambdaId, Arc<StreamFn>>>,
     pub g: StreamGlobal,
     /// The bound `--stream` address, once listening.
     pub addr: OnceLock<SocketAddr>,
 }
 
 impl Streams {
-    pub fn lookup(&self, id: u32) -> Option<Arc<StreamFn>> {
+    pub fn lookup(&self, id: crate::wire::LambdaId) -> Option<Arc<StreamFn>> {
         self.table.read().unwrap().get(&id).cloned()
     }
 
@@ -99,7 +99,7 @@ impl Streams {
         self.table.write().unwrap().insert(f.id, f)
     }
 
-    pub fn remove(&self, id: u32) -> Option<Arc<StreamFn>> {
+    pub fn remove(&self, id: crate::wire::LambdaId) -> Option<Arc<StreamFn>> {
         self.table.write().unwrap().remove(&id)
     }
 

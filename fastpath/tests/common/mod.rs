@@ -212,7 +212,7 @@ impl Fp {
         serde_json::from_str(&resp).unwrap()
     }
 
-    pub fn deploy_wasm(&self, id: u32, name: &str, extra: Value) -> Value {
+    pub fn deploy_wasm(&self, id: u64, name: &str, extra: Value) -> Value {
         let mut req =
             json!({"op": "deploy", "id": id, "name": name, "kind": "wasm", "path": wasm(name)});
         for (k, v) in extra.as_object().unwrap() {
@@ -223,7 +223,7 @@ impl Fp {
         r
     }
 
-    pub fn deploy_native(&self, id: u32, native: &str, extra: Value) -> Value {
+    pub fn deploy_native(&self, id: u64, native: &str, extra: Value) -> Value {
         let mut req =
             json!({"op": "deploy", "id": id, "name": native, "kind": "native", "native": native});
         for (k, v) in extra.as_object().unwrap() {
@@ -240,7 +240,7 @@ impl Fp {
         r
     }
 
-    pub fn lambda_stats(&self, id: u32) -> Value {
+    pub fn lambda_stats(&self, id: u64) -> Value {
         let s = self.stats();
         s["lambdas"]
             .as_array()
@@ -286,14 +286,14 @@ impl Client {
         }
     }
 
-    pub fn send(&self, id: u32, payload: &[u8]) {
+    pub fn send(&self, id: u64, payload: &[u8]) {
         self.sock
             .send_to(&wire::encode_request(id, payload), &self.to)
             .unwrap();
     }
 
     /// Next reply: (id, status, payload).
-    pub fn recv(&self) -> Option<(u32, u8, Vec<u8>)> {
+    pub fn recv(&self) -> Option<(u64, u8, Vec<u8>)> {
         let mut buf = vec![0u8; 70000];
         let n = self.sock.recv(&mut buf).ok()?;
         let (id, status, payload) =
@@ -302,7 +302,7 @@ impl Client {
     }
 
     /// Request/reply; panics when no reply comes within the read timeout.
-    pub fn call(&self, id: u32, payload: &[u8]) -> (u8, Vec<u8>) {
+    pub fn call(&self, id: u64, payload: &[u8]) -> (u8, Vec<u8>) {
         self.send(id, payload);
         let (rid, st, p) = self
             .recv()
@@ -323,11 +323,11 @@ impl TcpClient {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         TcpClient { s }
     }
-    pub fn send(&mut self, id: u32, payload: &[u8]) {
+    pub fn send(&mut self, id: u64, payload: &[u8]) {
         let d = wire::frame(&wire::encode_request(id, payload));
         self.s.write_all(&d).unwrap();
     }
-    pub fn recv(&mut self) -> (u32, u8, Vec<u8>) {
+    pub fn recv(&mut self) -> (u64, u8, Vec<u8>) {
         let mut l = [0u8; wire::FRAME_LEN];
         self.s.read_exact(&mut l).unwrap();
         let mut b = vec![0u8; u32::from_be_bytes(l) as usize];

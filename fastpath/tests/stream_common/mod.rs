@@ -55,7 +55,7 @@ pub fn start(extra: &[&str]) -> Fp {
     fp
 }
 
-pub fn deploy_stream(fp: &Fp, id: u32, stream: Value) -> Value {
+pub fn deploy_stream(fp: &Fp, id: u64, stream: Value) -> Value {
     let r = fp.ctl(json!({"op": "deploy", "id": id, "kind": "stream", "stream": stream}));
     assert_eq!(r["ok"], true, "{r}");
     r
@@ -88,7 +88,7 @@ pub fn read_one_reply(s: &mut TcpStream, item: usize) -> (u8, Vec<u8>) {
 
 /// One request: header (payload_len = `len`, or the payload's length), the payload in pieces
 /// of `piece` bytes, then half-close when `close`.
-pub fn call(fp: &Fp, id: u32, payload: &[u8], len: Option<u64>, close: bool) -> (u8, Vec<u8>) {
+pub fn call(fp: &Fp, id: u64, payload: &[u8], len: Option<u64>, close: bool) -> (u8, Vec<u8>) {
     let mut s = connect(fp);
     s.write_all(&encode_stream_head(id, len.unwrap_or(payload.len() as u64)))
         .unwrap();

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from nearfaas.fastpath.executor import stop_process
+from nearfaas.fastpath.wire import STREAM_HEAD
 
 K = 16
 SIZES = (64, 128, 256, 1024, 2048, 4096)
@@ -337,11 +338,11 @@ class StreamSystem:
         self.name, self.addr, self.stream_id, self._pid, self.variant = name, addr, stream_id, pid, variant
         self.interceptor_pid = None
         self.complete = stream_reply_complete
-        self.transport = "TCP, 12-byte header (u32 stream id, u64 length) + payload, a connection per request"
+        self.transport = "TCP, 16-byte header (u64 stream id, u64 length) + payload, a connection per request"
         self.server = f"nearfaas-fastpath stream target, chain [topk k={K} u32 variant={variant}]"
 
     def request(self, data: bytes) -> bytes:
-        return struct.pack("<IQ", self.stream_id, len(data)) + data
+        return STREAM_HEAD.pack(self.stream_id, len(data)) + data
 
     def decode(self, raw: bytes):
         if len(raw) < 5:

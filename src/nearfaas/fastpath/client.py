@@ -1,7 +1,7 @@
 """Clients of the fast path's wire format (docs/fastpath.md; the format itself, status codes and
 packing, is ``nearfaas.fastpath.wire``, re-exported here for the clients' users).
 
-UDP: a request is ``lambda_id: u32 BE`` + payload; a reply is ``lambda_id: u32 BE``, ``status: u8``,
+UDP: a request is ``lambda_id: u64 BE`` + payload; a reply is ``lambda_id: u64 BE``, ``status: u8``,
 payload. TCP frames each of those as ``length: u32 BE`` + bytes. Large inputs go through a memfd
 passed over the executor's Unix datagram socket (SCM_RIGHTS).
 """

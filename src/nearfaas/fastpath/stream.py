@@ -1,11 +1,11 @@
 """Client of the executor's stream functions (docs/fastpath.md, "Stream functions").
 
 A request is one TCP connection to the executor's ``--stream`` address (the ready file's
-``stream_addr``): a 12-byte header (``stream_id: u32 LE``, ``payload_len: u64 LE``, or
+``stream_addr``): a 16-byte header (``stream_id: u64 LE``, ``payload_len: u64 LE``, or
 ``STREAM_UNTIL_EOF`` to end the payload by half-closing), then the payload, which the function
 consumes as it arrives; the reply is ``status: u8``, ``count: u32 LE`` and ``count`` elements,
-after which the executor closes the connection, or with ``STREAM_KEEP_ALIVE`` or-ed into the
-id waits for the next request (``Connection``).
+after which the executor closes the connection, or with ``STREAM_KEEP_ALIVE`` or-ed into a
+declared payload_len waits for the next request (``Connection``).
 
     status, top = call("127.0.0.1:9300", 5, b"17 4, 99\\n3")              # a parse -> topk chain
     status, top = call(addr, 6, encode([3.5, 1.0], "f32"), dtype="f32")     # binary f32 elements
@@ -45,9 +45,9 @@ class StreamError(FastpathError):
 
 
 def encode_head(stream_id: int, payload_len: int = STREAM_UNTIL_EOF) -> bytes:
-    """The 12-byte request header."""
-    if not isinstance(stream_id, int) or not 0 <= stream_id <= 0xFFFF_FFFF:
-        raise ValueError(f"stream_id must be an integer in 0..2**32-1, got {stream_id!r}")
+    """The 16-byte request header."""
+    if not isinstance(stream_id, int) or not 0 <= stream_id <= 0xFFFF_FFFF_FFFF_FFFF:
+        raise ValueError(f"stream_id must be an integer in 0..2**64-1, got {stream_id!r}")
     if not isinstance(payload_len, int) or not 0 <= payload_len <= STREAM_UNTIL_EOF:
         raise ValueError(f"payload length must be an integer in 0..2**64-1, got {payload_len!r}")
     return STREAM_HEAD.pack(stream_id, payload_len)
@@ -141,9 +141,7 @@ class Connection:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise TypeError(f"a kept-alive request needs a bytes payload (its length is declared), got {type(payload).__name__}; "
                             "stream an iterable with call()")
-        if not isinstance(stream_id, int) or not 0 <= stream_id < STREAM_KEEP_ALIVE:
-            raise ValueError(f"stream_id must be an integer in 0..2**31-1 on a kept-alive connection, got {stream_id!r}")
-        head = encode_head(stream_id | STREAM_KEEP_ALIVE, len(payload))
+        head = encode_head(stream_id, len(payload) | STREAM_KEEP_ALIVE)
         reused = self._sock is not None
         try:
             reply = self._exchange(head, payload, dtype, stream_id)

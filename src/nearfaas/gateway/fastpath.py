@@ -1,11 +1,18 @@
 """The gateway's side of the fast path (docs/fastpath.md): lambda IDs, the match table, misses.
 
-* **IDs.** Every deployed function gets a lambda ID from a counter that never goes back, so an
-  ID is never given to a second function: a client holding a deleted function's ID gets UNKNOWN,
-  never someone else's function (and its secrets). With a state dir (``layout["ids_file"]``) the
-  name->ID map and the counter are written there at every change (atomically, fsync'ed), so a
-  restarted gateway gives every function the ID it had. ``GET /system/function/<name>`` reports
-  it as ``lambdaId``.
+* **IDs.** Every deployed function gets a lambda ID drawn from a CSPRNG at its first deploy
+  (``secrets.randbits(64)``, redrawn while below 2**32 or taken by a live function), so an ID
+  cannot be found by sweeping small numbers, and a deleted function's ID is not handed out again
+  (short of a 2**-64 coincidence): a client holding it gets UNKNOWN, never someone else's
+  function. With a state dir (``layout["ids_file"]``) the name->ID map is written there at every
+  change (atomically, fsync'ed), so a restarted gateway gives every function the ID it had.
+  ``GET /system/function/<name>`` reports it as ``lambdaId``. Example: the first deploy of
+  ``echo`` gives it, say, 0x9f3c71d2a4e8b605; the wire carries it as 8 bytes, ``pack(">Q", id)``.
+  Known caveats: an ID is a name, not a credential (it shows in ``/system/function/<name>``,
+  which needs the cluster's keys, and in every request on the wire); protected functions are
+  kept off the fast path whatever their ID (below). An ids file from before 64-bit IDs (its IDs
+  below 2**32) is migrated at load: each function gets a fresh random ID, logged as
+  ``fastpath-id-migrated``; clients holding the old IDs must fetch the new ones.
 * **The match table.** A function with ``x-nearfaas.target: fastpath`` is pushed to the
   executor over its control port (authenticated by challenge-response with the key in
   ``layout["control_key_file"]``, ``nearfaas.fastpath.auth``) at deploy (a hot swap when it was there already) and removed
@@ -15,14 +22,14 @@
   to the gateway's host UDP port as ``token | id | payload``; the function of that ID runs on
   its normal worker path and the answer goes back as ``token | status | payload``.
 * **Protected functions stay off the fast path** (issue 39). The fast path's ports take a bare
-  lambda ID and carry no caller credential, and IDs are small sequential numbers, so anything a
-  client can reach by ID there is public. A function with ``x-nearfaas.auth: true`` (or in a
+  lambda ID and carry no caller credential, and an ID is not a secret (it is in every request),
+  so anything a client can reach by ID there is public. A function with ``x-nearfaas.auth: true`` (or in a
   namespace that requires auth: ``protected(name)`` is the HTTP front door's own check) is
   therefore never installed in the executor (deploying one with ``target: fastpath`` or as a
   stream function is refused, 400, naming the fix), and a miss for its ID, whether the executor
   forwarded it or someone forged it straight to the host port, is answered ``UNAUTHORIZED``
   (HTTP 401) without running it. Its callers use ``/function/<name>`` with credentials.
-  Example: ``sendto(pack(">I", id_of_secret_fn) + b"x")`` to the UDP port gets back
+  Example: ``sendto(pack(">Q", id_of_secret_fn) + b"x")`` to the UDP port gets back
   ``id | 10 | "... requires credentials ..."``, never the function's output.
   Known caveats: a per-call MAC on the wire (so authorized clients keep the fast path for
   protected lambdas) is not built yet; until then the protection is "not reachable at all".
@@ -35,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 from pathlib import Path
 
 from nearfaas.fastpath import auth, wire
@@ -55,6 +63,18 @@ DEFAULT_MAX_FRAME = 2 << 20  # the executor's --max-frame default: a longer fram
 # TCP connections the gateway opens to the executor at most (it caps them at --max-connections,
 # 256 by default, closing the rest at once); calls beyond these wait for a free one.
 GATEWAY_CONNECTIONS = 64
+# Lambda IDs are drawn from [MIN_ID, MAX_ID]: 64 random bits less the 2**-32 below MIN_ID, kept
+# out so that no ID is one a sweep of small numbers (or an old 4-byte ID) could name.
+MIN_ID = 1 << 32
+IDS_FORMAT = 2  # the ids file's "format": 2 = random 64-bit IDs; none = the old counter (migrated)
+
+
+def new_id(taken) -> int:
+    """A fresh lambda ID: 64 random bits from the OS CSPRNG, at least MIN_ID, not in ``taken``."""
+    while True:
+        lambda_id = secrets.randbits(64)
+        if lambda_id >= MIN_ID and lambda_id not in taken:
+            return lambda_id
 
 
 class FastPath:
@@ -69,7 +89,6 @@ class FastPath:
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
         self.versions: dict[str, int] = {}
-        self.next_id = 1  # never goes back: a released ID is not handed out again
         self.ids_file = Path(layout["ids_file"]) if layout and layout.get("ids_file") else None
         self._key: bytes | None = None
         self._pool: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
@@ -85,17 +104,32 @@ class FastPath:
         except FileNotFoundError:
             return
         except (OSError, ValueError) as exc:
-            # Starting over would hand old IDs to other functions: the very thing the file prevents.
+            # Starting over would change every ID under its clients: refuse, naming the way out.
             raise RuntimeError(f"cannot read the lambda ID table {self.ids_file}: {exc}; restore it from a backup, "
                                "or delete it to give every function a new ID (clients holding old IDs must be updated)") from None
-        ids, next_id = data.get("ids"), data.get("next")
-        if not isinstance(ids, dict) or not isinstance(next_id, int) or not all(
-                isinstance(i, int) and 1 <= i < next_id for i in ids.values()) or len(set(ids.values())) != len(ids):
-            raise RuntimeError(f"the lambda ID table {self.ids_file} is malformed (want {{\"next\": int, \"ids\": {{name: id}}}}); "
-                               "restore it, or delete it to give every function a new ID")
+        ids = data.get("ids") if isinstance(data, dict) else None
+        if not isinstance(ids, dict) or not all(isinstance(n, str) and isinstance(i, int) and not isinstance(i, bool)
+                                                and 1 <= i <= MAX_ID for n, i in ids.items()) or len(set(ids.values())) != len(ids):
+            raise RuntimeError(f"the lambda ID table {self.ids_file} is malformed (want {{\"format\": {IDS_FORMAT}, \"ids\": "
+                               "{name: id}}, IDs unique integers in 1..2**64-1); restore it, or delete it to give every function a new ID")
         self.ids = dict(ids)
         self.names = {i: n for n, i in ids.items()}
-        self.next_id = next_id
+        old = sorted(n for n, i in ids.items() if i < MIN_ID)
+        if old or data.get("format") != IDS_FORMAT:
+            self._migrate(old)
+
+    def _migrate(self, names: list[str]) -> None:
+        """A table from before random IDs (``{"next": n, "ids": ...}``, 4-byte sequential IDs):
+        give each such function a fresh random ID and record it, so no small ID stays valid."""
+        for name in names:
+            old_id = self.ids[name]
+            lambda_id = new_id(self.names)
+            del self.names[old_id]
+            self.ids[name], self.names[lambda_id] = lambda_id, name
+            print(json.dumps({"event": "fastpath-id-migrated", "function": name, "old_id": old_id, "id": lambda_id,
+                              "file": str(self.ids_file), "why": "lambda IDs are now 64 random bits; clients must use the new ID"}),
+                  flush=True)
+        self._save_ids()
 
     def _save_ids(self) -> None:
         """Write the table atomically and durably: a temp file, fsync, rename, fsync the directory."""
@@ -104,7 +138,7 @@ class FastPath:
         self.ids_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.ids_file.with_name(f".{self.ids_file.name}.{os.getpid()}.tmp")
         with open(tmp, "w") as f:
-            json.dump({"next": self.next_id, "ids": self.ids}, f, sort_keys=True)
+            json.dump({"format": IDS_FORMAT, "ids": self.ids}, f, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.ids_file)
@@ -117,17 +151,13 @@ class FastPath:
     def assign(self, name: str) -> int:
         if name in self.ids:
             return self.ids[name]
-        if self.next_id > MAX_ID:
-            raise CallError(507, f"all {MAX_ID} lambda IDs have been given out (IDs of deleted functions are never reused, "
-                                 "so that an old ID cannot reach a new function)", "fastpath")
-        lambda_id = self.next_id
+        lambda_id = new_id(self.names)
         self.ids[name], self.names[lambda_id] = lambda_id, name
-        self.next_id += 1
         try:
             self._save_ids()
         except OSError as exc:
             self.ids.pop(name)
-            self.names.pop(lambda_id)  # the counter stays advanced: that ID may have reached the disk
+            self.names.pop(lambda_id)
             raise CallError(500, f"cannot record lambda ID {lambda_id} for {name!r} in {self.ids_file}: {exc}", "fastpath") from None
         return lambda_id
 

@@ -27,7 +27,7 @@ import struct
 from nearfaas.fastpath import wire
 from nearfaas.gateway.errors import CallError
 
-REQUEST_HEAD = struct.Struct("<IQ")  # stream id, payload length (u64 max: until the client half-closes)
+REQUEST_HEAD = wire.STREAM_HEAD  # stream id (u64), payload length (u64 max: until the client half-closes)
 REPLY_HEAD = struct.Struct("<BI")  # status, element count
 ELEMENT_BYTES = {"topk": 4, "filter": 4, "parse": 4, "frequent": 8}  # bytes per reply element of the last stage
 STREAM_TIMEOUT_S = 30.0
