@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np  # imported up front: a forked child must not pay for the import
 
+from nearfaas import atomic
 from nearfaas.fastpath.client import parse_addr
 from nearfaas.fastpath.executor import stop_process
 from nearfaas.fastpath.wire import (
@@ -369,10 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     base.tcp_thread.start()
     info = {"kind": args.kind, "udp": "{}:{}".format(*base.udp_addr), "tcp": "{}:{}".format(*base.tcp_addr), "pid": os.getpid(), "ids": BASELINE_IDS}
     if args.ready_file:
-        tmp = args.ready_file + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(info, f)
-        os.replace(tmp, args.ready_file)
+        atomic.write_text(args.ready_file, json.dumps(info), durable=False)  # read once by the parent, never after a crash
     else:
         print(json.dumps(info), flush=True)
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))

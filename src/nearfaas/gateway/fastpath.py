@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
 from pathlib import Path
 
+from nearfaas import atomic
 from nearfaas.fastpath import auth, wire
 from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNAUTHORIZED, UNKNOWN
 
@@ -132,21 +132,11 @@ class FastPath:
         self._save_ids()
 
     def _save_ids(self) -> None:
-        """Write the table atomically and durably: a temp file, fsync, rename, fsync the directory."""
+        """Write the table atomically and durably (0600: IDs name the functions)."""
         if self.ids_file is None:
             return
-        self.ids_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.ids_file.with_name(f".{self.ids_file.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            json.dump({"format": IDS_FORMAT, "ids": self.ids}, f, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.ids_file)
-        dir_fd = os.open(self.ids_file.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        atomic.private_dir(self.ids_file.parent)
+        atomic.write_text(self.ids_file, json.dumps({"format": IDS_FORMAT, "ids": self.ids}, sort_keys=True))
 
     def assign(self, name: str) -> int:
         if name in self.ids:
