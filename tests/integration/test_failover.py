@@ -99,7 +99,7 @@ def _is_worker_of(pid: int, node: str) -> bool:
             args = f.read().split(b"\0")
     except OSError:
         return False
-    if b"nearfaas.runtime.worker" in args:
+    if b"nearfaas.runtime.worker" in args or b"nearfaas.runtime.jailed_start" in args:
         return node.encode() in args
     # A pre-warmed generic worker (specialised or idle) names its node's folder instead.
     return b"nearfaas.runtime.prewarm" in args and any(a.endswith(b"/nodes/" + node.encode()) for a in args)

@@ -321,7 +321,7 @@ def test_the_probe_names_what_is_missing(tmp_path, monkeypatch):
 
 @needs_root
 def test_a_checkout_other_users_cannot_read_fails_starts_with_the_fix(tmp_path, monkeypatch):
-    closed = Path(tempfile.mkdtemp(dir="/var/tmp"))  # not under /tmp, which the jail replaces
+    closed = Path(tempfile.mkdtemp(dir="/var/lib"))  # not under /tmp or /var/tmp, which the jail replaces
     try:
         (closed / "pkg").mkdir()
         (closed / "pkg" / "mod.py").write_text("")

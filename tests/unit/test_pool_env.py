@@ -40,7 +40,9 @@ def test_a_jailed_workers_environment_names_the_gateway_function_namespace_and_t
     assert env["TMPDIR"] == env["TMP"] == env["TEMP"] == env["HOME"] == "/tmp"  # jailed: /tmp is a tmpfs of its own
     assert env["GREETING"] == "hi" and env["NEARFAAS_NODE"] == "node-u" and env["NEARFAAS_NODE_URL"] == "http://127.0.0.1:9001"
     # The function's requirements env first, so its packages shadow the runtime's.
-    assert env["PYTHONPATH"].split(os.pathsep)[:2] == ["/state/envs/abc", package_root()]
+    # The requirements env is never on the worker's PYTHONPATH: the worker is root until its jail,
+    # and puts the env on sys.path only after it (runtime/jailed_start.py; red team round 2).
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == package_root() and "/state/envs/abc" not in env["PYTHONPATH"]
 
 
 def test_an_unjailed_workers_tmp_and_home_are_its_own_folder(pools, tmp_path):
@@ -64,8 +66,8 @@ def test_a_pre_warmed_worker_is_sent_what_a_spawned_one_starts_with(pools, tmp_p
     """The specialisation message carries every variable the generic workers lack (pool._specialise)."""
     env = pools._function_env(_spec(tmp_path), "/state/envs/abc", pools._private_tmp("thumb-node-u-000002"))
     sent = {k for k, v in env.items() if pools.prewarm.env.get(k) != v}
-    assert {"OPENFAAS_URL", "NEARFAAS_GATEWAY_URL", "NEARFAAS_NAMESPACE", "NEARFAAS_FUNCTION", "TMPDIR", "TMP", "TEMP", "HOME",
-            "PYTHONPATH"} <= sent
+    assert {"OPENFAAS_URL", "NEARFAAS_GATEWAY_URL", "NEARFAAS_NAMESPACE", "NEARFAAS_FUNCTION", "TMPDIR", "TMP", "TEMP", "HOME"} <= sent
+    assert "PYTHONPATH" not in sent  # the env travels as the message's sys_path, applied after the jail
 
 
 def test_requirements_come_from_requirements_txt_or_the_named_file(pools, tmp_path):

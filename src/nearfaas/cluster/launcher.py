@@ -369,7 +369,8 @@ def _stop_group(pid: int, timeout: float = 5.0) -> None:
 
 # The command lines this cluster starts: node agents, the gateway, workers and pre-warmed
 # generic workers (see node/pool.py, node/prewarm.py).
-_OUR_MODULES = {"nearfaas.node.agent", "nearfaas.gateway.app", "nearfaas.runtime.worker", "nearfaas.runtime.prewarm"}
+_OUR_MODULES = {"nearfaas.node.agent", "nearfaas.gateway.app", "nearfaas.runtime.worker", "nearfaas.runtime.jailed_start",
+                "nearfaas.runtime.prewarm"}
 
 
 def _ancestors() -> set[int]:

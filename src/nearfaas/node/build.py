@@ -16,9 +16,9 @@ root outside every jail (issue 39, finding 3). Here it runs where the function's
   untouched);
 - the node then renames the output into ``<envs>/<digest>`` and writes the marker
   ``<envs>/<digest>.complete`` itself, outside anything the build could write;
-- the cache key is the requirements file's bytes, and the function's uid too unless every line
-  names a package of the index (``env_key``): an env built from another function's bundle (its
-  ``./evil``) is never handed to this one.
+- the cache key is the requirements file's bytes and the function's uid (``env_key``): an env
+  built by another function's build (its ``./evil``, or a module planted into its output while
+  it was made) is never handed to this one.
 
 Worked example: ``resize`` (uid 200001) with ``requirements.txt`` = ``./evil``. The node makes
 ``<state>/envs/3f..9a.partial`` and ``3f..9a.build/{src,tmp}`` owned by 200001, then runs pip
@@ -43,7 +43,6 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -73,24 +72,13 @@ def has_requirements(req: Path | None) -> bool:
     return req is not None and any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines())
 
 
-# A line that can only name a package of the index: a name, extras, version specifiers, a marker.
-PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]*\])?\s*"
-                   r"([<>=!~]=?=?\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*(;[^@]*)?$")
-
-ARCHIVE = re.compile(r"\.(whl|zip|tar|tgz|tbz|txz|tar\.gz|tar\.bz2|tar\.xz)$", re.I)  # pip reads such a name as a file
-
-
 def env_key(req: Path, uid: int | None) -> str:
-    """The cache key of an env: its requirements' bytes, shared between functions only when
-    every line names a package of the index (the same bytes then build the same env). A line
-    that may read the bundle (``./evil``, a wheel file, ``-r``, ``--find-links``, ``pkg @ url``)
-    keys the env to the function's uid too: another function's bundle under the same text
-    must never supply this one's code."""
-    text = req.read_text()
-    lines = [line.split(" #")[0].strip() for line in text.splitlines()]
-    plain = all(PLAIN.match(line) and not ARCHIVE.search(line.split(";")[0].strip())
-                for line in lines if line and not line.startswith("#"))
-    salt = b"" if plain else f"uid {uid}\0".encode()
+    """The cache key of an env: its requirements' bytes and the function's uid. Never shared
+    between functions, even for index-only requirements: a build runs as the uid that asked for
+    it, and any process of that uid (its workers, what an earlier build of it left running) can
+    write into the build's output while it is made (``/proc/<pip>/root/...``), so a shared env
+    would carry one function's planted module into another's (red team, round 2)."""
+    salt = b"" if uid is None else f"uid {uid}\0".encode()
     return hashlib.sha256(salt + req.read_bytes()).hexdigest()[:16]
 
 
@@ -162,7 +150,7 @@ def _prepare(staging: Path, scratch: Path, handler: Path, req: Path, uid: int) -
     the output, and a scratch holding TMPDIR and a copy of the bundle whose folders it may
     write (pip builds local projects in place). Files are hard links where the bundle's file
     is root's and not world-writable (the uid cannot change them), copies otherwise."""
-    staging.mkdir(mode=0o755)  # an index-only env serves every function with the same text
+    staging.mkdir(mode=0o700)  # the function's own env: its uid alone reads it
     scratch.mkdir(mode=0o700)
     (scratch / "tmp").mkdir(mode=0o700)
     src = scratch / "src"

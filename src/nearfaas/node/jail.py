@@ -15,7 +15,8 @@ receives the plan in its specialisation message. ``enter``:
    them (``Cgroups.set_limits``) and its plan lists none;
    Then, with a plan's ``net``, a network namespace of its own with loopback only and the
    gateway's address relayed by the node (node/netns.py; the node's half is node/netrelay.py);
-2. ``unshare(CLONE_NEWNS)`` and marks every mount private, so nothing below leaks out;
+2. ``unshare(CLONE_NEWNS | CLONE_NEWIPC)`` (System V shared memory dies with the worker and no
+   other tenant attaches it) and marks every mount private, so nothing below leaks out;
 3. opens an ``O_PATH`` fd on every folder it must keep seeing (its handler bundle, its
    requirements env, its secrets, its volume, ``<state>/models``, the Python it runs when that lies under a
    hidden folder), then, outer folders first, mounts a tmpfs over every folder it must not see
@@ -87,6 +88,7 @@ from nearfaas.cgroups import (CGROUP_ROOT, DEFAULT_MEMORY, DEFAULT_PIDS, V1_CONT
 from nearfaas.cgroups import join as _join
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000  # System V IPC and POSIX queues: a segment dies with the worker, no other tenant sees it
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
@@ -96,7 +98,7 @@ DERIVED_UID_BASE = 1_000_000_000  # see "Known caveats": never assigned by the g
 PROBE_UID = MIN_UID - 1          # the probe's stand-in for a function uid; no function has it
 TMP_SIZE = "64m"                 # a worker's private /tmp (and /dev/shm) unless its plan says (x-nearfaas.tmp_size)
 OPENFAAS_DIR = "/var/openfaas"     # where OpenFaaS functions find /var/openfaas/secrets/<name>
-PRIVATE = ("/tmp", "/dev/shm")   # hidden by a writable tmpfs of the worker's own, sized by the plan's tmp_size
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")   # hidden by a writable tmpfs of the worker's own, sized by the plan's tmp_size
 # Folders of the state directory every function may read: the models `nearfaas apps` builds
 # there (jobs/apps.py) and names to inference stages by MODEL_PATH. Platform data, no secrets.
 SHARED_STATE = ("models",)
@@ -168,7 +170,7 @@ def _enter(plan: dict) -> None:
 def _mount_view(plan: dict) -> None:
     """Steps 2 and 3 of the module docstring: this process's own view of the filesystem."""
     os.umask(0o022)
-    _unshare(CLONE_NEWNS)
+    _unshare(CLONE_NEWNS | CLONE_NEWIPC)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     shown = {}
     writable = set(plan.get("write") or [])

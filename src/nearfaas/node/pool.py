@@ -189,7 +189,7 @@ class WorkerPools:
             net = await self._relay(held, instance, uid)
             # The worker's arguments, named as worker.main's parser names them.
             args = {"spec": str(spec_file), "node": self.node, "gateway": self.gateway_url, "instance": instance,
-                    "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link}
+                    "secrets_dir": str(secrets_dir) if secrets_dir else None, "link": self.link, "sys_path": extra_path}
             if profiled:  # the shim is preloaded when a process starts: a pre-warmed one started without it
                 generic, spawn_reason = None, "memory profiling preloads the allocation shim into a fresh process"
             else:
@@ -345,13 +345,14 @@ class WorkerPools:
     def _function_env(self, spec: dict, extra_path: str | None, tmp_dir: Path | None = None) -> dict:
         """The environment a worker of this function runs with, whichever way it is started.
 
-        ``extra_path`` (its requirements env) comes first on PYTHONPATH, so its packages shadow
-        the runtime's; ``tmp_dir`` is an unjailed instance's private /tmp (jailed: /tmp itself,
+        ``extra_path`` (its requirements env) is NOT on PYTHONPATH: the worker starts as root and
+        puts it first on sys.path only once jailed (runtime/jailed_start.py), so its
+        packages shadow the runtime's for the handler alone; ``tmp_dir`` is an unjailed instance's private /tmp (jailed: /tmp itself,
         a tmpfs of its own). OPENFAAS_URL is the gateway, as in OpenFaaS, unless the function's
         own environment names another; the NEARFAAS_* variables are always the platform's."""
         env = dict(self.base_env, OPENFAAS_URL=self.gateway_url)
         env.update({str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, package_root(), env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root(), env.get("PYTHONPATH")) if p)
         env.update(self.node_env, NEARFAAS_FUNCTION=spec["name"], NEARFAAS_NAMESPACE=str(spec.get("namespace") or DEFAULT_NAMESPACE),
                    NEARFAAS_GATEWAY_URL=self.gateway_url)
         tmp = str(tmp_dir) if tmp_dir is not None else "/tmp"

@@ -221,7 +221,7 @@ class PrewarmPool:
         cgroups = self.cgroups.create(f"prewarm-{uuid.uuid4().hex[:8]}", jail.limits_of({})) if self.cgroups else []
         try:
             process, reader, transport = await spawn_with_ready_pipe(
-                [sys.executable, "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir),
+                [sys.executable, "-P", "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir),
                  *(part for folder in cgroups for part in ("--cgroup", folder))],
                 log_path=self.log_path, env=self.env, cwd=str(self.node_dir), stdin=asyncio.subprocess.PIPE,
                 extra_fds=(channel.child_fd,) if channel else ())

@@ -4,7 +4,7 @@ Why a module of its own: the worker's command line and the ready handshake are a
 runtime/worker.py (and, for ``await_ready``, with image functions' hosts, node/oci/launch.py);
 the pool decides what to start, this module only starts it and reads the answer.
 
-Worked example: ``spawn`` runs ``python -m nearfaas.runtime.worker --spec <file> --node
+Worked example: ``spawn`` runs ``python -P -m nearfaas.runtime.jailed_start --spec <file> --node
 compute-0 ... --jail '{"uid": 200001, ...}' --ready-fd 5`` in a session of its own, output into
 the function's log; ``await_ready`` reads ``READY 41234`` (its port) or ``FAILED ["why", ...]``.
 
@@ -30,7 +30,9 @@ async def spawn(args: dict, plan: dict | None, channel: Channel | None, env: dic
     # arguments that are paths under the state directory (cluster/launcher.py).
     flags = [part for key, value in args.items() if value is not None for part in (f"--{key.replace('_', '-')}", value)]
     try:
-        return await spawn_with_ready_pipe([sys.executable, "-m", "nearfaas.runtime.worker", *flags],
+        # -P and jailed_start: nothing the function's author wrote is importable until the process
+        # is in its jail (runtime/jailed_start.py), then the worker starts as always.
+        return await spawn_with_ready_pipe([sys.executable, "-P", "-m", "nearfaas.runtime.jailed_start", *flags],
                                            log_path=log_path, env=env, cwd=cwd, extra_fds=(channel.child_fd,) if channel else ())
     finally:
         if channel is not None:

@@ -29,7 +29,6 @@ cannot be applied here; the node spawns a fresh worker for such functions instea
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -59,7 +58,7 @@ except ImportError:
 
 # The fields of the message that worker.main's argument parser would otherwise produce.
 REQUIRED_FIELDS = ("spec", "node", "gateway", "instance")
-OPTIONAL_FIELDS = {"object_fd": None, "jail": None, "secrets_dir": None, "link": "local"}
+OPTIONAL_FIELDS = {"object_fd": None, "jail": None, "secrets_dir": None, "link": "local", "sys_path": None}
 
 
 def read_message(fd: int = 0) -> dict | None:
@@ -89,15 +88,8 @@ def specialise(message: dict, startup_cwd: str) -> None:
     tempfile.tempdir = None
     cwd = message["cwd"]
     os.chdir(cwd)
-    # `python -m` puts the start-up directory first on sys.path; a spawned worker has the
-    # handler folder there, and the requirements folder next (it came first on PYTHONPATH).
-    if sys.path and sys.path[0] == startup_cwd:
-        sys.path[0] = cwd
-    else:
-        sys.path.insert(0, cwd)
-    if message.get("sys_path"):
-        sys.path.insert(1, message["sys_path"])
-    importlib.invalidate_caches()  # the folders may have gained files since this process looked at them
+    # The handler folder and the requirements env go on sys.path in worker.main, after the jail
+    # (worker._function_paths): this process is still root here, and both hold the author's files.
     # The function's output goes to its own log, appended to like the spawned worker's.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -16,7 +16,7 @@ handler can never keep a worker; the node agent then replaces it.
 Unmodified S3 code (boto3 and the other AWS SDKs) reaches the cluster through the worker's own S3
 endpoint (runtime/s3proxy.py), which the environment points the SDKs at.
 
-Run by the node agent as ``python -m nearfaas.runtime.worker --spec FILE --ready-fd N``. With
+Run by the node agent as ``python -P -m nearfaas.runtime.jailed_start --spec FILE --ready-fd N`` (which enters the jail first). With
 ``--jail PLAN`` it first isolates itself (node/jail.py: own uid, mount namespace, cgroups), after
 reading its spec and before importing any function code; ``--object-fd N`` is its end of the
 socket through which the node hands it local object files (node/objectfds.py).
@@ -30,6 +30,7 @@ import functools
 import importlib.util
 import hmac
 import inspect
+import importlib
 import json
 import os
 import queue
@@ -360,7 +361,20 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def main(argv=None, args: argparse.Namespace | None = None) -> None:
+def _function_paths(code_dir: str, requirements_env: str | None) -> None:
+    """A pre-warmed worker's paths, put first on sys.path only after the jail: its handler folder,
+    then its requirements env hold files the function's author wrote, and this process was root
+    until ``jail.enter`` (a spawned worker does the same in runtime/jailed_start.py, before it
+    imports the runtime). Modules the generic worker had imported stay the platform's: an env
+    that provides one is started fresh instead (node/prewarm.py ``shadowed_modules``)."""
+    for i, folder in enumerate(p for p in (code_dir, requirements_env) if p):
+        sys.path.insert(i, folder)
+    if requirements_env:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (requirements_env, os.environ.get("PYTHONPATH")) if p)
+    importlib.invalidate_caches()
+
+
+def main(argv=None, args: argparse.Namespace | None = None, jailed_spec: dict | None = None) -> None:
     """Serve one function until stopped. A spawned worker parses ``argv``; a pre-warmed generic
     worker (runtime/prewarm.py) passes ``args`` with the same fields, built from its
     specialisation message, so both paths run this same code from here on."""
@@ -375,6 +389,7 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
         parser.add_argument("--secrets-dir", default=None)
         parser.add_argument("--instance", required=True)
         parser.add_argument("--link", default="local", help="emulated compute<->storage link profile for remote object I/O")
+        parser.add_argument("--sys-path", default=None, help="the function's requirements env, put on sys.path once jailed")
         parser.add_argument("--ready-fd", type=int, required=True)
         args = parser.parse_args(argv)
     _die_with_parent()
@@ -387,10 +402,16 @@ def main(argv=None, args: argparse.Namespace | None = None) -> None:
     try:
         # The spec lies in the state directory, which the jail hides: read it first. The jail
         # comes before the handler is imported, and while this process has a single thread.
-        with open(args.spec) as f:
-            spec = json.load(f)
+        if jailed_spec is not None:  # spawned: runtime/jailed_start.py entered the jail and set the paths
+            spec = jailed_spec
+        else:  # a pre-warmed worker, specialised (runtime/prewarm.py): still root here
+            with open(args.spec) as f:
+                spec = json.load(f)
+            code_dir = os.getcwd()  # the handler folder (specialise moved there)
+            if args.jail:
+                jail.enter(args.jail)
+            _function_paths(code_dir, getattr(args, "sys_path", None))
         if args.jail:
-            jail.enter(args.jail)
             netns.start_forwarding()  # the gateway's address inside its network namespace, before init() may call it
         _start_memory_sampling()
         _run(args, spec)
