@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import Collector, join_path, read_str_list, short_repr
-from .fields import NAME as _NAME, read_int as _int, read_sizes
+from .errors import Collector
+from .fields import read_int as _int, read_names, read_sizes
 
 KEYS = {"max_inflight_per_client", "async_max_bytes", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes"}
 
@@ -36,9 +36,4 @@ def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
     read_sizes(m, ("max_response", "webhook_keep_bytes", "async_max_bytes"), g, "gateway", c, '"32Mi" or "1Mi"',
                zero_ok=("async_max_bytes",))  # async_max_bytes: 0 = no cap
     if "webhooks" in m:
-        names = read_str_list(m["webhooks"], "gateway.webhooks", c, allow_single=True) or []
-        for i, name in enumerate(names):
-            if not _NAME.fullmatch(name):
-                c.error(join_path("gateway.webhooks", i), f"{short_repr(name)} is not a webhook name",
-                        "use lower-case letters, digits and '-', e.g. alerts")
-        g.webhooks = [n for n in names if _NAME.fullmatch(n)]
+        g.webhooks = read_names(m["webhooks"], "gateway.webhooks", c, "webhook", "alerts")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import Collector, join_path, parse_int, parse_memory, short_repr, type_name
+from .errors import Collector, join_path, parse_int, parse_memory, read_str_list, short_repr, type_name
 
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # node, webhook and function names
 
@@ -47,6 +47,16 @@ def parse_size(value: Any) -> int:
     if isinstance(value, str):
         return parse_memory(value.replace(" ", ""))
     return parse_int(value)
+
+
+def read_names(value: Any, path: str, c: Collector, what: str, example: str) -> list[str]:
+    """A list of names (NAME: lower-case letters, digits, '-'); each bad one reported by its index."""
+    names = read_str_list(value, path, c, allow_single=True) or []
+    for i, name in enumerate(names):
+        if not NAME.fullmatch(name):
+            c.error(join_path(path, i), f"{short_repr(name)} is not a {what} name",
+                    f"use lower-case letters, digits and '-', e.g. {example}")
+    return [n for n in names if NAME.fullmatch(n)]
 
 
 def read_sizes(m: dict[str, Any], keys, target, path: str, c: Collector, examples: str, zero_ok=()) -> None:
