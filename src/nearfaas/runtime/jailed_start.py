@@ -30,6 +30,17 @@ import os
 import sys
 
 
+def function_paths(code_dir: str, requirements_env: str | None) -> None:
+    """The function's handler folder, then its requirements env, first on sys.path — called only
+    once the process is in its jail (here, and by a pre-warmed worker in worker.main). Processes
+    the function starts find its packages too (PYTHONPATH)."""
+    for i, folder in enumerate(p for p in (code_dir, requirements_env) if p):
+        sys.path.insert(i, folder)
+    if requirements_env:
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (requirements_env, os.environ.get("PYTHONPATH")) if p)
+    importlib.invalidate_caches()
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(add_help=False)
@@ -46,11 +57,7 @@ def main(argv: list[str] | None = None) -> None:
             from nearfaas.node import jail
 
             jail.enter(known.jail)  # single-threaded still: nothing has started a thread
-        for i, folder in enumerate(p for p in (code_dir, known.sys_path) if p):
-            sys.path.insert(i, folder)
-        if known.sys_path:  # what the function starts finds its packages too
-            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (known.sys_path, os.environ.get("PYTHONPATH")) if p)
-        importlib.invalidate_caches()
+        function_paths(code_dir, known.sys_path)
     except Exception as exc:  # a start that fails must say why on the ready pipe, as the worker does
         try:
             os.write(known.ready_fd, ("FAILED " + json.dumps([f"{type(exc).__name__}: {exc}"]) + "\n").encode())

@@ -89,7 +89,7 @@ def specialise(message: dict, startup_cwd: str) -> None:
     cwd = message["cwd"]
     os.chdir(cwd)
     # The handler folder and the requirements env go on sys.path in worker.main, after the jail
-    # (worker._function_paths): this process is still root here, and both hold the author's files.
+    # (jailed_start.function_paths, from worker.main): this process is still root here, and both hold the author's files.
     # The function's output goes to its own log, appended to like the spawned worker's.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -30,7 +30,6 @@ import functools
 import importlib.util
 import hmac
 import inspect
-import importlib
 import json
 import os
 import queue
@@ -49,6 +48,7 @@ from multidict import CIMultiDict
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.node import jail, netns
+from nearfaas.runtime.jailed_start import function_paths
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
 from nearfaas.runtime.s3proxy import Calls, S3Endpoint, current_call, install_botocore_hook
@@ -361,19 +361,6 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
-def _function_paths(code_dir: str, requirements_env: str | None) -> None:
-    """A pre-warmed worker's paths, put first on sys.path only after the jail: its handler folder,
-    then its requirements env hold files the function's author wrote, and this process was root
-    until ``jail.enter`` (a spawned worker does the same in runtime/jailed_start.py, before it
-    imports the runtime). Modules the generic worker had imported stay the platform's: an env
-    that provides one is started fresh instead (node/prewarm.py ``shadowed_modules``)."""
-    for i, folder in enumerate(p for p in (code_dir, requirements_env) if p):
-        sys.path.insert(i, folder)
-    if requirements_env:
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (requirements_env, os.environ.get("PYTHONPATH")) if p)
-    importlib.invalidate_caches()
-
-
 def main(argv=None, args: argparse.Namespace | None = None, jailed_spec: dict | None = None) -> None:
     """Serve one function until stopped. A spawned worker parses ``argv``; a pre-warmed generic
     worker (runtime/prewarm.py) passes ``args`` with the same fields, built from its
@@ -410,7 +397,9 @@ def main(argv=None, args: argparse.Namespace | None = None, jailed_spec: dict | 
             code_dir = os.getcwd()  # the handler folder (specialise moved there)
             if args.jail:
                 jail.enter(args.jail)
-            _function_paths(code_dir, getattr(args, "sys_path", None))
+            # its handler folder and env hold the author's files: on sys.path only now, after the jail;
+            # modules the generic worker imported stay the platform's (node/prewarm.py shadowed_modules)
+            function_paths(code_dir, getattr(args, "sys_path", None))
         if args.jail:
             netns.start_forwarding()  # the gateway's address inside its network namespace, before init() may call it
         _start_memory_sampling()
