@@ -138,8 +138,16 @@ class WorkerPools:
                                    self.cgroups if not self.jail_problems else None)
 
     def start_prewarming(self) -> None:
-        """Fill the pre-warmed pool; call once the event loop runs (the node agent does at start-up)."""
+        """Fill the pre-warmed pool and start the log trimmer; call once the event loop runs (the node
+        agent does at start-up)."""
         self.prewarm.fill()
+        self._log_trimmer = asyncio.get_running_loop().create_task(self._trim_logs())
+
+    async def _trim_logs(self) -> None:
+        """Keep every function log on this node within worker_logs.MAX_BYTES (a disk-filling log)."""
+        while True:
+            await asyncio.sleep(worker_logs.TRIM_EVERY_S)
+            await asyncio.to_thread(worker_logs.trim, self.node_dir / "logs")
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self, spec: dict) -> WorkerProcess:
@@ -398,6 +406,7 @@ class WorkerPools:
     async def stop_function(self, name: str) -> int:
         ids = [w.id for w in self.workers.values() if w.function == name]
         await asyncio.gather(*(self.stop(i) for i in ids))
+        self.log_path(name).unlink(missing_ok=True)  # a removed function's log goes with it
         return len(ids)
 
     async def shutdown(self) -> None:

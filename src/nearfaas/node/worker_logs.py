@@ -4,22 +4,69 @@ Why a module of its own: the node's log API, cold-start errors (the log's tail) 
 all read the same file the same way; one home for its path and its record format. A line is a
 JSON record (``print()`` in a worker) or raw text (a write to fd 1 or 2, pip's output), which
 is shown with the file's mtime.
+
+Bounds (red team round 3: one function wrote 1 GB of log in five calls, and reading it took the
+node to 4 GB and stalled another tenant's calls): a read looks only at the last ``READ_BYTES``
+of the file, and ``trim`` (the pool runs it every ``TRIM_EVERY_S``) cuts a log past ``MAX_BYTES``
+down to its last ``KEEP_BYTES``, with a line saying so; a removed function's log is deleted.
+
+Known caveats: between two trims a function can write what its CPU allows (about 150 MB a
+second here); lines written while a trim copies the tail may be lost.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
+
+READ_BYTES = 4 * 1024 * 1024    # what a log read or a cold-start error looks at: the newest part
+MAX_BYTES = 64 * 1024 * 1024    # a function's log on one node, at most (plus one trim period's writes)
+KEEP_BYTES = 1024 * 1024        # what a trim keeps
+TRIM_EVERY_S = 1.0
 
 
 def log_path(node_dir: Path, name: str) -> Path:
     return node_dir / "logs" / f"{name}.log"
 
 
+def _newest(path: Path, limit: int | None = None) -> str:
+    """The last ``limit`` (READ_BYTES) bytes of the file as text, starting at a whole line."""
+    limit = READ_BYTES if limit is None else limit
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - limit))
+        data = f.read(limit)
+    if size > limit:
+        data = data.partition(b"\n")[2]  # the first line was cut by the seek
+    return data.decode(errors="replace")
+
+
 def tail(path: Path, lines: int) -> str:
     if not path.exists():
         return ""
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return "\n".join(_newest(path).splitlines()[-lines:])
+
+
+def trim(logs_dir: Path, max_bytes: int = MAX_BYTES, keep: int = KEEP_BYTES) -> list[str]:
+    """Cut every log in ``logs_dir`` larger than ``max_bytes`` to its last ``keep`` bytes, in
+    place (its writers hold it open with O_APPEND, so they go on at the new end); the names cut."""
+    cut = []
+    for path in logs_dir.glob("*.log"):
+        try:
+            if path.stat().st_size <= max_bytes:
+                continue
+            kept = _newest(path, keep).encode()
+            note = json.dumps({"timestamp": time.time(), "stream": "nearfaas",
+                               "text": f"log cut: it passed {max_bytes} bytes; the newest {keep} kept"}) + "\n"
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(note.encode() + kept)
+            cut.append(path.name)
+        except OSError:
+            continue
+    return cut
 
 
 def read(path: Path, name: str, node: str, since: float = 0.0, last: int = 0) -> list[dict]:
@@ -28,7 +75,7 @@ def read(path: Path, name: str, node: str, since: float = 0.0, last: int = 0) ->
         return []
     records = []
     mtime = path.stat().st_mtime
-    for line in path.read_text(errors="replace").splitlines():
+    for line in _newest(path).splitlines():
         try:
             record = json.loads(line)
             if not isinstance(record, dict) or "text" not in record:
