@@ -410,6 +410,8 @@ class WorkerPools:
         return len(ids)
 
     async def shutdown(self) -> None:
+        if getattr(self, "_log_trimmer", None) is not None:
+            self._log_trimmer.cancel()
         workers = list(self.workers.values())
         await asyncio.gather(self.prewarm.shutdown(), *(self.stop(w.id) for w in workers))
         for worker in workers:  # their reapers may not have run yet; removing twice is harmless
