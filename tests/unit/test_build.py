@@ -11,7 +11,8 @@ from nearfaas.node.build import env_key
 
 @pytest.mark.parametrize("text", ["Pillow==10.4.0\n", "# pinned\nrequests[socks]>=2,<3  # why\nsix ; python_version > '3'\n",
                                   "numpy\n", "Pillow==10.4.0\n./evil\n", "nearfaas_testpkg-1.0-py3-none-any.whl\n",
-                                  "-r other.txt\n", "--find-links wheels\npkg\n", "pkg @ file:///srv/pkg\n"])
+                                  "-r other.txt\n", "--find-links wheels\npkg\n", "pkg @ file:///srv/pkg\n", "evil/\n",
+                                  "pkg.tar.gz\n", "-e .\n", "--index-url http://mirror/simple\npkg\n", "file:evil\n", "/abs/evil\n"])
 def test_every_env_belongs_to_one_uid(tmp_path, text):
     req = tmp_path / "requirements.txt"
     req.write_text(text)
