@@ -54,7 +54,7 @@ from nearfaas.auth import function_keys
 from nearfaas.egress import EgressPolicy, EgressRefused
 from nearfaas.node import jail
 from nearfaas.spec.errors import SpecError
-from nearfaas.spec.stack import IMAGE_ONLY_HANDLER, FunctionSpec, interpreter_variable
+from nearfaas.spec.stack import IMAGE_ONLY_HANDLER, FunctionSpec, interpreter_variable, local_image_path
 
 # What the gateway adds to FunctionSpec.to_dict(): its uid, readable buckets, OpenFaaS echo
 # fields (gateway/api/functions.py) and the function's own S3 key (gateway/nodes.py).
@@ -64,7 +64,6 @@ WIRE_KEYS = frozenset(f.name for f in dataclasses.fields(FunctionSpec))
 _LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _FUNCTION_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})?")
 _SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
-_LOCAL_IMAGE_TRANSPORTS = ("oci", "oci-archive", "docker-archive")
 
 
 class WorkerSpecError(ValueError):
@@ -132,13 +131,10 @@ def _check_paths(spec: dict, functions_dir: Path | None, handler_roots: list[str
     for i, secret in enumerate(secrets):
         if not isinstance(secret, str) or not _SECRET_NAME.fullmatch(secret) or secret in (".", ".."):
             raise WorkerSpecError(f"secrets.{i}", f"{secret!r} is not a secret name")
-    source = str(spec.get("image_source") or "")
-    transport, _, rest = source.partition(":")
-    if transport in _LOCAL_IMAGE_TRANSPORTS:  # read from this host's disk: only where the gateway would take it from
-        path = rest.rpartition(":")[0] if transport == "oci" and rest.count(":") else rest
-        where = Path(path).resolve()
-        if not any(where.is_relative_to(root) for root in handler_roots):
-            raise WorkerSpecError("image_source", f"{where} is not under the cluster's gateway.handler_roots")
+    where = local_image_path(str(spec.get("image_source") or ""))
+    # Read from this host's disk: only where the gateway would take it from.
+    if where is not None and not any(where.is_relative_to(root) for root in handler_roots):
+        raise WorkerSpecError("image_source", f"{where} is not under the cluster's gateway.handler_roots")
 
 
 def _check_credentials(spec: dict, uid: int, cluster_secret: str | None) -> None:

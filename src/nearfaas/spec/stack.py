@@ -61,6 +61,16 @@ _CPU = re.compile(r"\d+(?:\.\d+)?m?")
 # An image-only function has no folder of code. The wire format wants an absolute path: this one
 # never exists, so whatever would read or pack a handler folder fails at once instead of walking "/".
 IMAGE_ONLY_HANDLER = Path("/.nearfaas-image-only")
+
+
+def local_image_path(source: str) -> Path | None:
+    """The folder or file an image reference reads from this host's disk (``oci:DIR[:TAG]``,
+    ``oci-archive:FILE``, ``docker-archive:FILE``), resolved; None for a registry reference.
+    The gateway and the node check it against gateway.handler_roots with this one reading."""
+    transport, _, rest = source.partition(":")
+    if transport not in ("oci", "oci-archive", "docker-archive"):
+        return None
+    return Path(rest.rpartition(":")[0] if transport == "oci" and rest.count(":") else rest).resolve()
 DURATION_FIX = 'write a duration like "30s", "1m30s", "500ms", "2m" or a plain number of seconds'
 
 

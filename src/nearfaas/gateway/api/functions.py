@@ -25,7 +25,7 @@ from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
-from nearfaas.spec.stack import FunctionSpec, parse_stack
+from nearfaas.spec.stack import FunctionSpec, local_image_path, parse_stack
 
 
 class FunctionStore:
@@ -196,10 +196,9 @@ class FunctionsAPI:
     def _check_image_path(self, source: str) -> None:
         """An image read from the nodes' disk must lie under gateway.handler_roots, like a handler
         folder named by path: the API runs nothing from a path it is merely told."""
-        transport, _, rest = source.partition(":")
-        if transport not in ("oci", "oci-archive", "docker-archive"):
+        where = local_image_path(source)
+        if where is None:
             return  # a registry reference
-        where = Path(rest.rpartition(":")[0] if transport == "oci" and rest.count(":") else rest).resolve()
         if not any(where.is_relative_to(root) for root in self.handler_roots):
             roots = ", ".join(map(str, self.handler_roots)) or "none are configured"
             raise SpecErrorResponse(f"image: {where} is not under the cluster's gateway.handler_roots ({roots}); put the "
