@@ -172,6 +172,15 @@ def set_cpu(folder: str, cpus: float | None, v2: bool, period_us: int = PERIOD_U
     write(os.path.join(folder, "cpu.cfs_quota_us"), quota or -1)
 
 
+def set_cpu_weight(folder: str, factor: int, v2: bool) -> None:
+    """A group's share of its parent's CPU relative to a default sibling (``factor`` × the
+    default: v2 ``cpu.weight`` 100, v1 ``cpu.shares`` 1024) when both want more than the parent
+    has; it takes nothing from anyone while it is idle."""
+    name, default, top = ("cpu.weight", 100, 10000) if v2 else ("cpu.shares", 1024, 262144)
+    verify(folder, (name,))
+    write(os.path.join(folder, name), min(top, default * factor))
+
+
 def cpu_stat(folder: str) -> dict[str, int]:
     """A group's ``cpu.stat`` (throttling and, on v2, usage); {} when unreadable."""
     try:
@@ -260,6 +269,10 @@ class Cgroups:
         except OSError:
             remove_cgroups(dirs)
             raise
+
+    def cpu_groups(self, dirs: list[str]) -> list[str]:
+        """Of an instance's folders, those its CPU time is charged to (v1 cpu and cpuacct)."""
+        return list(dirs) if self.v2 else [d for d in dirs if self.controller_of(d) in ("cpu", "cpuacct")]
 
     def set_limits(self, dirs: list[str], limits: dict) -> None:
         """Write ``limits`` into an instance's groups (also groups a worker is in already: a

@@ -22,7 +22,14 @@ Measured on this machine (2-core Firecracker VM, cgroup v1, root): see docs/data
 Worked example: ``cpus: 0.5`` → ``/sys/fs/cgroup/cpu/<own>/nearfaas-1a2b3c4d-storage-0/
 cpu.cfs_quota_us = 50000`` and the agent's pid in ``…/agent/cgroup.procs``.
 
+Within the quota the agent's group weighs ``AGENT_WEIGHT`` (16×) a worker group: at 0.05 core
+the pre-warm zygote's start (~0.4 s of CPU, 8 s of wall at that quota) or a function spinning
+would otherwise take half of every 5 ms period from the agent, and its health answers missed the
+gateway's 1 s timeout, so the node was taken for dead while serving.
+
 Known caveats:
+* The weight orders the agent first inside the quota only; the quota itself is still shared, so
+  an agent doing heavy S3 Select work slows its own workers (by design: that is the node).
 * Arrow's thread pool is process-wide: capping it to ⌈cpus⌉ also applies with a cgroup (more
   threads than cores would only queue on the quota).
 """
@@ -37,6 +44,11 @@ from nearfaas import cgroups as cg
 from nearfaas.cgroups import CGROUP_ROOT, Cgroups
 
 PERIOD_US = int(CFS_PERIOD_S * 1_000_000)  # the decision engine models the quota with this period
+# The agent's weight against each of its node's worker groups inside the node's quota: the agent
+# answers health polls and S3 in a few ms of CPU, and a function spinning (or the pre-warm zygote
+# importing) must not hold those answers past the gateway's 1 s health timeout, or the node is
+# taken for dead with its data. An idle agent takes nothing from the workers.
+AGENT_WEIGHT = 16
 
 
 class CpuCap:
@@ -68,6 +80,7 @@ class CpuCap:
             cg.set_cpu(base, cpus, cgroups.v2, PERIOD_US)  # raises where the quota cannot be set
             self._agent_dir = os.path.join(base, "agent")
             os.makedirs(self._agent_dir, exist_ok=True)
+            cg.set_cpu_weight(self._agent_dir, AGENT_WEIGHT, cgroups.v2)
             cg.join(self._agent_dir)
             self.group, self.enforced = base, True
         except (OSError, StopIteration) as exc:
