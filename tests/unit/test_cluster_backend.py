@@ -187,3 +187,54 @@ def test_delete_reports_a_node_refusal_but_skips_a_node_that_is_down():
         _run(_backend(DeletingNode(S3Error("ServiceUnavailable")), DeletingNode(S3Error("ServiceUnavailable")))
              .delete_object("b", "k"))
     assert caught.value.code == "ServiceUnavailable"
+
+
+class MissedBucketNode(FakeNode):
+    """A node that was slow when the bucket was created: it does not have it yet."""
+
+    async def head_bucket(self, name):
+        self.calls.append("head_bucket")
+        raise S3Error("NoSuchBucket", resource=name)
+
+    async def create_bucket(self, name, options=None):
+        raise S3Error("ServiceUnavailable", "storage node s1 is not answering its health checks")
+
+
+class CreatedBucketNode(FakeNode):
+    async def create_bucket(self, name, options=None):
+        return BucketInfo(name, 0.0)
+
+    async def head_bucket(self, name):
+        return self._reply("head_bucket", BucketInfo(name, 0.0))
+
+
+def test_a_node_that_missed_a_bucket_never_answers_for_it_while_it_is_owed():
+    """CI under load: CreateBucket reached s0 only (s1 got a hint), then s0 stopped answering its
+    health for a moment; a PutObject asked s1 for the bucket and the client heard NoSuchBucket
+    for a bucket it had just been told exists. A node owed the bucket is 'unavailable' for it:
+    the client gets a retryable 503 while no one else can answer, and the bucket once s0 does."""
+    s0, s1 = CreatedBucketNode(), MissedBucketNode()
+    backend = _backend(s0, s1)
+    _run(backend.create_bucket("b"))
+    assert backend.hints.owes_bucket("s1", "b") and not backend.hints.owes_bucket("s0", "b")
+
+    s0.answer = S3Error("ServiceUnavailable", "s0 is not answering")  # s0 down; s1 back, still owed
+    backend.nodes.nodes["s0"].healthy = False
+    with pytest.raises(S3Error) as info:
+        _run(backend.head_bucket("b"))
+    assert info.value.code == "ServiceUnavailable", info.value
+    assert s1.calls == ["head_bucket"]  # s1 was asked, and its NoSuchBucket was not believed
+    with pytest.raises(S3Error) as info:  # the same through HealthBound for any call naming the bucket
+        _run(backend.client_for("s1").head_bucket("b"))
+    assert info.value.code == "ServiceUnavailable" and "has not yet been given bucket b" in info.value.message
+
+    s0.answer = None
+    backend.nodes.nodes["s0"].healthy = True
+    assert _run(backend.head_bucket("b")).name == "b"
+
+
+def test_a_node_that_owes_nothing_still_answers_no_such_bucket():
+    backend = _backend(MissedBucketNode(), MissedBucketNode())
+    with pytest.raises(S3Error) as info:
+        _run(backend.head_bucket("nope"))
+    assert info.value.code == "NoSuchBucket"

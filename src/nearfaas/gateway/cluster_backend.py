@@ -95,7 +95,8 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
 
     def client_for(self, name: str) -> HealthBound:
         gate = self._gates.get(name) or self._gates.setdefault(name, Gate(name))
-        return HealthBound(self._client_for(name), self.nodes.nodes[name], gate)
+        return HealthBound(self._client_for(name), self.nodes.nodes[name], gate,
+                           owes_bucket=lambda bucket: self.hints.owes_bucket(name, bucket))
 
     def slowdowns(self) -> dict[str, int]:
         return {name: gate.refused for name, gate in self._gates.items()}
@@ -364,7 +365,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         from nearfaas.dataservices.select import parse_request, select_object_stream
 
         req = parse_request(request_xml)  # a bad request is refused before any node is asked
-        pred = None
+        pred, fallback = None, {}
         first = await self.query_node(bucket, key)
         if first is not None:
             pred = await self.planner.plan(bucket, key, first, req) if self.planner is not None else None
@@ -378,8 +379,10 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
                     deleted = exc.headers.get(DELETED_HEADER) == "true"
                     if exc.code not in ("NoSuchKey", "ServiceUnavailable") or deleted:
                         raise
+                    # Said, not hidden: the pick was offload, what ran is push-back, and why.
+                    fallback = {"X-Nearfaas-Fallback": f"offload:{first} failed ({exc.code}: {str(exc)[:160]})"}
         result = await select_object_stream(await self.get_object(bucket, key), request_xml, key, "push-back:gateway")
-        return SelectResult({**result.headers, **_predicted(pred)}, result.body)
+        return SelectResult({**result.headers, **_predicted(pred), **fallback}, result.body)
 
     async def _every_healthy_node(self, op, kind) -> list:
         """``op(client)`` on every healthy storage node: the answers of type ``kind``. A node's
@@ -480,7 +483,8 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
 
     async def head_bucket(self, name) -> BucketInfo:
         last = None
-        for node in self._read_order([]):
+        healthy = {n.name for n in self.nodes.storage_nodes(healthy_only=True)}
+        for node in sorted(self._read_order([]), key=lambda n: n not in healthy):
             try:
                 return await self.client_for(node).head_bucket(name)
             except S3Error as exc:

@@ -165,10 +165,18 @@ class Gate:
 
 class HealthBound:
     """A node's StorageBackend client whose every call is bounded by the node's health and
-    passes through the node's gate."""
+    passes through the node's gate.
 
-    def __init__(self, client: StorageBackend, node: Node, gate: Gate):
+    ``owes_bucket(bucket)``: the node missed that bucket's creation (it was down or slow) and a
+    hint still owes it the bucket. Its NoSuchBucket then says nothing about the bucket, so it is
+    answered as ServiceUnavailable: readers move on to another replica, writers count the node
+    as having missed the write (a hint), and a client that reaches no other replica retries
+    instead of hearing that a bucket it was told exists does not. Every StorageBackend call
+    that names a bucket names it first."""
+
+    def __init__(self, client: StorageBackend, node: Node, gate: Gate, owes_bucket=None):
         self._client, self._node, self._gate = client, node, gate
+        self._owes_bucket = owes_bucket
 
     def __getattr__(self, name: str):
         attr = getattr(self._client, name)
@@ -177,6 +185,13 @@ class HealthBound:
 
         async def call(*args, **kwargs):
             async with self._gate:
-                return await unless_down(self._node, attr(*args, **kwargs))
+                try:
+                    return await unless_down(self._node, attr(*args, **kwargs))
+                except S3Error as exc:
+                    bucket = args[0] if args and isinstance(args[0], str) else None
+                    if exc.code == "NoSuchBucket" and bucket and self._owes_bucket and self._owes_bucket(bucket):
+                        raise S3Error("ServiceUnavailable", f"storage node {self._node.name} has not yet been given "
+                                      f"bucket {bucket} (it missed its creation; a hint will bring it)") from None
+                    raise
 
         return call

@@ -122,6 +122,11 @@ class HintLog:
     def for_node(self, node: str) -> list[Hint]:
         return sorted((h for h in self._hints.values() if h.node == node), key=lambda h: (h.object_key is not None, h.key))
 
+    def owes_bucket(self, node: str, bucket: str) -> bool:
+        """``node`` missed the bucket's creation and has not been given it yet: its NoSuchBucket
+        is not an answer about the bucket."""
+        return (node, bucket, None) in self._hints
+
     def newest(self, bucket: str, object_key: str) -> str:
         """The newest version some replica is owed for this key ("" when none): no read may
         answer anything older."""
