@@ -296,3 +296,84 @@ def test_a_call_failing_during_the_shutdown_drain_stays_pending_and_other_failur
 
     q = asyncio.run(go())
     assert [(c.call_id, c.attempts) for c in q.pending.values()] == [("late", 1)]
+
+
+def test_a_call_still_waiting_for_an_instance_when_the_drain_begins_never_starts(tmp_path):
+    """CI under load: a call that waited on a cold start began only late in the drain's grace,
+    wrote its record, was cut off when the grace ran out and ran again after the restart (attempt
+    1 and 2 of one call after a *clean* down). Calls the queue runs may start only until it
+    drains (errors.MAY_START): this one stays pending, never having reached a worker."""
+    from nearfaas.gateway.errors import MAY_START
+
+    class ColdStarts(FakeCalls):
+        def __init__(self):
+            super().__init__()
+            self.cold_start = asyncio.Event()
+            self.started: list[str] = []
+
+        async def invoke(self, name, method, path, query, headers, body, call_id=None):
+            self.runs.append((call_id, headers.get("X-Call-Attempt")))
+            await self.cold_start.wait()  # the instance it waits for
+            if not MAY_START.get()():  # what the invoker asks right before handing it to a worker
+                raise CallError(503, "the gateway is shutting down; not started", "gateway")
+            self.started.append(call_id)
+            return SimpleNamespace(status=200, headers={}, body=b"ok")
+
+    calls = ColdStarts()
+
+    async def go():
+        q = queue(tmp_path, calls, consumers=1, grace_s=2.0)
+        q.start()
+        await q.submit(item("waiting"))
+        await until(lambda: calls.runs)
+        stopping = asyncio.ensure_future(q.stop())
+        await until(lambda: q._closing)
+        calls.cold_start.set()  # the instance is ready once the drain has begun
+        await stopping
+        again = queue(tmp_path, consumers=0)
+        again.start()
+        return again
+
+    q = asyncio.run(go())
+    assert calls.started == []
+    assert [c.call_id for c in q.pending.values()] == ["waiting"]
+
+
+def test_the_invoker_hands_no_call_to_a_worker_once_its_caller_says_stop():
+    from nearfaas.gateway.errors import MAY_START
+    from nearfaas.gateway.invoker import Invoker
+    from nearfaas.gateway.nodes import Node, NodeDirectory
+    from nearfaas.placement.policy import make_policy
+
+    invoker = Invoker(NodeDirectory([Node("c0", "compute", "cpu", "http://c0", healthy=True)]), make_policy("compute-only"),
+                      GatewayMetrics(), replication=1, dscs_replica=False)
+    sent = []
+
+    class Workers:
+        async def request(self, *args):
+            sent.append(args)
+            return 200, {}, b"ok"
+
+    class Pool:
+        workers = Workers()
+
+        async def acquire(self, state, node):
+            return SimpleNamespace(node=node, host="127.0.0.1", port=1, token="t", inflight=0, calls=0, draining=False,
+                                   last_used=0.0), None
+
+    invoker.pool = Pool()
+    state = SimpleNamespace(name="fn", spec={}, notify=lambda: None)
+    decision = SimpleNamespace(node="c0")
+
+    async def call(may_start):
+        MAY_START.set(lambda: may_start)
+        return await invoker._call(state, decision, [], "POST", "/", "", {}, b"", "id-1", 0.0)
+
+    with pytest.raises(CallError) as info:
+        asyncio.run(call(False))
+    assert info.value.status == 503 and "not started" in str(info.value) and sent == []
+    try:
+        asyncio.run(call(True))
+    except Exception:
+        pass  # what the fake leaves out after the call is not the point: the call was handed over
+    assert len(sent) == 1

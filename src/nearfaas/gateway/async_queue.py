@@ -39,7 +39,10 @@ Worked example::
 Known caveats:
 - A call that outlives ``grace_s`` at shutdown is cancelled and runs again after the restart
   (the function may have run to completion in its worker meanwhile): exactly once holds only for
-  calls that finish within the grace.
+  calls that finish within the grace. A call still waiting for an instance when the drain begins
+  (a cold start, a free slot) is never handed to a worker (``errors.MAY_START``): it stays
+  pending, so the grace is spent only on calls that had started. Seen in CI under load: one
+  such call started late in the grace, was cut off after it had written, and ran twice.
 - The gateway stops listening before its cleanup runs, so a function that calls back into the
   gateway (S3) during the grace fails. A call that ends in a 5xx (or a 429) during the drain is
   therefore not marked done and runs again after the restart (a second run if it had written
@@ -84,7 +87,7 @@ import aiohttp
 from multidict import CIMultiDict
 
 from nearfaas.egress import EgressClient, EgressRefused
-from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.errors import MAY_START, CallError
 from nearfaas.journal import Journal
 
 JOURNAL_NAME = "async-queue.journal"
@@ -275,6 +278,7 @@ class AsyncQueue:
     # -- running ---------------------------------------------------------------------------------
     async def _consume(self) -> None:
         task = asyncio.current_task()
+        MAY_START.set(lambda: not self._closing)  # this task's context only: its calls start only until the drain
         while not self._closing:
             key = await self.ready.get()
             call = self.pending.get(key)

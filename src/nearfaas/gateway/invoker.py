@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 
 from nearfaas.auth.function_keys import RUN_KEY_HEADER
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
-from nearfaas.gateway.errors import CallError, NodeLost
+from nearfaas.gateway.errors import MAY_START, CallError, NodeLost
 from nearfaas.gateway.inputs import InputResolver
 from nearfaas.gateway.instances import FunctionState, InstancePool
 from nearfaas.gateway.nodes import NodeDirectory
@@ -214,6 +214,9 @@ class Invoker:
                 if exc.status == 503 and exc.layer == "node":  # the node did not answer the cold start
                     raise NodeLost(decision.node, str(exc), started=False) from None
                 raise
+            if not MAY_START.get()():  # its caller is draining: never started, it runs after the restart
+                raise CallError(503, f"the gateway is shutting down; the call of {state.name!r} was not started", "gateway",
+                                {"Retry-After": "1"})
             instance.inflight += 1
             instance.calls += 1
             self.node_inflight[instance.node] = self.node_inflight.get(instance.node, 0) + 1
