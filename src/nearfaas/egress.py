@@ -31,6 +31,11 @@ Worked example::
     await client.post("http://127.0.0.1:18512/_nearfaas/...", data=b"")   # EgressRefused:
     #   "127.0.0.1:18512 is the cluster's own port (loopback); name it in gateway.egress_allow ..."
 
+Besides URLs, a fast-path lambda's ``external`` address (the memcached-style service its
+external calls go to, gateway/fastpath.py) is judged at deploy the same way, and the executor is
+handed the checked address, not the name: the executor runs on the host network, so without the
+check a deployer's lambda could make it talk to any loopback or private service.
+
 Known caveats:
 - Registry pulls (node/oci/images.py runs skopeo) are judged by this policy before the pull
   (node/worker_spec.py), but skopeo resolves the registry's name again itself: a name whose
@@ -176,6 +181,18 @@ class EgressPolicy:
     def check(self, host: str, ip: str, port: int) -> None:
         if (why := self.problem(host, ip, port)) is not None:
             raise EgressRefused(why)
+
+    def checked_addresses(self, host: str, port: int) -> list[str]:
+        """Every address ``host`` resolves to, each allowed at ``port`` (EgressRefused names the
+        first that is not; OSError when the name does not resolve). Hand what connects the
+        address, not the name, so a second DNS answer cannot rebind it (blocking: a thread's job
+        in async code)."""
+        host = host.strip("[]")
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = sorted({info[4][0] for info in infos})
+        for address in addresses:
+            self.check(host, address, port)
+        return addresses
 
 
 def _target(url: str) -> tuple[str, int]:

@@ -163,3 +163,50 @@ def test_256_idle_tcp_connections_are_closed_and_calls_succeed_again(cluster):
         for s in idle:
             s.close()
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+@pytest.mark.parametrize("target", ["storage node", "gateway", "localhost:gateway", "[::1]:11211", "169.254.169.254:80",
+                                    "10.0.0.7:11211"])
+def test_a_lambda_cannot_point_the_executor_at_loopback_or_private_services(cluster, target):
+    # Red team round 3: ``external`` was any host:port, and the executor (on the host network,
+    # as root) kept a TCP connection to it and relayed the lambda's bytes: a deployer could talk
+    # to anything listening on loopback or a private network. It is judged by the egress policy
+    # at deploy now (gateway.egress_allow), and the executor gets the checked address. (The
+    # test cluster allows 127.0.0.1 for its callback recorders, but never the cluster's own ports.)
+    node_port = next(n["port"] for n in cluster.layout["nodes"] if n["kind"] == "storage")
+    external = {"storage node": f"127.0.0.1:{node_port}", "gateway": f"127.0.0.1:{cluster.layout['gateway_port']}",
+                "localhost:gateway": f"localhost:{cluster.layout['gateway_port']}"}.get(target, target)
+    name = "fp-attack-external"
+    body = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+            "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "kv.wasm", "external": external}}}
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30)
+    try:
+        assert resp.status_code == 400 and "fastpath.external is refused" in resp.text and "egress_allow" in resp.text, resp.text
+        assert cluster.http.get(f"{cluster.url}/system/function/{name}", timeout=5).status_code == 404
+    finally:
+        if resp.status_code < 300:
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+@pytest.mark.parametrize("ask, setting", [({"weight": 1000}, "fastpath.max_weight of 8"),
+                                          ({"timeout_ms": 60_000}, "fastpath.max_timeout_ms of 1000")])
+def test_a_deployer_cannot_take_the_executor_with_a_weight_or_timeout_of_its_choosing(cluster, ask, setting):
+    # Red team round 3: a looping lambda deployed with weight 1000 and timeout_ms 60000 took
+    # 1000 of every 1001 slices from every other tenant's lambdas, for a minute per call. The
+    # operator's ceilings (cluster file fastpath.max_weight / max_timeout_ms) bound both now.
+    name = "fp-attack-hog"
+    body = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+            "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", **ask}}}
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30)
+    try:
+        assert resp.status_code == 400 and setting in resp.text, resp.text
+    finally:
+        if resp.status_code < 300:
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+    at_ceiling = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+                  "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm", "weight": 8, "timeout_ms": 1000}}}
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=at_ceiling, timeout=30)
+    try:
+        assert resp.status_code < 300, resp.text
+    finally:
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)

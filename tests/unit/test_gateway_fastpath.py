@@ -244,3 +244,21 @@ def test_a_payload_over_the_frame_limit_is_a_413_before_any_connection():
     with pytest.raises(CallError) as exc:
         asyncio.run(fp.call("f", b"x" * 101))  # 8-byte ID + 101 > 108; port 1 would refuse a connection (503)
     assert exc.value.status == 413 and "100 bytes" in str(exc.value)
+
+
+def test_an_external_address_is_judged_by_the_egress_policy_and_handed_over_resolved():
+    from nearfaas.egress import EgressPolicy
+
+    fp = FastPath({"max_weight": 8, "max_timeout_ms": 1000}, None)
+    with pytest.raises(CallError) as exc:
+        asyncio.run(fp._checked_external("kv", "localhost:11211"))
+    assert exc.value.status == 400 and "gateway.egress_allow" in str(exc.value)
+    fp.egress = EgressPolicy(allow=(("127.0.0.1", 11211),))
+    assert asyncio.run(fp._checked_external("kv", "127.0.0.1:11211")) == "127.0.0.1:11211"
+    with pytest.raises(CallError):  # exactly that port
+        asyncio.run(fp._checked_external("kv", "127.0.0.1:11212"))
+    fp.egress = EgressPolicy(allow=(("localhost", 11211),))
+    assert asyncio.run(fp._checked_external("kv", "localhost:11211")) in ("127.0.0.1:11211", "[::1]:11211")  # the address, not the name
+    with pytest.raises(CallError) as exc:
+        asyncio.run(fp._checked_external("kv", "no-such-host.invalid:11211"))
+    assert exc.value.status == 400 and "does not resolve" in str(exc.value)

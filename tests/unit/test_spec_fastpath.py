@@ -68,7 +68,9 @@ def test_bad_fastpath_blocks_name_the_field(folder, fn, needle):
 
 def test_cluster_fastpath_block():
     spec = parse_cluster({"fastpath": {"enabled": "true", "workers": 2, "sched": "fifo", "queue_depth": 64, "pin": False,
-                                       "poll": "spin", "slice_us": 40}})
+                                       "poll": "spin", "slice_us": 40, "max_weight": 4, "max_timeout_ms": 200}})
+    assert (spec.fastpath.max_weight, spec.fastpath.max_timeout_ms) == (4, 200)
+    assert (parse_cluster(None).fastpath.max_weight, parse_cluster(None).fastpath.max_timeout_ms) == (8, 1000)
     assert (spec.fastpath.enabled, spec.fastpath.workers, spec.fastpath.sched, spec.fastpath.queue_depth) == ("true", 2, "fifo", 64)
     assert spec.fastpath.poll == "spin" and spec.fastpath.slice_us == 40
     assert parse_cluster(spec.to_dict()).fastpath == spec.fastpath
@@ -77,6 +79,7 @@ def test_cluster_fastpath_block():
     for bad, needle in (({"enabled": "maybe"}, "fastpath.enabled"), ({"workers": 0}, "fastpath.workers"),
                         ({"sched": "lottery"}, "fastpath.sched"), ({"turbo": 1}, "turbo"), ({"pin": "yes"}, "fastpath.pin"),
                         ({"poll": "busy"}, "fastpath.poll"), ({"slice_us": 5}, "fastpath.slice_us"),
-                        ({"slice_us": True}, "fastpath.slice_us"), ({"slice_us": "fast"}, "fastpath.slice_us")):
+                        ({"slice_us": True}, "fastpath.slice_us"), ({"slice_us": "fast"}, "fastpath.slice_us"),
+                        ({"max_weight": 0}, "fastpath.max_weight"), ({"max_timeout_ms": 60_001}, "fastpath.max_timeout_ms")):
         with pytest.raises(SpecError, match=needle):
             parse_cluster({"fastpath": bad})

@@ -271,7 +271,8 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[i
     return {"binary": str(binary), "udp": 0, "tcp": 0, "control": 0, "stream": 0,
             "host_port": _free_port(host, taken), "unix": str(state_dir / "fastpath.sock"), "ready_file": str(state_dir / "fastpath.ready"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin, "poll": fp.poll,
-            "slice_us": fp.slice_us, "tcp_idle_ms": fp.tcp_idle_ms, "max_connections_per_peer": fp.max_connections_per_peer, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
+            "slice_us": fp.slice_us, "tcp_idle_ms": fp.tcp_idle_ms, "max_connections_per_peer": fp.max_connections_per_peer,
+            "max_weight": fp.max_weight, "max_timeout_ms": fp.max_timeout_ms, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
             "max_frame": 2 << 20, "max_connections": 256}
 
 

@@ -156,7 +156,9 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
                       handler_roots=layout.get("handler_roots") or [], namespaces=layout.get("namespaces"))
-    api.queue.egress = EgressClient(EgressPolicy.from_layout(layout))  # callbacks: egress_allow and the cluster's own ports
+    egress = EgressPolicy.from_layout(layout)  # egress_allow and the cluster's own ports
+    api.queue.egress = EgressClient(egress)    # async callbacks
+    api.fastpath.egress = egress               # fast-path lambdas' external addresses
     auth = key_store = None
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth

@@ -45,7 +45,9 @@ import secrets
 from pathlib import Path
 
 from nearfaas import atomic
+from nearfaas.egress import EgressPolicy, EgressRefused
 from nearfaas.fastpath import auth, wire
+from nearfaas.spec.fastpath import FastpathSpec
 from nearfaas.fastpath.wire import HOST_ERROR, HOST_OK, MAX_ID, UNAUTHORIZED, UNKNOWN
 
 from . import stream
@@ -86,6 +88,9 @@ class FastPath:
         self.layout = layout
         self.invoke = invoke
         self.protected = protected or (lambda name: True)
+        # Where a lambda's external calls may go (the gateway sets the cluster's policy: its
+        # egress_allow and its own ports); without one, the strictest.
+        self.egress = EgressPolicy()
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
         self.versions: dict[str, int] = {}
@@ -177,11 +182,18 @@ class FastPath:
         if self.layout is None:
             raise CallError(503, f"function {spec['name']!r} targets the fast path, but this cluster runs no fast-path executor; "
                                  "build it with `make setup` and restart the cluster (fastpath.enabled: auto starts it when built)", "fastpath")
+        for key in ("weight", "timeout_ms"):  # the operator's ceiling (fastpath.max_*), not the deployer's wish
+            ceiling = int(self.layout.get(f"max_{key}", getattr(FastpathSpec, f"max_{key}")))
+            if fp[key] > ceiling:
+                raise CallError(400, f"function {spec['name']!r}: x-nearfaas.fastpath.{key} is {fp[key]}, over this cluster's "
+                                     f"fastpath.max_{key} of {ceiling}; ask for at most {ceiling} (the operator sets the "
+                                     f"ceiling in the cluster file)", "fastpath")
+        external = await self._checked_external(spec["name"], fp["external"]) if fp["external"] else None
         new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
         body = {"op": "deploy", "id": lambda_id, "name": spec["name"], "weight": fp["weight"], "version": version,
-                "timeout_ms": fp["timeout_ms"], "external": fp["external"]}
+                "timeout_ms": fp["timeout_ms"], "external": external}
         if fp["native"]:
             body.update(kind="native", native=fp["native"])
         else:
@@ -195,6 +207,23 @@ class FastPath:
             raise CallError(400, f"the fast path refused {spec['name']!r}: {reply.get('error')}", "fastpath")
         self.versions[spec["name"]] = version
         return lambda_id
+
+    async def _checked_external(self, name: str, external: str) -> str:
+        """The lambda's ``external`` host:port as the address the executor may connect to. The
+        executor runs on the host network with the platform's privileges, so the address is the
+        deployer's input to judge like any URL (nearfaas/egress.py: loopback, private ranges and
+        the cluster's own ports only where gateway.egress_allow names them); the executor gets
+        the checked address, never the name (no rebinding between check and connect)."""
+        host, _, port = external.rpartition(":")
+        try:
+            addresses = await asyncio.to_thread(self.egress.checked_addresses, host, int(port))
+        except EgressRefused as exc:
+            raise CallError(400, f"function {name!r}: x-nearfaas.fastpath.external is refused: {exc}", "fastpath") from None
+        except (OSError, UnicodeError) as exc:
+            raise CallError(400, f"function {name!r}: x-nearfaas.fastpath.external {external!r} does not resolve ({exc}); "
+                                 "name a reachable host:port", "fastpath") from None
+        address = addresses[0]
+        return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
     async def _deploy_stream(self, spec: dict, lookup) -> int:
         if self.layout is None or not self.layout.get("stream"):

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import socket
 from pathlib import Path, PurePosixPath
 
 from nearfaas.auth import function_keys
@@ -160,11 +159,8 @@ def _check_registry(source: str, egress: EgressPolicy) -> None:
         host, _, port_text = first.partition(":")
     port = int(port_text) if port_text.isascii() and port_text.isdigit() else 443
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)}
+        egress.checked_addresses(host, port)
     except (OSError, UnicodeError):
         return  # skopeo cannot reach it either: the pull fails with its own message
-    try:
-        for address in sorted(addresses):
-            egress.check(host, address, port)
     except EgressRefused as exc:
         raise WorkerSpecError("image_source", f"the registry is refused: {exc}") from None

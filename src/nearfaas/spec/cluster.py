@@ -189,7 +189,8 @@ class ClusterSpec:
             "fastpath": {"enabled": self.fastpath.enabled, "workers": self.fastpath.workers, "sched": self.fastpath.sched,
                          "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll,
                          "slice_us": self.fastpath.slice_us, "tcp_idle_ms": self.fastpath.tcp_idle_ms,
-                         "max_connections_per_peer": self.fastpath.max_connections_per_peer},
+                         "max_connections_per_peer": self.fastpath.max_connections_per_peer,
+                         "max_weight": self.fastpath.max_weight, "max_timeout_ms": self.fastpath.max_timeout_ms},
             "backend": self.backend, "ray": self.ray.to_dict(),
         }
 

@@ -28,6 +28,11 @@ class FastpathSpec:
     slice_us: int = 50               # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion
     tcp_idle_ms: int = 5000          # a TCP connection with nothing in flight, silent this long, is closed (issue 39)
     max_connections_per_peer: int = 128  # TCP connections one peer IP may hold of the executor's 256 (issue 39)
+    # A lambda's weight and timeout_ms are the deployer's wish and the operator's to grant: a
+    # deployer's weight-1000, 60 s looping lambda took 1000 of every 1001 slices from every other
+    # tenant's lambdas (red team, issue 39). Deploys asking for more are refused naming these.
+    max_weight: int = 8
+    max_timeout_ms: int = 1000
 
 
 def read_fastpath(value: Any, c: Collector) -> FastpathSpec:
@@ -36,7 +41,7 @@ def read_fastpath(value: Any, c: Collector) -> FastpathSpec:
     if m is None:
         return spec
     check_unknown_keys(m, {"enabled", "workers", "sched", "queue_depth", "pin", "poll", "slice_us", "tcp_idle_ms",
-                           "max_connections_per_peer"}, "fastpath", c, error=True)
+                           "max_connections_per_peer", "max_weight", "max_timeout_ms"}, "fastpath", c, error=True)
     poll = m.get("poll", spec.poll)
     if poll not in FASTPATH_POLL:
         c.error("fastpath.poll", f"must be adaptive, spin or block, got {short_repr(poll)}",
@@ -60,7 +65,7 @@ def read_fastpath(value: Any, c: Collector) -> FastpathSpec:
     else:
         spec.sched = sched
     for key, lo, hi in (("workers", 1, 64), ("queue_depth", 1, 1_000_000), ("tcp_idle_ms", 1, 3_600_000),
-                        ("max_connections_per_peer", 1, 256)):
+                        ("max_connections_per_peer", 1, 256), ("max_weight", 1, 1000), ("max_timeout_ms", 1, 60_000)):
         if key in m:
             v = m[key]
             if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
