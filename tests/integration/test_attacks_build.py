@@ -130,3 +130,60 @@ def test_a_failing_jailed_build_is_pips_own_clear_error(cluster, scratch, tmp_pa
     resp = cluster.http.post(f"{cluster.url}/function/build-broken", data=b"", timeout=300)
     assert resp.status_code == 502, resp.text
     assert "pip could not install" in resp.text and "fix requirements.txt" in resp.text, resp.text
+
+
+SLOW_BACKEND = '''import time
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    time.sleep(600)  # a build that never ends on its own (PIP_TIMEOUT_S is 600 s)
+'''
+
+
+def _builds_of(state) -> list[int]:
+    """Pids of requirements builds (node/build.py's jailed pip) of the cluster at ``state``."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"nearfaas.node.build" in argv and any(str(state).encode() in a for a in argv):
+            pids.append(int(pid))
+    return pids
+
+
+def test_removing_a_function_stops_its_requirements_build(cluster, scratch, tmp_path):
+    # Red team round 2 (side note): a build whose backend never ends ran on for its 600 s after
+    # its function was removed, holding its cgroups, a pip and the uid's CPU.
+    import threading
+    import time
+
+    bundle = tmp_path / "slowbuild"
+    (bundle / "slow").mkdir(parents=True)
+    (bundle / "handler.py").write_text("def handle(event, context):\n    return 'unreachable'\n")
+    (bundle / "requirements.txt").write_text("./slow\n")
+    (bundle / "slow" / "pyproject.toml").write_text(PYPROJECT.replace("evil_report", "slow_build"))
+    (bundle / "slow" / "backend.py").write_text(SLOW_BACKEND)
+    state = cluster.state_dir.resolve()
+    assert scratch("build-forever", bundle, wait=False).status_code < 300
+    answers = []
+    caller = threading.Thread(target=lambda: answers.append(
+        cluster.http.post(f"{cluster.url}/function/build-forever", data=b"", timeout=120)), daemon=True)
+    caller.start()
+    deadline = time.monotonic() + 60
+    while not _builds_of(state):  # the cold start has begun the build
+        assert time.monotonic() < deadline, "the build never started"
+        time.sleep(0.1)
+    assert cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "build-forever"}, timeout=30).status_code < 300
+    deadline = time.monotonic() + 20
+    while _builds_of(state):
+        assert time.monotonic() < deadline, f"the build of a removed function still runs: {_builds_of(state)}"
+        time.sleep(0.1)
+    caller.join(60)
+    assert answers and answers[0].status_code >= 400, answers  # the call in flight is told, not left hanging

@@ -26,6 +26,10 @@ jailed with cwd ``3f..9a.build/src``. ``backend.py`` runs as 200001: ``open(<sta
 is ENOENT (hidden), writing to ``<state>/nodes`` is EROFS; it can write only into the two
 folders above. pip's failure, if any, is the PoolError's tail as before.
 
+Removing a function stops its build (``RunningBuilds.stop``, from the pool's ``stop_function``):
+a build whose backend never ends used to hold its cgroups, a pip and the function's uid's CPU
+until the 600 s timeout, whether or not anyone still wanted the function (red team round 2).
+
 Known caveats:
 - No network namespace yet: the build reaches whatever the host reaches, not only the index
   the operator configured. The node's ``PIP_*`` variables (index, find-links, cert) are passed
@@ -68,6 +72,33 @@ class BuildError(Exception):
         self.status = status
 
 
+class RunningBuilds:
+    """The requirements builds in flight on one node, by function name."""
+
+    def __init__(self):
+        self._procs: dict[str, dict] = {}  # name -> {process: its cgroup folders}
+        self.stopped: set = set()  # builds stopped because their function was removed
+
+    def add(self, name: str, proc, groups: list[str]) -> None:
+        self._procs.setdefault(name, {})[proc] = groups
+
+    def discard(self, name: str, proc) -> None:
+        self._procs.get(name, {}).pop(proc, None)
+        self.stopped.discard(proc)
+        if not self._procs.get(name):
+            self._procs.pop(name, None)
+
+    def stop(self, name: str) -> int:
+        """Kill every build of ``name``: its process group, and whatever left the group (a
+        backend's ``setsid`` child holding pip's output open) through its cgroups; how many."""
+        procs = self._procs.get(name, {})
+        for proc, groups in procs.items():
+            self.stopped.add(proc)
+            kill_group(proc)
+            jail.remove_cgroups(groups)  # kills what is in them; _install removes the folders as it ends
+        return len(procs)
+
+
 def has_requirements(req: Path | None) -> bool:
     return req is not None and any(line.strip() and not line.strip().startswith("#") for line in req.read_text().splitlines())
 
@@ -83,7 +114,7 @@ def env_key(req: Path, uid: int | None) -> str:
 
 
 async def ensure(envs: Path, name: str, handler_dir: str, req: Path, uid: int | None, locks: dict, log_path: Path,
-                 cgroups=None) -> str:
+                 cgroups=None, running: RunningBuilds | None = None) -> str:
     """The function's requirements env, built once per key, shared by every node on this host."""
     digest = env_key(req, uid)
     target, done = envs / digest, envs / f"{digest}.complete"
@@ -98,12 +129,13 @@ async def ensure(envs: Path, name: str, handler_dir: str, req: Path, uid: int | 
             await asyncio.get_running_loop().run_in_executor(None, fcntl.flock, lock_file, fcntl.LOCK_EX)
             if not done.exists():
                 shutil.rmtree(target, ignore_errors=True)
-                await _install(envs, digest, name, Path(handler_dir), req, uid, log_path, cgroups)
+                await _install(envs, digest, name, Path(handler_dir), req, uid, log_path, cgroups, running or RunningBuilds())
                 done.touch(mode=0o600)
     return str(target)
 
 
-async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path, uid: int | None, log_path: Path, cgroups) -> None:
+async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path, uid: int | None, log_path: Path, cgroups,
+                   running: RunningBuilds) -> None:
     staging, scratch = envs / f"{digest}.partial", envs / f"{digest}.build"
     for path in (staging, scratch):
         shutil.rmtree(path, ignore_errors=True)
@@ -123,12 +155,19 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             argv = [sys.executable, "-m", "nearfaas.node.build", "--plan", json.dumps(plan), "--", *pip, "-r", req.name]
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                                                     cwd=cwd, env=env, start_new_session=True)
+        running.add(name, proc, groups)
         try:
             out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
         except TimeoutError:
             kill_group(proc)
             await proc.wait()
             raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
+        finally:
+            stopped = proc in running.stopped
+            running.discard(name, proc)
+        if stopped:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise BuildError(f"the requirements build of {name!r} was stopped: the function was removed", status=404)
         with atomic.append(log_path) as log:  # pip's own words, whatever they are (a failure's, mostly)
             log.write(out)
         if proc.returncode != 0:

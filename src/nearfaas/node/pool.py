@@ -109,6 +109,7 @@ class WorkerPools:
         self.workers: dict[str, WorkerProcess] = {}
         self.stats = PoolStats()
         self._env_locks: dict[str, asyncio.Lock] = {}
+        self._builds = build.RunningBuilds()  # stopped with their function (stop_function)
         atomic.private_dir(self.node_dir / "logs")  # logs and specs name functions: the node's alone
         atomic.private_dir(self.node_dir / "specs")
         # Unjailed instances' /tmp folders a previous run of this node left (it was killed with -9).
@@ -405,6 +406,7 @@ class WorkerPools:
 
     async def stop_function(self, name: str) -> int:
         ids = [w.id for w in self.workers.values() if w.function == name]
+        self._builds.stop(name)  # a build nobody will use: its process group now, its cgroups as it ends
         await asyncio.gather(*(self.stop(i) for i in ids))
         self.log_path(name).unlink(missing_ok=True)  # a removed function's log goes with it
         return len(ids)
@@ -450,7 +452,7 @@ class WorkerPools:
             return None
         try:
             return await build.ensure(self.state_dir / "envs", spec["name"], spec["handler_dir"], req, uid, self._env_locks,
-                                      self.log_path(spec["name"]), self.cgroups)
+                                      self.log_path(spec["name"]), self.cgroups, self._builds)
         except build.BuildError as exc:
             raise PoolError(str(exc), status=exc.status) from None
         except OSError as exc:  # the build's folders or cgroups could not be made
