@@ -173,10 +173,16 @@ def _writable_cgroup() -> bool:
 @pytest.mark.skipif(not _writable_cgroup(), reason=f"needs root and a writable cgroup v1 cpu hierarchy at {CGROUP_CPU}")
 def test_a_quarter_core_quota_sends_less_than_an_unrestricted_sender(built):
     knobs = hr.Knobs(size=8192, burst=16, duration_s=0.5)
-    free = Rig()(knobs)
-    with CpuQuota(0.25) as quota:
-        held = Rig(quota=quota)(knobs)
-        group = quota.group
+    for _ in range(3):
+        free = Rig()(knobs)
+        with CpuQuota(0.25) as quota:
+            held = Rig(quota=quota)(knobs)
+            group = quota.group
+        # The quota can only bind if the sender got a quarter core to begin with: on a loaded
+        # machine (CI's other worker) it sometimes got 0.13 and was never throttled. Measure
+        # again then; without a quota, no attempt is ever throttled.
+        if held.throttled_periods:
+            break
     assert held.delivered_bps < free.delivered_bps
     assert held.cpu_s <= 0.25 * held.wall_s * 1.25 + 0.02
     assert held.throttled_periods and held.throttled_periods > 0
