@@ -187,3 +187,48 @@ def test_removing_a_function_stops_its_requirements_build(cluster, scratch, tmp_
         time.sleep(0.1)
     caller.join(60)
     assert answers and answers[0].status_code >= 400, answers  # the call in flight is told, not left hanging
+
+
+NET_BACKEND = BACKEND.replace('''    return {"uid": os.getuid(), "read_cluster_json": _attempt(read), "write_state": _attempt(write)}''', '''    import socket
+
+    with open(os.path.join(here, "target.json")) as f:
+        ports = json.load(f)["ports"]
+
+    def direct(port):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return "connected"
+        except OSError as exc:
+            return type(exc).__name__
+
+    def through_proxy(target):
+        proxy = os.environ.get("HTTPS_PROXY", "").rpartition(":")[2]
+        if not proxy:
+            return "no proxy"
+        with socket.create_connection(("127.0.0.1", int(proxy)), timeout=10) as s:
+            s.sendall(f"CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n".encode())
+            return s.recv(200).split(b"\\r\\n")[0].decode()
+
+    return {"uid": os.getuid(), "direct": {str(p): direct(p) for p in ports},
+            "proxied": {f"127.0.0.1:{p}": through_proxy(f"127.0.0.1:{p}") for p in ports}
+                       | {"example.com:443": through_proxy("example.com:443")}}''')
+
+
+def test_a_build_reaches_no_node_port_and_nothing_but_the_package_index(cluster, scratch, tmp_path):
+    # Build item 2 of issue 39: a build's network is limited to the index the operator
+    # configured. Before node/build_net.py the backend above connected to the gateway and every
+    # node port directly from inside the build (it had the host's network).
+    bundle = tmp_path / "netbuild"
+    (bundle / "evil").mkdir(parents=True)
+    (bundle / "handler.py").write_text(HANDLER)
+    (bundle / "requirements.txt").write_text("./evil\n")
+    (bundle / "evil" / "pyproject.toml").write_text(PYPROJECT)
+    (bundle / "evil" / "backend.py").write_text(NET_BACKEND)
+    ports = [cluster.layout["gateway_port"], *(n["port"] for n in cluster.layout["nodes"])]
+    (bundle / "evil" / "target.json").write_text(json.dumps({"state": str(cluster.state_dir.resolve()), "ports": ports}))
+    assert scratch("build-net", bundle, wait=False).status_code < 300
+    resp = cluster.http.post(f"{cluster.url}/function/build-net", data=b"", timeout=300)
+    assert resp.status_code == 200, resp.text
+    build = resp.json()["build"]
+    assert all(v != "connected" for v in build["direct"].values()), build  # no route out of its namespace
+    assert all(v.startswith("HTTP/1.1 403") for v in build["proxied"].values()), build  # the proxy goes to the index only

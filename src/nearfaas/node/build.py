@@ -30,10 +30,14 @@ Removing a function stops its build (``RunningBuilds.stop``, from the pool's ``s
 a build whose backend never ends used to hold its cgroups, a pip and the function's uid's CPU
 until the 600 s timeout, whether or not anyone still wanted the function (red team round 2).
 
+Its network is loopback and a proxy to the package index the node's pip is configured with
+(node/build_net.py): a backend can reach no node port, no gateway, no other host; a
+requirements line naming another index (``--index-url http://...``) is refused by the proxy and
+the error says so.
+
 Known caveats:
-- No network namespace yet: the build reaches whatever the host reaches, not only the index
-  the operator configured. The node's ``PIP_*`` variables (index, find-links, cert) are passed
-  on, so credentials in ``PIP_INDEX_URL`` are readable by the build backend.
+- The node's ``PIP_*`` variables (index, find-links, cert) are passed on, so credentials in
+  ``PIP_INDEX_URL`` are readable by the build backend.
 - pip's user config of the node's user (``~/.config/pip``) is not read (HOME is the jail's
   /tmp); /etc/pip.conf and ``PIP_*`` are.
 - Unisolated nodes (``isolation: off``) run pip as the node, as they run functions.
@@ -52,7 +56,7 @@ import sys
 from pathlib import Path
 
 from nearfaas import atomic
-from nearfaas.node import jail
+from nearfaas.node import build_net, jail, netns, netrelay
 from nearfaas.node.procs import kill_group, package_root
 
 PIP_TIMEOUT_S = 600.0
@@ -141,6 +145,7 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
         shutil.rmtree(path, ignore_errors=True)
     pip = [sys.executable, "-m", "pip", "install", *PIP_FLAGS, "--target", str(staging)]
     groups: list[str] = []
+    proxy: build_net.IndexProxy | None = None
     try:
         if uid is None:  # unisolated: the node builds, as it runs the function
             staging.mkdir(mode=0o700)
@@ -149,9 +154,13 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             cwd = await asyncio.to_thread(_prepare, staging, scratch, handler, req, uid)
             instance = f"build-{digest}-{os.getpid()}"
             groups = cgroups.create(instance, BUILD_LIMITS)
-            plan = jail.plan(uid, envs.parent, [], groups, [staging, scratch])
+            # Its network: loopback and a proxy to the configured package index (node/build_net.py).
+            proxy = build_net.IndexProxy(netrelay.instance_folder(envs, instance), uid,
+                                         build_net.index_hosts(build_net.index_urls(os.environ)))
+            plan = jail.plan(uid, envs.parent, [], groups, [staging, scratch], net=await proxy.start())
             env = jail.allowed_env(os.environ) | {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
             env |= {"PYTHONPATH": package_root(), "TMPDIR": str(scratch / "tmp"), "PYTHONUNBUFFERED": "1"}
+            env |= build_net.proxy_env()
             argv = [sys.executable, "-m", "nearfaas.node.build", "--plan", json.dumps(plan), "--", *pip, "-r", req.name]
         proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
                                                     cwd=cwd, env=env, start_new_session=True)
@@ -173,9 +182,14 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
         if proc.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             tail = out.decode(errors="replace").strip().splitlines()[-6:]
-            raise BuildError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n" + "\n".join(tail))
+            refused = f"\n(the build may reach only this node's package index; refused: {', '.join(proxy.refused[:3])})" \
+                if proxy is not None and proxy.refused else ""
+            raise BuildError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n"
+                             + "\n".join(tail) + refused)
         atomic.publish(staging, envs / digest)  # the envs folder is the node's: the build cannot swap this
     finally:
+        if proxy is not None:
+            await proxy.close()
         await asyncio.to_thread(shutil.rmtree, scratch, True)
         for _ in range(50):  # what the build left running is killed with its groups
             groups = jail.remove_cgroups(groups)
@@ -220,11 +234,24 @@ def main(argv: list[str]) -> None:
     if len(argv) < 4 or argv[0] != "--plan" or argv[2] != "--":
         sys.exit("usage: python -m nearfaas.node.build --plan JSON -- COMMAND...")
     try:
-        jail.enter(json.loads(argv[1]))
+        plan = json.loads(argv[1])
+        jail.enter(plan)
     except jail.JailError as exc:
         print(f"the requirements build could not be isolated: {exc}", flush=True)
         sys.exit(70)
-    os.execve(argv[3], argv[3:], dict(os.environ))
+    if not plan.get("net"):
+        os.execve(argv[3], argv[3:], dict(os.environ))
+    # In its own network namespace: this process stays (jailed, as the function's uid) to carry
+    # pip's connections to the node's index proxy (netns.start_forwarding), pip is its child.
+    child = os.fork()
+    if child == 0:
+        try:
+            os.execve(argv[3], argv[3:], dict(os.environ))
+        finally:
+            os._exit(127)
+    netns.start_forwarding()
+    _, status = os.waitpid(child, 0)
+    sys.exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
 if __name__ == "__main__":
