@@ -106,7 +106,9 @@ def test_busy_or_unavailable_accelerator_sends_the_chain_to_cpu(s3like):
                         **{"x-nearfaas": {"accelerator": "dscs", "placement": "data"}})
     assert hog.status_code == 202, hog.text
     with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(requests.post, f"{url}/function/hog?sleep=3", timeout=30)
+        # Long enough that both acceleratable stages start while it runs, on a loaded CI machine
+        # too (with 3 s the second stage once found the accelerator free again).
+        running = pool.submit(requests.post, f"{url}/function/hog?sleep=6", timeout=30)
         deadline = time.monotonic() + 5
         while not next(n for n in s3like.http.get(f"{url}/system/nodes", timeout=5).json() if n["name"] == "storage-0")["accelerator"]["busy"]:
             assert time.monotonic() < deadline, "the hog never occupied the accelerator"
