@@ -1,6 +1,7 @@
 /* stream_bad.c — a misbehaving stream function for the tests: an element 1 traps
- * (unreachable), an element 2 spins forever (fuel or the epoch timeout stops it); anything else
- * is counted, and finish replies with the count. */
+ * (unreachable), an element 2 spins forever (fuel or the epoch timeout stops it), an element 3
+ * spins a while (2M iterations) and is counted; anything else is counted, and finish replies with
+ * the count. */
 #include "nf.h"
 
 #define BUF_SIZE 4096
@@ -19,6 +20,8 @@ NF_EXPORT("nf_stream_feed") int nf_stream_feed(int len) {
         if (x == 1) __builtin_trap();
         if (x == 2)
             for (;;) sink++;
+        if (x == 3) /* a while, and back: many of these add up past a request's budget */
+            for (nf_u32 j = 0; j < 2000000; j++) sink++;
         count++;
     }
     return 0;

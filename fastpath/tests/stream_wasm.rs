@@ -293,3 +293,59 @@ fn a_16_mib_wasm_stream_keeps_memory_bounded() {
     eprintln!("16 MiB wasm stream: RSS {before} KiB -> max {max_rss} KiB (+{grew} KiB)");
     assert!(grew < 4 * 1024, "RSS grew by {grew} KiB streaming 16 MiB");
 }
+
+#[test]
+fn the_timeout_is_the_whole_requests_budget() {
+    // Red team round 4 (issue 39): the timeout was per call into the module, so a request of
+    // many small feeds, each under it, held the one stream event loop for minutes. It is the
+    // request's budget now. Element 3 spins a while (stream_bad.c); the elements are written one
+    // by one, so (whatever the module's buffer) each reaches the module in a feed of its own.
+    let fp = start();
+    let bad = wasm("stream_bad");
+    // How long one spin takes here, with a budget that cannot run out.
+    assert_eq!(
+        deploy(
+            &fp,
+            6,
+            json!({"chain": [{"fn": "wasm", "path": bad, "k": 1, "timeout_ms": 10_000}]})
+        )["ok"],
+        true
+    );
+    let t = std::time::Instant::now();
+    assert_eq!(call(&fp, 6, &le(&[3])), (OK, le(&[1])));
+    let one_ms = t.elapsed().as_millis() as u64;
+    // A budget of three spins, and a request of forty: per call each fits, together they do not.
+    let budget = (3 * one_ms).max(3);
+    assert_eq!(
+        deploy(
+            &fp,
+            7,
+            json!({"chain": [{"fn": "wasm", "path": bad, "k": 1, "timeout_ms": budget}]})
+        )["ok"],
+        true
+    );
+    assert_eq!(call_in_pieces(&fp, 7, &le(&[3; 40]), 4).0, TIMEOUT);
+    // A request within the budget is served as before.
+    assert_eq!(call(&fp, 7, &le(&[9, 9, 9])), (OK, le(&[3])));
+}
+
+/// `payload` written in pieces of `piece` bytes, each after the executor has had a moment to
+/// feed the previous one (so each is a feed call of its own).
+fn call_in_pieces(fp: &Fp, id: u64, payload: &[u8], piece: usize) -> (u8, Vec<u8>) {
+    let mut s = TcpStream::connect(("127.0.0.1", fp.port("stream"))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.write_all(&encode_stream_head(id, payload.len() as u64))
+        .unwrap();
+    for chunk in payload.chunks(piece) {
+        if s.write_all(chunk).is_err() {
+            break; // the executor answered and closed: the budget ran out
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let _ = s.shutdown(Shutdown::Write);
+    let mut all = Vec::new();
+    let _ = s.read_to_end(&mut all);
+    let (st, count) = decode_stream_reply_head(&all).unwrap_or_else(|| panic!("reply {all:?}"));
+    (st, all[5..5 + count as usize * 4].to_vec())
+}

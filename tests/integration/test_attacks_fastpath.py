@@ -210,3 +210,29 @@ def test_a_deployer_cannot_take_the_executor_with_a_weight_or_timeout_of_its_cho
         assert resp.status_code < 300, resp.text
     finally:
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def test_a_stream_stage_cannot_ask_for_more_time_than_the_operator_allows(cluster):
+    # Red team round 4: a wasm stream stage could ask for 10 s a call, and its calls run inline
+    # on the one stream event loop: one small request held every tenant's streams for minutes.
+    # The stage's timeout_ms is the request's budget now (executor), at most the cluster's
+    # fastpath.max_timeout_ms (gateway).
+    name = "fp-attack-slow-stream"
+    body = {"service": name, "lang": "wasm", "handler": str(LAMBDAS),
+            "x-nearfaas": {"target": "stream", "stream": {"fn": "wasm", "module": "stream_bad.wasm", "k": 1, "timeout_ms": 10_000}}}
+    resp = cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30)
+    try:
+        assert resp.status_code == 400 and "fastpath.max_timeout_ms of 1000" in resp.text, resp.text
+    finally:
+        if resp.status_code < 300:
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+    body["x-nearfaas"]["stream"].pop("timeout_ms")  # none asked: the ceiling is its budget
+    assert cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30).status_code == 202
+    try:
+        info = cluster.http.get(f"{cluster.url}/system/function/{name}", timeout=5).json()["stream"]
+        with socket.create_connection((cluster.layout["host"], cluster.layout["fastpath"]["stream"]), timeout=30) as s:
+            s.sendall(wire.STREAM_HEAD.pack(info["id"], 4) + (2).to_bytes(4, "little"))  # element 2 spins forever
+            status = s.recv(1)
+        assert status == bytes([wire.TIMEOUT]), status  # stopped by the 1 s budget, not left running
+    finally:
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)

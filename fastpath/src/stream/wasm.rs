@@ -13,17 +13,24 @@
 //! i32` (elements, u32/f32 LE, in `buf[0..len]`; larger chunks come in pieces of at most the
 //! buffer's size, always whole elements); `nf_stream_finish() -> i32` (the reply elements written
 //! to `buf[0..n]`, returns n, a multiple of 4). A negative return is BAD_REQUEST.
+//!
+//! `timeout_ms` is the request's budget of time inside the module, all its calls together
+//! (init, every feed, finish), not a limit per call: the calls run inline on the one stream
+//! event loop, so a module with a 4-byte buffer whose every feed stayed just under a per-call
+//! limit held every other stream request for minutes from one small body (red team, issue 39).
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use wasmtime::{InstancePre, Memory, Store, Trap, TypedFunc};
 
 use super::spec::{reply_head, Refusal};
 use crate::wire::OK;
 
-/// A stage's limit on each call into the module when the deploy gives none (milliseconds).
-pub const DEFAULT_TIMEOUT_MS: u64 = 100;
-/// Largest `timeout_ms` of a stage: a call runs inline on the stream event loop.
+/// A request's budget inside the module when the deploy gives none (milliseconds; the
+/// gateway always gives one: the cluster's `fastpath.max_timeout_ms` unless the stage asks less).
+pub const DEFAULT_TIMEOUT_MS: u64 = 1_000;
+/// Largest `timeout_ms` of a stage: its calls run inline on the stream event loop.
 pub const MAX_TIMEOUT_MS: u64 = 10_000;
 
 /// A deployed `wasm` stage: the module, linked once, and its parameters.
@@ -33,7 +40,7 @@ pub struct WasmStage {
     pub k: usize,
     /// Instructions for the whole request (the fuel-counting engine), besides the timeout.
     pub fuel: Option<u64>,
-    /// Limit on each call (init, every feed, finish), in epochs of 1 ms.
+    /// The request's budget inside the module (init, every feed and finish together), in ms.
     pub timeout_ms: u64,
     pub pre: InstancePre<()>,
 }
@@ -64,6 +71,8 @@ pub struct WasmStream {
     feed: TypedFunc<i32, i32>,
     finish: TypedFunc<(), i32>,
     timeout_ms: u64,
+    /// Time spent inside the module so far in this request.
+    spent: Duration,
 }
 
 fn classify(e: wasmtime::Error) -> Refusal {
@@ -134,6 +143,7 @@ impl WasmStream {
             feed,
             finish,
             timeout_ms: stage.timeout_ms,
+            spent: Duration::ZERO,
         };
         let r = s.call(&init.clone(), stage.k as i32)?;
         if r < 0 {
@@ -147,8 +157,17 @@ impl WasmStream {
         f: &TypedFunc<P, R>,
         p: P,
     ) -> Result<R, Refusal> {
-        self.store.set_epoch_deadline(self.timeout_ms + 1);
-        f.call(&mut self.store, p).map_err(classify)
+        // What is left of the request's budget (whole epochs of 1 ms, at least one).
+        let left = Duration::from_millis(self.timeout_ms).saturating_sub(self.spent);
+        if left.is_zero() {
+            return Err(Refusal::Timeout);
+        }
+        self.store
+            .set_epoch_deadline(left.as_millis().max(1) as u64 + 1);
+        let started = Instant::now();
+        let r = f.call(&mut self.store, p).map_err(classify);
+        self.spent += started.elapsed();
+        r
     }
 
     /// Copy `elems` (little-endian) into the module's buffer and call `nf_stream_feed`, in

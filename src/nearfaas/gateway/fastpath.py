@@ -183,7 +183,7 @@ class FastPath:
             raise CallError(503, f"function {spec['name']!r} targets the fast path, but this cluster runs no fast-path executor; "
                                  "build it with `make setup` and restart the cluster (fastpath.enabled: auto starts it when built)", "fastpath")
         for key in ("weight", "timeout_ms"):  # the operator's ceiling (fastpath.max_*), not the deployer's wish
-            ceiling = int(self.layout.get(f"max_{key}", getattr(FastpathSpec, f"max_{key}")))
+            ceiling = self._ceiling(key)
             if fp[key] > ceiling:
                 raise CallError(400, f"function {spec['name']!r}: x-nearfaas.fastpath.{key} is {fp[key]}, over this cluster's "
                                      f"fastpath.max_{key} of {ceiling}; ask for at most {ceiling} (the operator sets the "
@@ -208,6 +208,10 @@ class FastPath:
         self.versions[spec["name"]] = version
         return lambda_id
 
+    def _ceiling(self, key: str) -> int:
+        """The operator's ``fastpath.max_<key>`` (cluster file), or its default."""
+        return int(self.layout.get(f"max_{key}", getattr(FastpathSpec, f"max_{key}")))
+
     async def _checked_external(self, name: str, external: str) -> str:
         """The lambda's ``external`` host:port as the address the executor may connect to. The
         executor runs on the host network with the platform's privileges, so the address is the
@@ -230,6 +234,14 @@ class FastPath:
             raise CallError(503, f"function {spec['name']!r} is a stream function, but this cluster runs no fast-path executor "
                                  "with a stream port; build it with `make setup` and restart the cluster", "fastpath")
         stages = stream.stages_of(spec, lookup)
+        ceiling = self._ceiling("timeout_ms")
+        for stage in stages:  # a wasm stage's time is the request's budget on the one stream event loop
+            if stage.get("fn") == "wasm":
+                stage.setdefault("timeout_ms", ceiling)
+                if stage["timeout_ms"] > ceiling:
+                    raise CallError(400, f"function {spec['name']!r}: x-nearfaas.stream.timeout_ms is {stage['timeout_ms']}, over this "
+                                         f"cluster's fastpath.max_timeout_ms of {ceiling}; ask for at most {ceiling} (the operator "
+                                         "sets the ceiling in the cluster file)", "fastpath")
         new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
