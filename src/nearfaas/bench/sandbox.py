@@ -11,7 +11,9 @@ a shared machine falls on both alike.
 - cold: ``COLD`` times per cluster, a fresh function name is deployed and called until its
   first 200 (deploy -> first answer: spawn or pre-warmed specialisation, jail, profile, import);
   reported apart for the two ways a worker starts (a pre-warmed one answers within
-  ``PREWARMED_BELOW_S``; a spawned one imports the runtime first), whose mix varies by run.
+  ``PREWARMED_BELOW_S``; a spawned one imports the runtime first), whose mix varies by run;
+- spawned: ``COLD`` more per cluster with a start-up variable set (``SPAWN_ENV``), so every one
+  spawns a fresh interpreter: the spawned path's cost on its own, not a mix.
 
 Usage: ``python -m nearfaas.bench.sandbox [BEFORE_COMMIT]`` -> benchmarks/results/sandbox_cost.json.
 
@@ -36,13 +38,17 @@ from pathlib import Path
 from nearfaas.bench.cluster import scratch_cluster
 from nearfaas.bench.results import ROOT, machine_facts, publish
 
-BEFORE = "1efd68a^"  # the commit before the network namespace (the seccomp profile's was 75ee1f8^)
+BEFORE = "70bfb07"  # the last commit before issue 39's confinement (seccomp was 75ee1f8^, the netns 1efd68a^)
+PROFILES = {"70bfb07": "all of issue 39's worker confinement: jailed_start (-P), seccomp profile, own network and IPC "
+                       "namespaces with the node's relays, private /var/tmp",
+            "1efd68a^": "node/netns.py + node/netrelay.py (loopback-only network namespace, node relays; after the seccomp profile)"}
 ROUNDS, WARM_CALLS, COLD = 6, 100, 16
 PREWARMED_BELOW_S = 0.3  # a cold start this fast took a pre-warmed worker; slower ones spawned one
+SPAWN_ENV = {"LC_ALL": "C"}  # a variable read at interpreter start: the node spawns (node/prewarm.py, both versions)
 HANDLER = "def handle(event, context):\n    return event.body\n"
 
 
-def _deploy(layout: dict, folder: Path, name: str) -> float:
+def _deploy(layout: dict, folder: Path, name: str, env: dict | None = None) -> float:
     import requests
 
     from nearfaas.client import gateway_session
@@ -51,7 +57,7 @@ def _deploy(layout: dict, folder: Path, name: str) -> float:
     gw = layout["gateway_url"]
     started = time.perf_counter()
     gateway_session(layout=layout).post(f"{gw}/system/functions", timeout=30, json={
-        "service": name, "lang": "python3-http", "bundle": pack(folder)}).raise_for_status()
+        "service": name, "lang": "python3-http", "bundle": pack(folder), **({"envVars": env} if env else {})}).raise_for_status()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         r = requests.post(f"{gw}/function/{name}", data=b"x", timeout=30)
@@ -127,6 +133,7 @@ def main(before: str = BEFORE) -> Path:
         (folder / "handler.py").write_text(HANDLER)
         warm = {k: [] for k in clusters}
         cold = {k: [] for k in clusters}
+        spawned = {k: [] for k in clusters}
         for k, (layout, _) in clusters.items():
             cold[k].append(_deploy(layout, folder, "sbx-warm"))  # not counted below: first deploy warms caches
         sessions = {k: requests.Session() for k in clusters}
@@ -142,11 +149,16 @@ def main(before: str = BEFORE) -> Path:
                 name = f"sbx-cold-{i}"
                 cold[k].append(_deploy(layout, folder, name))
                 _remove(layout, name)
+        for i in range(COLD):  # forced spawns: a start-up variable makes the node start a fresh interpreter
+            for k, (layout, _) in (clusters.items() if i % 2 == 0 else reversed(clusters.items())):
+                name = f"sbx-spawn-{i}"
+                spawned[k].append(_deploy(layout, folder, name, SPAWN_ENV))
+                _remove(layout, name)
         apply_ms = _apply_ms()
         netns_ms = _netns_ms()
     p50 = lambda xs: statistics.median(xs) * 1000  # noqa: E731
     result = {
-        "label": "measured", "before_commit": commit, "profile": "node/netns.py + node/netrelay.py (loopback-only network namespace, node relays; after the seccomp profile)",
+        "label": "measured", "before_commit": commit, "profile": PROFILES.get(before, f"everything between {commit} and this checkout"),
         "warm_p50_ms": {k: round(p50(v), 3) for k, v in warm.items()},
         "warm_p90_ms": {k: round(statistics.quantiles(v, n=10)[8] * 1000, 3) for k, v in warm.items()},
         "warm_calls": {k: len(v) for k, v in warm.items()},
@@ -155,11 +167,14 @@ def main(before: str = BEFORE) -> Path:
         "cold_prewarmed_p50_ms": {k: round(p50([x for x in v if x < PREWARMED_BELOW_S] or [0]), 1) for k, v in cold.items()},
         "cold_spawned_p50_ms": {k: round(p50([x for x in v if x >= PREWARMED_BELOW_S] or [0]), 1) for k, v in cold.items()},
         "cold_start_all_ms": {k: [round(x * 1000, 1) for x in v] for k, v in cold.items()},
+        # every one of these spawned a fresh interpreter (SPAWN_ENV), so none is a pre-warmed start
+        "cold_forced_spawn_p50_ms": {k: round(p50(v), 1) for k, v in spawned.items()},
+        "cold_forced_spawn_all_ms": {k: [round(x * 1000, 1) for x in v] for k, v in spawned.items()},
         "apply_ms": {"p50": round(statistics.median(apply_ms), 3), "max": round(max(apply_ms), 3), "n": len(apply_ms)},
         "netns_enter_ms": {"p50": round(statistics.median(netns_ms), 3), "max": round(max(netns_ms), 3), "n": len(netns_ms)},
     }
     result["warm_p50_change_pct"] = round((result["warm_p50_ms"]["after"] / result["warm_p50_ms"]["before"] - 1) * 100, 1)
-    for kind in ("prewarmed", "spawned"):
+    for kind in ("prewarmed", "spawned", "forced_spawn"):
         got = result[f"cold_{kind}_p50_ms"]
         result[f"cold_{kind}_added_ms"] = round(got["after"] - got["before"], 1)
     text = "\n".join(f"{k}: {v}" for k, v in result.items())
