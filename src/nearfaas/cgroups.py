@@ -270,6 +270,26 @@ class Cgroups:
             remove_cgroups(dirs)
             raise
 
+    def limit_total_memory(self, limit: int) -> None:
+        """A memory limit on the node's own group, over all its instance groups together (their
+        pages and what they write to their tmpfs /tmp): past it the kernel reclaims, then stops
+        one of this node's workers, never the gateway or another node. Raises CgroupError where
+        the limit cannot be written (never skipped)."""
+        problems = self.missing()
+        if problems:
+            raise CgroupError(errno.ENOENT, "; ".join(problems))
+        if self.v2:
+            base = self._bases()[0]
+            os.makedirs(base, exist_ok=True)
+            enable(self.root, "+memory +pids +cpu")
+            verify(base, ("memory.max",))
+            write(os.path.join(base, "memory.max"), str(limit))
+            return
+        base = next(b for c, b in zip(self._controllers(), self._bases(), strict=True) if c == "memory")
+        os.makedirs(base, exist_ok=True)
+        verify(base, (V1_FILES["memory"],))
+        write(os.path.join(base, V1_FILES["memory"]), str(limit))
+
     def cpu_groups(self, dirs: list[str]) -> list[str]:
         """Of an instance's folders, those its CPU time is charged to (v1 cpu and cpuacct)."""
         return list(dirs) if self.v2 else [d for d in dirs if self.controller_of(d) in ("cpu", "cpuacct")]

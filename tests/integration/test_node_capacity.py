@@ -18,44 +18,103 @@ from nearfaas.spec.cluster import load_cluster, parse_cluster
 pytestmark = pytest.mark.integration
 
 
-def test_a_capped_storage_node_is_throttled_to_its_cpus(tmp_path):
+WORKERS_MEMORY = 256 << 20  # the compute node's workers, all together
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """Storage nodes at a quarter core each; the compute node's workers within 256 MiB together."""
     spec = load_cluster(None)
     for node in spec.nodes:
         if node.kind == "storage":
             node.cpus = 0.25
-    with running_cluster(tmp_path / "state", nodes=spec.nodes) as c:
-        layout = read_layout(c.state_dir)
-        assert all(n["cpus"] == 0.25 for n in layout["nodes"] if n["kind"] == "storage")
-        s3 = c.s3()
-        s3.create_bucket(Bucket="cap")
-        sink = io.BytesIO()
-        pq.write_table(particles(400_000, seed=5), sink)
-        s3.put_object(Bucket="cap", Key="p.parquet", Body=sink.getvalue())
-        resp = s3.select_object_content(
-            Bucket="cap", Key="p.parquet", ExpressionType="SQL",
-            Expression="SELECT count(*) AS n FROM S3Object WHERE power(vx, 2) + power(vy, 2) < 2500",
-            InputSerialization={"Parquet": {}}, OutputSerialization={"JSON": {}})
-        ran_on = resp["ResponseMetadata"]["HTTPHeaders"]["x-nearfaas-placement"].split(":", 1)[1]
-        assert any("End" in e for e in resp["Payload"])
-        deadline = time.monotonic() + 15
-        while True:  # the gateway reads each node's capacity from its periodic health answer
-            nodes = c.http.get(f"{c.url}/system/nodes", timeout=10).json()
-            cap = next(n for n in nodes if n["name"] == ran_on)["capacity"]
-            if not cap or not cap["enforced"] or cap["cpu_stat"].get("nr_throttled", 0) > 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert cap is not None and cap["cpus"] == 0.25, nodes
-        if not cap["enforced"]:
-            pytest.skip(f"no CPU cgroup here: {cap['why']}")
-        assert cap["method"].startswith("cgroup") and cap["cpu_stat"].get("nr_throttled", 0) > 0, cap
-        compute = next(n for n in nodes if n["kind"] == "compute")
-        assert compute["capacity"]["cpus"] is None and compute["capacity"]["enforced"] is False
+        else:
+            node.workers_memory = WORKERS_MEMORY
+    with running_cluster(tmp_path_factory.mktemp("capped") / "state", nodes=spec.nodes) as c:
+        yield c
+
+
+def test_a_capped_storage_node_is_throttled_to_its_cpus(capped):
+    c = capped  # (shared with the memory test below)
+    layout = read_layout(c.state_dir)
+    assert all(n["cpus"] == 0.25 for n in layout["nodes"] if n["kind"] == "storage")
+    s3 = c.s3()
+    s3.create_bucket(Bucket="cap")
+    sink = io.BytesIO()
+    pq.write_table(particles(400_000, seed=5), sink)
+    s3.put_object(Bucket="cap", Key="p.parquet", Body=sink.getvalue())
+    resp = s3.select_object_content(
+        Bucket="cap", Key="p.parquet", ExpressionType="SQL",
+        Expression="SELECT count(*) AS n FROM S3Object WHERE power(vx, 2) + power(vy, 2) < 2500",
+        InputSerialization={"Parquet": {}}, OutputSerialization={"JSON": {}})
+    ran_on = resp["ResponseMetadata"]["HTTPHeaders"]["x-nearfaas-placement"].split(":", 1)[1]
+    assert any("End" in e for e in resp["Payload"])
+    deadline = time.monotonic() + 15
+    while True:  # the gateway reads each node's capacity from its periodic health answer
+        nodes = c.http.get(f"{c.url}/system/nodes", timeout=10).json()
+        cap = next(n for n in nodes if n["name"] == ran_on)["capacity"]
+        if not cap or not cap["enforced"] or cap["cpu_stat"].get("nr_throttled", 0) > 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert cap is not None and cap["cpus"] == 0.25, nodes
+    if not cap["enforced"]:
+        pytest.skip(f"no CPU cgroup here: {cap['why']}")
+    assert cap["method"].startswith("cgroup") and cap["cpu_stat"].get("nr_throttled", 0) > 0, cap
+    compute = next(n for n in nodes if n["kind"] == "compute")
+    assert compute["capacity"]["cpus"] is None and compute["capacity"]["enforced"] is False
+
+
+FILL = """import os
+
+
+def handle(event, context):
+    mib = int(event.body or b"0")
+    with open("/tmp/fill", "wb") as f:  # a tmpfs of the worker's own: its pages are the worker's
+        for _ in range(mib // 16):
+            f.write(b"x" * (16 << 20))
+    os.unlink("/tmp/fill")
+    return f"wrote {mib} MiB"
+"""
+
+
+def test_a_nodes_workers_together_cannot_take_more_memory_than_it_has(capped, tmp_path):
+    # Red team round 4: a deployer's limits (200Gi memory, a 64Gi /tmp) were taken as given, and
+    # even the defaults summed to ~4x this host's memory over a node's worker slots: one call
+    # writing to /tmp could take the host's memory, and the OOM killer would pick anything, the
+    # gateway included. Every node's worker groups now hang below one limit (workers_memory).
+    import requests
+
+    if not capped.layout["isolation"]:
+        pytest.skip("the workers' memory limit is a cgroup of the jail")
+    compute = next(n for n in read_layout(capped.state_dir)["nodes"] if n["kind"] == "compute")
+    assert compute["workers_memory"] == WORKERS_MEMORY
+    folder = tmp_path / "fill"
+    folder.mkdir()
+    (folder / "handler.py").write_text(FILL)
+    x = {"placement": "compute", "tmp_size": "2Gi"}
+    assert capped.deploy("memfill", folder, limits={"memory": "2Gi"}, **{"x-nearfaas": x}).status_code < 300
+    small = requests.post(f"{capped.url}/function/memfill", data=b"32", timeout=60)
+    assert small.status_code == 200 and small.text == "wrote 32 MiB", small.text
+    big = requests.post(f"{capped.url}/function/memfill", data=b"1024", timeout=120)
+    assert big.status_code >= 500, big.text  # stopped by the node's limit, not granted 1 GiB
+    again = requests.post(f"{capped.url}/function/memfill", data=b"32", timeout=120)  # the node serves on
+    assert again.status_code == 200, again.text
 
 
 def test_bad_cpus_are_refused_naming_the_field():
     with pytest.raises(Exception) as info:
         parse_cluster({"nodes": [{"name": "s", "kind": "storage", "class": "standard", "cpus": 0}]})
     assert "nodes[0].cpus" in str(info.value) and "between 0.05 and 1024" in str(info.value)
+
+
+def test_bad_workers_memory_is_refused_naming_the_field():
+    for bad in ("1Mi", "lots", True):
+        with pytest.raises(Exception) as info:
+            parse_cluster({"nodes": [{"name": "s", "kind": "storage", "class": "standard", "workers_memory": bad}]})
+        assert "nodes[0].workers_memory" in str(info.value) and "at least 64Mi" in str(info.value)
+    spec = parse_cluster({"nodes": [{"name": "s", "kind": "storage", "class": "standard", "workers_memory": "4Gi"}],
+                          "replication": {"factor": 1, "dscs_replica": False}})
+    assert spec.nodes[0].workers_memory == 4 << 30 and parse_cluster(spec.to_dict()).nodes[0].workers_memory == 4 << 30
 
 
 def test_the_decision_engine_picks_and_reports_where_a_select_runs(tmp_path, monkeypatch):

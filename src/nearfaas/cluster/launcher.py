@@ -149,7 +149,8 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     for node in spec.nodes:
         port = 0 if on_ray else node.port or _free_port(host, taken)  # on Ray: each actor picks one on its own host
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
-                      "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus})
+                      "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus,
+                      "workers_memory": node.workers_memory or default_workers_memory(len(spec.nodes))})
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
@@ -298,6 +299,13 @@ def _fastpath_command(layout: dict) -> list[str]:
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 
 
+def default_workers_memory(nodes: int) -> int:
+    """A node's workers' memory when the cluster file gives none: 3/4 of this host's memory,
+    shared evenly by the cluster's nodes (the rest is the gateway's, the agents' and the
+    host's). On Ray each node's host may differ; this host's figure is the one known here."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 / 4 / max(1, nodes))
+
+
 def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
@@ -305,6 +313,7 @@ def _node_command(layout: dict, node: dict) -> list[str]:
             "--link", layout.get("link_profile", "local"), "--prewarm", str(node.get("prewarm", 1)),
             "--isolation", "on" if layout.get("isolation", True) else "off"] + \
         (["--cpus", str(node["cpus"])] if node.get("cpus") else []) + \
+        (["--workers-memory", str(node["workers_memory"])] if node.get("workers_memory") else []) + \
         (["--files-from-gateway"] if layout.get("backend") == "ray" else [])
 
 

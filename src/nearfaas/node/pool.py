@@ -97,7 +97,8 @@ class PoolStats:
 
 class WorkerPools:
     def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32,
-                 link: str = "local", prewarm: int = 1, node_url: str | None = None, isolation: bool = True):
+                 link: str = "local", prewarm: int = 1, node_url: str | None = None, isolation: bool = True,
+                 workers_memory: int | None = None):
         self.node = node
         self.link = link
         self.workers_max = workers_max
@@ -122,6 +123,8 @@ class WorkerPools:
         self.cgroups = jail.Cgroups(state_dir, node) if isolation else None
         if self.cgroups is not None and not self.jail_problems:
             self.cgroups.sweep()
+            if workers_memory:  # every worker group hangs below: together they hold at most this
+                self.cgroups.limit_total_memory(workers_memory)
         self.fds = ObjectFdServer(store_root) if store_root is not None else None
         self.files = None  # node/function_files.GatewayFiles where this node does not share the gateway's disk
         # What every worker of this node gets, before its function's own environment.

@@ -23,7 +23,7 @@ from .fastpath import FastpathSpec, read_fastpath
 from .fields import NAME as _NAME, read_int as _int, read_sizes, read_str as _str
 from .ray import RaySpec, check_resource, parse_backend, parse_ray
 from .errors import (Collector, Problem, SpecError, check_unknown_keys, join_path, load_yaml_text, parse_bool,
-                     parse_duration, read_mapping, read_str_list, read_text_file, short_repr,
+                     parse_duration, parse_memory, read_mapping, read_str_list, read_text_file, short_repr,
                      type_name)
 
 MiB = 1024**2
@@ -40,7 +40,7 @@ TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement",
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
                 "egress_allow"}
 GATEWAY_KEYS |= BUDGET_KEYS  # budgets against floods (spec/budgets.py)
-NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "ray_resource"}
+NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "workers_memory", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
 AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
 
@@ -80,11 +80,16 @@ class NodeSpec:
     # machine's. A storage node weaker than the compute node, as the thesis's SmartNIC is
     # (node/capacity.py enforces it with a cgroup CPU quota).
     cpus: float | None = None
+    # Memory all its workers together may hold (their pages, /tmp tmpfs included), in bytes; None:
+    # 3/4 of the host's memory shared evenly among the cluster's nodes (cluster/launcher.py). Past
+    # it the kernel stops a worker of this node, never the gateway or another node.
+    workers_memory: int | None = None
     ray_resource: str | None = None  # backend: ray: the custom resource its host offers (spec/ray.py has the defaults)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "class": self.cls, "port": self.port,
                 "workers_max": self.workers_max, "prewarm": self.prewarm, "cpus": self.cpus,
+                **({"workers_memory": self.workers_memory} if self.workers_memory else {}),
                 **({"ray_resource": self.ray_resource} if self.ray_resource else {})}
 
 
@@ -286,11 +291,27 @@ def _node(value: Any, path: str, c: Collector) -> NodeSpec | None:
         c.error(join_path(path, "prewarm"), f"must not exceed workers_max ({workers}), got {prewarm}",
                 f"lower prewarm to at most {workers} or raise workers_max")
     cpus = _cpus(m, path, c)
+    workers_memory = _workers_memory(m, path, c)
     ray_resource = check_resource(m.get("ray_resource"), join_path(path, "ray_resource"), c)
     if len(c.problems) != before:
         return None
     return NodeSpec(name=str(name), kind=str(kind), cls=str(cls), port=port, workers_max=workers, prewarm=prewarm, cpus=cpus,
-                    ray_resource=ray_resource)
+                    workers_memory=workers_memory, ray_resource=ray_resource)
+
+
+def _workers_memory(m: dict[str, Any], path: str, c: Collector) -> int | None:
+    value = m.get("workers_memory")
+    if value is None:
+        return None
+    try:
+        size = parse_memory(str(value)) if not isinstance(value, bool) else -1
+    except ValueError:
+        size = -1
+    if size < 64 << 20:
+        c.error(join_path(path, "workers_memory"), f"must be a memory quantity of at least 64Mi, got {short_repr(value)}",
+                "write e.g. workers_memory: 4Gi, or leave it out for 3/4 of the host's memory shared among the nodes")
+        return None
+    return size
 
 
 def _cpus(m: dict[str, Any], path: str, c: Collector) -> float | None:
