@@ -224,3 +224,15 @@ def test_slow_anonymous_bodies_do_not_lock_out_the_operator_from_the_same_addres
     finally:
         for s in slow:
             s.close()
+
+
+def test_one_function_cannot_ask_for_every_worker_slot(cluster, scratch, functions_dir):
+    # Red team round 4: com.openfaas.scale.min "40" (with max 40) started 26+ instances on the
+    # only compute node and every other function's cold start was a 429 (workers_max 32) for as
+    # long as it stayed deployed. Scale labels are the deployer's wish under gateway.max_scale.
+    for labels, label in (({"com.openfaas.scale.min": "40", "com.openfaas.scale.max": "40"}, "com.openfaas.scale.min"),
+                          ({"com.openfaas.scale.max": "17"}, "com.openfaas.scale.max")):
+        resp = scratch("slot-hog", functions_dir / "echo", wait=False, labels=labels)
+        assert resp.status_code == 400, resp.text
+        assert f"labels.{label}" in resp.text and "gateway.max_scale of 16" in resp.text, resp.text
+    assert scratch("slot-hog", functions_dir / "echo", wait=False, labels={"com.openfaas.scale.max": "16"}).status_code < 300

@@ -25,7 +25,8 @@ from nearfaas.gateway.errors import CallError
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
-from nearfaas.spec.stack import FunctionSpec, local_image_path, parse_stack
+from nearfaas.spec.cluster import GatewaySpec
+from nearfaas.spec.stack import LABEL_SCALE_MAX, LABEL_SCALE_MIN, FunctionSpec, local_image_path, parse_stack
 
 
 class FunctionStore:
@@ -75,6 +76,7 @@ class FunctionsAPI:
         self.functions_dir = state_dir / "functions"  # deployed code, one folder per bundle (spec/bundle.py)
         self.handler_roots = [Path(r) for r in handler_roots]
         self.secrets = SecretsAPI(state_dir, self.namespaces)  # to check a deployment's secrets exist (secrets.py)
+        self.max_scale = GatewaySpec.max_scale  # instances one function may have (gateway.max_scale, spec/budgets.py)
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -248,6 +250,11 @@ class FunctionsAPI:
             return error(400, f"invalid function deployment:\n{exc}", "spec")
         except SpecErrorResponse as exc:
             return error(400, f"invalid function deployment: {exc}", "spec")
+        for key, label in (("scale_min", LABEL_SCALE_MIN), ("scale_max", LABEL_SCALE_MAX)):
+            if int(spec.get(key) or 0) > self.max_scale:  # the deployer's wish, under the operator's ceiling
+                return error(400, f"invalid function deployment: labels.{label} is {spec[key]}, over this cluster's gateway.max_scale "
+                                  f"of {self.max_scale}; ask for at most {self.max_scale} (the operator sets the ceiling in "
+                                  "the cluster file)", "spec")
         try:  # with what is deployed already, the chains must still end
             check_chain_cycles({n: list(s.options.chain) for n, s in self.invoker.functions.items()} | {spec["name"]: spec["x"]["chain"]})
         except SpecError as exc:
