@@ -21,6 +21,7 @@ import pwd
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,54 @@ def test_nobody_reads_no_object_log_or_record(cluster, bucket, scratch, function
     assert not open_to_others, "readable by other local users:\n" + "\n".join(open_to_others)
     for node in (state / "nodes").iterdir():
         assert stat.S_IMODE(node.stat().st_mode) == 0o700, node
+
+
+LOG_FDS = '''import json
+import os
+import stat
+
+
+def handle(event, context):
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    out = {"fds": fds, "stdout_is_pipe": stat.S_ISFIFO(os.fstat(1).st_mode)}
+    for name, action in (("fallocate", lambda: os.posix_fallocate(1, 0, 64 << 20)), ("ftruncate", lambda: os.ftruncate(1, 0))):
+        try:
+            action()
+            out[name] = "ok"
+        except OSError as exc:
+            out[name] = type(exc).__name__
+    print("a line of its output")
+    return json.dumps(out)
+'''
+
+
+@pytest.mark.parametrize("start", ["prewarmed", "spawned"])
+def test_a_function_holds_no_log_file_of_the_node(cluster, scratch, tmp_path, start):
+    # Red team round 5: a worker's stdout/stderr were its log file itself (root's, 0600, opened
+    # before the jail): posix_fallocate took 100 MiB of the host's disk in one call (all 70 GiB
+    # would have fit in one), ftruncate erased the function's log, and a pre-warmed worker still
+    # held the node's _prewarm.log. Now its output is a pipe the node drains into the log.
+    import requests
+
+    folder = tmp_path / "logfds"
+    folder.mkdir()
+    (folder / "handler.py").write_text(LOG_FDS)
+    name = f"logfds-{start}"
+    env = {"LC_ALL": "C"} if start == "spawned" else {}  # a start-up variable: a fresh interpreter
+    assert scratch(name, folder, wait=False, envVars=env).status_code < 300
+    resp = requests.post(f"{cluster.url}/function/{name}", data=b"", timeout=60)
+    assert resp.status_code == 200, resp.text
+    got = resp.json()
+    state = str(cluster.state_dir.resolve())
+    assert got["stdout_is_pipe"], got
+    assert not [t for t in got["fds"].values() if t.startswith(state) or t.endswith(".log")], got["fds"]
+    assert got["fallocate"] != "ok" and got["ftruncate"] != "ok", got
+    deadline = time.monotonic() + 10  # its output still reaches its log, through the node
+    while "a line of its output" not in cluster.http.get(f"{cluster.url}/system/logs?name={name}", timeout=10).text:
+        assert time.monotonic() < deadline, "the function's output never reached its log"
+        time.sleep(0.1)

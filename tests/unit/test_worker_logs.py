@@ -29,3 +29,25 @@ def test_a_log_past_the_cap_is_cut_to_its_newest_part_and_says_so(tmp_path):
     with open(big, "ab") as writer:  # an O_APPEND writer goes on at the new end
         writer.write(b"after\n")
     assert big.read_text().endswith("newest line\nafter\n")
+
+
+def test_a_log_pipe_appends_what_comes_and_follows_a_retarget(tmp_path):
+    import asyncio
+    import os
+
+    from nearfaas.node.worker_logs import LogPipe
+
+    async def go():
+        pipe = await LogPipe(tmp_path / "_prewarm.log").start()
+        os.write(pipe.child_fd, b"warming\n")
+        while not (tmp_path / "_prewarm.log").exists():
+            await asyncio.sleep(0.01)
+        pipe.retarget(tmp_path / "fn.log")  # specialised: its output is the function's from now on
+        os.write(pipe.child_fd, b"the function speaks\n")
+        pipe.release_child()  # the worker exits: EOF
+        await asyncio.wait_for(pipe.done, 5)
+
+    asyncio.run(go())
+    assert (tmp_path / "_prewarm.log").read_bytes() == b"warming\n"
+    assert (tmp_path / "fn.log").read_bytes() == b"the function speaks\n"
+    assert oct((tmp_path / "fn.log").stat().st_mode & 0o777) == "0o600"

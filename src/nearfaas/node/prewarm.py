@@ -164,6 +164,8 @@ class PrewarmPool:
         """Send the specialisation message and wait for the worker's ``TAKEN``. False when it
         never took it (it died a moment before, say): the caller spawns instead, since the loss
         is the pool's, not the function's. Whatever happens after ``TAKEN`` is the function's."""
+        if message.get("log"):  # from now on its output is the function's (it never holds the file: worker_logs.LogPipe)
+            generic.process.log_pipe.retarget(message["log"])
         try:
             generic.process.stdin.write(json.dumps(message).encode() + b"\n")
             await generic.process.stdin.drain()

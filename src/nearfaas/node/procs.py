@@ -10,7 +10,6 @@ import asyncio
 import os
 from pathlib import Path
 
-from nearfaas import atomic
 
 
 async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
@@ -30,26 +29,33 @@ async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransp
 
 async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, cwd: str, stdin=asyncio.subprocess.DEVNULL,
                                 extra_fds: tuple[int, ...] = ()):
-    """Start ``argv --ready-fd N`` in its own session, output appended to ``log_path``; returns
-    the process and a reader of the pipe on which it reports (WARM / READY / FAILED lines).
-    ``extra_fds`` are inherited under the same numbers (the object socket); the caller closes
-    its copies."""
+    """Start ``argv --ready-fd N`` in its own session, its stdout and stderr a pipe the node
+    drains into ``log_path`` (``process.log_pipe``, node/worker_logs.LogPipe: the worker never
+    holds the file itself); returns the process and a reader of the pipe on which it reports
+    (WARM / READY / FAILED lines). ``extra_fds`` are inherited under the same numbers (the
+    object socket); the caller closes its copies."""
+    from nearfaas.node.worker_logs import LogPipe
+
+    log = await LogPipe(log_path).start()
     read_fd, write_fd = os.pipe()
     try:
         reader, transport = await pipe_reader(read_fd)
     except BaseException:
         os.close(write_fd)
+        log.close()
         raise
     try:
-        with atomic.append(log_path) as log:  # logs name functions and hold their output: 0600
-            process = await asyncio.create_subprocess_exec(
-                *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log, stderr=log, env=env, pass_fds=(write_fd, *extra_fds),
-                cwd=cwd, start_new_session=True)
+        process = await asyncio.create_subprocess_exec(
+            *argv, "--ready-fd", str(write_fd), stdin=stdin, stdout=log.child_fd, stderr=log.child_fd, env=env,
+            pass_fds=(write_fd, *extra_fds), cwd=cwd, start_new_session=True)
     except BaseException:
         transport.close()
+        log.close()
         raise
     finally:
         os.close(write_fd)  # the child holds its own copy; ours would keep the pipe from ever reporting EOF
+        log.release_child()  # likewise for its output
+    process.log_pipe = log
     return process, reader, transport
 
 

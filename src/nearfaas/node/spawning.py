@@ -51,6 +51,12 @@ async def await_ready(process, ready, transport, node: str, timeout: float, what
         transport.close()
     if not line.startswith("READY "):
         await process.wait()
+        pipe = getattr(process, "log_pipe", None)
+        if pipe is not None:  # its last words reach the log once the node has drained its output
+            try:
+                await asyncio.wait_for(asyncio.shield(pipe.done), 2.0)
+            except TimeoutError:
+                pass
         detail = line.removeprefix("FAILED ").strip()
         try:
             detail = "\n".join(json.loads(detail))

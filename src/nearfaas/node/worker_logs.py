@@ -10,21 +10,91 @@ node to 4 GB and stalled another tenant's calls): a read looks only at the last 
 of the file, and ``trim`` (the pool runs it every ``TRIM_EVERY_S``) cuts a log past ``MAX_BYTES``
 down to its last ``KEEP_BYTES``, with a line saying so; a removed function's log is deleted.
 
-Known caveats: between two trims a function can write what its CPU allows (about 150 MB a
-second here); lines written while a trim copies the tail may be lost.
+A worker never holds its log file (red team round 5: with the file as its fds 1 and 2, a
+jailed function ``posix_fallocate``d 100 MiB of the host's disk in one call, could take all of it,
+``ftruncate``d its own record away, and a pre-warmed worker still held the node's
+``_prewarm.log``). Its stdout and stderr are the write end of a pipe (``LogPipe``); the node
+drains the pipe and appends what comes into the file, at most ``RATE_BYTES_S`` a second per
+worker (past it the node stops reading for a moment and the writer blocks on the full pipe), so
+the disk grows no faster than the trim cuts it and the node's loop spends bounded time on it. A
+pre-warmed worker's pipe points at ``_prewarm.log`` until it is specialised, then at the
+function's log (``retarget``).
+
+Known caveats: between two trims a function can write up to ``RATE_BYTES_S``; lines written
+while a trim copies the tail may be lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 from pathlib import Path
 
 READ_BYTES = 4 * 1024 * 1024    # what a log read or a cold-start error looks at: the newest part
+RATE_BYTES_S = 8 * 1024 * 1024  # what one worker's output may add to its log a second
 MAX_BYTES = 64 * 1024 * 1024    # a function's log on one node, at most (plus one trim period's writes)
 KEEP_BYTES = 1024 * 1024        # what a trim keeps
 TRIM_EVERY_S = 1.0
+
+
+class LogPipe(asyncio.Protocol):
+    """A worker's stdout and stderr (``child_fd``, for the spawn), drained into ``path``."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        read_fd, self.child_fd = os.pipe()
+        self._read = os.fdopen(read_fd, "rb", buffering=0)
+        self.transport: asyncio.ReadTransport | None = None
+        self._window_start, self._window_bytes = 0.0, 0
+        self.done = asyncio.get_running_loop().create_future()  # set at EOF: the worker and its children are gone
+
+    async def start(self) -> LogPipe:
+        await asyncio.get_running_loop().connect_read_pipe(lambda: self, self._read)
+        return self
+
+    def release_child(self) -> None:
+        """Close the node's copy of the write end, once the worker has inherited it."""
+        if self.child_fd is not None:
+            os.close(self.child_fd)
+            self.child_fd = None
+
+    def retarget(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # a removed function's log folder, a full disk: the output is dropped, the worker goes on
+        now = time.monotonic()
+        if now - self._window_start >= 1.0:
+            self._window_start, self._window_bytes = now, 0
+        self._window_bytes += len(data)
+        if self._window_bytes >= RATE_BYTES_S and self.transport is not None:
+            self.transport.pause_reading()  # the pipe fills and the worker's writes wait
+            asyncio.get_running_loop().call_later(self._window_start + 1.0 - now, self._resume)
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def close(self) -> None:
+        self.release_child()
+        if self.transport is not None:
+            self.transport.close()
 
 
 def log_path(node_dir: Path, name: str) -> Path:

@@ -11,7 +11,7 @@ Run by the node agent (node/prewarm.py) as
    jail, secrets_dir, link), plus ``env`` (variables to set: the function's, its gateway URL,
    namespace and TMPDIR among them), ``sys_path`` (the function's requirements env or null,
    put before the runtime's packages), ``cwd`` (the handler folder) and ``log`` (the function's
-   log file).
+   log file, which the node points this worker's output pipe at; the worker never opens it).
 3. ``TAKEN`` as soon as it has read the message: from then on a failure is the function's (the
    node would otherwise not know whether a worker that died had ever seen it).
 4. It applies them and runs the very code the classic worker runs (``worker.main``), which
@@ -38,7 +38,6 @@ import traceback
 
 # The imports are the point of a pre-warmed worker: everything the classic worker imports
 # before it loads the handler is loaded here, before any function is known.
-from nearfaas import atomic
 from nearfaas import cgroups
 from nearfaas.runtime import worker
 
@@ -90,12 +89,10 @@ def specialise(message: dict, startup_cwd: str) -> None:
     os.chdir(cwd)
     # The handler folder and the requirements env go on sys.path in worker.main, after the jail
     # (jailed_start.function_paths, from worker.main): this process is still root here, and both hold the author's files.
-    # The function's output goes to its own log, appended to like the spawned worker's.
+    # Its output already goes to a pipe the node drains into the function's log from now on
+    # (node/worker_logs.LogPipe, retargeted when the node sent this message): nothing to open.
     sys.stdout.flush()
     sys.stderr.flush()
-    with atomic.append(message["log"]) as log:  # 0600: a log names the function and holds its output
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
     # A spawned worker's stdin is /dev/null; the message pipe is done with.
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
