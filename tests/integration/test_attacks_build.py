@@ -94,15 +94,26 @@ def handle(event, context):
 '''
 
 
+UNREACHABLE = "def handle(event, context):\n    return 'unreachable'\n"
+
+
+def _bundle(tmp_path, folder: str, project: str, backend: str, handler: str = HANDLER, target: dict | None = None):
+    """A bundle whose requirements.txt names ``./<project>``, a local project whose PEP 517
+    backend (``backend``) lives in the bundle: pip runs it while it builds."""
+    bundle = tmp_path / folder
+    (bundle / project).mkdir(parents=True)
+    (bundle / "handler.py").write_text(handler)
+    (bundle / "requirements.txt").write_text(f"./{project}\n")
+    (bundle / project / "pyproject.toml").write_text(PYPROJECT if project == "evil" else PYPROJECT.replace("evil_report", project))
+    (bundle / project / "backend.py").write_text(backend)
+    if target is not None:
+        (bundle / project / "target.json").write_text(json.dumps(target))
+    return bundle
+
+
 def test_a_build_backend_runs_as_the_function_and_sees_nothing_of_the_node(cluster, scratch, tmp_path):
-    bundle = tmp_path / "evilbuild"
-    (bundle / "evil").mkdir(parents=True)
-    (bundle / "handler.py").write_text(HANDLER)
-    (bundle / "requirements.txt").write_text("./evil\n")
-    (bundle / "evil" / "pyproject.toml").write_text(PYPROJECT)
-    (bundle / "evil" / "backend.py").write_text(BACKEND)
     state = cluster.state_dir.resolve()
-    (bundle / "evil" / "target.json").write_text(json.dumps({"state": str(state)}))
+    bundle = _bundle(tmp_path, "evilbuild", "evil", BACKEND, target={"state": str(state)})
 
     assert scratch("build-attack", bundle, wait=False).status_code < 300
     resp = cluster.http.post(f"{cluster.url}/function/build-attack", data=b"", timeout=300)
@@ -117,15 +128,10 @@ def test_a_build_backend_runs_as_the_function_and_sees_nothing_of_the_node(clust
 
 def test_a_failing_jailed_build_is_pips_own_clear_error(cluster, scratch, tmp_path):
     """The jail keeps today's failure: the call is a 502 naming the file, with pip's tail."""
-    bundle = tmp_path / "brokenbuild"
-    (bundle / "broken").mkdir(parents=True)
-    (bundle / "handler.py").write_text("def handle(event, context):\n    return 'unreachable'\n")
-    (bundle / "requirements.txt").write_text("./broken\n")
-    (bundle / "broken" / "pyproject.toml").write_text(PYPROJECT.replace("evil_report", "broken"))
-    (bundle / "broken" / "backend.py").write_text(
-        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n\n\n"
-        "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
-        "    raise RuntimeError('the backend refuses to build')\n")
+    refusing = ("def get_requires_for_build_wheel(config_settings=None):\n    return []\n\n\n"
+                "def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):\n"
+                "    raise RuntimeError('the backend refuses to build')\n")
+    bundle = _bundle(tmp_path, "brokenbuild", "broken", refusing, handler=UNREACHABLE)
     assert scratch("build-broken", bundle, wait=False).status_code < 300
     resp = cluster.http.post(f"{cluster.url}/function/build-broken", data=b"", timeout=300)
     assert resp.status_code == 502, resp.text
@@ -164,12 +170,7 @@ def test_removing_a_function_stops_its_requirements_build(cluster, scratch, tmp_
     import threading
     import time
 
-    bundle = tmp_path / "slowbuild"
-    (bundle / "slow").mkdir(parents=True)
-    (bundle / "handler.py").write_text("def handle(event, context):\n    return 'unreachable'\n")
-    (bundle / "requirements.txt").write_text("./slow\n")
-    (bundle / "slow" / "pyproject.toml").write_text(PYPROJECT.replace("evil_report", "slow_build"))
-    (bundle / "slow" / "backend.py").write_text(SLOW_BACKEND)
+    bundle = _bundle(tmp_path, "slowbuild", "slow_build", SLOW_BACKEND, handler=UNREACHABLE)
     state = cluster.state_dir.resolve()
     assert scratch("build-forever", bundle, wait=False).status_code < 300
     answers = []
@@ -218,14 +219,8 @@ def test_a_build_reaches_no_node_port_and_nothing_but_the_package_index(cluster,
     # Build item 2 of issue 39: a build's network is limited to the index the operator
     # configured. Before node/build_net.py the backend above connected to the gateway and every
     # node port directly from inside the build (it had the host's network).
-    bundle = tmp_path / "netbuild"
-    (bundle / "evil").mkdir(parents=True)
-    (bundle / "handler.py").write_text(HANDLER)
-    (bundle / "requirements.txt").write_text("./evil\n")
-    (bundle / "evil" / "pyproject.toml").write_text(PYPROJECT)
-    (bundle / "evil" / "backend.py").write_text(NET_BACKEND)
     ports = [cluster.layout["gateway_port"], *(n["port"] for n in cluster.layout["nodes"])]
-    (bundle / "evil" / "target.json").write_text(json.dumps({"state": str(cluster.state_dir.resolve()), "ports": ports}))
+    bundle = _bundle(tmp_path, "netbuild", "evil", NET_BACKEND, target={"state": str(cluster.state_dir.resolve()), "ports": ports})
     assert scratch("build-net", bundle, wait=False).status_code < 300
     resp = cluster.http.post(f"{cluster.url}/function/build-net", data=b"", timeout=300)
     assert resp.status_code == 200, resp.text
