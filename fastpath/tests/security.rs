@@ -332,3 +332,22 @@ fn one_peer_cannot_take_the_whole_pool() {
     again.send(7, b"again");
     assert_eq!(again.recv().1, OK);
 }
+
+#[test]
+fn more_lambdas_than_instance_slots_all_get_served() {
+    // Red team round 5 (issue 39): one tenant's 530 lambdas, each called once, held all 512
+    // instance slots, and any other lambda that needed an instance answered TRAP until they
+    // were removed. An idle instance is evicted for the lambda that needs one now.
+    let fp = Fp::start(&["--workers", "1"]);
+    let n = nearfaas_fastpath::lambda::POOL_INSTANCES as u64 + 8;
+    for id in 1..=n {
+        fp.deploy_wasm(id, "web", json!({}));
+    }
+    let c = fp.client();
+    for round in 0..2 {
+        for id in 1..=n {
+            let (status, _) = c.call(id, b"hi");
+            assert_eq!(status, OK, "lambda {id} of {n}, round {round}");
+        }
+    }
+}

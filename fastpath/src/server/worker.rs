@@ -283,11 +283,17 @@ fn run_wasm_call(
 ) -> Ran {
     let l = call.lambda;
     let slicer = if sliced { srv.slicer.as_ref() } else { None };
-    let make = |out: &mut Vec<u8>| {
-        WasmInst::new(pre, slicer, entry).map_err(|e| {
-            inc(&l.stats.traps);
+    let make = |cache: &mut HashMap<u64, Cached>, out: &mut Vec<u8>| {
+        new_instance(cache, l.uid, || WasmInst::new(pre, slicer, entry)).map_err(|e| {
+            // No slot even after evicting an idle instance: the executor is full, not the lambda broken.
+            let (status, counter) = if e.starts_with("instantiate:") {
+                (OVERLOADED, &l.stats.overloaded)
+            } else {
+                (TRAP, &l.stats.traps)
+            };
+            inc(counter);
             let msg = format!("cannot instantiate lambda: {e}");
-            srv.reply_simple(call.reply, l.id, TRAP, msg.as_bytes(), out);
+            srv.reply_simple(call.reply, l.id, status, msg.as_bytes(), out);
             Ran::Answered
         })
     };
@@ -295,7 +301,7 @@ fn run_wasm_call(
         // The instance travels with the call while it is suspended (`settle` puts it back).
         let inst = match cache.remove(&l.uid) {
             Some(c) => c.inst,
-            None => match make(out) {
+            None => match make(cache, out) {
                 Ok(inst) => inst,
                 Err(ran) => return ran,
             },
@@ -306,16 +312,21 @@ fn run_wasm_call(
             inst.call_sliced(call.input, call.resume, l.timeout_ms, out),
         );
     }
-    let c = match cache.entry(l.uid) {
-        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => match make(out) {
-            Ok(inst) => v.insert(Cached {
-                lambda: l.clone(),
-                inst,
-            }),
+    if !cache.contains_key(&l.uid) {
+        match make(cache, out) {
+            Ok(inst) => {
+                cache.insert(
+                    l.uid,
+                    Cached {
+                        lambda: l.clone(),
+                        inst,
+                    },
+                );
+            }
             Err(ran) => return ran,
-        },
-    };
+        }
+    }
+    let c = cache.get_mut(&l.uid).expect("inserted above");
     let o = c
         .inst
         .call(call.input, call.resume, l.timeout_ms, l.fuel, out);
@@ -325,6 +336,31 @@ fn run_wasm_call(
         cache.remove(&l.uid);
     }
     Ran::Outcome(o)
+}
+
+/// A new instance from `make`; when the instance pool (`lambda::POOL_INSTANCES` slots, shared by
+/// every lambda) has no free slot, one idle instance of another lambda is dropped (its global
+/// state goes, as after a restart of that lambda) and `make` is tried once more. Without it one
+/// tenant's stack of 512 lambdas, each called once, held every slot and every other lambda that
+/// needed an instance answered TRAP until they were removed (red team round 5, issue 39).
+fn new_instance(
+    cache: &mut HashMap<u64, Cached>,
+    uid: u64,
+    make: impl Fn() -> Result<WasmInst, String>,
+) -> Result<WasmInst, String> {
+    match make() {
+        Err(e) if e.starts_with("instantiate:") => {
+            let victim = cache.keys().copied().find(|k| *k != uid);
+            match victim {
+                Some(k) => {
+                    cache.remove(&k);
+                    make()
+                }
+                None => Err(e),
+            }
+        }
+        r => r,
+    }
 }
 
 /// Count the outcome against the lambda and answer the call (or hand it to an external call).
