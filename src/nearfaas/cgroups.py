@@ -249,18 +249,9 @@ class Cgroups:
     def create(self, instance: str, limits: dict) -> list[str]:
         """The instance's cgroup folders, verified and limits written; the worker joins them
         itself. Raises CgroupError naming a missing controller."""
-        problems = self.missing()
-        if problems:
-            raise CgroupError(errno.ENOENT, "; ".join(problems))
         dirs = []
         try:
-            if self.v2:
-                base = self._bases()[0]
-                os.makedirs(base, exist_ok=True)
-                enable(self.root, "+memory +pids +cpu")
-                enable(base, "+memory +pids +cpu")
-            for base in self._bases():
-                os.makedirs(base, exist_ok=True)
+            for base in self._ready_bases():
                 dirs.append(os.path.join(base, instance))
                 os.mkdir(dirs[-1])
                 verify(dirs[-1], ("cgroup.procs",))
@@ -270,25 +261,30 @@ class Cgroups:
             remove_cgroups(dirs)
             raise
 
+    def _ready_bases(self) -> list[str]:
+        """The node's own group folders, made (v2: with the controllers delegated to them);
+        CgroupError naming each controller this host lacks."""
+        problems = self.missing()
+        if problems:
+            raise CgroupError(errno.ENOENT, "; ".join(problems))
+        bases = self._bases()
+        for base in bases:
+            os.makedirs(base, exist_ok=True)
+        if self.v2:
+            enable(self.root, "+memory +pids +cpu")
+            enable(bases[0], "+memory +pids +cpu")
+        return bases
+
     def limit_total_memory(self, limit: int) -> None:
         """A memory limit on the node's own group, over all its instance groups together (their
         pages and what they write to their tmpfs /tmp): past it the kernel reclaims, then stops
         one of this node's workers, never the gateway or another node. Raises CgroupError where
         the limit cannot be written (never skipped)."""
-        problems = self.missing()
-        if problems:
-            raise CgroupError(errno.ENOENT, "; ".join(problems))
-        if self.v2:
-            base = self._bases()[0]
-            os.makedirs(base, exist_ok=True)
-            enable(self.root, "+memory +pids +cpu")
-            verify(base, ("memory.max",))
-            write(os.path.join(base, "memory.max"), str(limit))
-            return
-        base = next(b for c, b in zip(self._controllers(), self._bases(), strict=True) if c == "memory")
-        os.makedirs(base, exist_ok=True)
-        verify(base, (V1_FILES["memory"],))
-        write(os.path.join(base, V1_FILES["memory"]), str(limit))
+        bases = self._ready_bases()
+        base = bases[0] if self.v2 else next(b for c, b in zip(self._controllers(), bases, strict=True) if c == "memory")
+        name = V2_FILES["memory"] if self.v2 else V1_FILES["memory"]
+        verify(base, (name,))
+        write(os.path.join(base, name), str(limit))
 
     def cpu_groups(self, dirs: list[str]) -> list[str]:
         """Of an instance's folders, those its CPU time is charged to (v1 cpu and cpuacct)."""

@@ -222,32 +222,29 @@ class PrewarmPool:
     async def _launch(self) -> GenericWorker:
         channel = self.fds.open_channel() if self.fds is not None else None
         cgroups = self.cgroups.create(f"prewarm-{uuid.uuid4().hex[:8]}", jail.limits_of({})) if self.cgroups else []
+        process = None
         try:
             process, reader, transport = await spawn_with_ready_pipe(
                 [sys.executable, "-P", "-m", "nearfaas.runtime.prewarm", "--node-dir", str(self.node_dir),
                  *(part for folder in cgroups for part in ("--cgroup", folder))],
                 log_path=self.log_path, env=self.env, cwd=str(self.node_dir), stdin=asyncio.subprocess.PIPE,
                 extra_fds=(channel.child_fd,) if channel else ())
+            # Its CPU groups now, before its imports (~0.4 s of CPU): the agent's group has the
+            # priority inside a capped node (node/capacity.py), and the imports must not share it.
+            # A join of cpu / cpuacct costs no RCU wait; the child still joins every group itself.
+            for folder in self.cgroups.cpu_groups(cgroups) if self.cgroups else ():
+                join_cgroup(folder, process.pid)
         except BaseException:
+            if process is not None:
+                transport.close()
+                process.kill()
+                await process.wait()
             if channel is not None:
                 self.fds.close_channel(channel)
             jail.remove_cgroups(cgroups)
             raise
         if channel is not None:
             channel.release_child()
-        try:
-            # Its CPU groups now, before its imports (~0.4 s of CPU): the agent's group has the
-            # priority inside a capped node (node/capacity.py), and the imports must not share it.
-            # A join of cpu / cpuacct costs no RCU wait; the child still joins every group itself.
-            for folder in self.cgroups.cpu_groups(cgroups) if self.cgroups else ():
-                join_cgroup(folder, process.pid)
-        except OSError:
-            process.kill()
-            await process.wait()
-            if channel is not None:
-                self.fds.close_channel(channel)
-            jail.remove_cgroups(cgroups)
-            raise
         generic = GenericWorker(process, reader, transport, channel, cgroups)
         task = asyncio.get_running_loop().create_task(self._remove_cgroups_after_exit(generic))
         self._cleanups.add(task)

@@ -10,6 +10,7 @@ import asyncio
 import os
 from pathlib import Path
 
+from nearfaas.node.worker_logs import LogPipe
 
 
 async def pipe_reader(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
@@ -34,8 +35,6 @@ async def spawn_with_ready_pipe(argv: list[str], *, log_path: Path, env: dict, c
     holds the file itself); returns the process and a reader of the pipe on which it reports
     (WARM / READY / FAILED lines). ``extra_fds`` are inherited under the same numbers (the
     object socket); the caller closes its copies."""
-    from nearfaas.node.worker_logs import LogPipe
-
     log = await LogPipe(log_path).start()
     read_fd, write_fd = os.pipe()
     try:

@@ -47,6 +47,7 @@ class LogPipe(asyncio.Protocol):
         read_fd, self.child_fd = os.pipe()
         self._read = os.fdopen(read_fd, "rb", buffering=0)
         self.transport: asyncio.ReadTransport | None = None
+        self._fd: int | None = None  # the log file, while output comes
         self._window_start, self._window_bytes = 0.0, 0
         self.done = asyncio.get_running_loop().create_future()  # set at EOF: the worker and its children are gone
 
@@ -62,17 +63,21 @@ class LogPipe(asyncio.Protocol):
 
     def retarget(self, path: Path) -> None:
         self.path = Path(path)
+        self._close_file()  # the next output opens the new file
+
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+        try:  # opened once per target, O_APPEND: a trim (in place) moves the end, and writes follow it
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            os.write(self._fd, data)
         except OSError:
             pass  # a removed function's log folder, a full disk: the output is dropped, the worker goes on
         now = time.monotonic()
@@ -88,6 +93,7 @@ class LogPipe(asyncio.Protocol):
             self.transport.resume_reading()
 
     def connection_lost(self, exc) -> None:
+        self._close_file()
         if not self.done.done():
             self.done.set_result(None)
 
