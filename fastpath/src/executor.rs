@@ -17,6 +17,7 @@ pub const USAGE: &str =
   [--tcp-idle-ms MS] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
   [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
+  [--pool-memory BYTES]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
 defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-depth 1024 --sched drr
   --max-connections 256 --max-connections-per-peer 128 --tcp-idle-ms 5000 (a TCP connection with
@@ -25,7 +26,8 @@ defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-dept
   (idle workers spin on their socket for a budget learnt from the gaps between requests, then
   block: src/poll.rs); --slice-us 50 (wasm lambdas run in slices of this many microseconds, so
   a light lambda waits about one slice behind a heavy call under drr: src/slice.rs; 0 runs every
-  call to completion)";
+  call to completion); --pool-memory 1073741824 (the linear memory of all wasm instances
+  together: each of the 3 engines' pools gets BYTES / 16 MiB / 3 slots; src/lambda.rs Pool)";
 
 pub struct Args {
     pub udp: String,
@@ -53,6 +55,8 @@ pub struct Args {
     pub poll: crate::poll::Policy,
     /// Wasm lambdas' slice (src/slice.rs); `None` runs calls to completion.
     pub slice: Option<std::time::Duration>,
+    /// The wasm instances' linear memory, all pools together (src/lambda.rs `Pool`).
+    pub pool_memory: u64,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -101,6 +105,7 @@ fn default_args() -> Args {
         stream_max_conns: 1024,
         poll: crate::poll::Policy::default(),
         slice: Some(crate::slice::DEFAULT_SLICE),
+        pool_memory: lambda::DEFAULT_POOL_MEMORY,
     }
 }
 
@@ -170,6 +175,14 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
                 die("--slice-us: use microseconds from 10 to 1000000, or 0 to run calls to completion");
             }
             a.slice = (us > 0).then(|| std::time::Duration::from_micros(us as u64));
+        }
+        "--pool-memory" => {
+            let v = val();
+            a.pool_memory = v.parse().unwrap_or_else(|_| {
+                die(&format!(
+                    "--pool-memory: {v:?}; use a byte count, e.g. 1073741824"
+                ))
+            })
         }
         "--stream" => a.stream = Some(val()),
         "--stream-idle-ms" => {
@@ -247,6 +260,9 @@ pub fn run(args: Args) -> ! {
     let key = control_key(&args);
     let sigs = block_signals();
     let socks = bind(&args);
+    // Before any engine is made: every engine's pool is sized from it.
+    let pool = lambda::Pool::new(args.pool_memory, args.workers).unwrap_or_else(|e| die(&e));
+    lambda::configure_pool(pool);
     let engine =
         lambda::make_engine(false).unwrap_or_else(|e| die(&format!("wasmtime engine: {e:#}")));
     let cfg = server::Config {
@@ -410,6 +426,9 @@ fn announce(args: &Args, cfg: &server::Config, srv: &server::Server, bound: &Bou
         "slice_us": cfg.slice.map(|d| d.as_micros() as u64),
         "stream": bound.stream.map(|l| l.port()),
         "stream_addr": bound.stream.map(|l| l.to_string()),
+        "pool_memory": lambda::pool().memory,
+        "pool_slots": lambda::pool().slots,
+        "cache_per_worker": lambda::pool().cache_per_worker,
     });
     match &args.ready_file {
         Some(p) => {

@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::slice::{self, Slicer};
 use wasmtime::{
@@ -19,20 +19,92 @@ pub const NF_EXTERNAL: i32 = -2;
 /// 4 bytes TCP frame length, 8 bytes lambda id, 1 byte status.
 pub const HDR: usize = crate::wire::FRAME_LEN + crate::wire::REPLY_HEAD;
 
-/// Number of instance slots in the pooling allocator.
-pub const POOL_INSTANCES: u32 = 512;
 /// Largest linear memory of one lambda instance.
 pub const MAX_MEMORY: usize = 16 << 20;
+/// The engines that may each hold a pool of instances: the plain one, the slicer's
+/// (src/slice.rs) and the fuel-counting one (made on first use, src/control.rs).
+pub const ENGINES: u64 = 3;
+/// `--pool-memory` when none is given: the linear memory of every wasm instance together.
+pub const DEFAULT_POOL_MEMORY: u64 = 1 << 30;
+/// Slots of each engine's pool that the workers' caches of idle instances leave free: for the
+/// ABI check of a deploy, the instances of suspended sliced calls and stream connections.
+pub const RESERVED_SLOTS: u32 = 2;
+/// Slots of each engine's pool with the default `--pool-memory` (21).
+pub const DEFAULT_SLOTS: u32 = (DEFAULT_POOL_MEMORY / MAX_MEMORY as u64 / ENGINES) as u32;
+
+/// The instance pools' size, from the memory budget (`--pool-memory`, the cluster file's
+/// `fastpath.memory`): every engine's pool gets `memory / MAX_MEMORY / ENGINES` slots, so the
+/// pools of all engines together never hold more than `memory` of linear memory, whatever
+/// lambdas, stream functions and fuel budgets are deployed. An instance that needs a slot when
+/// its pool is full evicts an idle instance of another lambda (src/server/worker.rs), else the
+/// call answers OVERLOADED; memory never grows past the budget (red team round 5, N2: 512
+/// slots of 16 MiB each, per engine, let one tenant's lambdas grow the executor to 8 GiB).
+///
+/// Worked example: `--pool-memory 1073741824` (1 GiB) and 1 worker: 64 slots of 16 MiB, 21 per
+/// engine; the worker keeps at most 19 idle instances cached (2 slots stay free), so a 20th
+/// lambda's first call evicts the least useful cached instance, not a deploy's ABI check.
+///
+/// Known caveats: a lambda that uses little memory still counts as 16 MiB (the pool's slot);
+/// the pools of engines no lambda uses stay empty, not lent to the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool {
+    /// The budget the pools were sized from (bytes).
+    pub memory: u64,
+    /// Slots of each engine's pool.
+    pub slots: u32,
+    /// Idle instances one worker keeps cached at most (of all engines together).
+    pub cache_per_worker: usize,
+}
+
+impl Pool {
+    /// The smallest `--pool-memory`: RESERVED_SLOTS + 1 slots for each engine.
+    pub const MIN_MEMORY: u64 = (RESERVED_SLOTS as u64 + 1) * MAX_MEMORY as u64 * ENGINES;
+
+    /// The pools for a budget of `memory` bytes and `workers` worker threads.
+    pub fn new(memory: u64, workers: usize) -> Result<Pool, String> {
+        if memory < Pool::MIN_MEMORY {
+            return Err(format!(
+                "--pool-memory: {memory} bytes is too little; use at least {} ({} slots of {} MiB for each of the {ENGINES} engines)",
+                Pool::MIN_MEMORY,
+                RESERVED_SLOTS + 1,
+                MAX_MEMORY >> 20
+            ));
+        }
+        let slots = (memory / MAX_MEMORY as u64 / ENGINES).min(u32::MAX as u64 / 2) as u32;
+        let free = (slots - RESERVED_SLOTS) as usize;
+        Ok(Pool {
+            memory,
+            slots,
+            cache_per_worker: (free / workers.max(1)).max(1),
+        })
+    }
+}
+
+static POOL: OnceLock<Pool> = OnceLock::new();
+
+/// Size the pools once, at start-up, before any engine is made (src/executor.rs); the size
+/// in force is returned (a second call changes nothing).
+pub fn configure_pool(p: Pool) -> Pool {
+    *POOL.get_or_init(|| p)
+}
+
+/// The pools' size: the configured one, else the default budget for one worker.
+pub fn pool() -> Pool {
+    *POOL.get_or_init(|| Pool::new(DEFAULT_POOL_MEMORY, 1).expect("the default budget is valid"))
+}
 
 /// The engine; with `fuel` the modules it compiles count instructions (lambdas deployed with a
-/// `fuel` budget), which costs some speed, so only those lambdas use it.
+/// `fuel` budget), which costs some speed, so only those lambdas use it. Its pool has
+/// `pool().slots` slots (see [`Pool`]).
 pub fn make_engine(fuel: bool) -> wasmtime::Result<Engine> {
+    let slots = pool().slots;
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_memories(POOL_INSTANCES)
-        .total_tables(POOL_INSTANCES)
-        .total_core_instances(POOL_INSTANCES)
+    pool.total_memories(slots)
+        .total_tables(slots)
+        .total_core_instances(slots)
+        .total_stacks(slots)
         .max_memory_size(MAX_MEMORY)
-        .max_unused_warm_slots(64);
+        .max_unused_warm_slots(slots.min(64));
     let mut cfg = Config::new();
     cfg.strategy(Strategy::Cranelift)
         .cranelift_opt_level(OptLevel::Speed)
@@ -158,8 +230,14 @@ pub fn check_abi(
     slicer: Option<&Arc<Slicer>>,
     entry: Option<&str>,
 ) -> Result<usize, String> {
-    let inst = WasmInst::new(pre, slicer, entry)
-        .map_err(|e| format!("module does not follow the lambda ABI: {e}"))?;
+    let inst = WasmInst::new(pre, slicer, entry).map_err(|e| {
+        if e.starts_with("instantiate:") && e.contains("limit") {
+            // Every slot is taken (suspended calls, stream connections): the module may be fine.
+            format!("the executor's instance pool is full right now ({} slots per engine, from fastpath.memory); retry, or raise fastpath.memory in the cluster file: {e}", pool().slots)
+        } else {
+            format!("module does not follow the lambda ABI: {e}")
+        }
+    })?;
     Ok(inst.buf_size)
 }
 

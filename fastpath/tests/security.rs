@@ -339,7 +339,7 @@ fn more_lambdas_than_instance_slots_all_get_served() {
     // instance slots, and any other lambda that needed an instance answered TRAP until they
     // were removed. An idle instance is evicted for the lambda that needs one now.
     let fp = Fp::start(&["--workers", "1"]);
-    let n = nearfaas_fastpath::lambda::POOL_INSTANCES as u64 + 8;
+    let n = nearfaas_fastpath::lambda::DEFAULT_SLOTS as u64 + 8;
     for id in 1..=n {
         fp.deploy_wasm(id, "web", json!({}));
     }

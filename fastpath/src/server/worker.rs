@@ -15,6 +15,22 @@ use crate::sched::{Job, JobKind, Pop, ReplyTo};
 struct Cached {
     lambda: Arc<Lambda>,
     inst: WasmInst,
+    /// When this worker last used it (`tick`): a full cache evicts the least recently used.
+    used: u64,
+}
+
+thread_local! {
+    static TICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// This worker's use counter (one thread's cache, so no atomic on the call path).
+#[inline]
+fn tick() -> u64 {
+    TICKS.with(|t| {
+        let n = t.get() + 1;
+        t.set(n);
+        n
+    })
 }
 
 pub fn worker_loop(srv: Arc<Server>, idx: usize, pin: bool) {
@@ -233,6 +249,7 @@ fn settle(cache: &mut HashMap<u64, Cached>, l: &Arc<Lambda>, s: Sliced) -> Ran {
                 cache.entry(l.uid).or_insert(Cached {
                     lambda: l.clone(),
                     inst,
+                    used: tick(),
                 });
             }
             Ran::Outcome(o)
@@ -320,6 +337,7 @@ fn run_wasm_call(
                     Cached {
                         lambda: l.clone(),
                         inst,
+                        used: 0,
                     },
                 );
             }
@@ -327,6 +345,7 @@ fn run_wasm_call(
         }
     }
     let c = cache.get_mut(&l.uid).expect("inserted above");
+    c.used = tick();
     let o = c
         .inst
         .call(call.input, call.resume, l.timeout_ms, l.fuel, out);
@@ -338,28 +357,48 @@ fn run_wasm_call(
     Ran::Outcome(o)
 }
 
-/// A new instance from `make`; when the instance pool (`lambda::POOL_INSTANCES` slots, shared by
-/// every lambda) has no free slot, one idle instance of another lambda is dropped (its global
-/// state goes, as after a restart of that lambda) and `make` is tried once more. Without it one
-/// tenant's stack of 512 lambdas, each called once, held every slot and every other lambda that
-/// needed an instance answered TRAP until they were removed (red team round 5, issue 39).
+/// A new instance from `make`. A worker keeps at most `lambda::pool().cache_per_worker` idle
+/// instances (its share of its pools' slots, less the reserve, src/lambda.rs `Pool`): at that
+/// many one idle instance of another lambda is dropped first (its global state goes, as after
+/// a restart of that lambda). When the pool still has no free slot (other workers' instances,
+/// suspended calls), one more is dropped and `make` is tried once more; then the call answers
+/// OVERLOADED. Without it one tenant's stack of lambdas, each called once, held every slot and
+/// every other lambda that needed an instance answered TRAP until they were removed, and the
+/// executor's memory grew with every lambda (red team round 5, issue 39, and N2).
 fn new_instance(
     cache: &mut HashMap<u64, Cached>,
     uid: u64,
     make: impl Fn() -> Result<WasmInst, String>,
 ) -> Result<WasmInst, String> {
+    if cache.len() >= lambda::pool().cache_per_worker {
+        evict_one(cache, uid);
+    }
     match make() {
         Err(e) if e.starts_with("instantiate:") => {
-            let victim = cache.keys().copied().find(|k| *k != uid);
-            match victim {
-                Some(k) => {
-                    cache.remove(&k);
-                    make()
-                }
-                None => Err(e),
+            if evict_one(cache, uid) {
+                make()
+            } else {
+                Err(e)
             }
         }
         r => r,
+    }
+}
+
+/// Drop the least recently used cached instance of a lambda other than `uid`; whether there
+/// was one. (A scan of at most `cache_per_worker` entries, only when one must go.)
+fn evict_one(cache: &mut HashMap<u64, Cached>, uid: u64) -> bool {
+    let victim = cache
+        .iter()
+        .filter(|(k, _)| **k != uid)
+        .min_by_key(|(_, c)| c.used)
+        .map(|(k, _)| *k);
+    match victim {
+        Some(k) => {
+            cache.remove(&k);
+            true
+        }
+        None => false,
     }
 }
 
