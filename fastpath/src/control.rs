@@ -257,6 +257,7 @@ const DEPLOY_FIELDS: &[&str] = &[
     "external",
     "stream",
     "entry",
+    "group",
 ];
 
 /// Fields of a lambda deploy that a stream function has no use for (null is accepted).
@@ -290,6 +291,12 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     }
     if m.get("stream").is_some_and(|v| !v.is_null()) {
         return Err("stream: only a deploy of kind \"stream\" takes a chain".into());
+    }
+    if m.get("group").is_some_and(|v| !v.is_null()) {
+        return Err(
+            "group: only a stream function has a group (its wasm stage's turn); leave it out"
+                .into(),
+        );
     }
     let id = get_id(m)?;
     let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
@@ -522,6 +529,15 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
     let name = get_str(m, "name")?
         .map(str::to_string)
         .unwrap_or_else(|| format!("stream-{id}"));
+    let group = match m.get("group") {
+        None | Some(Value::Null) => name.clone(),
+        Some(Value::String(g)) if !g.is_empty() && g.len() <= 253 => g.clone(),
+        Some(v) => {
+            return Err(format!(
+                "group: must be a name of 1 to 253 bytes (the gateway sends the function's namespace), got {v}"
+            ))
+        }
+    };
     let compile = |path: &str, fuel: Option<u64>| stream_wasm(srv, path, fuel);
     let chain = stream::parse_chain_with(m.get("stream"), Some(&compile))?;
     let describe = chain.describe();
@@ -540,6 +556,7 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
         id,
         name,
         version,
+        group: group.into(),
         chain,
         stats,
     }));

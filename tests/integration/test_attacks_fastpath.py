@@ -234,5 +234,9 @@ def test_a_stream_stage_cannot_ask_for_more_time_than_the_operator_allows(cluste
             s.sendall(wire.STREAM_HEAD.pack(info["id"], 4) + (2).to_bytes(4, "little"))  # element 2 spins forever
             status = s.recv(1)
         assert status == bytes([wire.TIMEOUT]), status  # stopped by the 1 s budget, not left running
+        # Round 5 (N1): its wasm stage takes turns with other namespaces' in the executor's
+        # offload pool (fastpath/src/stream/offload.rs); the gateway names the group.
+        executor = cluster.http.get(f"{cluster.url}/system/fastpath", timeout=5).json()["executor"]
+        assert [s["group"] for s in executor["streams"] if s["name"] == name] == ["(default namespace)"], executor["streams"]
     finally:
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)

@@ -30,13 +30,14 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 
-use super::spec::{refusal_status, reply_status, Pipeline, Refusal};
+use super::offload::{Done, Job, BATCH};
+use super::spec::{refusal_status, reply_status, Pipeline, Reduce, Refusal};
 use super::{StreamFn, Streams};
 use crate::lambda::inc;
 use crate::wire::{BAD_REQUEST, STREAM_HEAD, STREAM_KEEP_ALIVE, STREAM_UNTIL_EOF, UNKNOWN};
@@ -60,11 +61,47 @@ pub(super) enum Phase {
         /// Payload bytes still expected (`STREAM_UNTIL_EOF`: until the client half-closes).
         left: u64,
     },
+    /// The body of a request to a chain ending in a `wasm` stage: read here, run by the
+    /// offload pool (`offload`), never on the loop.
+    Wasm(Box<WasmBody>),
     Reply {
         out: Vec<u8>,
         at: usize,
     },
     Drain,
+}
+
+/// A wasm request's body as the loop holds it: what is read and not yet handed to the pool.
+pub(super) struct WasmBody {
+    pub f: Arc<StreamFn>,
+    /// `None` before the first job (which instantiates the module) and while a job holds it.
+    pub pipe: Option<Pipeline>,
+    /// Payload bytes still expected (`STREAM_UNTIL_EOF`: until the client half-closes).
+    left: u64,
+    /// Read, not yet handed over (at most `offload::BATCH`).
+    pub inbox: Vec<u8>,
+    /// A job is out: its cancel flag (set when the request ends another way).
+    pub out: Option<Arc<AtomicBool>>,
+    /// The payload is complete: the next job finishes.
+    pub ended: bool,
+    /// Whether a job has been handed over for this request yet.
+    pub started: bool,
+}
+
+impl Drop for WasmBody {
+    fn drop(&mut self) {
+        if let Some(cancel) = &self.out {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl WasmBody {
+    /// Whether the loop should hand a job to the pool now: none is out, and there is a first
+    /// job to make, bytes to feed or an end to finish.
+    pub fn due(&self) -> bool {
+        self.out.is_none() && (!self.started || !self.inbox.is_empty() || self.ended)
+    }
 }
 
 fn header() -> Phase {
@@ -127,7 +164,13 @@ impl Conn {
     /// reply waits to be written (see the module comment).
     fn wants_input(&self) -> bool {
         let reply_waits = self.keep && matches!(self.phase, Phase::Reply { .. });
-        !(self.eof || reply_waits)
+        // A wasm request is not read while its pool job runs, once its batch is full, or after
+        // its payload: the client's bytes wait in the socket (back-pressure).
+        let wasm_waits = match &self.phase {
+            Phase::Wasm(w) => w.out.is_some() || w.ended || w.inbox.len() >= BATCH,
+            _ => false,
+        };
+        !(self.eof || reply_waits || wasm_waits)
     }
 
     /// The idle timer fired: whether the client is owed a TIMEOUT reply (it is mid-request)
@@ -139,6 +182,10 @@ impl Conn {
             Phase::Header { .. } => true,
             Phase::Body { f, .. } => {
                 inc(&f.stats.timeouts);
+                true
+            }
+            Phase::Wasm(w) => {
+                inc(&w.f.stats.timeouts);
                 true
             }
             Phase::Reply { .. } | Phase::Drain => false,
@@ -167,6 +214,7 @@ pub(super) fn drive(
                 (t, t.min(CHUNK))
             }
             Phase::Header { .. } => (BUDGET, HEADER_READ),
+            Phase::Wasm(w) => (BATCH, (BATCH - w.inbox.len()).min(CHUNK)),
             _ => (BUDGET, CHUNK),
         };
         if read >= turn {
@@ -275,6 +323,21 @@ fn consume(streams: &Streams, c: &mut Conn, mut bytes: &[u8], scratch: &mut Vec<
                     finish(c, scratch);
                 }
             }
+            Phase::Wasm(w) => {
+                let take = w.left.min(bytes.len() as u64) as usize;
+                w.inbox.extend_from_slice(&bytes[..take]);
+                w.f.stats.bytes.fetch_add(take as u64, Ordering::Relaxed);
+                if w.left != STREAM_UNTIL_EOF {
+                    w.left -= take as u64;
+                    w.ended = w.left == 0;
+                }
+                bytes = &bytes[take..];
+                if !bytes.is_empty() && c.keep {
+                    // A pipelining client's next request: kept for when the reply is written.
+                    c.pending.extend_from_slice(bytes);
+                }
+                return;
+            }
             Phase::Reply { .. } if c.keep => {
                 // A pipelining client's next request: kept for when the reply is written.
                 c.pending.extend_from_slice(bytes);
@@ -304,6 +367,19 @@ fn start(streams: &Streams, h: &[u8; STREAM_HEAD]) -> (Phase, bool) {
         inc(&f.stats.bad_request);
         return (reply(reply_status(BAD_REQUEST)), false);
     }
+    let keep = keep && len != STREAM_UNTIL_EOF;
+    if matches!(f.chain.reduce, Reduce::Wasm(_)) {
+        let body = WasmBody {
+            f,
+            pipe: None,
+            left: len,
+            inbox: Vec::new(),
+            out: None,
+            ended: len == 0,
+            started: false,
+        };
+        return (Phase::Wasm(Box::new(body)), keep);
+    }
     let pipe = match f.chain.try_pipeline() {
         Ok(p) => p,
         Err(why) => {
@@ -311,7 +387,6 @@ fn start(streams: &Streams, h: &[u8; STREAM_HEAD]) -> (Phase, bool) {
             return (reply(reply_status(refusal_status(&why))), false);
         }
     };
-    let keep = keep && len != STREAM_UNTIL_EOF;
     (Phase::Body { f, pipe, left: len }, keep)
 }
 
@@ -333,6 +408,58 @@ fn finish(c: &mut Conn, scratch: &mut Vec<u32>) {
     count_elements(f, pipe);
     c.phase = reply(out);
     c.read_whole = true;
+}
+
+/// The connection's next pool job, when one is due (a wasm request: `offload`).
+pub(super) fn job(c: &mut Conn, tok: usize) -> Option<Job> {
+    let Phase::Wasm(w) = &mut c.phase else {
+        return None;
+    };
+    if !w.due() {
+        return None;
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    w.out = Some(cancel.clone());
+    w.started = true;
+    Some(Job {
+        tok,
+        f: w.f.clone(),
+        pipe: w.pipe.take(),
+        bytes: std::mem::take(&mut w.inbox),
+        finish: w.ended,
+        cancel,
+    })
+}
+
+/// A pool job of this connection came back: take its pipeline back to read on, or answer.
+/// False when the result is stale (the request was answered another way meanwhile).
+pub(super) fn done(c: &mut Conn, d: Done) -> bool {
+    let Phase::Wasm(w) = &mut c.phase else {
+        return false;
+    };
+    if w.out.take().is_none() {
+        return false;
+    }
+    let f = w.f.clone();
+    if let Some(p) = &d.pipe {
+        if !matches!(d.result, Ok(None)) {
+            count_elements(&f, p);
+        }
+    }
+    match d.result {
+        Ok(None) => w.pipe = d.pipe,
+        Ok(Some(out)) => {
+            inc(&f.stats.ok);
+            c.phase = reply(out);
+            c.read_whole = true;
+        }
+        Err(why) => {
+            count_refusal(&f, &why);
+            c.keep = false; // the rest of the payload is not read
+            c.phase = reply(reply_status(refusal_status(&why)));
+        }
+    }
+    true
 }
 
 /// Count a refused request under its status.
@@ -370,6 +497,15 @@ fn at_eof(streams: &Streams, c: &mut Conn, scratch: &mut Vec<u32>) -> Option<Nex
                 return None;
             }
             finish(c, scratch);
+            None
+        }
+        Phase::Wasm(w) => {
+            if w.left != STREAM_UNTIL_EOF {
+                inc(&w.f.stats.bad_request); // truncated (dropping w cancels a job not yet run)
+                c.phase = reply(reply_status(BAD_REQUEST));
+            } else {
+                w.ended = true; // the pool's next job finishes
+            }
             None
         }
         Phase::Reply { .. } => None,

@@ -13,12 +13,14 @@
 //! * [`stage`]: the deploy JSON's `stream` object, parsed and validated into a chain.
 //! * [`serve`]: the listener's event loop.
 //! * [`conn`]: one connection's state machine (header, body, reply, drain; kept-alive).
+//! * [`offload`]: the pool that runs `wasm` stages off the loop, groups taking turns.
 //!
 //! Stream functions share the lambdas' ID space: an ID names one function, so deploying a
 //! stream function over a lambda's ID replaces it (and the other way round), and `remove`
 //! removes either.
 
 pub mod conn;
+pub mod offload;
 pub mod ops;
 pub mod serve;
 pub mod spec;
@@ -57,6 +59,9 @@ pub struct StreamFn {
     pub id: crate::wire::LambdaId,
     pub name: String,
     pub version: u64,
+    /// Whose turn its `wasm` stage's work takes in the offload pool (`offload`): the deploy's
+    /// `group` (the gateway sends the namespace), else the function's name.
+    pub group: Arc<str>,
     pub chain: Chain,
     pub stats: Arc<StreamStats>,
 }
@@ -116,7 +121,7 @@ impl Streams {
             .iter()
             .map(|f| {
                 let s = &f.stats;
-                json!({"id": f.id, "name": f.name, "version": f.version, "kind": "stream",
+                json!({"id": f.id, "name": f.name, "version": f.version, "kind": "stream", "group": &*f.group,
                        "stream": f.chain.describe(),
                        "calls": r(&s.calls), "ok": r(&s.ok), "bad_request": r(&s.bad_request),
                        "timeouts": r(&s.timeouts), "traps": r(&s.traps), "overloaded": r(&s.overloaded), "bytes": r(&s.bytes), "elements": r(&s.elements)})

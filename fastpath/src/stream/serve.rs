@@ -11,7 +11,9 @@
 //! inline on the loop (no hand-off, no copy), a connection at a time, at most `BUDGET` bytes per
 //! turn so one fast sender cannot starve the others. One loop thread suits the 2-core machines
 //! this runs on (the lambda workers keep the other core); more loops would be a listener per
-//! thread, not a change of design.
+//! thread, not a change of design. A `wasm` stage is the deployer's code, not ours: it never
+//! runs on the loop but on the offload pool (`offload`), and the loop hears of each finished job
+//! through a waker.
 //!
 //! The per-connection state machine (and kept-alive connections) is in `conn`.
 
@@ -26,7 +28,8 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 
-use super::conn::{drive, Conn, Next, Phase, CHUNK};
+use super::conn::{self, drive, Conn, Next, Phase, CHUNK};
+use super::offload::{threads, Offload};
 use super::spec::reply_status;
 use super::Streams;
 use crate::lambda::inc;
@@ -36,6 +39,8 @@ use crate::wire::{OVERLOADED, TIMEOUT};
 /// How often accepting is retried after it failed for lack of descriptors or memory.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 const LISTENER: Token = Token(usize::MAX);
+/// The offload pool finished a job (`offload`).
+const WAKER: Token = Token(usize::MAX - 1);
 
 pub struct Config {
     /// A connection with no byte for this long is answered TIMEOUT and closed (closed quietly
@@ -57,6 +62,7 @@ struct Loop<'a> {
     buf: Vec<u8>,
     scratch: Vec<u32>,
     now: Instant,
+    offload: Offload,
 }
 
 fn token_of(idx: usize, gen: u32) -> usize {
@@ -74,6 +80,13 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)
         .expect("register the stream listener");
+    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).expect("the stream loop's waker"));
+    let offload = Offload::start(
+        threads(),
+        Arc::new(move || {
+            let _ = waker.wake();
+        }),
+    );
     let mut l = Loop {
         streams: &srv.streams,
         poll,
@@ -86,6 +99,7 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
         buf: vec![0u8; CHUNK],
         scratch: Vec::with_capacity(CHUNK),
         now: Instant::now(),
+        offload,
     };
     let mut events = Events::with_capacity(1024);
     let mut accept_paused = false;
@@ -118,6 +132,8 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
         for ev in events.iter() {
             if ev.token() == LISTENER {
                 accept_paused = !l.accept(&listener);
+            } else if ev.token() == WAKER {
+                l.completed();
             } else {
                 l.ready(ev.token().0);
             }
@@ -215,7 +231,23 @@ impl Loop<'_> {
             drive(streams, &mut c, &mut self.buf, &mut self.scratch, now, idle)
         }))
         .unwrap_or(Next::Close);
+        if next != Next::Close {
+            if let Some(job) = conn::job(&mut c, tok) {
+                self.offload.submit(job);
+            }
+        }
         self.put(tok, c, next);
+    }
+
+    /// Jobs the offload pool finished: give each its connection back (one that closed since
+    /// drops it) and drive that connection on (read the next batch, or write the reply).
+    fn completed(&mut self) {
+        while let Ok(d) = self.offload.done.try_recv() {
+            let tok = d.tok;
+            if self.get(tok).is_some_and(|c| conn::done(c, d)) {
+                self.ready(tok);
+            }
+        }
     }
 
     /// Take the connection out of its slot while it is driven (the slot stays reserved).

@@ -82,8 +82,8 @@ impl Chain {
                     variant: Variant::Heap,
                 } => 2 + log2(k),
                 Reduce::Frequent { k } => 8 + log2(k),
-                // Unknown cost: assume an insertion network of K (each call is also bounded
-                // by the stage's timeout).
+                // Not the loop's work: the loop reads a wasm request in batches of
+                // `offload::BATCH` for the offload pool (this turn size is unused).
                 Reduce::Wasm(ref w) => w.k,
             };
         let elem_bytes = if self.parse { 2 } else { 4 };

@@ -15,9 +15,10 @@
 //! to `buf[0..n]`, returns n, a multiple of 4). A negative return is BAD_REQUEST.
 //!
 //! `timeout_ms` is the request's budget of time inside the module, all its calls together
-//! (init, every feed, finish), not a limit per call: the calls run inline on the one stream
-//! event loop, so a module with a 4-byte buffer whose every feed stayed just under a per-call
-//! limit held every other stream request for minutes from one small body (red team, issue 39).
+//! (init, every feed, finish), not a limit per call: a module with a 4-byte buffer whose every
+//! feed stayed just under a per-call limit held every other stream request for minutes from one
+//! small body when the calls ran on the event loop (red team, issue 39). They run on the offload
+//! pool now (`offload`), one job at a time per group, and the budget bounds a group's turn.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -30,7 +31,8 @@ use crate::wire::OK;
 /// A request's budget inside the module when the deploy gives none (milliseconds; the
 /// gateway always gives one: the cluster's `fastpath.max_timeout_ms` unless the stage asks less).
 pub const DEFAULT_TIMEOUT_MS: u64 = 1_000;
-/// Largest `timeout_ms` of a stage: its calls run inline on the stream event loop.
+/// Largest `timeout_ms` of a stage (a bare executor's; the gateway caps it at the cluster's
+/// `fastpath.max_timeout_ms`).
 pub const MAX_TIMEOUT_MS: u64 = 10_000;
 
 /// A deployed `wasm` stage: the module, linked once, and its parameters.

@@ -245,8 +245,11 @@ class FastPath:
         new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
+        # The group takes turns with the others for the executor's wasm threads: the namespace
+        # (a deployer owns all of it), so one tenant's slow module never holds another's.
+        group = spec["name"].partition(".")[2] or "(default namespace)"
         reply = await self.control({"op": "deploy", "id": lambda_id, "name": spec["name"], "kind": "stream", "version": version,
-                                    "stream": {"chain": stages}})
+                                    "group": group, "stream": {"chain": stages}})
         if not reply.get("ok"):
             if new_id:
                 self.release(spec["name"])
