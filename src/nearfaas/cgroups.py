@@ -338,6 +338,103 @@ class Cgroups:
             remove_cgroups([os.path.join(base, n) for n in names], kill=False)
 
 
+class MemoryGroup:
+    """A memory cgroup of its own for one of the platform's long-running processes outside the
+    nodes (the fast-path executor, cluster/launcher.py), with a limit: ``create(limit)`` before
+    the process starts (CgroupError naming the missing memory controller and the fix), ``join``
+    once it is spawned, ``remove`` at ``nearfaas down``. It sits where the nodes' groups do (v1:
+    under the starting process's memory group; v2: under the root), named
+    ``nearfaas-<state dir tag>.<name>`` (a node's name has no dot, so the two never meet).
+
+    Worked example (red team round 5, N2): ``MemoryGroup(state, "fastpath").create(1879048192)``
+    on a v1 host whose launcher is in memory group ``/user.slice`` makes
+    ``/sys/fs/cgroup/memory/user.slice/nearfaas-1a2b3c4d.fastpath`` with
+    ``memory.limit_in_bytes`` 1879048192 (and memsw where swap is accounted); ``join(pid)`` moves
+    the executor there, and a stack of tenant lambdas can no longer grow it past 1.75 GiB.
+
+    Known caveats: pages the process touched before ``join`` stay charged to its old group (v1
+    moves no charges; the executor has run no tenant code by then). Past the limit the kernel
+    reclaims, then kills the executor (the fast path stops; the host and the nodes do not).
+    """
+
+    def __init__(self, state_dir: Path, name: str, root: str | None = None, folder: str | None = None):
+        """``folder``: where ``up`` made it (its layout records it), for a ``down`` run from
+        another cgroup; only a folder of this group's name is taken."""
+        self.root = root or default_root()
+        tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+        self.name = f"nearfaas-{tag}.{name}"
+        self.v2 = is_v2(self.root)
+        if folder and os.path.basename(os.path.normpath(folder)) == self.name:
+            self.folder = folder
+        elif self.v2:
+            self.folder = os.path.join(self.root, self.name)
+        else:
+            own = own_cgroups().get("memory", "/")
+            self.folder = os.path.join(self.root, "memory", own.lstrip("/"), self.name)
+        self.limit_file = V2_FILES["memory"] if self.v2 else V1_FILES["memory"]
+
+    def missing(self) -> str | None:
+        """Why this host cannot give the group a memory limit (the fix named), or None."""
+        if self.v2:
+            try:
+                have = read(os.path.join(self.root, "cgroup.controllers")).split()
+            except OSError:
+                have = []
+            if "memory" in have:
+                return None
+            return (f"the memory cgroup controller is missing from cgroup v2 at {self.root} (cgroup.controllers: "
+                    f"{' '.join(have) or 'none'}); fix: enable it in the kernel and for this root")
+        mount = os.path.join(self.root, "memory")
+        if is_cgroup(mount):
+            return None
+        return (f"the memory cgroup controller is missing: {mount} is {_kind(mount)}, not a cgroup v1 memory hierarchy "
+                f"(and {self.root} is not cgroup v2); fix: mount it (mkdir -p {mount} && mount -t cgroup -o memory cgroup "
+                f"{mount}) or boot with cgroup v2")
+
+    def create(self, limit: int) -> str:
+        """Make the group (or reuse an empty one a killed run left) with ``limit`` bytes; its
+        folder. Raises CgroupError naming what is missing; never leaves a group without it."""
+        problem = self.missing()
+        if problem:
+            raise CgroupError(errno.ENOENT, problem)
+        if self.v2:
+            enable(self.root, "+memory")
+        try:
+            os.makedirs(self.folder, exist_ok=True)
+            verify(self.folder, ("cgroup.procs", self.limit_file))
+            if self.v2:
+                write(os.path.join(self.folder, "memory.max"), str(limit))
+                if os.path.exists(os.path.join(self.folder, "memory.swap.max")):
+                    write(os.path.join(self.folder, "memory.swap.max"), "0")  # the limit is not sidestepped into swap
+            else:
+                memsw = os.path.join(self.folder, "memory.memsw.limit_in_bytes")
+                order = [self.limit_file, "memory.memsw.limit_in_bytes"]  # memsw >= memory at every step
+                if os.path.exists(memsw) and int(read(memsw)) < limit:
+                    order.reverse()
+                for name in order:
+                    if os.path.exists(os.path.join(self.folder, name)):
+                        write(os.path.join(self.folder, name), str(limit))
+        except OSError:
+            remove_cgroups([self.folder], kill=False)
+            raise
+        return self.folder
+
+    def join(self, pid: int) -> None:
+        join(self.folder, pid)
+
+    def limit(self) -> int | None:
+        """The group's memory limit in bytes (None: none set, or no group)."""
+        try:
+            value = read(os.path.join(self.folder, self.limit_file))
+        except OSError:
+            return None
+        return None if value == "max" else int(value)
+
+    def remove(self) -> list[str]:
+        """Kill what is left in the group and remove it (``remove_cgroups``); only a cgroup."""
+        return remove_cgroups([self.folder]) if is_cgroup(self.folder) else []
+
+
 def cpu_seconds(dirs: list[str]) -> float | None:
     """CPU time used so far by the processes of an instance's cgroups (v1 ``cpuacct.usage``,
     v2 ``cpu.stat``); None where none of them meters it."""

@@ -23,8 +23,10 @@ from pathlib import Path
 
 from nearfaas import atomic
 from nearfaas.auth import internal
+from nearfaas.cgroups import MemoryGroup
 from nearfaas.spec.budgets import budgets_dict
 from nearfaas.spec.cluster import ClusterSpec
+from nearfaas.spec.fastpath import FastpathSpec
 from nearfaas.pids import alive
 
 READY_TIMEOUT_S = 30.0
@@ -145,12 +147,17 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     if not on_ray and spec.gateway.port and _port_in_use(host, gateway_port):
         raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
     gateway_url = f"http://{host}:{gateway_port}"
+    fastpath = None if on_ray else _fastpath_layout(spec, host, state_dir, taken)
+    # The host's budget adds up: the executor's cgroup limit comes out of what the nodes'
+    # workers get by default (red team round 5, N2).
+    node_default = None if all(n.workers_memory for n in spec.nodes) else \
+        default_workers_memory(len(spec.nodes), fastpath["cgroup_limit"] if fastpath else 0)
     nodes = []
     for node in spec.nodes:
         port = 0 if on_ray else node.port or _free_port(host, taken)  # on Ray: each actor picks one on its own host
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
                       "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus,
-                      "workers_memory": node.workers_memory or default_workers_memory(len(spec.nodes))})
+                      "workers_memory": node.workers_memory or node_default})
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
@@ -163,7 +170,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         "budgets": budgets_dict(spec.gateway),  # against floods (spec/budgets.py)
         "auth": _client_keys(spec, state_dir),
         "state_dir": str(state_dir), "processes": [], "started": time.time(),
-        "fastpath": None if on_ray else _fastpath_layout(spec, host, state_dir, taken),
+        "fastpath": fastpath,
     }
     if on_ray:
         from nearfaas.cluster import ray_backend
@@ -182,6 +189,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     env = _child_env(layout)
     started: list[tuple[str, subprocess.Popen, str, Path]] = []
     try:
+        group = _fastpath_group(layout, state_dir)
         for node in nodes:
             on_step(f"starting {node['kind']} node {node['name']} ({node['class']}) on {node['url']}")
             # 0700 whatever the node makes below it: its store, specs, logs, secrets (0700 up
@@ -193,6 +201,11 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
             on_step(f"starting the fast path on {host} ({fp['workers']} worker(s), {fp['sched']})")
             Path(fp["ready_file"]).unlink(missing_ok=True)
             started.append(_spawn("fastpath", _fastpath_command(layout), state_dir, env, Path(fp["ready_file"]), umask=0o077))
+            if group is not None:  # before the gateway starts: no tenant code has run in it yet
+                try:
+                    group.join(started[-1][1].pid)
+                except OSError as exc:
+                    raise ClusterError(f"cannot move the fast-path executor into its memory cgroup {group.folder}: {exc}") from None
         # The nodes answer before the gateway starts: its first health poll must find them up, or
         # it would count them down (and fail S3 calls fast) until its next poll.
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
@@ -217,10 +230,42 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     except BaseException:
         for _, proc, _, _ in started:
             _stop_group(proc.pid)
+        _remove_fastpath_group(layout, state_dir)
         layout["processes"] = []
         _write_layout(state_dir, layout)
         raise
     return layout
+
+
+def _fastpath_group(layout: dict, state_dir: Path) -> MemoryGroup | None:
+    """The executor's memory cgroup, made and limited (fastpath.memory and its headroom), its
+    folder recorded in the layout; None without isolation or without the fast path. Fail
+    closed: with isolation on, a host that cannot make it gets no cluster (the executor outside
+    every limit grew by 16 MiB per tenant lambda, red team round 5, N2)."""
+    fp = layout["fastpath"]
+    if not fp or not layout.get("isolation", True):
+        return None
+    group = MemoryGroup(state_dir, "fastpath")
+    try:
+        fp["cgroup"] = group.create(fp["cgroup_limit"])
+    except OSError as exc:
+        raise ClusterError(f"cannot give the fast-path executor its memory cgroup ({fp['cgroup_limit']} bytes: fastpath.memory and "
+                           f"its headroom): {exc}; fix that, or set fastpath.enabled: false (no fast path), or isolation: "
+                           "false (no limits at all)") from None
+    _write_layout(state_dir, layout)
+    return group
+
+
+def _remove_fastpath_group(layout: dict, state_dir: Path) -> None:
+    """Remove the executor's memory cgroup (``down``, or ``up`` failing): whatever is left in it
+    is killed first; an executor just killed may take a moment to leave it."""
+    folder = (layout.get("fastpath") or {}).get("cgroup")
+    if not folder:
+        return
+    group = MemoryGroup(state_dir, "fastpath", folder=folder)
+    deadline = time.monotonic() + 5
+    while group.remove() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _client_keys(spec: ClusterSpec, state_dir: Path) -> dict | None:
@@ -274,7 +319,8 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[i
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin, "poll": fp.poll,
             "slice_us": fp.slice_us, "tcp_idle_ms": fp.tcp_idle_ms, "max_connections_per_peer": fp.max_connections_per_peer,
             "max_weight": fp.max_weight, "max_timeout_ms": fp.max_timeout_ms, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
-            "max_frame": 2 << 20, "max_connections": 256}
+            "max_frame": 2 << 20, "max_connections": 256, "memory": fp.memory, "cgroup_limit": fp.cgroup_limit(),
+            "max_functions_per_namespace": fp.max_functions_per_namespace}
 
 
 def _record_fastpath_ports(fp: dict) -> None:
@@ -294,16 +340,26 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--control-key-file", fp["control_key_file"], "--max-frame", str(fp.get("max_frame", 2 << 20)),
             "--max-connections", str(fp.get("max_connections", 256)), "--poll", fp.get("poll", "adaptive"),
             "--slice-us", str(fp.get("slice_us", 50)), "--tcp-idle-ms", str(fp.get("tcp_idle_ms", 5000)),
-            "--max-connections-per-peer", str(fp.get("max_connections_per_peer", 128))] + \
+            "--max-connections-per-peer", str(fp.get("max_connections_per_peer", 128)),
+            "--pool-memory", str(fp.get("memory", FastpathSpec.memory))] + \
         (["--pin"] if fp.get("pin") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] if fp.get("stream") is not None else [])
 
 
-def default_workers_memory(nodes: int) -> int:
-    """A node's workers' memory when the cluster file gives none: 3/4 of this host's memory,
+def default_workers_memory(nodes: int, fastpath: int = 0) -> int:
+    """A node's workers' memory when the cluster file gives none: 3/4 of this host's memory
+    less ``fastpath`` (the fast-path executor's cgroup limit, FastpathSpec.cgroup_limit),
     shared evenly by the cluster's nodes (the rest is the gateway's, the agents' and the
-    host's). On Ray each node's host may differ; this host's figure is the one known here."""
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 / 4 / max(1, nodes))
+    host's), so nodes and executor together stay within the 3/4. On Ray each node's host may
+    differ; this host's figure is the one known here."""
+    budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
+    share = (budget - fastpath) // max(1, nodes)
+    if share < 64 << 20:
+        raise ClusterError(f"this host's memory budget (3/4 of its memory, {budget >> 20} MiB) less the fast path's "
+                           f"{fastpath >> 20} MiB (fastpath.memory and the executor's headroom) leaves {max(0, share) >> 20} MiB "
+                           f"for each of the {nodes} node(s)' workers, under the 64 MiB minimum; lower fastpath.memory "
+                           "(at least 144Mi), set fastpath.enabled: false, or give each node its workers_memory")
+    return share
 
 
 def _node_command(layout: dict, node: dict) -> list[str]:
@@ -463,6 +519,7 @@ def down(state_dir: Path) -> int:
             stopped += 1
         except ProcessLookupError:
             pass
+    _remove_fastpath_group(layout, state_dir)
     if layout:
         layout["processes"] = []
         _write_layout(state_dir, layout)

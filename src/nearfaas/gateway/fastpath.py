@@ -93,7 +93,8 @@ class FastPath:
         self.egress = EgressPolicy()
         self.ids: dict[str, int] = {}
         self.names: dict[int, str] = {}
-        self.versions: dict[str, int] = {}
+        self.versions: dict[str, int] = {}  # name -> version, for each function installed in the executor
+        self._installing: set[str] = set()  # deploys to the executor under way (counted by the quota)
         self.ids_file = Path(layout["ids_file"]) if layout and layout.get("ids_file") else None
         self._key: bytes | None = None
         self._pool: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
@@ -175,10 +176,41 @@ class FastPath:
             raise CallError(400, f"function {spec['name']!r} has x-nearfaas.auth: true, but the fast path's ports carry no caller "
                                  "credential, so a protected function cannot be installed there; remove auth (and protect "
                                  "nothing secret in it) or deploy it with target: worker (docs/fastpath.md, Security)", "fastpath")
-        if stream.is_stream(spec):
-            return await self._deploy_stream(spec, lookup)
-        if (spec.get("x") or {}).get("target") != "fastpath" or not fp:
+        if not stream.is_stream(spec) and ((spec.get("x") or {}).get("target") != "fastpath" or not fp):
             return self.assign(spec["name"])
+        if self.layout is not None:
+            self._admit(spec["name"])
+        try:
+            if stream.is_stream(spec):
+                return await self._deploy_stream(spec, lookup)
+            return await self._deploy_lambda(spec, fp)
+        finally:
+            self._installing.discard(spec["name"])
+
+    def _admit(self, name: str) -> None:
+        """Count ``name`` against its namespace's quota of functions on the executor
+        (``fastpath.max_functions_per_namespace``: lambdas and stream functions together; a
+        redeploy of one installed already counts once; a removal frees its place), or refuse
+        it, 400 naming the namespace, the count and the setting. Each lambda keeps instances of
+        up to 16 MiB in the executor's shared pools (red team round 5, N2: one tenant's 120
+        lambdas took 1.9 GiB), so no namespace may fill them with its own.
+        Example: max 64, namespace team-a has 64 installed: deploying a 65th ``x.team-a`` is
+        refused; redeploying one of the 64 is not."""
+        if name in self.versions or name in self._installing:
+            return
+        namespace = name.partition(".")[2]
+        limit = self._ceiling("functions_per_namespace")
+        count = sum(1 for n in self.versions.keys() | self._installing if n.partition(".")[2] == namespace)
+        if count >= limit:
+            where = f"namespace {namespace!r}" if namespace else "the default namespace"
+            raise CallError(400, f"function {name!r}: {where} already has {count} functions on the fast path (lambdas and "
+                                 f"stream functions), this cluster's fastpath.max_functions_per_namespace of {limit}; remove "
+                                 "one, deploy this one with target: worker, or ask the operator to raise the setting in "
+                                 "the cluster file", "fastpath")
+        self._installing.add(name)
+
+    async def _deploy_lambda(self, spec: dict, fp: dict) -> int:
+        """Install (or hot-swap) a fast-path lambda."""
         if self.layout is None:
             raise CallError(503, f"function {spec['name']!r} targets the fast path, but this cluster runs no fast-path executor; "
                                  "build it with `make setup` and restart the cluster (fastpath.enabled: auto starts it when built)", "fastpath")

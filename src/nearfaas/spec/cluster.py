@@ -196,7 +196,8 @@ class ClusterSpec:
                          "queue_depth": self.fastpath.queue_depth, "pin": self.fastpath.pin, "poll": self.fastpath.poll,
                          "slice_us": self.fastpath.slice_us, "tcp_idle_ms": self.fastpath.tcp_idle_ms,
                          "max_connections_per_peer": self.fastpath.max_connections_per_peer,
-                         "max_weight": self.fastpath.max_weight, "max_timeout_ms": self.fastpath.max_timeout_ms},
+                         "max_weight": self.fastpath.max_weight, "max_timeout_ms": self.fastpath.max_timeout_ms,
+                         "memory": self.fastpath.memory, "max_functions_per_namespace": self.fastpath.max_functions_per_namespace},
             "backend": self.backend, "ray": self.ray.to_dict(),
         }
 
