@@ -59,9 +59,12 @@ def test_the_cluster_runs_the_executor_and_down_stops_it(tmp_path):
         pid = next(p["pid"] for p in c.layout["processes"] if p["name"] == "fastpath")
         assert pid in launcher.processes_of(state)
         assert c.http.get(f"{c.url}/system/fastpath", timeout=5).json()["executor"]["running"] is True
+        group = c.layout["fastpath"]["cgroup"]  # its memory cgroup (N2, test_fastpath_memory.py)
+        assert str(pid) in Path(group, "cgroup.procs").read_text().split()
     finally:
         launcher.down(state)
     assert launcher.processes_of(state) == []
+    assert not os.path.exists(group), "nearfaas down left the executor's memory cgroup"
 
 
 def test_match_over_udp_and_http(cluster, lambdas):

@@ -123,14 +123,16 @@ class Executor:
     def __init__(self, workers: int = 1, sched: str | None = None, queue_depth: int | None = None, pin: bool = False,
                  host: str | None = None, binary: str | os.PathLike | None = None, extra_args: list[str] | None = None,
                  start_timeout: float = 20.0, env: dict | None = None, control_key_file: str | os.PathLike | None = None,
-                 stream: bool = False, poll: str | None = None, slice_us: int | None = None):
+                 stream: bool = False, poll: str | None = None, slice_us: int | None = None, pool_memory: int | None = None):
         """``control_key_file``: the control port's key (hex, mode 0600); None makes a fresh one
-        next to the ready file."""
+        next to the ready file. ``pool_memory``: the wasm instances' memory budget in bytes
+        (--pool-memory, the cluster file's fastpath.memory); None: the executor's default."""
         self.binary = Path(binary) if binary else binary_path()
         self.workers, self.sched, self.queue_depth, self.pin, self.host = workers, sched, queue_depth, pin, host
         self.stream = stream  # open the stream-function listener too (--stream; docs/fastpath.md)
         self.poll = poll  # adaptive | spin | block: how idle workers wait (fastpath/src/poll.rs); None: the executor's default
         self.slice_us = slice_us  # wasm calls run in slices of this many µs (fastpath/src/slice.rs); 0: to completion; None: default
+        self.pool_memory = pool_memory
         self.extra_args = list(extra_args or [])
         self.start_timeout = start_timeout
         self.env = env
@@ -168,6 +170,8 @@ class Executor:
             cmd += ["--poll", self.poll]
         if self.slice_us is not None:
             cmd += ["--slice-us", str(self.slice_us)]
+        if self.pool_memory is not None:
+            cmd += ["--pool-memory", str(self.pool_memory)]
         cmd += self.extra_args
         self._stderr = open(self._stderr_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._stderr, env=self.env)
