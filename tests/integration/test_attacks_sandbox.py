@@ -13,7 +13,9 @@ its OCI config: busybox's ``unshare -U -r`` in it is refused.
 Issue 39 finding 7 (part): Python workers shared the host's network. A hostile function
 (functions/netprobe) connects to every node's port, the fast path's UDP, TCP, stream and control
 ports, the gateway's fast-path host port and another function's worker port: each must be refused
-(ECONNREFUSED: its network namespace, node/netns.py, has loopback only), while the gateway's own
+(ECONNREFUSED: its network namespace, node/netns.py, has loopback only), and so must the unix
+sockets the gateway calls jailed workers on, another's and its own (EACCES: root's, 0600, in a
+folder only root and the function's group traverse, node/netrelay.py), while the gateway's own
 port, which its S3 endpoint and OPENFAAS_URL reach through the node (node/netrelay.py), stays
 reachable, and its boto3, ``context.objects`` and OPENFAAS_URL calls still work.
 """
@@ -83,14 +85,20 @@ def test_a_function_reaches_only_the_gateway(cluster, scratch, functions_dir, bu
                if any(w["function"] == "net-hostile" for w in cluster.node_health(n["url"])["workers"]))
     tcp, udp = _host_ports(cluster, own)
     assert any(port for _, port in tcp if port) and len(tcp) >= 3, tcp  # nodes, and the other worker at least
+    # The serving sockets the gateway calls directly (gateway/worker_client.py): the other
+    # worker's, and the hostile one's own (root's, 0600: only the gateway and the node connect).
+    unix = [w["socket"] for n in cluster.layout["nodes"] for w in cluster.node_health(n["url"])["workers"]
+            if w["function"] in ("net-echo", "net-hostile")]
+    assert len(unix) >= 2, unix
     gateway = [cluster.layout["host"], int(cluster.url.rsplit(":", 1)[1])]
     resp = cluster.http.post(f"{cluster.url}/function/net-hostile", timeout=90, data=json.dumps(
-        {"tcp": tcp + [gateway], "udp": udp, "bucket": bucket, "call": "net-echo"}))
+        {"tcp": tcp + [gateway], "udp": udp, "unix": unix, "bucket": bucket, "call": "net-echo"}))
     assert resp.status_code == 200, resp.text
     answer = resp.json()
     reached = {target: how for target, how in answer["tcp"].items() if target != "{}:{}".format(*gateway)}
     assert reached == {f"{h}:{p}": "ECONNREFUSED" for h, p in tcp}, reached
     assert answer["udp"] == {f"{h}:{p}": "ECONNREFUSED" for h, p in udp}, answer["udp"]
+    assert answer["unix"] == {path: "EACCES" for path in unix}, answer["unix"]
     # ... the gateway is reachable (its S3 API and OPENFAAS_URL live there), and the work still gets done
     assert answer["tcp"]["{}:{}".format(*gateway)] == "connected"
     assert answer["s3"] == "boto3 works" and answer["objects"] == "objects work"

@@ -358,7 +358,7 @@ def test_the_invoker_hands_no_call_to_a_worker_once_its_caller_says_stop():
         workers = Workers()
 
         async def acquire(self, state, node):
-            return SimpleNamespace(node=node, host="127.0.0.1", port=1, token="t", inflight=0, calls=0, draining=False,
+            return SimpleNamespace(node=node, host="127.0.0.1", port=1, socket="", token="t", inflight=0, calls=0, draining=False,
                                    last_used=0.0), None
 
     invoker.pool = Pool()

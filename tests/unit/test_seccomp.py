@@ -64,6 +64,24 @@ def test_the_profile_refuses_what_it_names_and_allows_the_rest():
                    "fork": 7, "getpid": "ok", "thread": "EPERM", "status": "2"}
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 syscall numbers")
+def test_a_filter_prepared_ahead_is_the_one_loaded_and_it_bites():
+    """A pre-warmed worker builds the filter while idle (runtime/prewarm.py); its specialisation
+    only loads it. The prepared filter must refuse what the profile names, and be used once."""
+    def attempt():
+        seccomp.prepare()
+        prepared = seccomp._prepared is not None
+        libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+        seccomp.apply()
+        return {"prepared": prepared, "used": seccomp._prepared is None, "unshare": _outcome(libc.unshare(0x10000000)),
+                "keyctl": _outcome(libc.syscall(250, 0, -3, 0)), "clone3": _outcome(libc.syscall(435, 0, 0)),
+                "getpid": _outcome(libc.getpid()),
+                "status": [line.split()[1] for line in open("/proc/self/status") if line.startswith("Seccomp:")][0]}
+
+    assert _in_child(attempt) == {"prepared": True, "used": True, "unshare": "EPERM", "keyctl": "EPERM", "clone3": "ENOSYS",
+                                  "getpid": "ok", "status": "2"}
+
+
 def test_without_libseccomp_apply_refuses_naming_the_fix(monkeypatch):
     def missing(*args, **kwargs):
         raise OSError("libseccomp.so.2: cannot open shared object file")

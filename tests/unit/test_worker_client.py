@@ -86,8 +86,8 @@ def _recording(client: WorkerClient) -> list:
     opened = []
     connect = client._connect
 
-    async def record(host, port):
-        opened.append(await connect(host, port))
+    async def record(host, port, unix=None):
+        opened.append(await connect(host, port, unix))
         return opened[-1]
 
     client._connect = record
@@ -203,7 +203,7 @@ async def test_cancellation_closes_the_connection():
 async def test_connect_counts_against_the_timeout():
     client = WorkerClient()
 
-    async def never_accepted(host, port):  # a worker whose listen backlog is full
+    async def never_accepted(host, port, unix=None):  # a worker whose listen backlog is full
         await asyncio.sleep(3600)
 
     client._connect = never_accepted
@@ -240,3 +240,71 @@ async def test_take_sweeps_stale_connections_and_reuses_the_newest():
         assert old.writer.is_closing() and middle.writer.is_closing()
         assert not _idle(client, worker.port)
         newest.close()
+
+
+def test_a_unix_socket_worker_is_called_on_its_socket_and_pooled_by_path(tmp_path):
+    """A jailed worker answers on its serving socket (node/netns.py): the gateway calls that
+    path directly and pools its connections under it, never touching host:port."""
+    asyncio.run(_unix_scenario(str(tmp_path)))
+
+
+async def _unix_scenario(folder: str) -> None:
+    path = folder + "/serve.sock"
+    seen = []
+
+    async def serve(reader, writer):
+        seen.append(writer)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            body = await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(serve, path)
+    client = WorkerClient()
+    try:
+        for body in (b"one", b"two"):  # port 9 (discard) is never used: it would refuse
+            status, _, payload = await client.request("127.0.0.1", 9, {}, body, 5, unix=path)
+            assert (status, payload) == (200, body)
+        assert len(seen) == 1  # one pooled connection, keyed by the path
+        client.forget("127.0.0.1", 9, path)
+        assert not client._idle
+        with pytest.raises(WorkerUnreachable):
+            await client.request("127.0.0.1", 9, {}, b"x", 5, unix=folder + "/gone.sock")
+    finally:
+        client.close()
+        server.close()
+        await server.wait_closed()
+
+
+def test_the_gateway_calls_only_a_serving_socket_in_the_relay_folder(tmp_path, monkeypatch):
+    """A node names a jailed instance's socket; the gateway connects to it only when it is a
+    ``serve.sock`` under the relay root (no other path, no symlinked folder), else it keeps to
+    the relay's TCP port."""
+    from nearfaas.gateway.instances import serving_socket
+    from nearfaas.node import netrelay
+
+    root = tmp_path / "run"
+    monkeypatch.setattr(netrelay, "ROOT", root)
+    folder = root / "node" / "instance"
+    folder.mkdir(parents=True)
+    good = folder / "serve.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(good))
+    (tmp_path / "elsewhere").mkdir()
+    (root / "link").symlink_to(tmp_path / "elsewhere")
+    socket.socket(socket.AF_UNIX).bind(str(tmp_path / "elsewhere" / "serve.sock"))
+    try:
+        assert serving_socket(str(good)) == str(good)
+        assert serving_socket(str(tmp_path / "elsewhere" / "serve.sock")) == ""  # outside the relay root
+        assert serving_socket(str(root / "link" / "serve.sock")) == ""           # a symlinked folder
+        assert serving_socket(str(folder / ".." / "instance" / "serve.sock")) == ""
+        assert serving_socket(str(folder / "gone" / "serve.sock")) == ""         # nothing there
+        assert serving_socket(None) == "" and serving_socket(7) == ""
+    finally:
+        listener.close()

@@ -15,6 +15,7 @@ Known caveats:
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,11 +23,26 @@ from functools import cached_property
 from nearfaas.gateway.errors import CallError
 from nearfaas.gateway.nodes import HEALTH_INTERVAL_S, NodeDirectory, NodeError
 from nearfaas.gateway.worker_client import WorkerClient
+from nearfaas.node import netrelay
 from nearfaas.spec.options import NearfaasOptions
 from nearfaas.telemetry.metrics import GatewayMetrics
 
 METERED_PARTS = ("stack", "data", "compute", "cold_start")  # observed per call in nearfaas_call_seconds
 SCALE_RETRY_S, SCALE_RETRY_MAX_S = 2.0, 60.0  # after a failed scale-up, the next try (doubling)
+
+
+def serving_socket(path) -> str:
+    """The serving socket a node named for a jailed instance, when the gateway may call it
+    directly: a ``serve.sock`` inside the nodes' relay folder (node/netrelay.py) that this process
+    may connect to (root, as the node; the socket is root's, 0600, in a folder only root and the
+    function's group may traverse, so no function reaches another's). Else "" and the gateway
+    calls the node's relay port, as any other local caller would."""
+    if not isinstance(path, str) or not path:
+        return ""
+    folder, name = os.path.split(path)
+    if name != "serve.sock" or os.path.realpath(folder) != folder or not folder.startswith(str(netrelay.ROOT) + "/"):
+        return ""
+    return path if os.access(path, os.W_OK) else ""
 
 
 @dataclass
@@ -39,6 +55,7 @@ class Instance:
     calls: int = 0
     draining: bool = False  # stop once its in-flight calls finish (update, scale-down)
     token: str = ""         # the worker answers only calls that carry it (runtime/worker.py)
+    socket: str = ""        # a jailed worker's serving socket, called directly (gateway/worker_client.py)
     born: float = field(default_factory=time.monotonic)
     last_used: float = field(default_factory=time.monotonic)
     cpu_seconds: float | None = None  # its CPU time so far, as its node last measured it (cgroup)
@@ -180,7 +197,8 @@ class InstancePool:
                 info = await self.nodes.start_worker(node, state.spec, timeout)
             except NodeError as exc:
                 raise CallError(exc.status if exc.status != 500 else 502, str(exc), exc.layer) from None
-            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]), token=info.get("token", ""))
+            instance = Instance(info["id"], node, info.get("host", "127.0.0.1"), int(info["port"]), token=info.get("token", ""),
+                                socket=serving_socket(info.get("socket")))
             if self.functions.get(state.name) is not state:  # removed or replaced while it started
                 await self.nodes.stop_worker(node, instance.id)
                 raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
@@ -211,7 +229,7 @@ class InstancePool:
         self.retire(instance, stop)
 
     def retire(self, instance: Instance, stop: bool) -> None:
-        self.workers.forget(instance.host, instance.port)
+        self.workers.forget(instance.host, instance.port, instance.socket)
         if stop:
             asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
 
@@ -260,7 +278,7 @@ class InstancePool:
             return False
         for inst in list(state.instances.values()):
             state.instances.pop(inst.id, None)
-            self.workers.forget(inst.host, inst.port)
+            self.workers.forget(inst.host, inst.port, inst.socket)
         await self.nodes.stop_function(name)
         try:
             self.metrics.service_count.remove(name)

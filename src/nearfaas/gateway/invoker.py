@@ -223,7 +223,7 @@ class Invoker:
             try:
                 forward[WORKER_TOKEN_HEADER] = instance.token
                 status, reply_headers, payload = await self.pool.workers.request(
-                    instance.host, instance.port, forward, body, exec_timeout + BACKSTOP_MARGIN_S)
+                    instance.host, instance.port, forward, body, exec_timeout + BACKSTOP_MARGIN_S, instance.socket)
                 break
             except WorkerUnreachable:
                 # Never reached the worker (it exited a moment ago): safe to retry on another one.

@@ -13,6 +13,13 @@ The header block is bounded by the reader's 1 MiB limit. Worked example: a handl
 ``Content-Length: 1000000000000`` to its socket and then streams forever gets its caller a 502
 naming the cap, and the gateway holds none of it.
 
+A jailed worker (node/netns.py) answers on a unix socket, ``serve.sock``, that it bound inside
+its own network namespace; the gateway, on the same host and root like the node, connects to it
+directly (``unix=``): one hop, as for an unjailed worker's TCP port, never through the node's
+event loop. Worked example: ``request("127.0.0.1", 41234, headers, body, 10,
+unix="/run/nearfaas-net/<node>/<instance>/serve.sock")`` pools connections to that path; the
+host and port (the node's relay, node/netrelay.py) are then not used.
+
 Known caveats:
 - The cap is per answer; 32 calls in flight may still hold up to 32 answers at once.
 """
@@ -53,10 +60,16 @@ class _Connection:
 
 class WorkerClient:
     def __init__(self, max_response: int = MAX_RESPONSE) -> None:
-        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._idle: dict[tuple[str, int] | str, list[_Connection]] = {}
         self.max_response = max_response
 
-    async def _connect(self, host: str, port: int) -> _Connection:
+    async def _connect(self, host: str, port: int, unix: str | None = None) -> _Connection:
+        if unix:
+            try:
+                reader, writer = await asyncio.open_unix_connection(unix, limit=1 << 20)
+            except OSError as exc:
+                raise WorkerUnreachable(f"{unix}: {exc}") from None
+            return _Connection(reader, writer)
         try:
             reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
         except OSError as exc:
@@ -68,7 +81,7 @@ class WorkerClient:
             raise WorkerUnreachable(f"{host}:{port}: {exc}") from None
         return _Connection(reader, writer)
 
-    def _take(self, address: tuple[str, int]) -> _Connection | None:
+    def _take(self, address: tuple[str, int] | str) -> _Connection | None:
         pool = self._idle.get(address)
         if not pool:
             return None
@@ -89,18 +102,20 @@ class WorkerClient:
         del self._idle[address]
         return None
 
-    def forget(self, host: str, port: int) -> None:
+    def forget(self, host: str, port: int, unix: str | None = None) -> None:
         """Close every idle connection to a worker that is gone (or going)."""
-        for conn in self._idle.pop((host, port), []):
+        for conn in self._idle.pop(unix or (host, port), []):
             conn.close()
 
-    async def request(self, host: str, port: int, headers: dict[str, str], body: bytes, timeout: float) -> tuple[int, dict[str, str], bytes]:
-        """POST ``body`` to the worker; returns (status, headers, body).
+    async def request(self, host: str, port: int, headers: dict[str, str], body: bytes, timeout: float,
+                      unix: str | None = None) -> tuple[int, dict[str, str], bytes]:
+        """POST ``body`` to the worker (at ``unix``, its serving socket, when given); returns
+        (status, headers, body).
 
         Raises WorkerUnreachable (never connected), WorkerFailed (connected, then broke or
         answered garbage) or TimeoutError (no answer within ``timeout``, connecting included).
         """
-        address = (host, port)
+        address = unix or (host, port)
         head = ["POST / HTTP/1.1\r\nHost: worker\r\nContent-Length: ", str(len(body)), "\r\n"]
         for name, value in headers.items():
             if "\r" in value or "\n" in value:
@@ -116,7 +131,7 @@ class WorkerClient:
                 reused = conn is not None
                 try:
                     if conn is None:
-                        conn = await self._connect(host, port)
+                        conn = await self._connect(host, port, unix)
                     conn.writer.write(payload)
                     result = await self._read_response(conn, self.max_response)
                 except BaseException as exc:

@@ -7,9 +7,12 @@ node relays through unix sockets in a folder of the instance's own,
 sockets found by path do not care about network namespaces; a socket's path must fit in 108
 bytes, which a folder under a deep state directory may not):
 
-- inbound: the node listens on ``127.0.0.1:<port>`` (the port the gateway learns and calls, with
-  the instance's token) and splices each connection into ``serve.sock``, where the worker's
-  HTTP server answers (it binds that socket itself, inside its namespace);
+- inbound: the worker's HTTP server answers on ``serve.sock``, which it binds itself inside its
+  namespace (as root, 0600: only root connects). The gateway, root on the same host, learns its
+  path from the node's answer and connects to it directly (gateway/worker_client.py): a call
+  crosses no relay. For any other local caller holding the instance's token (a benchmark, the
+  admin API's instance ``url``) the node also listens on ``127.0.0.1:<port>`` and splices each
+  connection into ``serve.sock``;
 - outbound: for each address the worker may reach (the gateway, which is also its S3 endpoint's
   upstream and ``OPENFAAS_URL``; on a storage node, the node's own S3 endpoint) the node serves
   ``to-<port>.sock`` and splices each connection to that one address. Inside the namespace the
@@ -18,17 +21,22 @@ bytes, which a folder under a deep state directory may not):
 
 Worked example: gateway ``http://127.0.0.1:8080``, instance ``echo-compute-0-1a2b``: the node
 serves ``/run/nearfaas-net/<hash>/<hash>/to-8080.sock`` (-> 127.0.0.1:8080) and, once the worker
-says ``READY 0``, listens on 127.0.0.1:41234 (-> ``serve.sock``); the gateway calls
-``127.0.0.1:41234``. Inside, ``connect(127.0.0.1:8080)`` reaches the gateway and
-``connect(127.0.0.1:<storage-0's port>)`` is refused.
+says ``READY 0``, listens on 127.0.0.1:41234 (-> ``serve.sock``); it answers the gateway
+``{"port": 41234, "socket": "/run/nearfaas-net/<hash>/<hash>/serve.sock", ...}`` and the gateway
+calls the socket. Inside, ``connect(127.0.0.1:8080)`` reaches the gateway and
+``connect(127.0.0.1:<storage-0's port>)`` is refused; ``connect`` to any ``serve.sock``, its own
+or another function's, is EACCES.
 
 Why no socket created on the host is ever handed to the worker: a TCP socket keeps the
 namespace it was made in, and even a listening one can be turned back into a client
 (``shutdown(SHUT_RD)``, then ``connect``) that reaches the whole host.
 
-Known caveats: every byte of a call crosses the node's event loop once more (measured in
-benchmarks/results/sandbox_cost.json); the gateway as a whole (its public API, `/system`, its
-S3 endpoint) stays reachable, as it is from anywhere, with the checks it applies to everyone.
+Known caveats: every byte a worker sends out (its S3 calls, ``OPENFAAS_URL``) crosses the node's
+event loop once more, and so does a call through the TCP port (not the gateway's: measured in
+benchmarks/results/sandbox_cost.json); a gateway that cannot open ``serve.sock`` (not root, or
+on another host) falls back to that port (gateway/instances.serving_socket); the gateway as a
+whole (its public API, `/system`, its S3 endpoint) stays reachable, as it is from anywhere, with
+the checks it applies to everyone.
 """
 
 from __future__ import annotations
@@ -135,7 +143,8 @@ class Relay:
         return self.plan
 
     async def listen(self, host: str = "127.0.0.1") -> int:
-        """The port the gateway calls, relayed into ``serve.sock``."""
+        """A TCP port relayed into ``serve.sock``, for local callers other than the gateway (which
+        connects to ``serve.sock`` itself)."""
         server = await asyncio.start_server(self._in, host, 0, backlog=1024)
         self.servers.append(server)
         self.port = server.sockets[0].getsockname()[1]

@@ -7,9 +7,9 @@ this module only does what it is asked, quickly.
 
 Every worker is isolated (node/jail.py) unless the node runs with ``--isolation off``: its own
 uid, a mount namespace without the state directory, cgroup limits, a network namespace with
-loopback only (node/netns.py; the node relays the gateway's calls in and the worker's
-connections to the gateway out, node/netrelay.py, so the port a worker is known by is the
-node's relay's). Either way its environment
+loopback only (node/netns.py): the gateway calls its serving socket directly, the node relays
+its connections to the gateway out (node/netrelay.py), and the port a worker is known by is
+the node's relay's, for other local callers. Either way its environment
 is built from an allow-list (never the node's own, which may hold keys), and on a storage node
 it reads local objects through file descriptors the node hands it (node/objectfds.py).
 
@@ -79,7 +79,9 @@ class WorkerProcess:
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
                 "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
-                "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token, "cpu_seconds": self.cpu_seconds()}
+                "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token, "cpu_seconds": self.cpu_seconds(),
+                # jailed: the socket it answers on, which the gateway (root, this host) calls directly
+                **({"socket": self.relay.serve_path} if self.relay is not None else {})}
 
     def cpu_seconds(self) -> float | None:
         """Measured CPU time of the instance so far, from its cgroup (what the autoscaler's
@@ -183,8 +185,9 @@ class WorkerPools:
         try:
             secrets_dir = held.secrets = self._mount_secrets(spec, instance, uid)
             spec_file = self.node_dir / "specs" / f"{name}.json"
-            # The credentials go into the environment only; the spec file keeps no keys.
-            atomic.write_text(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}))
+            # The credentials go into the environment only; the spec file keeps no keys. Written anew
+            # by every start and read only by its worker: no fsync (two of them cost ~4 ms here).
+            atomic.write_text(spec_file, json.dumps({k: v for k, v in spec.items() if k != "credentials"}), durable=False)
             held.tmp = self._private_tmp(instance) if uid is None else None  # jailed: a tmpfs of its own
             env = self._function_env(spec, extra_path, held.tmp)
             profiled = self._memory_profile(spec, instance, env)

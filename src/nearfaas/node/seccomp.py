@@ -12,7 +12,9 @@ is a second wall behind the uid switch, no_new_privs and the capabilities the fu
 
 - A Python worker loads it with ``apply()`` through libseccomp (``libseccomp.so.2``, loaded with
   ctypes; no Python binding needed) as the last step of ``node/jail.enter``, after the uid
-  drop and ``PR_SET_NO_NEW_PRIVS``, with ``TSYNC`` so every thread of the worker is covered.
+  drop and ``PR_SET_NO_NEW_PRIVS``, with ``TSYNC`` so every thread of the worker is covered. A
+  pre-warmed worker builds the filter while idle (``prepare()``), so its specialisation only
+  loads it.
 - An image function gets the same list as the ``linux.seccomp`` object of its OCI config
   (``oci_profile()``, used by node/oci/bundle.py); the runtime loads it right before it executes
   the image's process.
@@ -108,10 +110,11 @@ def _ok(result: int, what: str) -> None:
         raise SeccompError(f"seccomp: {what}: {errno.errorcode.get(-result, -result)} ({FIX})")
 
 
-def apply() -> None:
-    """Load the profile into this process (all its threads). Call after the uid drop and
-    PR_SET_NO_NEW_PRIVS: without either, loading a filter needs CAP_SYS_ADMIN."""
-    lib = _libseccomp()
+_prepared = None  # a filter built ahead by prepare(), loaded by the next apply()
+
+
+def _build(lib):
+    """The profile as a libseccomp filter context, not loaded yet (the caller releases it)."""
     ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
     if not ctx:
         raise SeccompError(f"seccomp_init failed; {FIX}")
@@ -129,6 +132,29 @@ def apply() -> None:
         clone3 = lib.seccomp_syscall_resolve_name(b"clone3")
         if clone3 >= 0:
             _ok(lib.seccomp_rule_add_array(ctx, scmp_act_errno(errno.ENOSYS), clone3, 0, None), "clone3 -> ENOSYS")
+    except BaseException:
+        lib.seccomp_release(ctx)
+        raise
+    return ctx
+
+
+def prepare() -> None:
+    """Load libseccomp and build the filter now, so that ``apply()`` only loads it: a pre-warmed
+    worker does this while idle (runtime/prewarm.py), keeping ~1 ms off its cold start. Building
+    changes nothing in the process; a failure here is left for ``apply()`` to raise."""
+    global _prepared
+    if _prepared is None:
+        _prepared = _build(_libseccomp())
+
+
+def apply() -> None:
+    """Load the profile into this process (all its threads). Call after the uid drop and
+    PR_SET_NO_NEW_PRIVS: without either, loading a filter needs CAP_SYS_ADMIN. Uses the filter
+    ``prepare()`` built, if any (the same rules), else builds it now."""
+    global _prepared
+    lib = _libseccomp()
+    ctx, _prepared = _prepared or _build(lib), None
+    try:
         _ok(lib.seccomp_load(ctx), "load the filter")
     finally:
         lib.seccomp_release(ctx)

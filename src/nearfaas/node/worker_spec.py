@@ -145,6 +145,12 @@ def _check_credentials(spec: dict, uid: int, cluster_secret: str | None) -> None
                               "for the function's name and uid)")
 
 
+def resolves_names(spec) -> bool:
+    """Whether ``check`` may resolve a host name (a ``docker://`` registry, below): a caller on an
+    event loop runs it in a thread then, and inline otherwise."""
+    return isinstance(spec, dict) and str(spec.get("image_source") or "").startswith("docker://")
+
+
 def _check_registry(source: str, egress: EgressPolicy) -> None:
     """A ``docker://`` reference's registry must be one the egress policy lets the node reach."""
     if not source.startswith("docker://"):

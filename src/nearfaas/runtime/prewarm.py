@@ -4,7 +4,8 @@ importing the runtime (aiohttp, uvloop, nearfaas.runtime.*), waiting to become o
 Run by the node agent (node/prewarm.py) as
 ``python -m nearfaas.runtime.prewarm --node-dir DIR --ready-fd N``. Protocol on the ready pipe:
 
-1. ``WARM <json list>`` once the imports are done; the list names the top-level modules now
+1. ``WARM <json list>`` once the imports are done and the seccomp filter is built (node/seccomp.py
+   ``prepare``: the jail then only loads it); the list names the top-level modules now
    imported, so the node can tell whether a function's requirements.txt would have shadowed one.
 2. It then blocks on stdin for one JSON line, the *specialisation message*: every field the
    classic path passes as a command-line argument (spec, node, gateway, instance, object_fd,
@@ -39,6 +40,7 @@ import traceback
 # The imports are the point of a pre-warmed worker: everything the classic worker imports
 # before it loads the handler is loaded here, before any function is known.
 from nearfaas import cgroups
+from nearfaas.node import seccomp
 from nearfaas.runtime import worker
 
 try:
@@ -125,6 +127,10 @@ def main(argv=None) -> None:
             cgroups.join(folder)  # never creates a file: a folder that is no cgroup fails the start
     except OSError:
         _fail(args.ready_fd, traceback.format_exc().strip().splitlines())
+    try:  # the seccomp filter, built now (node/seccomp.py): the jail only loads it when specialised
+        seccomp.prepare()
+    except seccomp.SeccompError:
+        pass  # jail.enter builds it again and refuses to run the function, naming what is missing
     startup_cwd = os.getcwd()
     modules = sorted({name.partition(".")[0] for name in sys.modules})
     os.write(args.ready_fd, ("WARM " + json.dumps(modules) + "\n").encode())

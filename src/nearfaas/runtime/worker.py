@@ -2,7 +2,7 @@
 
 One process per warm instance. It imports the handler once (the cold start), then serves calls
 over HTTP on 127.0.0.1 until it is told to stop (jailed: on a unix socket in its own network
-namespace, which the node relays the gateway's calls into, node/netns.py and node/netrelay.py).
+namespace, which the gateway connects to directly, node/netns.py and node/netrelay.py).
 
 Execution model: the handler runs like a normal program. The worker's main thread imports it and
 runs every call of a sync handler, one at a time (``x-nearfaas.execution: main``, the default),
@@ -310,7 +310,7 @@ async def _serve(worker: Worker, ready_fd: int) -> None:
     server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600)
     runner = web.ServerRunner(server, handle_signals=False)  # signals reach the main thread, not this one
     await runner.setup()
-    if netns.serving is not None:  # jailed: a unix socket the node relays the gateway's calls into (node/netrelay.py)
+    if netns.serving is not None:  # jailed: a unix socket the gateway calls (node/netrelay.py)
         site, port = web.SockSite(runner, netns.serving), 0
         await site.start()
     else:

@@ -1,6 +1,7 @@
 """A hostile function for tests/integration/test_attacks_sandbox.py: it tries to connect to each
 TCP port and send to each UDP port it is given (the nodes', the fast path's, another worker's)
-and reports what happened ("connected", "answered", "timeout" or the errno name), then does what
+and reports what happened ("connected", "answered", "timeout" or the errno name), likewise for
+each unix socket path (jailed workers' serving sockets, which the gateway calls), then does what
 a legitimate function does: boto3 on its S3 endpoint, ``context.objects``, and a call of another
 function through OPENFAAS_URL."""
 
@@ -14,6 +15,18 @@ import urllib.request
 def _tcp(host, port):
     try:
         with socket.create_connection((host, port), timeout=2):
+            return "connected"
+    except TimeoutError:
+        return "timeout"
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc))
+
+
+def _unix(path):
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(path)
             return "connected"
     except TimeoutError:
         return "timeout"
@@ -38,7 +51,8 @@ def _udp(host, port):
 def handle(event, context):
     body = json.loads(event.body or b"{}")
     out = {"tcp": {f"{h}:{p}": _tcp(h, p) for h, p in body.get("tcp", [])},
-           "udp": {f"{h}:{p}": _udp(h, p) for h, p in body.get("udp", [])}}
+           "udp": {f"{h}:{p}": _udp(h, p) for h, p in body.get("udp", [])},
+           "unix": {path: _unix(path) for path in body.get("unix", [])}}
     if body.get("bucket"):
         import boto3
 
