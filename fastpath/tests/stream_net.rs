@@ -156,27 +156,36 @@ fn ten_thousand_connections_opened_and_dropped_leave_it_serving() {
 
 #[test]
 fn connections_over_the_stream_cap_are_closed_at_accept() {
+    // Four at most, two per peer IP: one client opening idle connections cannot shut the
+    // others (the gateway among them) out (issue 39).
     let fp = start(&["--stream-max-connections", "4"]);
     deploy_stream(&fp, 1, json!({"chain": [{"fn": "topk", "k": 1}]}));
-    let held: Vec<TcpStream> = (0..4).map(|_| connect(&fp)).collect();
-    let t = Instant::now();
-    while fp.stats()["global"]["stream_conns"] != 4 {
-        assert!(t.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let wait_for = |n: u64| {
+        let t = Instant::now();
+        while fp.stats()["global"]["stream_conns"] != n {
+            assert!(t.elapsed() < Duration::from_secs(5));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
     // Over the cap: OVERLOADED (best effort) and closed at once.
-    let mut extra = connect(&fp);
-    let mut b = Vec::new();
-    let r = extra.read_to_end(&mut b);
-    assert!(r.is_ok() || b.is_empty(), "{r:?}");
-    assert!(b.is_empty() || b == [OVERLOADED, 0, 0, 0, 0], "{b:?}");
+    let refused = |mut extra: TcpStream| {
+        let mut b = Vec::new();
+        let r = extra.read_to_end(&mut b);
+        assert!(r.is_ok() || b.is_empty(), "{r:?}");
+        assert!(b.is_empty() || b == [OVERLOADED, 0, 0, 0, 0], "{b:?}");
+    };
+    let mut held: Vec<TcpStream> = (0..2).map(|_| connect_from(&fp, 2)).collect();
+    wait_for(2);
+    refused(connect_from(&fp, 2)); // its share is taken
     assert_eq!(fp.stats()["global"]["stream_refused"], 1);
+    // Another peer is still served, up to its own share.
+    assert_eq!(call(&fp, 1, &le(&[4, 6]), None, false), (OK, le(&[6])));
+    held.extend((0..2).map(|_| connect_from(&fp, 3)));
+    wait_for(4);
+    refused(connect(&fp)); // the whole cap
+    assert_eq!(fp.stats()["global"]["stream_refused"], 2);
     drop(held);
-    let t = Instant::now();
-    while fp.stats()["global"]["stream_conns"] != 0 {
-        assert!(t.elapsed() < Duration::from_secs(5));
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(0);
     assert_eq!(call(&fp, 1, &le(&[4, 6]), None, false), (OK, le(&[6])));
 }
 

@@ -29,7 +29,7 @@
 //!   to a request the client sends just then).
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::Shutdown;
+use std::net::{IpAddr, Shutdown};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -114,6 +114,8 @@ fn header() -> Phase {
 pub(super) struct Conn {
     pub sock: TcpStream,
     pub gen: u32,
+    /// The client's IP (its connections count against its share).
+    pub peer: IpAddr,
     pub phase: Phase,
     /// The client half-closed (read returned 0).
     eof: bool,
@@ -144,10 +146,11 @@ pub(super) enum Next {
 }
 
 impl Conn {
-    pub fn new(sock: TcpStream, gen: u32, deadline: Instant) -> Conn {
+    pub fn new(sock: TcpStream, gen: u32, peer: IpAddr, deadline: Instant) -> Conn {
         Conn {
             sock,
             gen,
+            peer,
             phase: header(),
             eof: false,
             keep: false,

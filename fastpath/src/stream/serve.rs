@@ -18,9 +18,9 @@
 //! The per-connection state machine (and kept-alive connections) is in `conn`.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::io::{ErrorKind, Write};
-use std::net::Shutdown;
+use std::net::{IpAddr, Shutdown};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -46,8 +46,17 @@ pub struct Config {
     /// A connection with no byte for this long is answered TIMEOUT and closed (closed quietly
     /// when it is a kept-alive connection between requests).
     pub idle: Duration,
-    /// Most connections open at once; more are closed at accept.
+    /// Most connections open at once; more are closed at accept. One peer IP may hold at most
+    /// half of them (`per_peer`), as on the TCP lambda port, so one client opening idle
+    /// connections cannot shut everyone else (the gateway included) out.
     pub max_conns: usize,
+}
+
+impl Config {
+    /// Connections one peer IP may hold at once.
+    pub fn per_peer(&self) -> usize {
+        (self.max_conns / 2).max(1)
+    }
 }
 
 struct Loop<'a> {
@@ -63,6 +72,8 @@ struct Loop<'a> {
     scratch: Vec<u32>,
     now: Instant,
     offload: Offload,
+    /// Connections open now per peer IP (at most `cfg.per_peer()` each).
+    peers: HashMap<IpAddr, usize>,
 }
 
 fn token_of(idx: usize, gen: u32) -> usize {
@@ -100,6 +111,7 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
         scratch: Vec::with_capacity(CHUNK),
         now: Instant::now(),
         offload,
+        peers: HashMap::new(),
     };
     let mut events = Events::with_capacity(1024);
     let mut accept_paused = false;
@@ -172,7 +184,12 @@ impl Loop<'_> {
 
     fn add(&mut self, mut sock: TcpStream) {
         let g = &self.streams.g;
-        if g.conns.load(Ordering::Relaxed) >= self.cfg.max_conns {
+        let Some(peer) = sock.peer_addr().ok().map(|a| a.ip()) else {
+            inc(&g.accepted); // accepted, and already gone (reset): nothing to serve
+            return;
+        };
+        let held = self.peers.get(&peer).copied().unwrap_or(0);
+        if g.conns.load(Ordering::Relaxed) >= self.cfg.max_conns || held >= self.cfg.per_peer() {
             inc(&g.refused);
             // Best effort: 5 bytes into a new socket's empty send buffer, then close.
             let _ = sock.write_all(&reply_status(OVERLOADED));
@@ -197,9 +214,10 @@ impl Loop<'_> {
             return;
         }
         g.conns.fetch_add(1, Ordering::Relaxed);
+        *self.peers.entry(peer).or_insert(0) += 1;
         inc(&g.accepted);
         let deadline = self.now + self.cfg.idle;
-        self.conns[idx] = Some(Conn::new(sock, gen, deadline));
+        self.conns[idx] = Some(Conn::new(sock, gen, peer, deadline));
         self.timers.push(Reverse((deadline, tok)));
         // The request usually arrives with the handshake: read it now rather than after
         // another epoll round (WouldBlock when it has not).
@@ -216,7 +234,18 @@ impl Loop<'_> {
         if let Some(mut c) = self.conns[idx].take() {
             let _ = self.poll.registry().deregister(&mut c.sock);
             self.free.push(idx);
-            self.streams.g.conns.fetch_sub(1, Ordering::Relaxed);
+            self.release(&c);
+        }
+    }
+
+    /// A connection closed: it no longer counts, in all or against its peer.
+    fn release(&mut self, c: &Conn) {
+        self.streams.g.conns.fetch_sub(1, Ordering::Relaxed);
+        if let Some(n) = self.peers.get_mut(&c.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.peers.remove(&c.peer);
+            }
         }
     }
 
@@ -261,7 +290,7 @@ impl Loop<'_> {
         if next == Next::Close {
             let _ = self.poll.registry().deregister(&mut c.sock);
             self.free.push(idx);
-            self.streams.g.conns.fetch_sub(1, Ordering::Relaxed);
+            self.release(&c);
             return;
         }
         let want_write = matches!(c.phase, Phase::Reply { .. });
