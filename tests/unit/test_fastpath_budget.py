@@ -95,3 +95,21 @@ def test_a_namespace_gets_at_most_its_quota_of_fast_path_functions():
     deploy(_lambda("c.team-a"))
     with pytest.raises(CallError, match="namespace 'team-a' already has 3"):
         deploy(_lambda("e.team-a"))
+
+
+def test_no_memory_controller_no_executor(tmp_path, monkeypatch):
+    # Fail closed: with isolation on, a host whose memory controller is missing gets no
+    # executor outside every limit, but an error naming the controller and the fixes.
+    root = tmp_path / "cgroup"
+    (root / "memory").mkdir(parents=True)  # a plain folder, as on a tmpfs /sys/fs/cgroup
+    monkeypatch.setenv("NEARFAAS_CGROUP_ROOT", str(root))
+    layout = {"isolation": True, "fastpath": {"cgroup_limit": FastpathSpec().cgroup_limit()}}
+    monkeypatch.setattr(launcher, "_write_layout", lambda *a: None)
+    with pytest.raises(launcher.ClusterError) as exc:
+        launcher._fastpath_group(layout, tmp_path / "state")
+    message = str(exc.value)
+    assert "the memory cgroup controller is missing" in message and "mount -t cgroup -o memory" in message
+    assert "fastpath.enabled: false" in message and "cgroup" not in layout["fastpath"]
+    assert not list((root / "memory").iterdir())  # nothing was made on the plain folder
+    layout["isolation"] = False  # no isolation: no limits at all, as for the nodes
+    assert launcher._fastpath_group(layout, tmp_path / "state") is None
