@@ -46,12 +46,19 @@ fn a_stack_of_fat_lambdas_stays_within_the_budget() {
     let c = fp.client();
     for round in 0..2 {
         for id in 1..=n {
-            assert_eq!(c.call(id, b"x"), (OK, b"fat".to_vec()), "lambda {id}, round {round}");
+            assert_eq!(
+                c.call(id, b"x"),
+                (OK, b"fat".to_vec()),
+                "lambda {id}, round {round}"
+            );
         }
     }
     let grown_mib = (rss_kib(fp.child.id()).saturating_sub(base)) / 1024;
     // The worker keeps 2 instances (30 MiB); allow the one being made and some slack.
-    assert!(grown_mib < 64, "the executor grew by {grown_mib} MiB for {n} lambdas of 15 MiB (budget 192 MiB)");
+    assert!(
+        grown_mib < 64,
+        "the executor grew by {grown_mib} MiB for {n} lambdas of 15 MiB (budget 192 MiB)"
+    );
 }
 
 #[test]
@@ -59,12 +66,20 @@ fn too_small_a_budget_does_not_start() {
     let dir = tmpdir("pool");
     let key = key_file(&dir, KEY_HEX);
     let out = Command::new(env!("CARGO_BIN_EXE_nearfaas-fastpath"))
-        .args(["--control-key-file", key.to_str().unwrap(), "--pool-memory", "1000"])
+        .args([
+            "--control-key-file",
+            key.to_str().unwrap(),
+            "--pool-memory",
+            "1000",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--pool-memory: 1000 bytes is too little; use at least 150994944"), "{err}");
+    assert!(
+        err.contains("--pool-memory: 1000 bytes is too little; use at least 150994944"),
+        "{err}"
+    );
 }
