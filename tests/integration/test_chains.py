@@ -144,7 +144,7 @@ def test_a_chain_naming_an_undeployed_function_is_a_404(cluster, scratch, functi
 
 
 def test_an_object_put_triggers_its_function_but_not_itself(cluster, scratch, functions_dir, bucket):
-    resp = scratch("on-upload", functions_dir / "upper", **{"x-nearfaas": {"triggers": [f"s3://{bucket}/in/"]}})
+    resp = scratch("on-upload", functions_dir / "upper", **{"x-nearfaas": {"triggers": [f"s3://{bucket}/in/"], "buckets": [bucket]}})
     assert resp.status_code == 202, resp.text
     s3 = cluster.s3()
     s3.put_object(Bucket=bucket, Key="elsewhere/x.txt", Body=b"not under the prefix")
@@ -168,7 +168,8 @@ def test_a_trigger_runs_a_whole_chain(s3like):
     url = s3like.url
     body = {"service": "damage-detect", "lang": "python3-http", "handler": str(EXAMPLES / "damage-preprocess"),
             "envVars": {"exec_timeout": "60s"},
-            "x-nearfaas": {"accelerator": "dscs", "placement": "data", "chain": ["damage-classify"], "triggers": ["s3://cams/incoming/"]}}
+            "x-nearfaas": {"accelerator": "dscs", "placement": "data", "chain": ["damage-classify"], "triggers": ["s3://cams/incoming/"],
+                           "buckets": ["cams"]}}
     assert s3like.http.put(f"{url}/system/functions", json=body, timeout=30).status_code == 200
     s3like.wait_warm("damage-detect")
 

@@ -320,6 +320,19 @@ def test_a_function_key_reaches_only_its_declared_buckets(scratch, cluster, func
     assert gone.value.response["Error"]["Code"] == "InvalidAccessKeyId"
 
 
+def test_a_trigger_grants_no_bucket_its_key_was_not_given(scratch, cluster, functions_dir):
+    # Red team round 6 (issue 39): a trigger added its bucket to the function key's grant, so a
+    # deploy policy that forced a tenant's own `buckets` still let one stack line read all of
+    # another tenant's bucket (`triggers: ["s3://tenant-a-private/"]`). A key reaches its
+    # `buckets` only; a trigger outside them is refused at deploy, naming the fix.
+    refused = scratch("trigger-thief", functions_dir / "upper",
+                      **{"x-nearfaas": {"buckets": ["scope-mine"], "triggers": ["s3://scope-theirs/"]}})
+    assert refused.status_code == 400, refused.text
+    assert "x-nearfaas.triggers[0]" in refused.text and "add 'scope-theirs' to x-nearfaas.buckets" in refused.text
+    assert scratch("trigger-granted", functions_dir / "upper",
+                   **{"x-nearfaas": {"buckets": ["scope-mine"], "triggers": ["s3://scope-mine/in/"]}}).status_code == 202
+
+
 def test_a_worker_answers_only_the_gateway(scratch, cluster, functions_dir):
     """Workers listen on loopback, where other functions run too: a direct call without the
     instance's token (which only the node's signed answer and the admin API carry) is a 401."""

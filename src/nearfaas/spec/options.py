@@ -70,8 +70,9 @@ class NearfaasOptions:
     target: str = "worker"                  # "fastpath": a tiny lambda run to completion by the fast path (docs/fastpath.md)
     fastpath: dict[str, Any] | None = None  # {module | native, weight, timeout_ms, external} when target is fastpath
     stream: dict[str, Any] | None = None    # {fn, k, dtype, variant, min, max} when target is stream
-    # The buckets this function's own S3 key may use ("*": any but the chain intermediates). Its
-    # trigger buckets are added; intermediates take a chain call's own key (auth/function_keys.py).
+    # The buckets this function's own S3 key may use ("*": any but the chain intermediates), and
+    # nothing else: a trigger's bucket must be listed here too (ungranted_triggers), never granted
+    # by the trigger itself; intermediates take a chain call's own key (auth/function_keys.py).
     buckets: list[str] = field(default_factory=list)
     auth: bool = False                      # calls to /function/<name> need the cluster's credentials
     # Memory-tier profiling (docs/memory.md): {profile: true, sample_ms: 50} preloads the allocation
@@ -87,11 +88,28 @@ class NearfaasOptions:
     execution: str = "main"                 # see EXECUTIONS
 
     def allowed_buckets(self) -> frozenset[str] | None:
-        """What the function's key may touch; None means every bucket (``buckets: ["*"]``)."""
+        """What the function's key may touch: its ``buckets``, and only those; None means every
+        bucket (``buckets: ["*"]``). Intermediates: a chain call's own key (function_keys.py)."""
         if "*" in self.buckets:
             return None
-        triggers = {t.removeprefix("s3://").split("/", 1)[0] for t in self.triggers}
-        return frozenset(self.buckets) | triggers  # intermediates: a chain call's own key (function_keys.py)
+        return frozenset(self.buckets)
+
+    def ungranted_triggers(self) -> list[str]:
+        """A message for each trigger whose bucket ``buckets`` does not list. A trigger used to
+        add its bucket to the key's grant, so a deploy policy that checked ``buckets`` alone
+        (forcing a tenant's own bucket) let a trigger on another tenant's bucket read all of it
+        (red team, issue 39, round 6): what a key may touch is one list, and the deploy is
+        refused where a trigger falls outside it."""
+        if "*" in self.buckets:
+            return []
+        out = []
+        for i, trigger in enumerate(self.triggers):
+            bucket = trigger.removeprefix("s3://").split("/", 1)[0]
+            if bucket not in self.buckets:
+                out.append(f"x-nearfaas.triggers[{i}]: bucket {bucket!r} is not in x-nearfaas.buckets, and a function's key "
+                           f"reaches only the buckets listed there (a trigger grants nothing); add {bucket!r} to "
+                           "x-nearfaas.buckets, or drop the trigger")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"accelerator": self.accelerator, "placement": self.placement, "inputs": list(self.inputs),

@@ -188,7 +188,10 @@ class FunctionsAPI:
         current = self.invoker.functions.get(name)
         spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
             self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
-        buckets = NearfaasOptions.from_dict(spec["x"]).allowed_buckets()
+        options = NearfaasOptions.from_dict(spec["x"])
+        if ungranted := options.ungranted_triggers():
+            raise SpecErrorResponse("; ".join(ungranted))
+        buckets = options.allowed_buckets()
         spec["buckets"] = sorted(buckets) if buckets is not None else ["*"]  # what its workers may read locally
         # Echoed as deployed (GET /system/function/NAME), whatever the runtime makes of them.
         spec["openfaas"] = {k: body[k] for k in ("envProcess", "readOnlyRootFilesystem")
