@@ -140,6 +140,39 @@ def test_the_sink_refuses_undeclared_names_without_credentials_and_caps_the_rest
     assert [e["event"] for e in listed] == [{"n": 1}]
 
 
+def test_every_name_together_holds_at_most_the_total_oldest_first():
+    # Red team round 6 (R4): each deployed function's WEBHOOK_URL declares a name with its own
+    # ring, open to anonymous posts, so 300 tenant lambdas grew the gateway by 300 MiB. All rings
+    # together hold gateway.webhook_total_bytes; past it the sink's oldest event goes first.
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from nearfaas.gateway.webhooks import WebhookSink
+
+    names = [f"fn{i}" for i in range(30)]
+    event = b'{"pad": "' + b"x" * 1000 + b'"}'  # 1012 bytes
+
+    async def scenario():
+        sink = WebhookSink(keep_bytes=4096, total_bytes=20_000,
+                           deployed=lambda: [{"environment": {"WEBHOOK_URL": f"http://g/system/webhooks/{n}"}} for n in names])
+        app = web.Application()
+        sink.routes(app)
+        async with TestClient(TestServer(app)) as client:
+            for round_ in range(3):
+                for n in names:  # 90 anonymous posts of 1 KB: 90 KB asked, 20 KB kept
+                    assert (await client.post(f"/system/webhooks/{n}", data=event)).status == 202
+            listed = {n: await (await client.get(f"/system/webhooks/{n}")).json() for n in names}
+        return sink, listed
+
+    sink, listed = asyncio.run(scenario())
+    held = sum(r.bytes for r in sink.events.values())
+    assert held == sink.held <= 20_000, (held, sink.held)
+    assert held > 20_000 - 1012  # it drops only what it must
+    kept = [n for n in names if listed[n]]
+    # The newest events survive: the last names posted in the last round, one event each.
+    assert kept == names[-len(kept):] and all(len(listed[n]) == 1 for n in kept), {n: len(v) for n, v in listed.items()}
+
+
 # -- issue 39 red-team round 1: async bodies (F1) and per-client budgets by identity (F2) ----------
 
 def _async_item(call_id: str, size: int, client: str = "") -> dict:

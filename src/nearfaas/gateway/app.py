@@ -192,7 +192,8 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     WebhookSink(budgets.get("webhooks") or (), int(budgets.get("webhook_max_names", 64)), int(budgets.get("webhook_keep_bytes", 1 << 20)),
                 deployed=lambda: [s.spec for s in invoker.functions.values()],
                 authenticate=guard.check if layout.get("auth") else None,
-                read_timeout=float(layout.get("read_timeout", 60.0))).routes(app)
+                read_timeout=float(layout.get("read_timeout", 60.0)),
+                total_bytes=int(budgets.get("webhook_total_bytes", 64 << 20))).routes(app)
     if key_store is not None:  # /system/keys: the keys file over the admin API (gateway/keys_api.py)
         KeysAPI(key_store.path, set(key_store.reserved)).routes(app)
     s3.mount(app)

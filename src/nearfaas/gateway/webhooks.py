@@ -19,11 +19,16 @@ open to callers without credentials (functions post to it), what it keeps is bud
 3. **A cap on bytes.** An event is at most 64 KiB; each name keeps its newest events up to
    ``gateway.webhook_keep_bytes`` (1 MiB) and 1000 events, the oldest dropped first. Events are
    kept as the bytes received (validated as JSON), so memory is what was counted.
+4. **A cap on all of it.** Every name's rings together hold at most
+   ``gateway.webhook_total_bytes`` (64 MiB); past it the oldest event of the whole sink goes
+   first, whichever name it came to. Declared names cost a deployer nothing (any function's
+   ``WEBHOOK_URL`` declares one, a fast-path lambda included), so without this cap the sink grew
+   by ~1 MiB per deployed function, filled by anonymous posts (red team round 6, R4: 300 lambdas,
+   +300 MiB in the gateway).
 
 Worked example: 4,000 unauthenticated posts of 60 KB to 4,000 fresh names are 4,000 403s; with
-the admin's key, the 65th new name is a 429; the gateway holds at most
-``(declared + webhook_max_names) * webhook_keep_bytes`` of events (64 MiB by default, plus
-declared names).
+the admin's key, the 65th new name is a 429; 300 declared names each posted 20 × 64 KiB hold
+64 MiB in all (each name's newest events that fit), not 300 MiB.
 
 Known caveats:
 - A declared name is open to anyone who can reach the gateway: a flood of posts to it keeps only
@@ -45,6 +50,7 @@ MAX_EVENT_BYTES = 64 * 1024
 KEEP_PER_NAME = 1000
 MAX_NAMES = 64  # the default for gateway.webhook_max_names
 KEEP_BYTES = 1024 * 1024  # the default for gateway.webhook_keep_bytes
+TOTAL_BYTES = 64 * 1024 * 1024  # the default for gateway.webhook_total_bytes
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SINK_PATH = re.compile(r"/system/webhooks/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/?")
 
@@ -75,11 +81,19 @@ class _Ring:
         self.events: collections.deque[tuple[float, bytes]] = collections.deque()
         self.bytes = 0
 
-    def add(self, body: bytes, keep_bytes: int) -> None:
+    def add(self, body: bytes, keep_bytes: int) -> int:
+        """Keep ``body``; the bytes this ring holds more (or less) than before."""
+        before = self.bytes
         self.events.append((time.time(), body))
         self.bytes += len(body)
         while len(self.events) > KEEP_PER_NAME or (self.bytes > keep_bytes and len(self.events) > 1):
-            self.bytes -= len(self.events.popleft()[1])
+            self.drop_oldest()
+        return self.bytes - before
+
+    def drop_oldest(self) -> int:
+        size = len(self.events.popleft()[1])
+        self.bytes -= size
+        return size
 
     def as_json(self) -> bytes:
         # The bodies were validated as JSON when they arrived: spliced in, never parsed again.
@@ -92,11 +106,13 @@ class WebhookSink:
     credentials, else why not (None as a whole: no credentials exist, auth is off)."""
 
     def __init__(self, declared=(), max_names: int = MAX_NAMES, keep_bytes: int = KEEP_BYTES, deployed=lambda: (),
-                 authenticate=None, read_timeout: float = 60.0) -> None:
+                 authenticate=None, read_timeout: float = 60.0, total_bytes: int = TOTAL_BYTES) -> None:
         self.events: dict[str, _Ring] = {}
         self.declared = frozenset(declared)
         self.max_names = max_names
         self.keep_bytes = keep_bytes
+        self.total_bytes = total_bytes
+        self.held = 0  # bytes of every ring together
         self.deployed = deployed
         self.authenticate = authenticate
         self.read_timeout = read_timeout
@@ -143,8 +159,19 @@ class WebhookSink:
         except (ValueError, RecursionError):
             return _error(400, "the event must be a JSON document (Content-Type: application/json)")
         ring = self.events.setdefault(name, _Ring())
-        ring.add(body.strip(), self.keep_bytes)
+        self.held += ring.add(body.strip(), self.keep_bytes)
+        self._within_total()
         return web.json_response({"accepted": True, "count": len(ring.events)}, status=202)
+
+    def _within_total(self) -> None:
+        """Drop the sink's oldest events, whichever names hold them, until all fit the total.
+        A scan of the rings' first events per drop: names are bounded by the deployed functions
+        and webhook_max_names, and drops happen only past the budget."""
+        while self.held > self.total_bytes:
+            oldest = min((r for r in self.events.values() if r.events), key=lambda r: r.events[0][0], default=None)
+            if oldest is None:
+                return
+            self.held -= oldest.drop_oldest()
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         too_big = _error(413, f"an event may be at most {MAX_EVENT_BYTES} bytes; send a reference to a result object instead")

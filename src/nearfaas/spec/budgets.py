@@ -9,6 +9,7 @@
     webhooks: [alerts]            webhook names open to posts without credentials (gateway/webhooks.py)
     webhook_max_names: 64         undeclared webhook names the sink keeps at once
     webhook_keep_bytes: 1Mi       events kept per webhook name, newest first
+    webhook_total_bytes: 64Mi     events kept by every name together (declared ones too), oldest dropped first
     max_scale: 16                 instances one function may have (its com.openfaas.scale.max and
                                   scale.min are the deployer's wish under this ceiling): one function
                                   must not take a node's every worker slot from the others
@@ -25,12 +26,12 @@ from .errors import Collector
 from .fields import read_int as _int, read_names, read_sizes
 
 KEYS = {"max_inflight_per_client", "async_max_bytes", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes",
-        "max_scale"}
+        "webhook_total_bytes", "max_scale"}
 
 
 def budgets_dict(g) -> dict[str, Any]:
     return {"max_inflight_per_client": g.max_inflight_per_client, "async_max_bytes": g.async_max_bytes, "max_response": g.max_response, "webhooks": list(g.webhooks),
-            "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes, "max_scale": g.max_scale}
+            "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes, "webhook_total_bytes": g.webhook_total_bytes, "max_scale": g.max_scale}
 
 
 def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
@@ -38,7 +39,7 @@ def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
                                      "24 (0 means no per-client cap)")
     g.webhook_max_names = _int(m, "webhook_max_names", "gateway", c, g.webhook_max_names, 0, None, "64")
     g.max_scale = _int(m, "max_scale", "gateway", c, g.max_scale, 1, None, "16")
-    read_sizes(m, ("max_response", "webhook_keep_bytes", "async_max_bytes"), g, "gateway", c, '"32Mi" or "1Mi"',
+    read_sizes(m, ("max_response", "webhook_keep_bytes", "webhook_total_bytes", "async_max_bytes"), g, "gateway", c, '"32Mi" or "1Mi"',
                zero_ok=("async_max_bytes",))  # async_max_bytes: 0 = no cap
     if "webhooks" in m:
         g.webhooks = read_names(m["webhooks"], "gateway.webhooks", c, "webhook", "alerts")
