@@ -282,6 +282,7 @@ struct Deploy {
     fuel: Option<u64>,
     external: Option<SocketAddr>,
     code: Code,
+    group: Arc<str>,
 }
 
 fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
@@ -291,12 +292,6 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     }
     if m.get("stream").is_some_and(|v| !v.is_null()) {
         return Err("stream: only a deploy of kind \"stream\" takes a chain".into());
-    }
-    if m.get("group").is_some_and(|v| !v.is_null()) {
-        return Err(
-            "group: only a stream function has a group (its wasm stage's turn); leave it out"
-                .into(),
-        );
     }
     let id = get_id(m)?;
     let weight = get_uint(m, "weight", 1, 1, 1_000_000)? as u32;
@@ -326,6 +321,7 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
     let name = name_field
         .map(str::to_string)
         .unwrap_or_else(|| format!("lambda-{id}"));
+    let group = get_group(m, &name)?;
     let mut answer = swap_in(
         srv,
         Deploy {
@@ -337,6 +333,7 @@ fn deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> {
             fuel,
             external,
             code,
+            group,
         },
     );
     // Whether this deploy compiled its module or reused another lambda's compilation.
@@ -497,6 +494,7 @@ fn swap_in(srv: &Server, d: Deploy) -> Value {
         uid: srv.next_uid.fetch_add(1, Ordering::Relaxed),
         retired: AtomicBool::new(false),
         stats,
+        group: d.group,
     });
     let buffer_size = match &l.code {
         Code::Wasm { buffer_size, .. } => *buffer_size,
@@ -529,15 +527,7 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
     let name = get_str(m, "name")?
         .map(str::to_string)
         .unwrap_or_else(|| format!("stream-{id}"));
-    let group = match m.get("group") {
-        None | Some(Value::Null) => name.clone(),
-        Some(Value::String(g)) if !g.is_empty() && g.len() <= 253 => g.clone(),
-        Some(v) => {
-            return Err(format!(
-                "group: must be a name of 1 to 253 bytes (the gateway sends the function's namespace), got {v}"
-            ))
-        }
-    };
+    let group = get_group(m, &name)?;
     let compile = |path: &str, fuel: Option<u64>| stream_wasm(srv, path, fuel);
     let chain = stream::parse_chain_with(m.get("stream"), Some(&compile))?;
     let describe = chain.describe();
@@ -556,7 +546,7 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
         id,
         name,
         version,
-        group: group.into(),
+        group,
         chain,
         stats,
     }));
@@ -570,6 +560,19 @@ fn stream_deploy(srv: &Server, m: &Map<String, Value>) -> Result<Value, String> 
               "stream": describe,
               "stream_addr": srv.streams.addr.get().map(|a| a.to_string())}),
     )
+}
+
+/// `group`: whose share of the executor a function's work takes (its wasm instances,
+/// src/quota.rs; a stream's wasm jobs, src/stream/offload.rs). The gateway sends the namespace;
+/// without one, the function is a group of its own.
+fn get_group(m: &Map<String, Value>, name: &str) -> Result<Arc<str>, String> {
+    match m.get("group") {
+        None | Some(Value::Null) => Ok(name.into()),
+        Some(Value::String(g)) if !g.is_empty() && g.len() <= 253 => Ok(g.as_str().into()),
+        Some(v) => Err(format!(
+            "group: must be a name of 1 to 253 bytes (the gateway sends the function's namespace), got {v}"
+        )),
+    }
 }
 
 fn kind_is_native(m: &Map<String, Value>) -> bool {

@@ -187,6 +187,9 @@ pub struct Lambda {
     /// Set when this version was swapped out or removed.
     pub retired: AtomicBool,
     pub stats: Arc<LambdaStats>,
+    /// Whose share of instance slots its instances take (src/quota.rs): the deploy's `group`
+    /// (the gateway sends the namespace), else the lambda's name.
+    pub group: Arc<str>,
 }
 
 impl Lambda {
@@ -307,6 +310,8 @@ pub struct WasmInst {
     resume: Option<TypedFunc<i32, i32>>,
     /// Set for a sliced instance: its slicer and the clock its epoch callback reads.
     clock: Option<(Arc<Slicer>, Arc<slice::CallClock>)>,
+    /// Its group's claim on the slot it holds (src/quota.rs); none for a deploy's check.
+    pub ticket: Option<crate::quota::Ticket>,
 }
 
 impl WasmInst {
@@ -377,6 +382,7 @@ impl WasmInst {
             handle,
             resume,
             clock,
+            ticket: None,
         })
     }
 

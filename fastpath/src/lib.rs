@@ -41,6 +41,7 @@ pub mod load;
 pub mod modules;
 pub mod native;
 pub mod poll;
+pub mod quota;
 pub mod sched;
 pub mod server;
 pub mod shm;

@@ -272,6 +272,7 @@ mod tests {
             uid: id,
             retired: Default::default(),
             stats: Arc::new(LambdaStats::default()),
+            group: format!("l{id}").into(),
         })
     }
 

@@ -351,3 +351,51 @@ fn more_lambdas_than_instance_slots_all_get_served() {
         }
     }
 }
+
+#[test]
+fn suspended_calls_of_one_group_leave_the_other_groups_slots() {
+    // Red team round 6 (issue 39, R3): a suspended sliced call keeps its instance, so one
+    // datagram to each of 530 spinning lambdas held every slot and every other tenant's lambda
+    // answered OVERLOADED for as long as the sender went on. A group (namespace) holds at most
+    // half a pool's slots now (src/quota.rs). 480 MiB: 10 slots an engine, 8 free, share 5.
+    let fp = Fp::start(&["--workers", "1", "--pool-memory", "503316480"]);
+    let spinners: Vec<u64> = (1..=12).collect();
+    for &id in &spinners {
+        fp.deploy_wasm(id, "spin", json!({"group": "tenant-b", "timeout_ms": 2000}));
+    }
+    fp.deploy_wasm(100, "web", json!({"group": "tenant-a"}));
+    let attacker = fp.client();
+    for &id in &spinners {
+        attacker.send(id, b"x");
+    }
+    // Every spinner's call has been taken up: it runs (in flight, holding an instance,
+    // suspended between slices) or was answered OVERLOADED (the event, not a sleep).
+    let t = std::time::Instant::now();
+    let overloaded = |fp: &Fp| -> u64 {
+        spinners
+            .iter()
+            .map(|&id| fp.lambda_stats(id)["overloaded"].as_u64().unwrap())
+            .sum()
+    };
+    loop {
+        let s = fp.stats();
+        let in_flight = s["slice"]["in_flight"].as_u64().unwrap();
+        if in_flight + overloaded(&fp) == spinners.len() as u64 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{s}");
+        std::thread::yield_now();
+    }
+    // The other group's lambda gets an instance while the spinners run.
+    let (status, _) = fp.client().call(100, b"hi");
+    assert_eq!(
+        status, OK,
+        "another group's lambda, with tenant-b's spinners suspended"
+    );
+    assert_eq!(fp.lambda_stats(100)["group"], "tenant-a");
+    assert_eq!(
+        overloaded(&fp),
+        7,
+        "tenant-b holds its share (5 instances), no more"
+    );
+}

@@ -433,7 +433,7 @@ fn a_spinning_group_holds_neither_the_loop_nor_other_groups() {
 }
 
 #[test]
-fn group_is_a_stream_deploys_field_only() {
+fn group_must_be_a_name_and_lambdas_have_one_too() {
     let fp = start();
     let topk = wasm("topk_stream");
     let bad_group = fp.ctl(
@@ -446,13 +446,19 @@ fn group_is_a_stream_deploys_field_only() {
         "{bad_group}"
     );
     let lambda =
-        fp.ctl(json!({"op": "deploy", "id": 31, "kind": "wasm", "path": topk, "group": "a"}));
+        fp.ctl(json!({"op": "deploy", "id": 31, "kind": "native", "native": "web", "group": 7}));
     assert_eq!(lambda["ok"], false);
     assert!(
-        lambda["error"]
-            .as_str()
-            .unwrap()
-            .contains("only a stream function has a group"),
+        lambda["error"].as_str().unwrap().starts_with("group:"),
         "{lambda}"
     );
+    let lambda = fp.ctl(
+        json!({"op": "deploy", "id": 31, "kind": "native", "native": "web", "group": "team-a"}),
+    );
+    assert_eq!(lambda["ok"], true, "{lambda}");
+    assert_eq!(fp.lambda_stats(31)["group"], "team-a");
+    let unnamed = fp
+        .ctl(json!({"op": "deploy", "id": 32, "kind": "native", "native": "web", "name": "solo"}));
+    assert_eq!(unnamed["ok"], true, "{unnamed}");
+    assert_eq!(fp.lambda_stats(32)["group"], "solo"); // a group of its own
 }

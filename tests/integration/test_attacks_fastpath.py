@@ -208,6 +208,10 @@ def test_a_deployer_cannot_take_the_executor_with_a_weight_or_timeout_of_its_cho
     resp = cluster.http.post(f"{cluster.url}/system/functions", json=at_ceiling, timeout=30)
     try:
         assert resp.status_code < 300, resp.text
+        # Round 6 (R3): its instances count against its namespace's share of the executor's
+        # slots (fastpath/src/quota.rs); the gateway names the group.
+        executor = cluster.http.get(f"{cluster.url}/system/fastpath", timeout=5).json()["executor"]
+        assert [lam["group"] for lam in executor["lambdas"] if lam["name"] == name] == ["(default namespace)"]
     finally:
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
 

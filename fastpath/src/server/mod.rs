@@ -356,7 +356,7 @@ impl Server {
         };
         let r = |c: &AtomicU64| c.load(Ordering::Relaxed);
         serde_json::json!({
-            "id": l.id, "name": l.name, "version": l.version, "weight": l.weight,
+            "id": l.id, "name": l.name, "version": l.version, "group": &*l.group, "weight": l.weight,
             "kind": if wasm.is_some() { "wasm" } else { "native" },
             "sliced": wasm.is_some_and(|(_, _, sliced)| sliced),
             "entry": wasm.and_then(|(entry, _, _)| entry),

@@ -10,6 +10,7 @@ use wasmtime::InstancePre;
 
 use super::*;
 use crate::lambda::{self, inc, Code, Lambda, Outcome, Sliced, WasmInst, HDR};
+use crate::quota;
 use crate::sched::{Job, JobKind, Pop, ReplyTo};
 
 struct Cached {
@@ -301,7 +302,7 @@ fn run_wasm_call(
     let l = call.lambda;
     let slicer = if sliced { srv.slicer.as_ref() } else { None };
     let make = |cache: &mut HashMap<u64, Cached>, out: &mut Vec<u8>| {
-        new_instance(cache, l.uid, || WasmInst::new(pre, slicer, entry)).map_err(|e| {
+        new_instance(cache, l, || WasmInst::new(pre, slicer, entry)).map_err(|e| {
             // No slot even after evicting an idle instance: the executor is full, not the lambda broken.
             let (status, counter) = if e.starts_with("instantiate:") {
                 (OVERLOADED, &l.stats.overloaded)
@@ -365,32 +366,51 @@ fn run_wasm_call(
 /// OVERLOADED. Without it one tenant's stack of lambdas, each called once, held every slot and
 /// every other lambda that needed an instance answered TRAP until they were removed, and the
 /// executor's memory grew with every lambda (red team round 5, issue 39, and N2).
+///
+/// Before any of that the instance needs a ticket of its lambda's group (src/quota.rs: a group
+/// holds at most half a pool's slots, suspended calls and stream requests included); a group at
+/// its share first gives up one of its own idle instances here, else the call is OVERLOADED and
+/// the other groups' instances stay (red team round 6, R3: 530 suspended spinners held every
+/// slot and evicted every other tenant's instances).
 fn new_instance(
     cache: &mut HashMap<u64, Cached>,
-    uid: u64,
+    l: &Lambda,
     make: impl Fn() -> Result<WasmInst, String>,
 ) -> Result<WasmInst, String> {
+    let uid = l.uid;
+    let ticket = match quota::acquire(&l.group) {
+        Ok(t) => t,
+        Err(e) => {
+            if !evict_one(cache, uid, Some(&l.group)) {
+                return Err(e);
+            }
+            quota::acquire(&l.group)?
+        }
+    };
     if cache.len() >= lambda::pool().cache_per_worker {
-        evict_one(cache, uid);
+        evict_one(cache, uid, None);
     }
-    match make() {
+    let mut inst = match make() {
         Err(e) if e.starts_with("instantiate:") => {
-            if evict_one(cache, uid) {
-                make()
+            if evict_one(cache, uid, None) {
+                make()?
             } else {
-                Err(e)
+                return Err(e);
             }
         }
-        r => r,
-    }
+        r => r?,
+    };
+    inst.ticket = Some(ticket);
+    Ok(inst)
 }
 
-/// Drop the least recently used cached instance of a lambda other than `uid`; whether there
-/// was one. (A scan of at most `cache_per_worker` entries, only when one must go.)
-fn evict_one(cache: &mut HashMap<u64, Cached>, uid: u64) -> bool {
+/// Drop the least recently used cached instance of a lambda other than `uid` (of `group`'s
+/// lambdas only, when given); whether there was one. (A scan of at most `cache_per_worker`
+/// entries, only when one must go.)
+fn evict_one(cache: &mut HashMap<u64, Cached>, uid: u64, group: Option<&Arc<str>>) -> bool {
     let victim = cache
         .iter()
-        .filter(|(k, _)| **k != uid)
+        .filter(|(k, c)| **k != uid && group.is_none_or(|g| c.lambda.group == *g))
         .min_by_key(|(_, c)| c.used)
         .map(|(k, _)| *k);
     match victim {

@@ -179,7 +179,7 @@ fn run(job: Job) -> Done {
         finish,
         ..
     } = job;
-    let mut pipe = match pipe.map_or_else(|| f.chain.try_pipeline(), Ok) {
+    let mut pipe = match pipe.map_or_else(|| f.chain.pipeline_for(&f.group), Ok) {
         Ok(p) => p,
         Err(why) => {
             return Done {

@@ -5,6 +5,8 @@
 //! first, `topk`/`frequent` (whose state is the reply) only last, and every stage works on one
 //! element type (`dtype`, u32 or f32; `parse` gives u32, `frequent` takes only u32).
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::ops::{Dtype, Filter, HeapTopK, Insertion, ParseError, Parser, SpaceSaving};
@@ -120,8 +122,19 @@ impl Chain {
     }
 
     /// One connection's pipeline; a `wasm` stage instantiates its module here (OVERLOADED
-    /// when the instance pool is full, TRAP/TIMEOUT when `nf_stream_init` fails).
+    /// when the instance pool is full, TRAP/TIMEOUT when `nf_stream_init` fails). No group's
+    /// share is counted: the served path uses [`Chain::pipeline_for`].
     pub fn try_pipeline(&self) -> Result<Pipeline, Refusal> {
+        self.pipeline_in(None)
+    }
+
+    /// A request's pipeline whose `wasm` instance takes a ticket of `group` (src/quota.rs:
+    /// OVERLOADED when the group holds its share of instance slots).
+    pub fn pipeline_for(&self, group: &Arc<str>) -> Result<Pipeline, Refusal> {
+        self.pipeline_in(Some(group))
+    }
+
+    fn pipeline_in(&self, group: Option<&Arc<str>>) -> Result<Pipeline, Refusal> {
         Ok(Pipeline {
             input: if self.parse {
                 Input::Parse(Parser::default())
@@ -142,7 +155,13 @@ impl Chain {
                     variant: Variant::Heap,
                 } => State::Heap(HeapTopK::new(self.dtype, k)),
                 Reduce::Frequent { k } => State::Frequent(SpaceSaving::new(k)),
-                Reduce::Wasm(ref w) => State::Wasm(Box::new(WasmStream::new(w)?)),
+                Reduce::Wasm(ref w) => {
+                    let ticket = group
+                        .map(crate::quota::acquire)
+                        .transpose()
+                        .map_err(Refusal::Overloaded)?;
+                    State::Wasm(Box::new(WasmStream::new(w, ticket)?))
+                }
             },
             elements: 0,
         })

@@ -282,7 +282,7 @@ fn wasm_stage(
         timeout_ms,
         pre,
     };
-    WasmStream::new(&stage).map_err(|e| {
+    WasmStream::new(&stage, None).map_err(|e| {
         format!(
             "{at}.path: {}: module does not follow the stream ABI: {e:?}",
             stage.path

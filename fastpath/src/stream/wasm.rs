@@ -75,6 +75,8 @@ pub struct WasmStream {
     timeout_ms: u64,
     /// Time spent inside the module so far in this request.
     spent: Duration,
+    /// Its group's claim on the slot it holds (src/quota.rs); none for a deploy's check.
+    _ticket: Option<crate::quota::Ticket>,
 }
 
 fn classify(e: wasmtime::Error) -> Refusal {
@@ -87,7 +89,10 @@ fn classify(e: wasmtime::Error) -> Refusal {
 
 impl WasmStream {
     /// Instantiate the stage's module and call `nf_stream_init(k)`.
-    pub fn new(stage: &WasmStage) -> Result<WasmStream, Refusal> {
+    pub fn new(
+        stage: &WasmStage,
+        ticket: Option<crate::quota::Ticket>,
+    ) -> Result<WasmStream, Refusal> {
         let mut store = Store::new(stage.pre.module().engine(), ());
         store.epoch_deadline_trap();
         store.set_epoch_deadline(stage.timeout_ms + 1);
@@ -146,6 +151,7 @@ impl WasmStream {
             finish,
             timeout_ms: stage.timeout_ms,
             spent: Duration::ZERO,
+            _ticket: ticket,
         };
         let r = s.call(&init.clone(), stage.k as i32)?;
         if r < 0 {

@@ -71,6 +71,14 @@ MIN_ID = 1 << 32
 IDS_FORMAT = 2  # the ids file's "format": 2 = random 64-bit IDs; none = the old counter (migrated)
 
 
+def group_of(name: str) -> str:
+    """The executor's group of a function: its namespace (a deployer owns all of it). A group
+    holds at most half of the executor's instance slots (fastpath/src/quota.rs) and its wasm
+    stream stages take turns with other groups' (fastpath/src/stream/offload.rs), so one
+    tenant's lambdas or slow modules never hold another's."""
+    return name.partition(".")[2] or "(default namespace)"
+
+
 def new_id(taken) -> int:
     """A fresh lambda ID: 64 random bits from the OS CSPRNG, at least MIN_ID, not in ``taken``."""
     while True:
@@ -224,7 +232,7 @@ class FastPath:
         new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
-        body = {"op": "deploy", "id": lambda_id, "name": spec["name"], "weight": fp["weight"], "version": version,
+        body = {"op": "deploy", "id": lambda_id, "name": spec["name"], "group": group_of(spec["name"]), "weight": fp["weight"], "version": version,
                 "timeout_ms": fp["timeout_ms"], "external": external}
         if fp["native"]:
             body.update(kind="native", native=fp["native"])
@@ -277,11 +285,8 @@ class FastPath:
         new_id = spec["name"] not in self.ids
         lambda_id = self.assign(spec["name"])
         version = self.versions.get(spec["name"], 0) + 1
-        # The group takes turns with the others for the executor's wasm threads: the namespace
-        # (a deployer owns all of it), so one tenant's slow module never holds another's.
-        group = spec["name"].partition(".")[2] or "(default namespace)"
         reply = await self.control({"op": "deploy", "id": lambda_id, "name": spec["name"], "kind": "stream", "version": version,
-                                    "group": group, "stream": {"chain": stages}})
+                                    "group": group_of(spec["name"]), "stream": {"chain": stages}})
         if not reply.get("ok"):
             if new_id:
                 self.release(spec["name"])
