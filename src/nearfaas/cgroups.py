@@ -275,14 +275,17 @@ class Cgroups:
             enable(bases[0], "+memory +pids +cpu")
         return bases
 
-    def limit_total_memory(self, limit: int) -> None:
-        """A memory limit on the node's own group, over all its instance groups together (their
-        pages and what they write to their tmpfs /tmp): past it the kernel reclaims, then stops
-        one of this node's workers, never the gateway or another node. Raises CgroupError where
-        the limit cannot be written (never skipped)."""
+    def limit_total(self, controller: str, limit: int) -> None:
+        """A limit on the node's own group of ``controller`` (memory or pids), over all its
+        instance groups together. Memory: their pages and what they write to their tmpfs /tmp;
+        past it the kernel reclaims, then stops one of this node's workers, never the gateway or
+        another node. Pids: processes and threads; past it a fork in any of the node's workers
+        fails (EAGAIN), the host's pid space (``kernel.pid_max``, 32768 here) is never used up
+        by one tenant's fork bombs in many workers (each worker alone is held to DEFAULT_PIDS).
+        Raises CgroupError where the limit cannot be written (never skipped)."""
         bases = self._ready_bases()
-        base = bases[0] if self.v2 else next(b for c, b in zip(self._controllers(), bases, strict=True) if c == "memory")
-        name = V2_FILES["memory"] if self.v2 else V1_FILES["memory"]
+        base = bases[0] if self.v2 else next(b for c, b in zip(self._controllers(), bases, strict=True) if c == controller)
+        name = V2_FILES[controller] if self.v2 else V1_FILES[controller]
         verify(base, (name,))
         write(os.path.join(base, name), str(limit))
 

@@ -5,7 +5,8 @@ fastpath.memory 1Gi): the executor runs in a memory cgroup of its own whose limi
 and its headroom, and its instance pools were sized from the same budget. That `nearfaas down`
 removes the group is checked in test_fastpath_cluster.py, whose cluster goes down; the pools'
 eviction in fastpath/tests/pool.rs; the quota and the nodes' share in
-tests/unit/test_fastpath_budget.py."""
+tests/unit/test_fastpath_budget.py. Beside it, the host budget's other shared resource: each
+node's workers together are held to their share of the host's pids."""
 
 import json
 import os
@@ -50,3 +51,23 @@ def test_the_executor_runs_in_a_memory_cgroup_held_to_its_budget(cluster):
     budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 3 // 4
     nodes = cluster.layout["nodes"]
     assert sum(n["workers_memory"] for n in nodes) + expected <= budget
+
+
+def test_every_nodes_workers_together_are_held_to_their_share_of_the_hosts_pids(cluster):
+    # Each worker is held to 256 processes (cgroups.DEFAULT_PIDS), but 3 nodes × 32 workers × 256
+    # is 24,576 of this host's 32,768 pids: fork bombs in many workers of one tenant would leave
+    # the host unable to fork. Each node's worker groups hang below one pids limit now.
+    from nearfaas.cgroups import Cgroups, V1_FILES, V2_FILES
+    from nearfaas.cluster.launcher import default_workers_pids
+
+    if not cluster.layout.get("isolation", True):
+        pytest.skip("the limit is a cgroup of the jail")
+    nodes = cluster.layout["nodes"]
+    share = default_workers_pids(len(nodes))
+    assert share <= int(Path("/proc/sys/kernel/pid_max").read_text()) // 2 // len(nodes) or share == 1024
+    for node in nodes:
+        groups = Cgroups(cluster.state_dir, node["name"])
+        base = groups._bases()[0] if groups.v2 else next(
+            b for c, b in zip(groups._controllers(), groups._bases(), strict=True) if c == "pids")
+        limit = Path(base, V2_FILES["pids"] if groups.v2 else V1_FILES["pids"]).read_text().strip()
+        assert limit == str(share), f"{node['name']}: {base} pids.max is {limit}, not {share}"

@@ -157,7 +157,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         port = 0 if on_ray else node.port or _free_port(host, taken)  # on Ray: each actor picks one on its own host
         nodes.append({"name": node.name, "kind": node.kind, "class": node.cls, "port": port, "url": f"http://{host}:{port}",
                       "workers_max": node.workers_max, "prewarm": node.prewarm, "cpus": node.cpus,
-                      "workers_memory": node.workers_memory or node_default})
+                      "workers_memory": node.workers_memory or node_default, "workers_pids": default_workers_pids(len(spec.nodes))})
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
@@ -362,6 +362,19 @@ def default_workers_memory(nodes: int, fastpath: int = 0) -> int:
     return share
 
 
+def default_workers_pids(nodes: int) -> int:
+    """Processes and threads a node's workers may have together: half of this host's pid space
+    (``kernel.pid_max``) shared evenly by the cluster's nodes, at least 1024. Each worker alone
+    is held to 256 (cgroups.DEFAULT_PIDS), but 3 nodes × 32 workers × 256 is 24,576 of the
+    32,768 pids this host has: one tenant's fork bombs in many workers would leave the gateway,
+    the nodes and everything else on the host unable to fork."""
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32768  # the kernel's default
+    return max(1024, pid_max // 2 // max(1, nodes))
+
+
 def _node_command(layout: dict, node: dict) -> list[str]:
     return [sys.executable, "-m", "nearfaas.node.agent", "--name", node["name"], "--kind", node["kind"],
             "--class", node["class"], "--host", layout["host"], "--port", str(node["port"]),
@@ -370,6 +383,7 @@ def _node_command(layout: dict, node: dict) -> list[str]:
             "--isolation", "on" if layout.get("isolation", True) else "off"] + \
         (["--cpus", str(node["cpus"])] if node.get("cpus") else []) + \
         (["--workers-memory", str(node["workers_memory"])] if node.get("workers_memory") else []) + \
+        (["--workers-pids", str(node["workers_pids"])] if node.get("workers_pids") else []) + \
         (["--files-from-gateway"] if layout.get("backend") == "ray" else [])
 
 

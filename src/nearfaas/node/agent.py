@@ -34,7 +34,8 @@ INTERNAL = "/_nearfaas"
 class NodeAgent:
     def __init__(self, name: str, kind: str, cls: str, state_dir: Path, gateway_url: str, workers_max: int = 32,
                  link: str = "local", prewarm: int = 1, url: str | None = None, isolation: bool = True,
-                 cpus: float | None = None, files_from_gateway: bool = False, workers_memory: int | None = None):
+                 cpus: float | None = None, files_from_gateway: bool = False, workers_memory: int | None = None,
+                 workers_pids: int | None = None):
         self.name, self.kind, self.cls = name, kind, cls
 
         self.started = time.time()
@@ -66,7 +67,7 @@ class NodeAgent:
         self.functions_dir = None if files_from_gateway else state_dir / "functions"
         self.secret, self.handler_roots, self.egress = _spec_trust(state_dir)
         self.pools = WorkerPools(name, state_dir, gateway_url, store_root, workers_max, link, prewarm=prewarm, node_url=url,
-                                 isolation=isolation, workers_memory=workers_memory)
+                                 isolation=isolation, workers_memory=workers_memory, workers_pids=workers_pids)
         if files_from_gateway:  # another host than the gateway's (backend: ray): code and secrets come over HTTP
             from nearfaas.node.function_files import GatewayFiles
 
@@ -319,7 +320,8 @@ class _NodeCollector:
 async def serve(args) -> None:
     agent = NodeAgent(args.name, args.kind, args.cls, Path(args.state), args.gateway, args.workers_max, args.link,
                       prewarm=args.prewarm, url=node_url(args.host, args.port), isolation=args.isolation == "on",
-                      cpus=args.cpus, files_from_gateway=args.files_from_gateway, workers_memory=args.workers_memory)
+                      cpus=args.cpus, files_from_gateway=args.files_from_gateway, workers_memory=args.workers_memory,
+                      workers_pids=args.workers_pids)
     from nearfaas.auth.internal import server_middleware
 
     app = web.Application(client_max_size=1024**3, middlewares=[server_middleware(_cluster_secret(Path(args.state)), INTERNAL)])
@@ -388,6 +390,9 @@ def main(argv=None) -> None:
                         help="run workers unprivileged in their own mount view (node/jail.py); off is unsafe")
     parser.add_argument("--workers-memory", type=int, default=None, metavar="BYTES",
                         help="memory all of the node's workers together may hold (a cgroup limit over them); default: none")
+    parser.add_argument("--workers-pids", type=int, default=None, metavar="N",
+                        help="processes and threads all of the node's workers together may have (a pids cgroup "
+                             "limit over them); default: none")
     parser.add_argument("--cpus", type=float, default=None,
                         help="CPU capacity of the whole node in cores (node/capacity.py); default: the machine's")
     parser.add_argument("--multipart-expiry", type=_seconds, default=24 * 3600.0, metavar="SECONDS",

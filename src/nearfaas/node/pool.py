@@ -100,7 +100,7 @@ class PoolStats:
 class WorkerPools:
     def __init__(self, node: str, state_dir: Path, gateway_url: str, store_root: Path | None, workers_max: int = 32,
                  link: str = "local", prewarm: int = 1, node_url: str | None = None, isolation: bool = True,
-                 workers_memory: int | None = None):
+                 workers_memory: int | None = None, workers_pids: int | None = None):
         self.node = node
         self.link = link
         self.workers_max = workers_max
@@ -126,7 +126,9 @@ class WorkerPools:
         if self.cgroups is not None and not self.jail_problems:
             self.cgroups.sweep()
             if workers_memory:  # every worker group hangs below: together they hold at most this
-                self.cgroups.limit_total_memory(workers_memory)
+                self.cgroups.limit_total("memory", workers_memory)
+            if workers_pids:  # and at most this many processes and threads
+                self.cgroups.limit_total("pids", workers_pids)
         self.fds = ObjectFdServer(store_root) if store_root is not None else None
         self.files = None  # node/function_files.GatewayFiles where this node does not share the gateway's disk
         # What every worker of this node gets, before its function's own environment.
