@@ -256,3 +256,17 @@ def test_a_body_without_its_promised_version_trailer_stores_nothing(node_server)
     bad = node_server.run(go())
     assert bad.code == "InvalidArgument" and "version" in bad.message
     assert node_server.store.list_objects("bkt").contents == []
+
+
+def test_a_replica_at_its_disk_floor_missed_the_write_and_is_owed_it():
+    # A full replica stored nothing (InsufficientStorage): like one that is down, it missed a
+    # write another replica made (the gateway hints it), rather than failing an acknowledged
+    # write; when every replica is full the client gets the 507.
+    from nearfaas.gateway.replica_calls import missed_write, settle
+    from nearfaas.s3.errors import S3Error
+
+    full = S3Error("InsufficientStorage")
+    assert settle(["storage-0", "storage-1"], [full, "stored"], missed_write, "write") == ["stored"]
+    with pytest.raises(S3Error) as both:
+        settle(["storage-0", "storage-1"], [full, S3Error("InsufficientStorage")], missed_write, "write")
+    assert both.value.status == 507

@@ -90,13 +90,15 @@ def missed_upload(exc: BaseException) -> bool:
     """A replica that was down when a multipart upload was created (or a part was sent) answers
     NoSuchUpload (or InvalidPart) once it is back; like a replica that is down, it just misses
     this object. Only where another replica succeeded: if every one fails, the error is real."""
-    return unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart"))
+    return unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchUpload", "InvalidPart", "InsufficientStorage"))
 
 
 def missed_write(exc: BaseException) -> bool:
-    """A replica that was unreachable, or that lacks the bucket (it was down when the bucket
-    was created; it is owed the bucket too): it missed this write, if another replica made it."""
-    return unavailable(exc) or (isinstance(exc, S3Error) and exc.code == "NoSuchBucket")
+    """A replica that was unreachable, that lacks the bucket (it was down when the bucket was
+    created; it is owed the bucket too), or whose disk is at its free-space floor
+    (InsufficientStorage: it stored nothing): it missed this write, if another replica made it,
+    and is owed it (a hint)."""
+    return unavailable(exc) or (isinstance(exc, S3Error) and exc.code in ("NoSuchBucket", "InsufficientStorage"))
 
 
 async def close_answer(answer) -> None:

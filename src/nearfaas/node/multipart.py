@@ -90,6 +90,11 @@ class PartWriter:
         if self._file.size + len(chunk) > limit:
             self.abort()
             raise S3Error("EntityTooLarge", f"A part may not exceed {limit} bytes.")
+        try:
+            self._uploads.store.reserve(len(chunk))
+        except S3Error:
+            self.abort()
+            raise
         self._md5.update(chunk)
         self._file.write(chunk)
 

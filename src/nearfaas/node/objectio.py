@@ -50,12 +50,21 @@ class ObjectWriter:
                 f"The object exceeds the maximum object size of {self._store.max_object_size} bytes.",
                 resource=self.key,
             )
+        self._reserve(len(chunk))
         if self._md5 is not None:
             self._md5.update(chunk)
         self._file.write(chunk)
 
+    def _reserve(self, size: int) -> None:
+        try:
+            self._store.reserve(size)
+        except S3Error:
+            self.abort()
+            raise
+
     def copy_from(self, src_fd: int, src_offset: int, count: int) -> None:
         self._check_open()
+        self._reserve(count)
         self._file.copy_from(src_fd, src_offset, count)
 
     def commit(self, expected_md5: bytes | None = None, *, etag: str | None = None,

@@ -109,9 +109,19 @@ class StoreCounters:
                     "uploads_expired": self.uploads_expired, "upload_bytes_reclaimed": self.upload_bytes_reclaimed}
 
 
+def default_min_free(root: str | Path) -> int:
+    """The free space a store leaves on its filesystem: 5 % of it, at least 256 MiB, at most
+    8 GiB. The filesystem is shared (this node's replicas of every tenant's objects, other
+    nodes' on one host, the gateway's journal, logs): a store that filled it would fail every
+    write of everyone, the gateway's included (red team round 6, R5: two replicas on one disk
+    doubled each PUT, ~36 GiB of PUTs would have filled this VM's 72 GiB free)."""
+    st = os.statvfs(root)
+    return max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 8 << 30))
+
+
 class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
     def __init__(self, root: str | Path, *, max_object_size: int = DEFAULT_MAX_OBJECT_SIZE,
-                 min_part_size: int = DEFAULT_MIN_PART_SIZE, clock_origin: str = "local"):
+                 min_part_size: int = DEFAULT_MIN_PART_SIZE, clock_origin: str = "local", min_free: int | None = None):
         from nearfaas.node.multipart import MultipartUploads  # multipart builds on this module
 
         self.root = Path(root)
@@ -132,6 +142,8 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         self._shelf: dict[str, SortedDict] = {}  # key -> noncurrent versions, oldest first (versions.py)
         self._gone: dict[str, dict] = {}  # key digest -> versions deleted for good (versions.py)
         self._digests: dict[str, int] = {}  # XOR of _entry_hash over live objects and tombstones
+        # Writes stop (InsufficientStorage, 507) rather than take the filesystem below this.
+        self.min_free = min_free
         for sub in ("tmp", "buckets", "uploads"):
             make_dir_durable(self.root / sub)
         # A store made by an older version has 0755 folders and 0644 files: closing its root
@@ -289,6 +301,19 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         return info
 
     # -- objects ----------------------------------------------------------------------------
+
+    def reserve(self, size: int) -> None:
+        """Refuse to write ``size`` more bytes when the filesystem would keep less than its
+        floor (``min_free``): InsufficientStorage (507), nothing stored. Every object and part
+        writer asks before each chunk (one statvfs: noise beside the write)."""
+        if self.min_free is None:
+            self.min_free = default_min_free(self.root)
+        st = os.statvfs(self.tmp_dir)
+        free = st.f_bavail * st.f_frsize
+        if free - size < self.min_free:
+            raise S3Error("InsufficientStorage", f"This storage node's disk has {free >> 20} MiB free, and a write may not take it "
+                          f"below {self.min_free >> 20} MiB (5 % of it, at least 256 MiB, at most 8 GiB): the write was refused "
+                          "and nothing stored. Delete objects or add a node, then retry.")
 
     def open_writer(self, bucket: str, key: str, *, content_type: str | None = None, metadata: dict | None = None,
                     compute_md5: bool = True, version: str = "", headers: dict | None = None) -> ObjectWriter:

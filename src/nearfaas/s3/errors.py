@@ -36,6 +36,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "NoSuchUpload": (404, "The specified multipart upload does not exist; it may have been aborted or completed."),
     "NotImplemented": (501, "A header or operation you provided implies functionality that is not implemented."),
     "PreconditionFailed": (412, "At least one of the preconditions you specified did not hold."),
+    "InsufficientStorage": (507, "A storage node holding this object is at its free-space floor: the write was refused, nothing was stored. Free space or add a node, then retry."),
     "SlowDown": (503, "Please reduce your request rate: the storage node is busy. Retry after the Retry-After seconds."),
     "ServiceUnavailable": (503, "Reduce your request rate or retry: a storage node holding this data is unavailable."),
     "SignatureDoesNotMatch": (403, "The request signature we calculated does not match the signature you provided. Check your key and signing method."),
