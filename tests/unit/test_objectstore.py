@@ -545,7 +545,7 @@ def test_multipart_state_survives_restart(store):
 def test_a_write_that_would_take_the_disk_below_its_floor_is_refused_and_stores_nothing(store):
     # Red team round 6 (R5): nothing kept a tenant's PUTs from filling the filesystem that every
     # node's store, the gateway's journal and the logs share. A store leaves min_free (5 % of
-    # the filesystem, 256 MiB to 8 GiB) free: past it a write is InsufficientStorage (507) and
+    # the filesystem, 256 MiB to 2 GiB) free: past it a write is InsufficientStorage (507) and
     # nothing is stored, a plain object, a copy and a multipart part alike.
     st = os.statvfs(store.root)
     free = st.f_bavail * st.f_frsize
@@ -573,5 +573,5 @@ def test_the_default_floor_is_five_percent_of_the_filesystem_within_bounds(tmp_p
 
     st = os.statvfs(tmp_path)
     floor = default_min_free(tmp_path)
-    assert 256 << 20 <= floor <= 8 << 30
-    assert floor == max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 8 << 30))
+    assert 256 << 20 <= floor <= 2 << 30
+    assert floor == max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 2 << 30))

@@ -79,9 +79,17 @@ pub fn connect_from(fp: &Fp, last: u8) -> TcpStream {
         let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
         assert!(fd >= 0, "socket");
         let src = addr([127, 0, 0, last], 0);
-        assert_eq!(libc::bind(fd, &src as *const _ as *const libc::sockaddr, len), 0, "bind");
+        assert_eq!(
+            libc::bind(fd, &src as *const _ as *const libc::sockaddr, len),
+            0,
+            "bind"
+        );
         let dst = addr([127, 0, 0, 1], fp.port("stream"));
-        assert_eq!(libc::connect(fd, &dst as *const _ as *const libc::sockaddr, len), 0, "connect");
+        assert_eq!(
+            libc::connect(fd, &dst as *const _ as *const libc::sockaddr, len),
+            0,
+            "connect"
+        );
         let s = TcpStream::from_raw_fd(fd);
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s

@@ -111,12 +111,12 @@ class StoreCounters:
 
 def default_min_free(root: str | Path) -> int:
     """The free space a store leaves on its filesystem: 5 % of it, at least 256 MiB, at most
-    8 GiB. The filesystem is shared (this node's replicas of every tenant's objects, other
+    2 GiB (room for the journals and logs, without refusing writes on a disk that is merely busy). The filesystem is shared (this node's replicas of every tenant's objects, other
     nodes' on one host, the gateway's journal, logs): a store that filled it would fail every
     write of everyone, the gateway's included (red team round 6, R5: two replicas on one disk
     doubled each PUT, ~36 GiB of PUTs would have filled this VM's 72 GiB free)."""
     st = os.statvfs(root)
-    return max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 8 << 30))
+    return max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 2 << 30))
 
 
 class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
@@ -312,7 +312,7 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         free = st.f_bavail * st.f_frsize
         if free - size < self.min_free:
             raise S3Error("InsufficientStorage", f"This storage node's disk has {free >> 20} MiB free, and a write may not take it "
-                          f"below {self.min_free >> 20} MiB (5 % of it, at least 256 MiB, at most 8 GiB): the write was refused "
+                          f"below {self.min_free >> 20} MiB (5 % of it, at least 256 MiB, at most 2 GiB): the write was refused "
                           "and nothing stored. Delete objects or add a node, then retry.")
 
     def open_writer(self, bucket: str, key: str, *, content_type: str | None = None, metadata: dict | None = None,
