@@ -111,10 +111,11 @@ class StoreCounters:
 
 def default_min_free(root: str | Path) -> int:
     """The free space a store leaves on its filesystem: 5 % of it, at least 256 MiB, at most
-    2 GiB (room for the journals and logs, without refusing writes on a disk that is merely busy). The filesystem is shared (this node's replicas of every tenant's objects, other
-    nodes' on one host, the gateway's journal, logs): a store that filled it would fail every
-    write of everyone, the gateway's included (red team round 6, R5: two replicas on one disk
-    doubled each PUT, ~36 GiB of PUTs would have filled this VM's 72 GiB free)."""
+    2 GiB (room for the journals and logs, without refusing writes on a small disk that is
+    merely busy). The filesystem is shared (this node's replicas of every tenant's objects,
+    other nodes' on one host, the gateway's journal, logs): a store that filled it would fail
+    every write of everyone, the gateway's included (red team round 6, R5: two replicas on one
+    disk doubled each PUT, ~36 GiB of PUTs would have filled this VM's 72 GiB free)."""
     st = os.statvfs(root)
     return max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 2 << 30))
 
