@@ -59,3 +59,17 @@ def test_status_repeats_the_warnings(tmp_path, monkeypatch):
     layout.update(isolation=True, auth={"access_key": "AK"})
     result = CliRunner().invoke(main, ["status", "--json", "--state", str(tmp_path)])
     assert json.loads(result.stdout)["warnings"] == [] and "warning" not in result.stderr
+
+
+def test_up_warns_when_the_admin_key_is_in_a_file_others_may_read(tmp_path, monkeypatch):
+    # Red team round 6: the cluster file (0644) held the admin's secret key; any local user could
+    # have taken the cluster with it. `up` says so, naming the file and the fix.
+    lines = 'auth: {access_key: AKTESTADMIN000000001, secret_key: "0123456789abcdef0123456789abcdef01234567"}\n'
+    config = tmp_path / "cluster.yml"
+    config.write_text(lines)
+    config.chmod(0o644)
+    result, _ = _up(tmp_path, monkeypatch, lines)
+    assert f"{config} holds the admin's auth.secret_key" in result.stderr and f"chmod 600 {config}" in result.stderr
+    config.chmod(0o600)
+    result = CliRunner().invoke(main, ["up", "-c", str(config), "--state", str(tmp_path / "state")])
+    assert "auth.secret_key" not in result.stderr

@@ -50,7 +50,7 @@ def up(config, state, port, ray_address):
     if layout.get("auth"):
         console.print(f"credentials: access key {layout['auth']['access_key']}; `nearfaas credentials` prints them for "
                       "boto3, aws-cli and faas-cli", markup=False, highlight=False)
-    _warn(unsafe_warnings(layout))
+    _warn(unsafe_warnings(layout) + exposed_secret_files(config, spec))
     if state_dir.resolve() != state_path(None).resolve():
         # Every later command (down, status, deploy...) looks in state_path(None) unless told: say so,
         # or `nearfaas down` would miss this cluster. On stderr: stdout's last line is the URL.
@@ -67,6 +67,28 @@ def unsafe_warnings(layout: dict) -> list[str]:
     if layout.get("isolation") is False:
         warnings.append("warning: isolation is off (`isolation: off`): functions run as root, unconfined, and may read "
                         "every secret, object and the cluster's keys; remove `isolation: off` from the cluster file")
+    return warnings
+
+
+def exposed_secret_files(config, spec) -> list[str]:
+    """A warning for each file holding keys that other users of this host may read: the
+    cluster file when it gives ``auth.secret_key``, and the keys file. Whoever reads the admin
+    key is the admin (red team round 6 read one from a 0644 cluster file)."""
+    files = []
+    auth = getattr(spec, "auth", None)
+    if config and auth is not None and auth.secret_key and not auth.generated:
+        files.append((Path(config), "the admin's auth.secret_key"))
+    if auth is not None and auth.keys_file:
+        files.append((Path(auth.keys_file), "access keys"))
+    warnings = []
+    for path, what in files:
+        try:
+            mode = path.stat().st_mode & 0o777
+        except OSError:
+            continue
+        if mode & 0o077:
+            warnings.append(f"warning: {path} holds {what} and other users of this host may read it (mode {mode:04o}): "
+                            f"whoever reads them controls the cluster; run: chmod 600 {path}")
     return warnings
 
 
