@@ -569,7 +569,7 @@ def test_a_write_that_would_take_the_disk_below_its_floor_is_refused_and_stores_
 
 
 def test_the_default_floor_is_five_percent_of_the_filesystem_within_bounds(tmp_path):
-    from nearfaas.node.objectstore import default_min_free
+    from nearfaas.node.disk_floor import default_min_free
 
     st = os.statvfs(tmp_path)
     floor = default_min_free(tmp_path)

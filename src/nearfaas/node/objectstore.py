@@ -42,6 +42,7 @@ from pathlib import Path
 from sortedcontainers import SortedDict
 
 from nearfaas import atomic
+from nearfaas.node import disk_floor
 from nearfaas.node.objectfile import (
     DIR_MODE,
     FILE_MODE,
@@ -107,17 +108,6 @@ class StoreCounters:
         with self._lock:
             return {"bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "objects": self.objects,
                     "uploads_expired": self.uploads_expired, "upload_bytes_reclaimed": self.upload_bytes_reclaimed}
-
-
-def default_min_free(root: str | Path) -> int:
-    """The free space a store leaves on its filesystem: 5 % of it, at least 256 MiB, at most
-    2 GiB (room for the journals and logs, without refusing writes on a small disk that is
-    merely busy). The filesystem is shared (this node's replicas of every tenant's objects,
-    other nodes' on one host, the gateway's journal, logs): a store that filled it would fail
-    every write of everyone, the gateway's included (red team round 6, R5: two replicas on one
-    disk doubled each PUT, ~36 GiB of PUTs would have filled this VM's 72 GiB free)."""
-    st = os.statvfs(root)
-    return max(256 << 20, min(st.f_blocks * st.f_frsize // 20, 2 << 30))
 
 
 class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
@@ -304,17 +294,11 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
     # -- objects ----------------------------------------------------------------------------
 
     def reserve(self, size: int) -> None:
-        """Refuse to write ``size`` more bytes when the filesystem would keep less than its
-        floor (``min_free``): InsufficientStorage (507), nothing stored. Every object and part
-        writer asks before each chunk (one statvfs: noise beside the write)."""
+        """Refuse to write ``size`` more bytes below the filesystem's floor (node/disk_floor.py):
+        InsufficientStorage (507), nothing stored. Every object and part writer asks first."""
         if self.min_free is None:
-            self.min_free = default_min_free(self.root)
-        st = os.statvfs(self.tmp_dir)
-        free = st.f_bavail * st.f_frsize
-        if free - size < self.min_free:
-            raise S3Error("InsufficientStorage", f"This storage node's disk has {free >> 20} MiB free, and a write may not take it "
-                          f"below {self.min_free >> 20} MiB (5 % of it, at least 256 MiB, at most 2 GiB): the write was refused "
-                          "and nothing stored. Delete objects or add a node, then retry.")
+            self.min_free = disk_floor.default_min_free(self.root)
+        disk_floor.reserve(self.tmp_dir, self.min_free, size)
 
     def open_writer(self, bucket: str, key: str, *, content_type: str | None = None, metadata: dict | None = None,
                     compute_md5: bool = True, version: str = "", headers: dict | None = None) -> ObjectWriter:
