@@ -118,3 +118,29 @@ def test_cpu_type_scales_on_millicores_its_instances_used():
         assert idle.desired == 1
 
     asyncio.run(run())
+
+
+def test_scale_to_zero_waits_for_a_scale_up_in_progress():
+    # A function scaled to 3 by hand whose starts are slow (a loaded host) is not scaled to zero
+    # by its first replica's idle time while the others are still starting; once all are up and
+    # idle for zero-duration it is.
+    from nearfaas.gateway.instances import InstancePool
+
+    pool = InstancePool.__new__(InstancePool)
+    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
+    first = Instance("a", "n", "127.0.0.1", 1)
+    first.last_used = 0.0
+    state.instances["a"] = first
+    pool.functions = {"idler": state}
+    dropped = []
+    pool.drop_instance = lambda st, inst, stop=False: (dropped.append(inst.id), st.instances.pop(inst.id))
+    pool.reap_idle(now=8.0)  # 8 s idle, but two of three replicas are still starting
+    assert state.desired == 3 and not dropped
+    for name in ("b", "c"):
+        inst = Instance(name, "n", "127.0.0.1", 1)
+        inst.last_used = 9.0
+        state.instances[name] = inst
+    pool.reap_idle(now=10.0)  # all up, the newest idle 1 s
+    assert state.desired == 3 and not dropped
+    pool.reap_idle(now=14.5)  # every replica idle for zero-duration
+    assert state.desired == 0 and sorted(dropped) == ["a", "b", "c"]
