@@ -2,7 +2,7 @@
 //! docs), announce the addresses (`--ready-file` or stdout), serve until SIGTERM/SIGINT.
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
-use std::os::unix::net::UnixDatagram;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ pub const USAGE: &str =
   [--sched drr|fifo] [--pin] [--max-connections N] [--max-connections-per-peer N]
   [--tcp-idle-ms MS] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
+  [--tcp-unix PATH] [--stream-unix PATH]
   [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
   [--pool-memory BYTES]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
@@ -27,7 +28,9 @@ defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-dept
   block: src/poll.rs); --slice-us 50 (wasm lambdas run in slices of this many microseconds, so
   a light lambda waits about one slice behind a heavy call under drr: src/slice.rs; 0 runs every
   call to completion); --pool-memory 1073741824 (the linear memory of all wasm instances
-  together: each of the 3 engines' pools gets BYTES / 16 MiB / 3 slots; src/lambda.rs Pool)";
+  together: each of the 3 engines' pools gets BYTES / 16 MiB / 3 slots; src/lambda.rs Pool);
+  --tcp-unix / --stream-unix: unix sockets (made mode 0600) serving the TCP framing / the stream
+  protocol for the gateway alone, outside the TCP ports' connection caps";
 
 pub struct Args {
     pub udp: String,
@@ -57,6 +60,9 @@ pub struct Args {
     pub slice: Option<std::time::Duration>,
     /// The wasm instances' linear memory, all pools together (src/lambda.rs `Pool`).
     pub pool_memory: u64,
+    /// The gateway's private unix sockets for the TCP framing and the stream protocol.
+    pub tcp_unix: Option<String>,
+    pub stream_unix: Option<String>,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -106,6 +112,8 @@ fn default_args() -> Args {
         poll: crate::poll::Policy::default(),
         slice: Some(crate::slice::DEFAULT_SLICE),
         pool_memory: lambda::DEFAULT_POOL_MEMORY,
+        tcp_unix: None,
+        stream_unix: None,
     }
 }
 
@@ -185,6 +193,8 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
             })
         }
         "--stream" => a.stream = Some(val()),
+        "--tcp-unix" => a.tcp_unix = Some(val()),
+        "--stream-unix" => a.stream_unix = Some(val()),
         "--stream-idle-ms" => {
             a.stream_idle_ms = int_in(
                 &val(),
@@ -246,6 +256,19 @@ struct Sockets {
     control: TcpListener,
     unix: Option<UnixDatagram>,
     stream: Option<TcpListener>,
+    tcp_unix: Option<UnixListener>,
+    stream_unix: Option<UnixListener>,
+}
+
+/// A unix stream listener only its owner may connect to (mode 0600; the state dir holding it
+/// is the platform's alone too).
+fn private_listener(flag: &str, p: &str) -> UnixListener {
+    let _ = std::fs::remove_file(p);
+    let l = UnixListener::bind(p).unwrap_or_else(|e| die(&format!("{flag} {p}: {e}")));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| die(&format!("{flag} {p}: {e}")));
+    l
 }
 
 /// The addresses the threads serve, for the ready line.
@@ -285,13 +308,23 @@ pub fn run(args: Args) -> ! {
     server::SrvRef::set(srv.clone());
     let stop = Arc::new(AtomicBool::new(false));
     let mut bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key, &stop);
-    bound.stream = socks.stream.map(|l| start_stream(&srv, &args, l));
+    if let Some(l) = socks.tcp_unix {
+        let s = srv.clone();
+        spawn("tcp-unix", move || server::unix_accept_loop(s, l));
+    }
+    let stream_unix = socks.stream_unix;
+    bound.stream = socks
+        .stream
+        .map(|l| start_stream(&srv, &args, l, stream_unix));
     announce(&args, &cfg, &srv, &bound);
     let sig = sigs.wait();
     eprintln!("nearfaas-fastpath: {:?}, shutting down", sig);
     stop.store(true, Ordering::Relaxed);
     srv.sched.shutdown();
-    if let Some(p) = &args.unix {
+    for p in [&args.unix, &args.tcp_unix, &args.stream_unix]
+        .into_iter()
+        .flatten()
+    {
         let _ = std::fs::remove_file(p);
     }
     std::process::exit(0);
@@ -338,12 +371,25 @@ fn bind(args: &Args) -> Sockets {
         .stream
         .as_ref()
         .map(|t| TcpListener::bind(t).unwrap_or_else(|e| die(&format!("--stream {t}: {e}"))));
+    let tcp_unix = args
+        .tcp_unix
+        .as_ref()
+        .map(|p| private_listener("--tcp-unix", p));
+    let stream_unix = args
+        .stream_unix
+        .as_ref()
+        .map(|p| private_listener("--stream-unix", p));
+    if stream_unix.is_some() && stream.is_none() {
+        die("--stream-unix needs --stream (the stream functions' listener)");
+    }
     Sockets {
         udp,
         tcp,
         control,
         unix,
         stream,
+        tcp_unix,
+        stream_unix,
     }
 }
 
@@ -396,7 +442,12 @@ fn start_threads(
 }
 
 /// The stream functions' event loop (src/stream/serve.rs) on its listener; returns its address.
-fn start_stream(srv: &Arc<server::Server>, args: &Args, l: TcpListener) -> SocketAddr {
+fn start_stream(
+    srv: &Arc<server::Server>,
+    args: &Args,
+    l: TcpListener,
+    unix: Option<UnixListener>,
+) -> SocketAddr {
     let addr = l.local_addr().unwrap();
     let _ = srv.streams.addr.set(addr);
     let cfg = stream::serve::Config {
@@ -404,7 +455,9 @@ fn start_stream(srv: &Arc<server::Server>, args: &Args, l: TcpListener) -> Socke
         max_conns: args.stream_max_conns,
     };
     let s = srv.clone();
-    spawn("stream", move || stream::serve::stream_loop(s, l, cfg));
+    spawn("stream", move || {
+        stream::serve::stream_loop(s, l, unix, cfg)
+    });
     addr
 }
 

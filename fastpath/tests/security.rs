@@ -399,3 +399,52 @@ fn suspended_calls_of_one_group_leave_the_other_groups_slots() {
         "tenant-b holds its share (5 instances), no more"
     );
 }
+
+#[test]
+fn the_gateways_unix_socket_is_served_when_every_tcp_slot_is_held() {
+    // Red team round 7: on loopback one client is many peer IPs (127.0.0.2, .3, ... are any
+    // process's to bind), so per-IP shares left the gateway no connection on the TCP port and
+    // its fast-path calls answered 502. The gateway's framed calls have a socket of their own.
+    use std::os::unix::fs::PermissionsExt;
+    let path = tmpdir("gw").join("tcp.sock");
+    let fp = Fp::start(&[
+        "--max-connections",
+        "4",
+        "--max-connections-per-peer",
+        "2",
+        "--tcp-idle-ms",
+        "60000",
+        "--tcp-unix",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    fp.deploy_native(7, "web", json!({}));
+    let held: Vec<TcpStream> = [2, 2, 3, 3]
+        .iter()
+        .map(|&a| connect_port_from(fp.port("tcp"), a))
+        .collect();
+    let t = Instant::now();
+    while fp.stats()["global"]["tcp_conns"] != 4 {
+        assert!(t.elapsed() < Duration::from_secs(5), "{}", fp.stats());
+        std::thread::yield_now();
+    }
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for _ in 0..3 {
+        s.write_all(&wire::frame(&wire::encode_request(
+            7,
+            b"GET / HTTP/1.0\r\n\r\n",
+        )))
+        .unwrap();
+        let mut l = [0u8; wire::FRAME_LEN];
+        s.read_exact(&mut l).unwrap();
+        let mut b = vec![0u8; u32::from_be_bytes(l) as usize];
+        s.read_exact(&mut b).unwrap();
+        let (id, status, _) = wire::decode_reply(&b).unwrap();
+        assert_eq!((id, status), (7, OK));
+    }
+    drop(held);
+}

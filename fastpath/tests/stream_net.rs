@@ -190,6 +190,46 @@ fn connections_over_the_stream_cap_are_closed_at_accept() {
 }
 
 #[test]
+fn the_gateways_unix_socket_is_served_when_every_tcp_slot_is_held() {
+    // Red team round 7: per-IP shares do not keep the gateway's room on loopback (any local
+    // process binds 127.0.0.2, 127.0.0.3, ...): two addresses held every slot and the gateway's
+    // stream calls answered OVERLOADED. The gateway has a socket of its own (`--stream-unix`).
+    use std::os::unix::fs::PermissionsExt;
+    let path = tmpdir("gw").join("stream.sock");
+    let fp = start(&[
+        "--stream-max-connections",
+        "4",
+        "--stream-unix",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    deploy_stream(&fp, 1, json!({"chain": [{"fn": "topk", "k": 1}]}));
+    let held: Vec<TcpStream> = [2, 2, 3, 3].iter().map(|&a| connect_from(&fp, a)).collect();
+    let t = Instant::now();
+    while fp.stats()["global"]["stream_conns"] != 4 {
+        assert!(t.elapsed() < Duration::from_secs(5));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut tcp = connect(&fp); // from 127.0.0.1: the cap is full, refused at accept
+    let mut b = Vec::new();
+    let _ = tcp.read_to_end(&mut b);
+    assert!(b.is_empty() || b == [OVERLOADED, 0, 0, 0, 0], "{b:?}");
+    for _ in 0..3 {
+        let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&encode_stream_head(1, 8)).unwrap();
+        s.write_all(&le(&[4, 6])).unwrap();
+        let mut all = Vec::new();
+        s.read_to_end(&mut all).unwrap();
+        assert_eq!(all, [&[OK, 1, 0, 0, 0][..], &6u32.to_le_bytes()].concat());
+    }
+    drop(held);
+}
+
+#[test]
 fn one_id_names_one_function() {
     let fp = start(&[]);
     fp.deploy_native(7, "web", json!({}));

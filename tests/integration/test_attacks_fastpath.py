@@ -244,3 +244,67 @@ def test_a_stream_stage_cannot_ask_for_more_time_than_the_operator_allows(cluste
         assert [s["group"] for s in executor["streams"] if s["name"] == name] == ["(default namespace)"], executor["streams"]
     finally:
         cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def test_connections_from_other_loopback_addresses_cannot_shut_the_gateway_out(cluster):
+    # Red team round 7: the executor's per-peer shares count by IP, and on loopback any local
+    # process binds 127.0.0.2, 127.0.0.3, ...: two addresses held every slot of the stream port
+    # (the gateway's stream calls answered 429) and of the TCP port (its relayed lambda calls
+    # 502). The gateway calls over unix sockets of its own now (mode 0600 in the state dir).
+    import resource
+    import threading
+
+    fp = cluster.layout["fastpath"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4096)), hard))
+    names = {"stream": "fp-attack-flooded-stream", "lambda": "fp-attack-flooded-lambda"}
+    bodies = [{"service": names["stream"], "lang": "native", "handler": os.path.dirname(__file__),
+               "x-nearfaas": {"target": "stream", "stream": {"fn": "topk", "k": 1}}},
+              {"service": names["lambda"], "lang": "wasm", "handler": str(LAMBDAS),
+               "x-nearfaas": {"target": "fastpath", "fastpath": {"module": "web.wasm"}}}]
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def flood(port: str, share: int, opened: list, first: bytes = b"") -> None:
+        for source in ("127.0.0.2", "127.0.0.3"):  # each address's share: all of the port's slots
+            for _ in range(share):
+                s = socket.socket()
+                s.bind((source, 0))
+                s.connect(_addr(cluster, port))
+                s.sendall(first)
+                opened.append(s)
+                held.append(s)
+
+    streams: list[socket.socket] = []
+
+    def trickle():  # a byte of payload now and then, from the first one opened: never idle, never done
+        while not stop.wait(0.3):
+            for s in list(streams):
+                try:
+                    s.send(b"\0")
+                except OSError:
+                    pass
+
+    try:
+        for body in bodies:
+            assert cluster.http.post(f"{cluster.url}/system/functions", json=body, timeout=30).status_code == 202
+        stream_id = cluster.http.get(f"{cluster.url}/system/function/{names['stream']}", timeout=5).json()["stream"]["id"]
+        threading.Thread(target=trickle, daemon=True).start()
+        flood("stream", 512, streams, wire.STREAM_HEAD.pack(stream_id, wire.STREAM_UNTIL_EOF))
+        flood("tcp", 128, [])
+        executor = cluster.http.get(f"{cluster.url}/system/fastpath", timeout=5).json()["executor"]
+        assert executor["tcp_conns"] == 256 and executor["stream_conns"] >= 1024, executor  # every slot is the attacker's
+        stream_call = requests.post(f"{cluster.url}/function/{names['stream']}", data=(7).to_bytes(4, "little"), timeout=30)
+        lambda_call = requests.post(f"{cluster.url}/function/{names['lambda']}", data=b"GET / HTTP/1.0\r\n\r\n", timeout=30)
+        assert (stream_call.status_code, lambda_call.status_code) == (200, 200), (stream_call.text, lambda_call.text)
+        assert stat_mode(fp["tcp_unix"]) == stat_mode(fp["stream_unix"]) == 0o600
+    finally:
+        stop.set()
+        for s in held:
+            s.close()
+        for name in names.values():
+            cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": name}, timeout=30)
+
+
+def stat_mode(path: str) -> int:
+    return os.stat(path).st_mode & 0o777

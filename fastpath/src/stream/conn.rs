@@ -34,9 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
-
 use super::offload::{Done, Job, BATCH};
+use super::sock::Sock;
 use super::spec::{refusal_status, reply_status, Pipeline, Reduce, Refusal};
 use super::{StreamFn, Streams};
 use crate::lambda::inc;
@@ -112,7 +111,7 @@ fn header() -> Phase {
 }
 
 pub(super) struct Conn {
-    pub sock: TcpStream,
+    pub sock: Sock,
     pub gen: u32,
     /// The client's IP (its connections count against its share).
     pub peer: IpAddr,
@@ -146,7 +145,7 @@ pub(super) enum Next {
 }
 
 impl Conn {
-    pub fn new(sock: TcpStream, gen: u32, peer: IpAddr, deadline: Instant) -> Conn {
+    pub fn new(sock: Sock, gen: u32, peer: IpAddr, deadline: Instant) -> Conn {
         Conn {
             sock,
             gen,

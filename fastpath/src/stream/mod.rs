@@ -23,6 +23,7 @@ pub mod conn;
 pub mod offload;
 pub mod ops;
 pub mod serve;
+pub mod sock;
 pub mod spec;
 pub mod stage;
 pub mod wasm;

@@ -25,11 +25,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpListener, TcpStream};
+use mio::net::{TcpListener, TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 
 use super::conn::{self, drive, Conn, Next, Phase, CHUNK};
 use super::offload::{threads, Offload};
+use super::sock::{Sock, GATEWAY_PEER};
 use super::spec::reply_status;
 use super::Streams;
 use crate::lambda::inc;
@@ -39,6 +40,8 @@ use crate::wire::{OVERLOADED, TIMEOUT};
 /// How often accepting is retried after it failed for lack of descriptors or memory.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 const LISTENER: Token = Token(usize::MAX);
+/// The gateway's private unix listener (`--stream-unix`).
+const UNIX_LISTENER: Token = Token(usize::MAX - 2);
 /// The offload pool finished a job (`offload`).
 const WAKER: Token = Token(usize::MAX - 1);
 
@@ -81,7 +84,12 @@ fn token_of(idx: usize, gen: u32) -> usize {
 }
 
 /// Serve stream connections on `listener` forever (the `stream` thread).
-pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Config) {
+pub fn stream_loop(
+    srv: Arc<Server>,
+    listener: std::net::TcpListener,
+    unix: Option<std::os::unix::net::UnixListener>,
+    cfg: Config,
+) {
     raise_nofile(cfg.max_conns as u64 + 512);
     listener
         .set_nonblocking(true)
@@ -91,6 +99,14 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)
         .expect("register the stream listener");
+    let mut unix = unix.map(|u| {
+        u.set_nonblocking(true).expect("unix listener nonblocking");
+        let mut u = UnixListener::from_std(u);
+        poll.registry()
+            .register(&mut u, UNIX_LISTENER, Interest::READABLE)
+            .expect("register the gateway's stream listener");
+        u
+    });
     let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER).expect("the stream loop's waker"));
     let offload = Offload::start(
         threads(),
@@ -144,6 +160,10 @@ pub fn stream_loop(srv: Arc<Server>, listener: std::net::TcpListener, cfg: Confi
         for ev in events.iter() {
             if ev.token() == LISTENER {
                 accept_paused = !l.accept(&listener);
+            } else if ev.token() == UNIX_LISTENER {
+                if let Some(u) = unix.as_mut() {
+                    l.accept_unix(u);
+                }
             } else if ev.token() == WAKER {
                 l.completed();
             } else {
@@ -182,6 +202,18 @@ impl Loop<'_> {
         }
     }
 
+    /// The gateway's connections, on its private socket: neither a peer's share nor the TCP
+    /// cap applies (only the gateway can open it; it bounds itself).
+    fn accept_unix(&mut self, listener: &UnixListener) {
+        loop {
+            match listener.accept() {
+                Ok((sock, _)) => self.register(Sock::Unix(sock), GATEWAY_PEER),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return, // WouldBlock, or out of descriptors: the rest wait in the backlog
+            }
+        }
+    }
+
     fn add(&mut self, mut sock: TcpStream) {
         let g = &self.streams.g;
         let Some(peer) = sock.peer_addr().ok().map(|a| a.ip()) else {
@@ -197,6 +229,12 @@ impl Loop<'_> {
             return;
         }
         let _ = sock.set_nodelay(true);
+        *self.peers.entry(peer).or_insert(0) += 1;
+        self.register(Sock::Tcp(sock), peer);
+    }
+
+    fn register(&mut self, mut sock: Sock, peer: IpAddr) {
+        let g = &self.streams.g;
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -211,10 +249,10 @@ impl Loop<'_> {
             .is_err()
         {
             self.free.push(idx);
+            self.unpeer(peer);
             return;
         }
         g.conns.fetch_add(1, Ordering::Relaxed);
-        *self.peers.entry(peer).or_insert(0) += 1;
         inc(&g.accepted);
         let deadline = self.now + self.cfg.idle;
         self.conns[idx] = Some(Conn::new(sock, gen, peer, deadline));
@@ -241,10 +279,14 @@ impl Loop<'_> {
     /// A connection closed: it no longer counts, in all or against its peer.
     fn release(&mut self, c: &Conn) {
         self.streams.g.conns.fetch_sub(1, Ordering::Relaxed);
-        if let Some(n) = self.peers.get_mut(&c.peer) {
+        self.unpeer(c.peer);
+    }
+
+    fn unpeer(&mut self, peer: IpAddr) {
+        if let Some(n) = self.peers.get_mut(&peer) {
             *n -= 1;
             if *n == 0 {
-                self.peers.remove(&c.peer);
+                self.peers.remove(&peer);
             }
         }
     }

@@ -61,39 +61,11 @@ pub fn deploy_stream(fp: &Fp, id: u64, stream: Value) -> Value {
     r
 }
 
-/// A connection from source address 127.0.0.`last` (all of 127/8 is loopback): another peer IP.
+/// A connection to the stream port from source address 127.0.0.`last`.
 pub fn connect_from(fp: &Fp, last: u8) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    let addr = |ip: [u8; 4], port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_ne_bytes(ip),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a fresh socket, bound and connected with valid sockaddr_in structs; the fd is
-    // handed to the TcpStream, which owns it.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0, "socket");
-        let src = addr([127, 0, 0, last], 0);
-        assert_eq!(
-            libc::bind(fd, &src as *const _ as *const libc::sockaddr, len),
-            0,
-            "bind"
-        );
-        let dst = addr([127, 0, 0, 1], fp.port("stream"));
-        assert_eq!(
-            libc::connect(fd, &dst as *const _ as *const libc::sockaddr, len),
-            0,
-            "connect"
-        );
-        let s = TcpStream::from_raw_fd(fd);
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s
-    }
+    let s = connect_port_from(fp.port("stream"), last);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
 }
 
 pub fn connect(fp: &Fp) -> TcpStream {

@@ -305,7 +305,7 @@ class FastPath:
         lambda_id = self.ids.get(name)
         if lambda_id is None or self.stream_addr is None:
             raise CallError(404, f"stream function {name!r} is not installed on the executor", "fastpath")
-        return await stream.call(self.stream_addr, lambda_id, payload)
+        return await stream.call(self.layout.get("stream_unix") or self.stream_addr, lambda_id, payload)
 
     async def remove(self, name: str, fastpath: bool) -> None:
         if fastpath and self.layout is not None and name in self.ids:
@@ -373,7 +373,11 @@ class FastPath:
             except TimeoutError:
                 raise CallError(504, f"the fast-path executor did not answer within {CALL_TIMEOUT_S:g}s", "fastpath") from None
         try:
-            conn = await asyncio.wait_for(asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"]), 5)
+            # The gateway's own socket where the executor has one: no other local client can take
+            # its connections (on loopback one client is many peer IPs: red team round 7).
+            opening = asyncio.open_unix_connection(self.layout["tcp_unix"]) if self.layout.get("tcp_unix") else \
+                asyncio.open_connection(self.layout.get("host", "127.0.0.1"), self.layout["tcp"])
+            conn = await asyncio.wait_for(opening, 5)
         except (OSError, TimeoutError) as exc:
             raise CallError(503, f"the fast-path executor is not accepting calls: {exc!r}", "fastpath") from None
         try:

@@ -67,11 +67,12 @@ def _stage(spec: dict) -> dict:
     return stage
 
 
-async def call(addr: tuple[str, int], stream_id: int, payload: bytes, timeout: float = STREAM_TIMEOUT_S) -> tuple[int, bytes]:
-    """One request to the executor's stream port: (status, the reply's elements as bytes)."""
+async def call(addr: tuple[str, int] | str, stream_id: int, payload: bytes, timeout: float = STREAM_TIMEOUT_S) -> tuple[int, bytes]:
+    """One request to the executor's stream port (``addr``: host and port, or the path of the
+    gateway's own unix socket): (status, the reply's elements as bytes)."""
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(*addr)
+            reader, writer = await (asyncio.open_unix_connection(addr) if isinstance(addr, str) else asyncio.open_connection(*addr))
             try:
                 writer.write(REQUEST_HEAD.pack(stream_id, len(payload)) + payload)
                 await writer.drain()
