@@ -16,7 +16,7 @@ pub const USAGE: &str =
   [--sched drr|fifo] [--pin] [--max-connections N] [--max-connections-per-peer N]
   [--tcp-idle-ms MS] [--max-frame BYTES]
   [--stream ADDR] [--stream-idle-ms MS] [--stream-max-connections N]
-  [--tcp-unix PATH] [--stream-unix PATH]
+  [--tcp-unix PATH] [--stream-unix PATH] [--control-unix PATH]
   [--poll adaptive|spin|block] [--poll-max-us US] [--poll-share FRACTION] [--slice-us US]
   [--pool-memory BYTES]
 --control-key-file: a file (mode 0600) holding the control port's key as hex, e.g. 64 hex digits
@@ -29,8 +29,9 @@ defaults: --udp 127.0.0.1:0 --control 127.0.0.1:0 --workers <cores> --queue-dept
   a light lambda waits about one slice behind a heavy call under drr: src/slice.rs; 0 runs every
   call to completion); --pool-memory 1073741824 (the linear memory of all wasm instances
   together: each of the 3 engines' pools gets BYTES / 16 MiB / 3 slots; src/lambda.rs Pool);
-  --tcp-unix / --stream-unix: unix sockets (made mode 0600) serving the TCP framing / the stream
-  protocol for the gateway alone, outside the TCP ports' connection caps";
+  --tcp-unix / --stream-unix / --control-unix: unix sockets (made mode 0600) serving the TCP
+  framing / the stream protocol / the control protocol for the gateway alone, outside the TCP
+  ports' connection caps";
 
 pub struct Args {
     pub udp: String,
@@ -63,6 +64,7 @@ pub struct Args {
     /// The gateway's private unix sockets for the TCP framing and the stream protocol.
     pub tcp_unix: Option<String>,
     pub stream_unix: Option<String>,
+    pub control_unix: Option<String>,
 }
 
 /// Print `msg` and the usage to stderr; exit 2.
@@ -114,6 +116,7 @@ fn default_args() -> Args {
         pool_memory: lambda::DEFAULT_POOL_MEMORY,
         tcp_unix: None,
         stream_unix: None,
+        control_unix: None,
     }
 }
 
@@ -195,6 +198,7 @@ fn apply_flag(a: &mut Args, flag: &str, val: &mut dyn FnMut() -> String) {
         "--stream" => a.stream = Some(val()),
         "--tcp-unix" => a.tcp_unix = Some(val()),
         "--stream-unix" => a.stream_unix = Some(val()),
+        "--control-unix" => a.control_unix = Some(val()),
         "--stream-idle-ms" => {
             a.stream_idle_ms = int_in(
                 &val(),
@@ -258,6 +262,7 @@ struct Sockets {
     stream: Option<TcpListener>,
     tcp_unix: Option<UnixListener>,
     stream_unix: Option<UnixListener>,
+    control_unix: Option<UnixListener>,
 }
 
 /// A unix stream listener only its owner may connect to (mode 0600; the state dir holding it
@@ -307,10 +312,14 @@ pub fn run(args: Args) -> ! {
     );
     server::SrvRef::set(srv.clone());
     let stop = Arc::new(AtomicBool::new(false));
-    let mut bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key, &stop);
+    let mut bound = start_threads(&srv, &cfg, socks.tcp, socks.control, key.clone(), &stop);
     if let Some(l) = socks.tcp_unix {
         let s = srv.clone();
         spawn("tcp-unix", move || server::unix_accept_loop(s, l));
+    }
+    if let Some(l) = socks.control_unix {
+        let (s, k) = (srv.clone(), key.clone());
+        spawn("control-unix", move || control::control_unix_loop(s, l, k));
     }
     let stream_unix = socks.stream_unix;
     bound.stream = socks
@@ -379,6 +388,10 @@ fn bind(args: &Args) -> Sockets {
         .stream_unix
         .as_ref()
         .map(|p| private_listener("--stream-unix", p));
+    let control_unix = args
+        .control_unix
+        .as_ref()
+        .map(|p| private_listener("--control-unix", p));
     if stream_unix.is_some() && stream.is_none() {
         die("--stream-unix needs --stream (the stream functions' listener)");
     }
@@ -390,6 +403,7 @@ fn bind(args: &Args) -> Sockets {
         stream,
         tcp_unix,
         stream_unix,
+        control_unix,
     }
 }
 

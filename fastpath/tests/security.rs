@@ -448,3 +448,59 @@ fn the_gateways_unix_socket_is_served_when_every_tcp_slot_is_held() {
     }
     drop(held);
 }
+
+#[test]
+fn the_gateways_control_socket_answers_while_the_tcp_control_port_is_held() {
+    // Red team round 7 (F2): 16 connections to the TCP control port from loopback addresses,
+    // re-opened as the executor dropped them, stopped every deploy and removal. The gateway's
+    // control connections come in on a unix socket of its own (`--control-unix`), with the same
+    // challenge-response.
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let path = tmpdir("gw").join("control.sock");
+    let fp = Fp::start(&["--control-unix", path.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let held: Vec<TcpStream> = (0..16)
+        .map(|i| connect_port_from(fp.port("control"), 2 + (i % 3) as u8))
+        .collect();
+    // Every TCP control slot is taken: one more is closed without a challenge.
+    let extra = TcpStream::connect(("127.0.0.1", fp.port("control"))).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut line = String::new();
+    assert_eq!(
+        std::io::BufReader::new(extra)
+            .read_line(&mut line)
+            .unwrap_or(0),
+        0,
+        "{line}"
+    );
+    // The gateway's socket: authenticate, then deploy and remove.
+    let s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut next = || {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        serde_json::from_str::<serde_json::Value>(&l).unwrap()
+    };
+    let challenge = next();
+    let nonce = unhex(challenge["challenge"].as_str().unwrap());
+    let mut send = |v: serde_json::Value| {
+        let mut b = serde_json::to_vec(&v).unwrap();
+        b.push(b'\n');
+        w.write_all(&b).unwrap();
+    };
+    send(json!({"op": "auth", "hmac": hmac_hex(&unhex(KEY_HEX), &nonce)}));
+    assert_eq!(next()["ok"], true);
+    send(json!({"op": "deploy", "id": 9, "kind": "native", "native": "web"}));
+    assert_eq!(next()["ok"], true);
+    send(json!({"op": "remove", "id": 9}));
+    assert_eq!(next()["ok"], true);
+    drop(held);
+}

@@ -128,7 +128,7 @@ pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
 /// on the gateway's private unix socket (`--tcp-unix`).
 pub trait Duplex: Read + Write + Send + Sized + 'static {
     fn dup(&self) -> std::io::Result<Self>;
-    fn read_timeout(&self, t: Duration);
+    fn read_timeout(&self, t: Option<Duration>);
     fn write_timeout(&self, t: Duration);
     fn shut(&self);
 }
@@ -138,8 +138,8 @@ impl Duplex for TcpStream {
         let _ = self.set_nodelay(true);
         self.try_clone()
     }
-    fn read_timeout(&self, t: Duration) {
-        let _ = self.set_read_timeout(Some(t));
+    fn read_timeout(&self, t: Option<Duration>) {
+        let _ = self.set_read_timeout(t);
     }
     fn write_timeout(&self, t: Duration) {
         let _ = self.set_write_timeout(Some(t));
@@ -153,8 +153,8 @@ impl Duplex for std::os::unix::net::UnixStream {
     fn dup(&self) -> std::io::Result<Self> {
         self.try_clone()
     }
-    fn read_timeout(&self, t: Duration) {
-        let _ = self.set_read_timeout(Some(t));
+    fn read_timeout(&self, t: Option<Duration>) {
+        let _ = self.set_read_timeout(t);
     }
     fn write_timeout(&self, t: Duration) {
         let _ = self.set_write_timeout(Some(t));
@@ -263,7 +263,7 @@ fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> bool {
 }
 
 fn tcp_conn<S: Duplex>(srv: &Arc<Server>, stream: S) {
-    stream.read_timeout(srv.tcp_idle);
+    stream.read_timeout(Some(srv.tcp_idle));
     let Ok(wstream) = stream.dup() else {
         return;
     };

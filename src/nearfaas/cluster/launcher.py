@@ -319,6 +319,7 @@ def _fastpath_layout(spec: ClusterSpec, host: str, state_dir: Path, taken: set[i
             # The gateway's own sockets (mode 0600): its calls never compete with other local
             # clients for the TCP ports' connections (red team round 7; docs/fastpath.md).
             "tcp_unix": str(state_dir / "fastpath-tcp.sock"), "stream_unix": str(state_dir / "fastpath-stream.sock"),
+            "control_unix": str(state_dir / "fastpath-control.sock"),
             "workers": fp.workers, "sched": fp.sched, "queue_depth": fp.queue_depth, "pin": fp.pin, "poll": fp.poll,
             "slice_us": fp.slice_us, "tcp_idle_ms": fp.tcp_idle_ms, "max_connections_per_peer": fp.max_connections_per_peer,
             "max_weight": fp.max_weight, "max_timeout_ms": fp.max_timeout_ms, "control_key_file": str(key_file), "ids_file": str(state_dir / "gateway" / "lambda_ids.json"),
@@ -347,6 +348,7 @@ def _fastpath_command(layout: dict) -> list[str]:
             "--pool-memory", str(fp.get("memory", FastpathSpec.memory))] + \
         (["--pin"] if fp.get("pin") else []) + \
         (["--tcp-unix", fp["tcp_unix"]] if fp.get("tcp_unix") else []) + \
+        (["--control-unix", fp["control_unix"]] if fp.get("control_unix") else []) + \
         (["--stream", f"{host}:{fp['stream']}"] + (["--stream-unix", fp["stream_unix"]] if fp.get("stream_unix") else [])
          if fp.get("stream") is not None else [])
 

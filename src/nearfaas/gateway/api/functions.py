@@ -289,12 +289,16 @@ class FunctionsAPI:
             return error(400, "functionName: required, the name of the function to delete")
         name = self.namespaces.qualify(name, namespace)
         state = self.invoker.functions.get(name)
-        if state is None or not await self.invoker.remove(name):
+        if state is None:
             return error(404, f"function {name!r} not found")
-        try:
+        try:  # the executor first: a removal it did not confirm must not look done (red team round 7)
             await self.fastpath.remove(name, fastpath=on_executor(state.spec))
-        except CallError as exc:  # removed here anyway; the executor's table is rebuilt at its next start
+        except CallError as exc:
             print(json.dumps({"event": "fastpath-remove-failed", "function": name, "error": str(exc)}), flush=True)
+            return error(503, f"function {name!r} is still deployed: the fast-path executor did not confirm its removal "
+                              f"({exc}); retry the removal", "fastpath")
+        if not await self.invoker.remove(name):
+            return error(404, f"function {name!r} not found")
         self._persist()
         return web.Response(status=202, text=f"removed {name}\n")
 
