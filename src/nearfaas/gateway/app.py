@@ -189,6 +189,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api.queue.max_bytes = int(budgets.get("async_max_bytes", ASYNC_MAX_BYTES))  # queued async bodies (async_queue.py)
     invoker.pool.workers.max_response = int(budgets.get("max_response", MAX_RESPONSE))
     api.functions.max_scale = int(budgets.get("max_scale", api.functions.max_scale))  # instances one function may have
+    invoker.pool.max_per_namespace = int(budgets.get("max_instances_per_namespace", 16))  # ... one namespace's together
     WebhookSink(budgets.get("webhooks") or (), int(budgets.get("webhook_max_names", 64)), int(budgets.get("webhook_keep_bytes", 1 << 20)),
                 deployed=lambda: [s.spec for s in invoker.functions.values()],
                 authenticate=guard.check if layout.get("auth") else None,

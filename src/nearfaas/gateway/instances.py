@@ -131,13 +131,41 @@ def calls_per_instance(spec: dict) -> int:
     return 1 if (spec.get("x") or {}).get("execution", "main") == "main" else 0
 
 
+def namespace_of(name: str) -> str:
+    """The namespace part of a gateway-internal function name ("" for the default namespace:
+    gateway/api/namespaces.py names its functions without a dot)."""
+    return name.partition(".")[2]
+
+
 class InstancePool:
     def __init__(self, nodes: NodeDirectory, metrics: GatewayMetrics, place):
         self.nodes, self.metrics = nodes, metrics
         self.place = place  # place(state, refs) -> a placement decision; used to scale up
         self.functions: dict[str, FunctionState] = {}
         self.workers = WorkerClient()
+        # Instances (running and starting) the functions of one tenant namespace may have on one
+        # node (gateway.max_instances_per_namespace; 0: no cap). max_scale bounds one function,
+        # and two functions at scale.min 16 took every worker slot of the compute node (red team
+        # round 7), so no other tenant's new function or replacement instance could start there.
+        # The default namespace is the operator's own and is not capped.
+        self.max_per_namespace = 0
         nodes.on_poll.append(self._reconcile_node)
+
+    def namespace_instances(self, namespace: str, node: str) -> int:
+        """Instances the namespace's functions have on ``node``, running or starting."""
+        return sum(sum(1 for i in st.instances.values() if i.node == node) + (1 if node in st.starting else 0)
+                   for st in self.functions.values() if namespace_of(st.name) == namespace)
+
+    def check_namespace_room(self, state: FunctionState, node: str) -> None:
+        """CallError 429 when ``state``'s namespace has all the instances it may have on ``node``."""
+        namespace = namespace_of(state.name)
+        if not self.max_per_namespace or not namespace:
+            return
+        held = self.namespace_instances(namespace, node)
+        if held >= self.max_per_namespace:
+            raise CallError(429, f"namespace {namespace!r} already runs {held} instances on node {node}, its share "
+                                 f"(gateway.max_instances_per_namespace={self.max_per_namespace}); scale its functions "
+                                 "down or remove some, or ask the operator to raise the share", "gateway", {"Retry-After": "1"})
 
     # -- instances -------------------------------------------------------------------------------
     async def acquire(self, state: FunctionState, node: str) -> tuple[Instance, float | None]:
@@ -188,6 +216,7 @@ class InstancePool:
             state.waiting -= 1
 
     async def _cold_start(self, state: FunctionState, node: str) -> tuple[Instance, float]:
+        self.check_namespace_room(state, node)
         future = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: f.exception())  # an error nobody awaited is not "never retrieved"
         state.starting[node] = future

@@ -13,6 +13,11 @@
     max_scale: 16                 instances one function may have (its com.openfaas.scale.max and
                                   scale.min are the deployer's wish under this ceiling): one function
                                   must not take a node's every worker slot from the others
+    max_instances_per_namespace: 16   instances the functions of one tenant namespace may have on
+                                  one node, running or starting (a start past it is a 429 for that
+                                  namespace's call; scale.min floors over it are a 400 at deploy); the
+                                  default namespace (the operator's) is not capped; 0 = no cap: two
+                                  functions at max_scale took a node's every slot (gateway/instances.py)
 
 Kept apart from spec/cluster.py (which holds the fields' defaults in ``GatewaySpec``) so that
 module stays one screenful per section; docs/security.md says what each budget defends.
@@ -26,12 +31,13 @@ from .errors import Collector
 from .fields import read_int as _int, read_names, read_sizes
 
 KEYS = {"max_inflight_per_client", "async_max_bytes", "max_response", "webhooks", "webhook_max_names", "webhook_keep_bytes",
-        "webhook_total_bytes", "max_scale"}
+        "webhook_total_bytes", "max_scale", "max_instances_per_namespace"}
 
 
 def budgets_dict(g) -> dict[str, Any]:
     return {"max_inflight_per_client": g.max_inflight_per_client, "async_max_bytes": g.async_max_bytes, "max_response": g.max_response, "webhooks": list(g.webhooks),
-            "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes, "webhook_total_bytes": g.webhook_total_bytes, "max_scale": g.max_scale}
+            "webhook_max_names": g.webhook_max_names, "webhook_keep_bytes": g.webhook_keep_bytes, "webhook_total_bytes": g.webhook_total_bytes, "max_scale": g.max_scale,
+            "max_instances_per_namespace": g.max_instances_per_namespace}
 
 
 def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
@@ -39,6 +45,8 @@ def read_budgets(m: dict[str, Any], g, c: Collector) -> None:
                                      "24 (0 means no per-client cap)")
     g.webhook_max_names = _int(m, "webhook_max_names", "gateway", c, g.webhook_max_names, 0, None, "64")
     g.max_scale = _int(m, "max_scale", "gateway", c, g.max_scale, 1, None, "16")
+    g.max_instances_per_namespace = _int(m, "max_instances_per_namespace", "gateway", c, g.max_instances_per_namespace, 0, None,
+                                         "16 (0 means no cap)")
     read_sizes(m, ("max_response", "webhook_keep_bytes", "webhook_total_bytes", "async_max_bytes"), g, "gateway", c, '"32Mi" or "1Mi"',
                zero_ok=("async_max_bytes",))  # async_max_bytes: 0 = no cap
     if "webhooks" in m:

@@ -60,6 +60,7 @@ class GatewaySpec:
     webhook_keep_bytes: int = 1 * MiB
     webhook_total_bytes: int = 64 * MiB
     max_scale: int = 16
+    max_instances_per_namespace: int = 16
     # Folders a deployment may name its handler under (a copy is deployed); empty: code comes
     # only as an uploaded bundle, which is what `nearfaas deploy` sends (spec/bundle.py).
     handler_roots: list[str] = field(default_factory=list)

@@ -22,6 +22,7 @@ from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
 from nearfaas.gateway.api.secrets import SecretsAPI
 from nearfaas.gateway.errors import CallError
+from nearfaas.gateway.instances import namespace_of
 from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
@@ -258,6 +259,8 @@ class FunctionsAPI:
                 return error(400, f"invalid function deployment: labels.{label} is {spec[key]}, over this cluster's gateway.max_scale "
                                   f"of {self.max_scale}; ask for at most {self.max_scale} (the operator sets the ceiling in "
                                   "the cluster file)", "spec")
+        if (refused := self._namespace_floor_refused(spec)) is not None:
+            return refused
         try:  # with what is deployed already, the chains must still end
             check_chain_cycles({n: list(s.options.chain) for n, s in self.invoker.functions.items()} | {spec["name"]: spec["x"]["chain"]})
         except SpecError as exc:
@@ -275,6 +278,24 @@ class FunctionsAPI:
         self.invoker.deploy(spec)
         self._persist()
         return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
+
+    def _namespace_floor_refused(self, spec: dict) -> web.Response | None:
+        """A 400 when a tenant namespace's functions' scale.min floors together (this one's in
+        place of its previous version's) would exceed gateway.max_instances_per_namespace (its
+        share of one node: floors are kept warm wherever they are placed)."""
+        pool = getattr(self.invoker, "pool", None)
+        cap = getattr(pool, "max_per_namespace", 0)
+        namespace = namespace_of(spec["name"])
+        if not cap or not namespace:
+            return None
+        floors = sum(int(st.spec.get("scale_min") or 0) for name, st in self.invoker.functions.items()
+                     if namespace_of(name) == namespace and name != spec["name"]) + int(spec.get("scale_min") or 0)
+        if floors <= cap:
+            return None
+        return error(400, f"invalid function deployment: the scale.min floors of namespace {namespace or '(default)'!r} would add "
+                          f"up to {floors} instances, over this cluster's gateway.max_instances_per_namespace of {cap}; lower "
+                          f"{LABEL_SCALE_MIN} here or on the namespace's other functions (the operator sets the share in the "
+                          "cluster file)", "spec")
 
     async def update(self, request):
         return await self.deploy(request, update=True)
