@@ -113,3 +113,22 @@ def test_no_memory_controller_no_executor(tmp_path, monkeypatch):
     assert not list((root / "memory").iterdir())  # nothing was made on the plain folder
     layout["isolation"] = False  # no isolation: no limits at all, as for the nodes
     assert launcher._fastpath_group(layout, tmp_path / "state") is None
+
+
+def test_down_removes_the_nodes_relay_folders(tmp_path, monkeypatch):
+    # A node sweeps its relay folders under /run/nearfaas-net when it starts, but a cluster that
+    # is not started again left them (1,224 folders of stale sockets on red team round 7's
+    # host): `nearfaas down` removes each node's.
+    from nearfaas.cluster import launcher
+    from nearfaas.node import netrelay
+
+    monkeypatch.setattr(netrelay, "ROOT", tmp_path / "run")
+    state = tmp_path / "state"
+    folders = [netrelay.instance_folder(state / "nodes" / n, "w1") for n in ("storage-0", "compute-0")]
+    for f in folders:
+        f.mkdir(parents=True)
+        (f / "serve.sock").write_text("")
+    other = netrelay.instance_folder(tmp_path / "other" / "nodes" / "storage-0", "w1")
+    other.mkdir(parents=True)
+    launcher._remove_relay_folders({"nodes": [{"name": "storage-0"}, {"name": "compute-0"}]}, state)
+    assert not any(f.parent.exists() for f in folders) and other.exists()  # another cluster's stay

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -266,6 +267,16 @@ def _remove_fastpath_group(layout: dict, state_dir: Path) -> None:
     deadline = time.monotonic() + 5
     while group.remove() and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _remove_relay_folders(layout: dict, state_dir: Path) -> None:
+    """The nodes' relay folders under /run/nearfaas-net (node/netrelay.py): a node sweeps its own
+    when it starts, but a cluster that is not started again left them behind (1,224 folders of
+    stale sockets on the host of red team round 7)."""
+    from nearfaas.node import netrelay
+
+    for node in layout.get("nodes", []):
+        shutil.rmtree(netrelay.node_folder(state_dir / "nodes" / node["name"]), ignore_errors=True)
 
 
 def _client_keys(spec: ClusterSpec, state_dir: Path) -> dict | None:
@@ -541,6 +552,7 @@ def down(state_dir: Path) -> int:
         except ProcessLookupError:
             pass
     _remove_fastpath_group(layout, state_dir)
+    _remove_relay_folders(layout, state_dir)
     if layout:
         layout["processes"] = []
         _write_layout(state_dir, layout)
