@@ -65,3 +65,21 @@ def test_a_confirmed_removal_is_done(tmp_path):
     fastpath = _FastPath(fail=False)
     resp, invoker = _delete(tmp_path, fastpath)
     assert resp.status == 202 and fastpath.removed == ["lam"] and "lam" not in invoker.functions
+
+
+def test_two_clusters_give_their_functions_different_uids(tmp_path):
+    # Red team round 7: every cluster's first function got uid 200000, so on one host a function
+    # of one cluster shared its uid with another cluster's worker (signals, /proc). A cluster's
+    # uids start at a random block of 1,000 now, kept across restarts.
+    from nearfaas.gateway.api.functions import UidAllocator
+    from nearfaas.node.jail import DERIVED_UID_BASE, MIN_UID
+
+    firsts = []
+    for n in range(3):
+        (tmp_path / f"c{n}").mkdir()
+        alloc = UidAllocator(tmp_path / f"c{n}" / "last_uid")
+        first = alloc.next([])
+        assert MIN_UID <= first < DERIVED_UID_BASE and (first - MIN_UID) % 1000 == 0
+        assert UidAllocator(tmp_path / f"c{n}" / "last_uid").next([]) == first + 1  # kept in the state dir
+        firsts.append(first)
+    assert len(set(firsts)) == 3, firsts  # (a 1-in-800,000 chance that two draw the same block)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import re
 import time
 from pathlib import Path
@@ -50,9 +51,14 @@ class FunctionStore:
 class UidAllocator:
     """Each function runs under a uid of its own (node/jail.py). A new function, or a function
     deleted and deployed again, gets a uid never used before, so its S3 key is new too
-    (auth/function_keys.py); an update keeps the uid it has."""
+    (auth/function_keys.py); an update keeps the uid it has. A cluster's first uid is a random
+    block of 1,000 from FIRST up (below the jail's derived uids), kept in the state dir: two
+    clusters on one host (a test run beside a production one) would otherwise give their first
+    functions the same uids, and a process of one could signal or read the other's (red team
+    round 7 found its functions sharing uids with another cluster's workers)."""
 
     FIRST = 200_000
+    BLOCKS = 800_000  # first uids from FIRST to FIRST + 1,000 * BLOCKS, under DERIVED_UID_BASE (1e9)
 
     def __init__(self, path: Path):
         self.path = path
@@ -61,7 +67,7 @@ class UidAllocator:
         try:
             last = int(self.path.read_text())
         except (FileNotFoundError, ValueError):
-            last = self.FIRST - 1
+            last = self.FIRST + 1000 * secrets.randbelow(self.BLOCKS) - 1
         uid = max([last, *in_use]) + 1
         atomic.write_text(self.path, str(uid))
         return uid
