@@ -1,7 +1,8 @@
-"""A removal the fast-path executor did not confirm is not done (red team round 7, F2): with the
-executor's control channel held, the gateway said "removed" (HTTP 404 for the name afterwards)
-while the executor kept running the lambda under its ID. Now the executor is asked first, and a
-removal it did not confirm answers 503 with the function still deployed, to be retried."""
+"""The gateway's bookkeeping of deployed functions, as red team round 7 found it wanting:
+a removal the fast-path executor did not confirm is not done (F2: with the executor's control
+channel held, the gateway said "removed" while the executor kept running the lambda under its
+ID; now the executor is asked first, and an unconfirmed removal answers 503 with the function
+still deployed, to be retried), and two clusters on one host do not share function uids."""
 
 from __future__ import annotations
 
