@@ -95,6 +95,10 @@ def test_a_hostile_function_is_confined(isolated, functions_dir):
     # No signal reaches the gateway, a node agent or another function's worker.
     for pid, result in report["signal"].items():
         assert result.startswith("PermissionError"), f"the function could signal pid {pid}: {result}"
+    # Nor does it see them: its /proc shows its own uid's processes only (red team round 7 read
+    # other workers' mount tables and socket paths there).
+    assert not any(report["proc_seen"].values()), report["proc_seen"]
+    assert report["proc_uids"] == [report["uid"]], report["proc_uids"]
     # An allow-listed environment: its own variables and keys, none of the cluster's.
     env = report["env"]
     assert set(env) - ALLOWED_ENV == {k for k in env if k.startswith("LC_")}, sorted(env)

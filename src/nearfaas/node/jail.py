@@ -55,8 +55,10 @@ Known caveats:
 - The gateway (and, on a storage node, the node's own port) stays reachable from the worker's
   network namespace (node/netns.py): the function's S3 calls and OPENFAAS_URL go there.
 - Workers of the same function share its uid, so they can signal one another.
-- ``/proc`` is the host's: a function sees other processes and their command lines (not their
-  environment, memory or fds, which need the same uid).
+- ``/proc`` is the jail's own (``hidepid=invisible``): a function sees only its uid's
+  processes. On a kernel before 5.8 (procfs options shared with the host) it is the host's, and
+  a function sees other processes and their command lines (not their environment, memory or
+  fds, which need the same uid).
 - Outside the state directory the filesystem is what any unprivileged user sees (world-readable
   files, e.g. the checkout, stay readable).
 - A spec without ``uid`` (a gateway predating it, or a pool driven directly by a test) gets a
@@ -203,6 +205,18 @@ def _mount_view(plan: dict) -> None:
             _mount("tmpfs", path, "tmpfs", MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     if plan.get("secrets"):
         _mount_openfaas_secrets(plan["secrets"])
+    _mount_own_proc()
+
+
+def _mount_own_proc() -> None:
+    """A /proc of this mount namespace's own in which other uids' processes do not exist
+    (``hidepid=invisible``): the function sees its own processes only, not the node's, the
+    gateway's or other tenants' workers' (red team round 7 read their mount tables and socket
+    paths). Procfs options are per mount since Linux 5.8; on an older kernel they would apply
+    to the host's /proc as well, so there the host's /proc stays (a caveat above)."""
+    if tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2] if x.isdigit()) < (5, 8):
+        return
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
 
 
 def _mount_openfaas_secrets(folder: str) -> None:
