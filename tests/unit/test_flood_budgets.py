@@ -4,6 +4,7 @@ tests/integration/test_attacks_floods.py runs the attacks themselves."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import base64
 import json
 import socket
@@ -221,8 +222,8 @@ def test_an_authenticated_caller_has_its_own_budget_and_a_reserve_of_forwarding_
     anon = types.SimpleNamespace(remote="127.0.0.1", headers={})
     wrong = types.SimpleNamespace(remote="127.0.0.1", headers={"Authorization": "bad"})
     admin = types.SimpleNamespace(remote="127.0.0.1", headers={"Authorization": "good"})
-    assert asyncio.run(api._client(anon)) == ("127.0.0.1", False)
-    assert asyncio.run(api._client(wrong)) == ("127.0.0.1", False)  # wrong credentials: anonymous
+    assert asyncio.run(api._client(anon)) == ("loopback", False)  # every loopback address is one client
+    assert asyncio.run(api._client(wrong)) == ("loopback", False)  # wrong credentials: anonymous
     assert asyncio.run(api._client(admin)) == ("admin", True)
     with api._client_slot(anon, "127.0.0.1"), api._client_slot(anon, "127.0.0.1"):
         with pytest.raises(CallError, match="max_inflight_per_client"), api._client_slot(anon, "127.0.0.1"):
@@ -254,3 +255,30 @@ def test_identity_is_verified_from_the_headers_alone():
     assert asyncio.run(identify(guard, request("AWS4-HMAC-SHA256 Credential=AK/x, Signature=00"))) is None  # no s3 auth, no hash header
     assert asyncio.run(identify(guard, request(None))) is None
     assert asyncio.run(identify(AdminGuard(None), request(basic))) is None  # unsigned mode: everyone is anonymous
+
+
+def test_one_anonymous_client_holds_half_the_anonymous_share_and_loopback_is_one_client():
+    # Red team round 8 (G2): one anonymous address held all 24 slots of the anonymous share (its
+    # per-client limit was 24 as well), and every other anonymous caller got 429; round 7 showed
+    # that a local process is as many addresses as it likes (127.0.0.2, .3, ...). An anonymous
+    # client now holds at most half of the share, and all of loopback is one client.
+    api = InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1, max_inflight=32)
+    api.max_per_client = 24
+
+    async def identify(request):
+        return None
+
+    api.identify = identify
+    assert api.anon_limit() == 24 and api.per_client_limit(False) == 12 and api.per_client_limit(True) == 24
+    local = [types.SimpleNamespace(remote=f"127.0.0.{n}", headers={}) for n in range(1, 14)]
+    clients = [asyncio.run(api._client(r))[0] for r in local]
+    assert set(clients) == {"loopback"}
+    with contextlib.ExitStack() as held:
+        for r, c in zip(local[:12], clients[:12]):
+            held.enter_context(api._client_slot(r, c, verified=False))
+        with pytest.raises(CallError, match="half the share of calls without credentials"):
+            with api._client_slot(local[12], clients[12], verified=False):
+                pass
+        remote = types.SimpleNamespace(remote="10.0.0.7", headers={})
+        with api._client_slot(remote, asyncio.run(api._client(remote))[0], verified=False):
+            pass  # another (remote) client still has room

@@ -17,7 +17,7 @@ from nearfaas.gateway.instances import FunctionState, Instance, InstancePool
 
 def _pool(cap: int) -> InstancePool:
     pool = InstancePool.__new__(InstancePool)
-    pool.functions, pool.max_per_namespace = {}, cap
+    pool.functions, pool.max_per_namespace, pool.draining = {}, cap, {}
     return pool
 
 
@@ -55,3 +55,25 @@ def test_scale_min_floors_over_the_share_are_refused_at_deploy(tmp_path):
     assert api._namespace_floor_refused({"name": "hog1.tenant-b", "scale_min": 8}) is None  # a redeploy replaces its own floor
     assert api._namespace_floor_refused({"name": "fn.tenant-a", "scale_min": 16}) is None  # another tenant's share
     assert api._namespace_floor_refused({"name": "admin", "scale_min": 16}) is None  # the default namespace
+
+
+def test_an_old_versions_busy_instances_count_until_they_finish():
+    # Red team round 8 (G1): redeploying a function while its old instances served long calls
+    # left those running beside the new set, uncounted, and the namespace went past its share
+    # to 30 of the node's 32 slots. Draining instances count while they are busy.
+    pool = _pool(4)
+    pool.workers = SimpleNamespace(forget=lambda *a: None)
+    pool.metrics = SimpleNamespace(service_count=SimpleNamespace(labels=lambda *a: SimpleNamespace(set=lambda v: None)))
+    old = _function(pool, "hog.tenant-b", 3)
+    for inst in old.instances.values():
+        inst.inflight = 1  # a long call each
+    for inst in list(old.instances.values()):
+        pool.drop_instance(old, inst, stop=True)  # what a redeploy does to the old version's
+    new = _function(pool, "hog.tenant-b", 1)
+    assert pool.namespace_instances("tenant-b", "compute-0") == 4
+    with pytest.raises(CallError):
+        pool.check_namespace_room(new, "compute-0")
+    busy = next(iter(pool.draining.values()))[1]
+    busy.inflight = 0
+    pool.retire(busy, stop=False)  # its call ended: the last one out stops it
+    pool.check_namespace_room(new, "compute-0")

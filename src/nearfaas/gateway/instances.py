@@ -149,12 +149,19 @@ class InstancePool:
         # round 7), so no other tenant's new function or replacement instance could start there.
         # The default namespace is the operator's own and is not capped.
         self.max_per_namespace = 0
+        # Instances of an old version (or scaled down) still finishing their calls, by id, with
+        # their function's name: they hold worker slots until then, so they count too (red team
+        # round 8 redeployed a function while its old instances were busy and went past its share).
+        self.draining: dict[str, tuple[str, Instance]] = {}
         nodes.on_poll.append(self._reconcile_node)
 
     def namespace_instances(self, namespace: str, node: str) -> int:
-        """Instances the namespace's functions have on ``node``, running or starting."""
-        return sum(sum(1 for i in st.instances.values() if i.node == node) + (1 if node in st.starting else 0)
+        """Instances the namespace's functions have on ``node``: running, starting, or draining
+        (an old version's, still busy)."""
+        live = sum(sum(1 for i in st.instances.values() if i.node == node) + (1 if node in st.starting else 0)
                    for st in self.functions.values() if namespace_of(st.name) == namespace)
+        return live + sum(1 for name, inst in self.draining.values()
+                          if inst.node == node and inst.inflight and namespace_of(name) == namespace)
 
     def check_namespace_room(self, state: FunctionState, node: str) -> None:
         """CallError 429 when ``state``'s namespace has all the instances it may have on ``node``."""
@@ -254,10 +261,12 @@ class InstancePool:
         self.metrics.service_count.labels(state.name).set(len(state.instances))
         if instance.inflight and stop:
             instance.draining = True  # the last call to finish stops it (see _invoke)
+            self.draining[instance.id] = (state.name, instance)
             return
         self.retire(instance, stop)
 
     def retire(self, instance: Instance, stop: bool) -> None:
+        self.draining.pop(instance.id, None)
         self.workers.forget(instance.host, instance.port, instance.socket)
         if stop:
             asyncio.get_running_loop().create_task(self.nodes.stop_worker(instance.node, instance.id))
@@ -308,6 +317,8 @@ class InstancePool:
         for inst in list(state.instances.values()):
             state.instances.pop(inst.id, None)
             self.workers.forget(inst.host, inst.port, inst.socket)
+        for key in [k for k, (fn, _) in self.draining.items() if fn == name]:  # stopped with the function below
+            del self.draining[key]
         await self.nodes.stop_function(name)
         try:
             self.metrics.service_count.remove(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import re
 import time
@@ -25,6 +26,18 @@ from nearfaas.gateway.errors import CallError
 
 # The share of gateway.max_inflight that calls without verified credentials may hold at once.
 ANON_SHARE = 0.75
+
+
+def anonymous_client(remote: str | None) -> str:
+    """The budget key of a caller without credentials: its address, except that every loopback
+    address is one client (any local process may bind 127.0.0.2, 127.0.0.3, ...: red team round
+    7 multiplied per-address shares that way)."""
+    if not remote:
+        return "unknown"
+    try:
+        return "loopback" if ipaddress.ip_address(remote).is_loopback else remote
+    except ValueError:
+        return remote
 
 
 class InvokeAPI:
@@ -102,7 +115,7 @@ class InvokeAPI:
             who = await self.identify(request)
             if who:
                 return who, True
-        return request.remote or "unknown", False
+        return anonymous_client(request.remote), False
 
     def anon_limit(self) -> int:
         """Forwarding slots anonymous calls may hold at once (max_inflight when nobody is identified)."""
@@ -110,15 +123,27 @@ class InvokeAPI:
             return self.max_inflight
         return max(1, int(self.max_inflight * ANON_SHARE))
 
+    def per_client_limit(self, verified: bool) -> int:
+        """Calls one client may have open: ``gateway.max_inflight_per_client``, and for a client
+        without credentials at most half of the anonymous share too (red team round 8: one
+        anonymous address held all 24 slots of the share, and every other anonymous caller got
+        429). 0: no cap."""
+        if verified or self.identify is None or not self.max_inflight:
+            return self.max_per_client
+        half = max(1, self.anon_limit() // 2)
+        return min(self.max_per_client, half) if self.max_per_client else half
+
     @contextlib.contextmanager
-    def _client_slot(self, request: web.Request, client: str | None = None):
+    def _client_slot(self, request: web.Request, client: str | None = None, verified: bool = True):
         """One of the calling client's slots for the whole request, body included; 429 when it has
-        ``gateway.max_inflight_per_client`` open. ``client`` defaults to the peer address."""
-        client = client or request.remote or "unknown"
+        its limit open (``per_client_limit``). ``client`` defaults to the peer address."""
+        client = client or anonymous_client(request.remote)
         held = self.per_client.get(client, 0)
-        if self.max_per_client and held >= self.max_per_client:
+        limit = self.per_client_limit(verified)
+        if limit and held >= limit:
             raise CallError(429, f"this client ({client}) already has {held} calls open, its limit "
-                                 f"(gateway.max_inflight_per_client={self.max_per_client}); retry when one ends",
+                                 f"(gateway.max_inflight_per_client={self.max_per_client}"
+                                 f"{'' if verified else ', and half the share of calls without credentials'}); retry when one ends",
                             "gateway", {"Retry-After": "1"})
         self.per_client[client] = held + 1
         try:
@@ -163,7 +188,7 @@ class InvokeAPI:
             return name
         try:
             client, verified = await self._client(request)
-            with self._client_slot(request, client):
+            with self._client_slot(request, client, verified):
                 # The body first, under read_timeout: a slow sender holds only its own client's
                 # slot, never one of the gateway's forwarding slots.
                 body = await self._read_invocation_body(request)
@@ -225,8 +250,8 @@ class InvokeAPI:
         if callback and not re.match(r"^https?://[^\s/]+", callback):
             return error(400, "X-Callback-Url must be an absolute http(s) URL")
         try:
-            client, _ = await self._client(request)
-            with self._client_slot(request, client):
+            client, verified = await self._client(request)
+            with self._client_slot(request, client, verified):
                 body = await self._read_invocation_body(request)
             path, query = self._raw_target(request)
             # ``client``: whose share of gateway.async_max_bytes the queued body counts against.
