@@ -40,7 +40,8 @@ fn a_stack_of_fat_lambdas_stays_within_the_budget() {
     let fp = Fp::start(&["--workers", "1", "--pool-memory", BUDGET]);
     let n = 12u64; // 12 x 15 MiB = 180 MiB if each kept its instance
     for id in 1..=n {
-        fp.deploy_wasm(id, "fat", json!({}));
+        // Touching 15 MiB takes a few ms, more on a loaded machine: not the 50 ms default.
+        fp.deploy_wasm(id, "fat", json!({"timeout_ms": 2000}));
     }
     let base = rss_kib(fp.child.id());
     let c = fp.client();
