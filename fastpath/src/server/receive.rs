@@ -110,6 +110,7 @@ pub fn tcp_accept_loop(srv: Arc<Server>, listener: TcpListener) {
             }
             *n += 1;
         }
+        let _ = s.set_nodelay(true);
         let srv2 = srv.clone();
         let spawned = std::thread::Builder::new()
             .name("tcp-conn".into())
@@ -133,36 +134,27 @@ pub trait Duplex: Read + Write + Send + Sized + 'static {
     fn shut(&self);
 }
 
-impl Duplex for TcpStream {
-    fn dup(&self) -> std::io::Result<Self> {
-        let _ = self.set_nodelay(true);
-        self.try_clone()
-    }
-    fn read_timeout(&self, t: Option<Duration>) {
-        let _ = self.set_read_timeout(t);
-    }
-    fn write_timeout(&self, t: Duration) {
-        let _ = self.set_write_timeout(Some(t));
-    }
-    fn shut(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Both);
-    }
+/// TCP and unix streams have the same calls under the same names: one impl for both.
+macro_rules! duplex {
+    ($t:ty) => {
+        impl Duplex for $t {
+            fn dup(&self) -> std::io::Result<Self> {
+                self.try_clone()
+            }
+            fn read_timeout(&self, t: Option<Duration>) {
+                let _ = self.set_read_timeout(t);
+            }
+            fn write_timeout(&self, t: Duration) {
+                let _ = self.set_write_timeout(Some(t));
+            }
+            fn shut(&self) {
+                let _ = self.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    };
 }
-
-impl Duplex for std::os::unix::net::UnixStream {
-    fn dup(&self) -> std::io::Result<Self> {
-        self.try_clone()
-    }
-    fn read_timeout(&self, t: Option<Duration>) {
-        let _ = self.set_read_timeout(t);
-    }
-    fn write_timeout(&self, t: Duration) {
-        let _ = self.set_write_timeout(Some(t));
-    }
-    fn shut(&self) {
-        let _ = self.shutdown(std::net::Shutdown::Both);
-    }
-}
+duplex!(TcpStream);
+duplex!(std::os::unix::net::UnixStream);
 
 /// Connections the gateway may hold on its private socket (it opens at most 64).
 const UNIX_MAX_CONNS: usize = 256;
