@@ -29,7 +29,7 @@ def test_burst_on_a_cold_function_starts_at_most_max_replicas(cluster, functions
                           labels={"com.openfaas.scale.min": "0", "com.openfaas.scale.max": "3", "com.openfaas.scale.zero": "true"},
                           **{"x-nearfaas": {"keep_alive": "1s"}})
     assert resp.status_code == 202
-    results = cluster.post_concurrently("/function/bursty?sleep=0.2", 20, timeout=60)
+    results = cluster.post_concurrently("/function/bursty?sleep=0.2", 20, timeout=60, signed=True)
     assert [r.status_code for r in results] == [200] * 20, [r.text for r in results if r.status_code != 200]
     metrics = requests.get(f"{cluster.url}/metrics").text
     started = sum(float(line.split()[-1]) for line in metrics.splitlines()

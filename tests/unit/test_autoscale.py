@@ -134,13 +134,43 @@ def test_scale_to_zero_waits_for_a_scale_up_in_progress():
     pool.functions = {"idler": state}
     dropped = []
     pool.drop_instance = lambda st, inst, stop=False: (dropped.append(inst.id), st.instances.pop(inst.id))
-    pool.reap_idle(now=8.0)  # 8 s idle, but two of three replicas are still starting
-    assert state.desired == 3 and not dropped
-    for name in ("b", "c"):
-        inst = Instance(name, "n", "127.0.0.1", 1)
-        inst.last_used = 9.0
-        state.instances[name] = inst
-    pool.reap_idle(now=10.0)  # all up, the newest idle 1 s
-    assert state.desired == 3 and not dropped
-    pool.reap_idle(now=14.5)  # every replica idle for zero-duration
-    assert state.desired == 0 and sorted(dropped) == ["a", "b", "c"]
+
+    async def run():
+        await state.scaling.acquire()  # the pool's reconciliation, starting the other two
+        pool.reap_idle(now=8.0)  # 8 s idle, but two of three replicas are still starting
+        assert state.desired == 3 and not dropped
+        for name in ("b", "c"):
+            inst = Instance(name, "n", "127.0.0.1", 1)
+            inst.last_used = 9.0
+            state.instances[name] = inst
+        state.scaling.release()
+        pool.reap_idle(now=10.0)  # all up, the newest idle 1 s
+        assert state.desired == 3 and not dropped
+        pool.reap_idle(now=14.5)  # every replica idle for zero-duration
+        assert state.desired == 0 and sorted(dropped) == ["a", "b", "c"]
+
+    asyncio.run(run())
+
+
+def test_a_scale_up_still_starting_is_not_scaled_down():
+    # A function scaled to 3 by hand, with no load and keep_alive 1 s, whose second and third
+    # instances are slow to start: the autoscaler waits for them before it may scale down.
+    async def run():
+        state = FunctionState({"name": "f", "scale_min": 0, "scale_max": 3, "labels": {}, "x": {"keep_alive": "1s"}}, desired=3)
+        state.instances["i"] = Instance("i", "n", "127.0.0.1", 1)
+        pool = _Pool(state)
+        scaler = Autoscaler(pool, CollectorRegistry(), window_s=5.0, down_after_s=10.0)
+        await state.scaling.acquire()  # the pool's reconciliation, starting the other two
+        for t in range(6):
+            scaler.tick(float(t))
+        await asyncio.sleep(0)
+        assert state.desired == 3 and pool.scaled == []  # one of three up: nothing taken back
+        for name in ("j", "k"):
+            state.instances[name] = Instance(name, "n", "127.0.0.1", 1)
+        state.scaling.release()  # all three up
+        for t in range(6, 9):
+            scaler.tick(float(t))
+        await asyncio.sleep(0)
+        assert state.desired == 1 and pool.scaled[-1] == 1  # all up and idle past keep_alive: down
+
+    asyncio.run(run())

@@ -125,6 +125,12 @@ class Autoscaler:
             self.desired.labels(state.name).set(want if want > state.desired else state.desired)
             if want > state.desired:
                 self._decide(state, want, "up")
+            elif want < state.desired and state.scaling.locked():
+                # A scale-up still bringing instances up (by hand or by load: its reconciliation
+                # holds the function's scaling lock) is not undone before it is done: with
+                # keep_alive 1 s a loaded host's slow cold starts had a hand-made scale to 3
+                # taken back to 1 while the instances were still starting.
+                self._lower_since.pop(state.name, None)
             elif want < state.desired:
                 since = self._lower_since.setdefault(state.name, now)
                 # x-nearfaas.keep_alive, when shorter, says how long surplus idle instances may stay

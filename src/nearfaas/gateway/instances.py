@@ -359,10 +359,11 @@ class InstancePool:
         for state in list(self.functions.values()):
             scale_zero = bool(state.spec.get("scale_zero"))
             idle = sorted((i for i in state.instances.values() if not i.inflight), key=lambda i: i.last_used)
-            # Not while a scale-up is still bringing instances up: on a loaded host three cold
-            # starts took longer than a 5 s zero-duration, and the first replica's idle time
-            # scaled away a function the operator had just asked to have three of.
-            scaling_up = len(state.instances) < state.desired
+            # Not while a scale-up is still bringing instances up (its reconciliation holds the
+            # scaling lock): on a loaded host three cold starts took longer than a 5 s
+            # zero-duration, and the first replica's idle time scaled away a function the
+            # operator had just asked to have three of.
+            scaling_up = state.scaling.locked()
             if scale_zero and state.instances and not scaling_up and len(idle) == len(state.instances) and \
                     all(now - i.last_used >= float(state.spec.get("scale_zero_after", 300.0)) for i in idle):
                 state.desired = 0
