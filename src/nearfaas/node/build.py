@@ -29,6 +29,10 @@ folders above. pip's failure, if any, is the PoolError's tail as before.
 Removing a function stops its build (``RunningBuilds.stop``, from the pool's ``stop_function``):
 a build whose backend never ends used to hold its cgroups, a pip and the function's uid's CPU
 until the 600 s timeout, whether or not anyone still wanted the function (red team round 2).
+A function has one build at a time: a build of its new version stops the older one's (red team
+round 9 stacked six by redeploying with one changed comment line each, each allowed 512 pids,
+2 GiB and 2 CPUs), and a node runs at most ``BUILD_SLOTS`` builds at once (the others wait for a
+slot), so builds can never take more than ``BUILD_SLOTS`` x 512 of the node's pids share.
 
 Its network is loopback and a proxy to the package index the node's pip is configured with
 (node/build_net.py): a backend can reach no node port, no gateway, no other host; a
@@ -41,6 +45,8 @@ Known caveats:
 - pip's user config of the node's user (``~/.config/pip``) is not read (HOME is the jail's
   /tmp); /etc/pip.conf and ``PIP_*`` are.
 - Unisolated nodes (``isolation: off``) run pip as the node, as they run functions.
+- A tenant whose builds run long holds a node's build slots: other functions' builds on that
+  node wait (their cold starts, not their calls, are delayed).
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from nearfaas.node import build_net, jail, netns, netrelay
 from nearfaas.node.procs import kill_group, package_root
 
 PIP_TIMEOUT_S = 600.0
+BUILD_SLOTS = 2  # requirements builds one node runs at once (each may have 512 pids, 2 GiB, 2 CPUs)
 # A build's cgroup limits: pip and a compiler need more than a small function's 128Mi.
 BUILD_LIMITS = {"memory": 2 << 30, "pids": 512, "cpu": 2.0}
 # pip installs a function's requirements into a folder of their own (--target implies
@@ -81,7 +88,14 @@ class RunningBuilds:
 
     def __init__(self):
         self._procs: dict[str, dict] = {}  # name -> {process: its cgroup folders}
-        self.stopped: set = set()  # builds stopped because their function was removed
+        self.stopped: set = set()  # builds stopped because their function was removed or updated
+        self._slots: asyncio.Semaphore | None = None
+
+    def slots(self) -> asyncio.Semaphore:
+        """The node's build slots (``BUILD_SLOTS`` builds at once), made in the running loop."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(BUILD_SLOTS)
+        return self._slots
 
     def add(self, name: str, proc, groups: list[str]) -> None:
         self._procs.setdefault(name, {})[proc] = groups
@@ -162,21 +176,24 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             env |= {"PYTHONPATH": package_root(), "TMPDIR": str(scratch / "tmp"), "PYTHONUNBUFFERED": "1"}
             env |= build_net.proxy_env()
             argv = [sys.executable, "-m", "nearfaas.node.build", "--plan", json.dumps(plan), "--", *pip, "-r", req.name]
-        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                                    cwd=cwd, env=env, start_new_session=True)
-        running.add(name, proc, groups)
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
-        except TimeoutError:
-            kill_group(proc)
-            await proc.wait()
-            raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
-        finally:
-            stopped = proc in running.stopped
-            running.discard(name, proc)
+        running.stop(name)  # one build per function: an older version's is not needed any more
+        async with running.slots():
+            proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                                        cwd=cwd, env=env, start_new_session=True)
+            running.add(name, proc, groups)
+            try:
+                out, _ = await asyncio.wait_for(proc.communicate(), PIP_TIMEOUT_S)
+            except TimeoutError:
+                kill_group(proc)
+                await proc.wait()
+                raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
+            finally:
+                stopped = proc in running.stopped
+                running.discard(name, proc)
         if stopped:
             shutil.rmtree(staging, ignore_errors=True)
-            raise BuildError(f"the requirements build of {name!r} was stopped: the function was removed", status=404)
+            raise BuildError(f"the requirements build of {name!r} was stopped: the function was removed or "
+                             "updated (a newer version's build replaced it)", status=404)
         with atomic.append(log_path) as log:  # pip's own words, whatever they are (a failure's, mostly)
             log.write(out)
         if proc.returncode != 0:
