@@ -276,9 +276,45 @@ def test_one_anonymous_client_holds_half_the_anonymous_share_and_loopback_is_one
     with contextlib.ExitStack() as held:
         for r, c in zip(local[:12], clients[:12]):
             held.enter_context(api._client_slot(r, c, verified=False))
-        with pytest.raises(CallError, match="half the share of calls without credentials"):
+        with pytest.raises(CallError, match="half the share of calls that are not the operator"):
             with api._client_slot(local[12], clients[12], verified=False):
                 pass
         remote = types.SimpleNamespace(remote="10.0.0.7", headers={})
         with api._client_slot(remote, asyncio.run(api._client(remote))[0], verified=False):
             pass  # another (remote) client still has room
+
+
+def test_a_key_other_than_the_clusters_is_its_own_client_without_the_operators_reserve():
+    # Red team round 9 (H2): a tenant's bucket-only key counted as an authenticated caller: 24
+    # calls and the operator's reserve; with anonymous calls it filled every forwarding slot.
+    api = InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1, max_inflight=32)
+    api.max_per_client = 24
+
+    async def identify(request):
+        return request.headers.get("who")
+
+    api.identify = identify
+    tenant = types.SimpleNamespace(remote="127.0.0.1", headers={"who": "key:NKTENANTB"})
+    admin = types.SimpleNamespace(remote="127.0.0.1", headers={"who": "admin"})
+    assert asyncio.run(api._client(tenant)) == ("key:NKTENANTB", False)  # its own budget, not the operator's
+    assert asyncio.run(api._client(admin)) == ("admin", True)
+    assert api.per_client_limit(False) == 12 and api.per_client_limit(True) == 24
+
+
+def test_a_signature_by_the_clusters_own_key_is_the_operator_and_another_key_is_not():
+    from nearfaas.auth.admin import AdminGuard
+    from nearfaas.gateway.client_identity import identify
+
+    class _S3Auth:  # a signature that verifies, by the key the Credential names
+        def authenticate(self, method, path, query, headers):
+            return types.SimpleNamespace(access_key=headers["Authorization"].split("Credential=")[1].split("/")[0])
+
+    guard = AdminGuard({"access_key": "AKCLUSTER", "secret_key": "sekret"}, s3_auth=_S3Auth())
+
+    def signed(key):
+        return types.SimpleNamespace(headers={"Authorization": f"AWS4-HMAC-SHA256 Credential={key}/x, Signature=00",
+                                              "x-amz-content-sha256": "UNSIGNED-PAYLOAD"},
+                                     raw_path="/function/x", method="POST")
+
+    assert asyncio.run(identify(guard, signed("AKCLUSTER"))) == "admin"
+    assert asyncio.run(identify(guard, signed("NKTENANTB"))) == "key:NKTENANTB"

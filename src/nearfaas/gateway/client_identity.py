@@ -47,5 +47,9 @@ async def identify(guard, request) -> str | None:
                                              request.headers)
         except S3Error:
             return None
-        return f"key:{ctx.access_key}"
+        # The cluster's own key is the operator, like basic auth as the admin; any other key
+        # (a keys-file key limited to some buckets, a function's key) is a caller with a budget
+        # of its own but no claim on the operator's reserve (red team round 9: a tenant's
+        # bucket-only key took the reserve and, with anonymous calls, every forwarding slot).
+        return "admin" if ctx.access_key == guard.keys["access_key"] else f"key:{ctx.access_key}"
     return None

@@ -110,11 +110,14 @@ class InvokeAPI:
         return state is not None and state.options.auth
 
     async def _client(self, request: web.Request) -> tuple[str, bool]:
-        """Whose budgets the request counts against, and whether that is a verified identity."""
+        """Whose budgets the request counts against, and whether it is the operator's (the
+        admin, by basic auth or the cluster's own key): only the operator has the reserve of
+        forwarding slots and the full per-client budget; another verified key is a client of its
+        own, held like an anonymous one."""
         if self.identify is not None:
             who = await self.identify(request)
             if who:
-                return who, True
+                return who, who == "admin"
         return anonymous_client(request.remote), False
 
     def anon_limit(self) -> int:
@@ -125,9 +128,9 @@ class InvokeAPI:
 
     def per_client_limit(self, verified: bool) -> int:
         """Calls one client may have open: ``gateway.max_inflight_per_client``, and for a client
-        without credentials at most half of the anonymous share too (red team round 8: one
-        anonymous address held all 24 slots of the share, and every other anonymous caller got
-        429). 0: no cap."""
+        that is not the operator at most half of the share kept for them too (red team round 8:
+        one anonymous address held all 24 slots of the share, and every other anonymous caller
+        got 429; round 9: a tenant's key did the same with the operator's reserve). 0: no cap."""
         if verified or self.identify is None or not self.max_inflight:
             return self.max_per_client
         half = max(1, self.anon_limit() // 2)
@@ -143,7 +146,8 @@ class InvokeAPI:
         if limit and held >= limit:
             raise CallError(429, f"this client ({client}) already has {held} calls open, its limit "
                                  f"(gateway.max_inflight_per_client={self.max_per_client}"
-                                 f"{'' if verified else ', and half the share of calls without credentials'}); retry when one ends",
+                                 f"{'' if verified else ', and half the share of calls that are not the operator'}"
+                                 "'s); retry when one ends",
                             "gateway", {"Retry-After": "1"})
         self.per_client[client] = held + 1
         try:
@@ -196,8 +200,9 @@ class InvokeAPI:
                     return error(429, f"the gateway is forwarding its limit of {self.max_inflight} calls (gateway.max_inflight); "
                                       "retry", headers={"Retry-After": "1"})
                 if not verified and self.max_inflight and self.anon_inflight >= self.anon_limit():
-                    return error(429, f"the gateway is forwarding {self.anon_inflight} calls without credentials, their share of "
-                                      f"gateway.max_inflight={self.max_inflight} (the rest is kept for authenticated callers); retry",
+                    return error(429, f"the gateway is forwarding {self.anon_inflight} calls that are not the operator's (anonymous, "
+                                      f"or signed by another key), their share of gateway.max_inflight={self.max_inflight} (the rest "
+                                      "is kept for the operator); retry",
                                  headers={"Retry-After": "1"})
                 self.inflight += 1
                 self.anon_inflight += not verified
