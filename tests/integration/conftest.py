@@ -133,6 +133,20 @@ class Cluster:
         with ThreadPoolExecutor(n) as pool:
             return list(pool.map(lambda _: post(f"{self.url}{path}", timeout=timeout), range(n)))
 
+    def wait_prewarmed(self, timeout: float = 60.0) -> None:
+        """Until every node has an idle pre-warmed worker: its zygote's imports (and the CPU they
+        take from a node capped at a small share of a core) are done."""
+        from nearfaas.cluster.launcher import signed_get
+
+        deadline = time.monotonic() + timeout
+        while True:
+            idle = {n["name"]: json.loads(signed_get(self.layout, f"{n['url']}/_nearfaas/health"))["prewarm"]["idle"]
+                    for n in self.layout["nodes"]}
+            if all(idle.values()):
+                return
+            assert time.monotonic() < deadline, f"no idle pre-warmed worker on every node after {timeout:g}s: {idle}"
+            time.sleep(0.1)
+
     def wait_warm(self, name: str, replicas: int = 1, timeout: float = 60.0) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -29,7 +29,7 @@ def test_a_bundles_modules_named_like_the_runtimes_never_run_before_the_jail(clu
         env["LC_ALL"] = "C"  # a start-up variable (not the node's own value): the pool spawns a fresh interpreter (node/prewarm.py)
     name = f"rootproof-{start}"
     if start == "prewarmed":  # a burst just before (another test's cold start) may have taken them
-        _until_every_node_has_an_idle_prewarmed_worker(cluster)
+        cluster.wait_prewarmed()
     assert scratch(name, functions_dir / "rootproof", wait=False, envVars=env).status_code < 300
     resp = requests.post(f"{cluster.url}/function/{name}", data=b"{}", timeout=60)
     # A pre-warmed worker had imported the runtime already: the call is served. A spawned one
@@ -37,23 +37,6 @@ def test_a_bundles_modules_named_like_the_runtimes_never_run_before_the_jail(clu
     # runtime's, as its requirements do): its own start fails, as its uid, inside its jail.
     assert resp.status_code == 200 if start == "prewarmed" else resp.status_code in (200, 502), resp.text
     assert not proof.exists(), f"the bundle's planted modules ran before the jail: {proof.read_text()!r}"
-
-
-def _until_every_node_has_an_idle_prewarmed_worker(cluster, timeout: float = 60.0) -> None:
-    import time
-
-    import json
-
-    from nearfaas.cluster.launcher import signed_get
-
-    deadline = time.monotonic() + timeout
-    while True:
-        idle = {n["name"]: json.loads(signed_get(cluster.layout, f"{n['url']}/_nearfaas/health"))["prewarm"]["idle"]
-                for n in cluster.layout["nodes"]}
-        if all(idle.values()):
-            return
-        assert time.monotonic() < deadline, f"no idle pre-warmed worker on every node after {timeout:g}s: {idle}"
-        time.sleep(0.1)
 
 
 def _host_segments() -> set[int]:

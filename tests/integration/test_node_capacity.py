@@ -131,6 +131,9 @@ def test_the_decision_engine_picks_and_reports_where_a_select_runs(tmp_path, mon
         if node.kind == "storage":
             node.cpus = 0.05
     with running_cluster(tmp_path / "state", nodes=spec.nodes) as c:
+        # At 0.05 core a node's zygote takes seconds of its quota to import the runtime: wait for
+        # it, so the first writes are not answered late by nodes still starting (a CI flake).
+        c.wait_prewarmed(timeout=120)
         s3 = c.s3()
         s3.create_bucket(Bucket="eng")
         sink = io.BytesIO()
