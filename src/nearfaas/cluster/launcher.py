@@ -106,9 +106,13 @@ def signed_get(layout: dict, url: str, timeout: float = 1.0) -> bytes:
     return _get(url, timeout, internal.sign(layout["internal_secret"], "GET", target))
 
 
-def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path) -> None:
-    """Until ``url`` answers (a Path: until that ready file exists), or the process dies."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
+def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path, cpus: float | None = None) -> None:
+    """Until ``url`` answers (a Path: until that ready file exists), or the process dies. A node
+    capped at ``cpus`` below one core gets the time its start-up CPU takes at that share (its
+    imports and first answers run under its own quota: at 0.05 core, 20 times as long), up to
+    ten minutes."""
+    timeout = READY_TIMEOUT_S if not cpus or cpus >= 1 else min(600.0, READY_TIMEOUT_S / cpus)
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = log.read_text(errors="replace").strip().splitlines()[-10:] if log.exists() else []
@@ -125,7 +129,7 @@ def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path
             return
         except OSError:
             time.sleep(0.05)
-    raise ClusterError(f"{name} did not answer {url} within {READY_TIMEOUT_S:g}s; see {log}")
+    raise ClusterError(f"{name} did not answer {url} within {timeout:g}s; see {log}")
 
 
 def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_address: str | None = None) -> dict:
@@ -211,8 +215,9 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         # it would count them down (and fail S3 calls fast) until its next poll.
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
         _write_layout(state_dir, layout)
+        cpus = {n["name"]: n.get("cpus") for n in layout["nodes"]}
         for name, proc, url, log in started:
-            _wait_ready(url, proc, name, log)
+            _wait_ready(url, proc, name, log, cpus.get(name))
             on_step(f"{name} is ready")
         if layout["fastpath"]:
             _record_fastpath_ports(layout["fastpath"])
@@ -418,7 +423,7 @@ def restart_node(state_dir: Path, name: str) -> int:
     _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(layout), f"{node['url']}/_nearfaas/health")
     layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
     _write_layout(state_dir, layout)
-    _wait_ready(url, proc, name, log)
+    _wait_ready(url, proc, name, log, node.get("cpus"))
     return proc.pid
 
 
