@@ -174,3 +174,25 @@ def test_a_scale_up_still_starting_is_not_scaled_down():
         assert state.desired == 1 and pool.scaled[-1] == 1  # all up and idle past keep_alive: down
 
     asyncio.run(run())
+
+
+def test_a_scale_up_that_failed_part_way_is_not_undone_while_its_retry_is_pending():
+    # The first of three instances is up, the second's start failed (a full node, say) and a
+    # retry is pending: the idler does not scale the function to zero meanwhile (a full run's
+    # test_keep_alive_and_scale_to_zero ended at desired 0 with no instance).
+    from nearfaas.gateway.instances import InstancePool
+
+    pool = InstancePool.__new__(InstancePool)
+    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
+    first = Instance("a", "n", "127.0.0.1", 1)
+    first.last_used = 0.0
+    state.instances["a"] = first
+    state.retry_scale_at = 9.0  # set by the failed reconciliation
+    pool.functions = {"idler": state}
+    pool.drop_instance = lambda st, inst, stop=False: st.instances.pop(inst.id)
+    pool.reap_idle(now=8.0)
+    assert state.desired == 3 and "a" in state.instances
+    state.retry_scale_at = 0.0  # its retry ran and gave up the target (desired lowered)
+    state.desired = 1
+    pool.reap_idle(now=8.5)
+    assert state.desired == 0  # idle past zero-duration, nothing pending: scaled to zero

@@ -125,7 +125,7 @@ class Autoscaler:
             self.desired.labels(state.name).set(want if want > state.desired else state.desired)
             if want > state.desired:
                 self._decide(state, want, "up")
-            elif want < state.desired and state.scaling.locked():
+            elif want < state.desired and state.scaling_up():
                 # A scale-up still bringing instances up (by hand or by load: its reconciliation
                 # holds the function's scaling lock) is not undone before it is done: with
                 # keep_alive 1 s a loaded host's slow cold starts had a hand-made scale to 3

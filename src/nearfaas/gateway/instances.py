@@ -82,6 +82,12 @@ class FunctionState:
     freed: asyncio.Event = field(default_factory=asyncio.Event)
     scaled_by_hand: float = 0.0  # monotonic time of the last POST /system/scale-function (gateway/autoscale.py)
 
+    def scaling_up(self) -> bool:
+        """A scale-up not yet done: its reconciliation is running (it holds the scaling lock), or
+        it failed part-way and a retry is pending with fewer instances than desired. Neither the
+        idler nor the autoscaler undoes it meanwhile."""
+        return self.scaling.locked() or bool(self.retry_scale_at and len(self.instances) < self.desired)
+
     def notify(self) -> None:
         """Wake every queued call: a slot freed or an instance arrived (each re-checks)."""
         event, self.freed = self.freed, asyncio.Event()
@@ -359,11 +365,11 @@ class InstancePool:
         for state in list(self.functions.values()):
             scale_zero = bool(state.spec.get("scale_zero"))
             idle = sorted((i for i in state.instances.values() if not i.inflight), key=lambda i: i.last_used)
-            # Not while a scale-up is still bringing instances up (its reconciliation holds the
-            # scaling lock): on a loaded host three cold starts took longer than a 5 s
+            # Not while a scale-up is still bringing instances up (running, or failed part-way
+            # with a retry pending): on a loaded host three cold starts took longer than a 5 s
             # zero-duration, and the first replica's idle time scaled away a function the
             # operator had just asked to have three of.
-            scaling_up = state.scaling.locked()
+            scaling_up = state.scaling_up()
             if scale_zero and state.instances and not scaling_up and len(idle) == len(state.instances) and \
                     all(now - i.last_used >= float(state.spec.get("scale_zero_after", 300.0)) for i in idle):
                 state.desired = 0
