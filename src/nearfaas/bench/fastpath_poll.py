@@ -8,7 +8,9 @@ fastpath/src/poll.rs). Every number is measured here.
 - **Poll modes.** For each of adaptive, spin and block (the executor's workers and the load
   generator's receive loop alike), ``poll_modes`` measures the web lambda's p50 and p99 at one
   outstanding request, the executor's CPU-seconds per request, and its CPU share with no
-  requests at all and with a sparse 20 requests a second. CPU comes from /proc/<pid>/stat.
+  requests at all and with a sparse 20 requests a second. CPU per request comes from
+  /proc/<pid>/stat; shares of a core from its threads' schedstat (exact, and with the time they
+  waited for a core, which a loaded machine takes from a spinner).
 
 Known caveat: the loaded state is one spinning process at normal priority; a real neighbour
 (I/O, memory bandwidth) can cost more than a busy core does.
@@ -68,14 +70,35 @@ def background_load():
         proc.wait()
 
 
-def cpu_share(pid: int, seconds: float, during=None) -> float:
-    """The share of one core ``pid`` used over ``seconds`` (``during(seconds)`` runs meanwhile)."""
-    before, t0 = cpu_seconds([pid]), time.perf_counter()
+def _sched_ns(pid: int) -> tuple[int, int]:
+    """Nanoseconds ``pid``'s threads were on a CPU, and runnable but waiting for one
+    (/proc/<pid>/task/*/schedstat: exact, where /proc/<pid>/stat counts 10 ms ticks)."""
+    on_cpu = waiting = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                ran, waited, _ = f.read().split()
+            on_cpu, waiting = on_cpu + int(ran), waiting + int(waited)
+    return on_cpu, waiting
+
+
+def cpu_use(pid: int, seconds: float, during=None) -> tuple[float, float]:
+    """``(share, demand)`` of one core for ``pid``'s threads over ``seconds`` (``during(seconds)``
+    runs meanwhile). *share* is the CPU they got; *demand* adds the time they were runnable but
+    waited for a core, so a thread that never blocks shows about 1.0 however busy the machine
+    is, where its share falls to what the scheduler leaves it."""
+    (ran0, waited0), t0 = _sched_ns(pid), time.perf_counter()
     if during is None:
         time.sleep(seconds)
     else:
         during(seconds)
-    return (cpu_seconds([pid]) - before) / (time.perf_counter() - t0)
+    (ran1, waited1), wall = _sched_ns(pid), time.perf_counter() - t0
+    return (ran1 - ran0) / 1e9 / wall, (ran1 - ran0 + waited1 - waited0) / 1e9 / wall
+
+
+def cpu_share(pid: int, seconds: float, during=None) -> float:
+    """The share of one core ``pid`` used over ``seconds`` (``during(seconds)`` runs meanwhile)."""
+    return cpu_use(pid, seconds, during)[0]
 
 
 def sparse_calls(addr, lambda_id: int, rate: float, mode: str):
