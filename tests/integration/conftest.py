@@ -138,10 +138,15 @@ class Cluster:
         take from a node capped at a small share of a core) are done."""
         from nearfaas.cluster.launcher import signed_get
 
+        def idle_workers(node: dict) -> int:
+            try:
+                return json.loads(signed_get(self.layout, f"{node['url']}/_nearfaas/health", timeout=5))["prewarm"]["idle"]
+            except OSError:  # a capped node busy importing may answer late: ask again
+                return 0
+
         deadline = time.monotonic() + timeout
         while True:
-            idle = {n["name"]: json.loads(signed_get(self.layout, f"{n['url']}/_nearfaas/health"))["prewarm"]["idle"]
-                    for n in self.layout["nodes"]}
+            idle = {n["name"]: idle_workers(n) for n in self.layout["nodes"]}
             if all(idle.values()):
                 return
             assert time.monotonic() < deadline, f"no idle pre-warmed worker on every node after {timeout:g}s: {idle}"
