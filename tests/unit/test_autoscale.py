@@ -196,3 +196,24 @@ def test_a_scale_up_that_failed_part_way_is_not_undone_while_its_retry_is_pendin
     state.desired = 1
     pool.reap_idle(now=8.5)
     assert state.desired == 0  # idle past zero-duration, nothing pending: scaled to zero
+
+
+def test_a_scale_by_hand_counts_as_activity_for_the_idler():
+    # One replica idle for 6 s, past a 5 s zero-duration, when the operator asks for three: before
+    # the pool's reconciliation even takes its lock, the idler must not scale the function to zero
+    # (a full run's test_keep_alive_and_scale_to_zero ended at desired 0 with no start logged).
+    from nearfaas.gateway.instances import InstancePool
+
+    pool = InstancePool.__new__(InstancePool)
+    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
+    first = Instance("a", "n", "127.0.0.1", 1)
+    first.last_used = 0.0
+    state.instances["a"] = first
+    state.scaled_by_hand = 6.0  # POST /system/scale-function {"replicas": 3}
+    pool.functions = {"idler": state}
+    pool.drop_instance = lambda st, inst, stop=False: st.instances.pop(inst.id)
+    pool.reap_idle(now=6.5)
+    assert state.desired == 3 and "a" in state.instances
+    state.desired = 1  # nothing came of it; zero-duration after the request, the idler may act
+    pool.reap_idle(now=11.0)
+    assert state.desired == 0 and not state.instances

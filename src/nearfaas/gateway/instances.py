@@ -80,7 +80,7 @@ class FunctionState:
     retry_scale_at: float = 0.0  # monotonic time to retry a scale-up that failed (0: none pending)
     scale_failures: int = 0  # failed scale-ups in a row
     freed: asyncio.Event = field(default_factory=asyncio.Event)
-    scaled_by_hand: float = 0.0  # monotonic time of the last POST /system/scale-function (gateway/autoscale.py)
+    scaled_by_hand: float = float("-inf")  # monotonic time of the last POST /system/scale-function (gateway/autoscale.py)
 
     def scaling_up(self) -> bool:
         """A scale-up not yet done: its reconciliation is running (it holds the scaling lock), or
@@ -369,9 +369,12 @@ class InstancePool:
             # with a retry pending): on a loaded host three cold starts took longer than a 5 s
             # zero-duration, and the first replica's idle time scaled away a function the
             # operator had just asked to have three of.
+            # An operator's scale request is activity too: the idler counts zero-duration from it,
+            # so a function just scaled up by hand is not scaled to zero by instances idle before.
             scaling_up = state.scaling_up()
+            zero_after = float(state.spec.get("scale_zero_after", 300.0))
             if scale_zero and state.instances and not scaling_up and len(idle) == len(state.instances) and \
-                    all(now - i.last_used >= float(state.spec.get("scale_zero_after", 300.0)) for i in idle):
+                    now - state.scaled_by_hand >= zero_after and all(now - i.last_used >= zero_after for i in idle):
                 state.desired = 0
                 for inst in idle:
                     self.drop_instance(state, inst, stop=True)
