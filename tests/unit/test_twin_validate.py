@@ -17,6 +17,7 @@ from nearfaas.hw.devices.model import Device
 from nearfaas.twin import validate as V
 
 RESULT_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu_validation.json"
+HELD_OUT = ("mlp_small",)  # the smallest held-out network: builds in milliseconds
 APPS_USED = ("credit_risk", "asset_damage")  # a 1-layer and a ~56-layer model; skeletons are cached, nothing is built
 
 
@@ -117,11 +118,11 @@ def _profiles(tmp_path: Path) -> Path:
 
 
 def _cache(tmp_path: Path) -> Path:
-    f2 = {"2": {k: {"value_s": 0.03, "stage_value_s": 0.035, "estimator": "best of the repeats"} for k in APPS},
-          "1": {k: {"value_s": 0.041} for k in APPS}}
-    p = tmp_path / "cpu_validation.json"
-    p.write_text(json.dumps({"microbench": _bench(), "f2_measured": f2}))
-    return p
+    """A cache with synthetic micro-benchmarks and f2, plus one held-out network (mlp_small) with
+    a synthetic measurement (the tests below pass held_out=HELD_OUT)."""
+    from test_twin_heldout import _cache_with_heldout
+
+    return _cache_with_heldout(tmp_path, HELD_OUT)
 
 
 # ------------------------------------------------------------------ the host device and the predictions
@@ -176,7 +177,7 @@ def test_predict_f2_is_the_roofline_sum():
 
 @pytest.fixture
 def result(tmp_path):
-    return V.validate((1, 2), path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path))
+    return V.validate((1, 2), path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
 
 
 def test_output_shape(result):
@@ -213,19 +214,19 @@ def test_errors_follow_the_definition(result):
 
 
 def test_form_choice_and_missing_cache(tmp_path, result):
-    r = V.validate((1,), form="refined", path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path))
+    r = V.validate((1,), form="refined", path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
     assert r["cpu"]["form"] == "refined"
     assert r["cpu"]["per_app_error"] == r["cpu"]["threads"]["1"]["per_app_error"]
     assert r["cpu"]["catalog"]["per_app_error"] == result["cpu"]["per_app_error"]
     with pytest.raises(ValueError):
-        V.validate((1,), path=tmp_path / "none.json", measure=False, write=False, profiles_path=_profiles(tmp_path))
+        V.validate((1,), path=tmp_path / "none.json", measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
     with pytest.raises(ValueError):
         V.validate((1,), form="x", path=_cache(tmp_path), measure=False, write=False)
 
 
 def test_written_record_parameters_are_sourced(tmp_path):
     p = _cache(tmp_path)
-    V.validate((1, 2), path=p, measure=False, write=True, profiles_path=_profiles(tmp_path))
+    V.validate((1, 2), path=p, measure=False, write=True, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
     rec = json.loads(p.read_text())
     assert rec["result"]["cpu"]["label"] == "measured vs modelled"
     _check_parameters(rec["parameters"])

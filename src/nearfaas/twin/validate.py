@@ -31,14 +31,24 @@ Compared, per app, at batch 1:
   measured f1, at 1 thread (f1 is single-threaded Python/Pillow code). f3 is not modelled by the
   twin on any platform (measured f3 is used everywhere), so it is not validated.
 
-Two forms are reported. ``catalog``: exactly the Xeon's form (op kinds of ``platforms.layers``,
+Three forms are reported (``nearfaas.twin.cpu_model``). ``catalog``: exactly the Xeon's form (op kinds of ``platforms.layers``,
 one efficiency per kind). ``refined``: the same roofline with three changes of FORM, each
 parameter still from a micro-benchmark: GEMMs and convolutions (lowered to GEMMs, im2col) take the
 efficiency of their own (M, K, N) from a fixed generic MatMul grid (``host.gemm_efficiency``);
 depthwise/grouped convolutions get their own class (the depthwise micro-benchmark); and the
 element-wise ops fused into a conv/GEMM group (activations) are charged at the element-wise
-class's rate, not the GEMM's. ``form`` (default ``catalog``, the form the Xeon baseline uses)
-heads the result and gives the band; the other form is reported beside it.
+class's rate, not the GEMM's. ``runtime``: ``refined`` plus what ONNX Runtime runs that the
+graph does not show, read from ORT's own optimised graph: one dispatch per node ORT runs and each
+NCHWc layout reorder at a measured per-element rate (one-op ReorderInput/ReorderOutput graphs).
+``form`` (default ``catalog``, the form the Xeon baseline uses) heads the result and gives the
+band; the others are reported beside it.
+
+Held-out check (issue 40): ``refined`` was designed after seeing the eight apps, so they cannot
+test it. ``nearfaas.twin.heldout`` builds eleven other networks in code (MLPs, CNNs, MobileNet-
+like, a ResNet block stack, transformer encoders), measured here (hot loop, thread CPU time at 1
+thread) and predicted through the same compiler layers: ``held_out_geomean_abs_error``,
+``held_out_worst_abs_error``, ``held_out_per_model_error`` and ``goal_issue40`` (<= 10 % geomean on
+both sets, no model worse than 25 %) per form.
 
 The band: measured/predicted over the apps (every validated thread count), as a multiplicative
 range ``[lo, hi]``. Use: a modelled-Xeon f2 time ``t`` is reported as ``[t x lo, t x hi]`` (the
@@ -51,7 +61,7 @@ prediction itself says are overhead-bound (busy < 10x the fixed per-call + per-l
     r["cpu"]["per_app_error"], r["cpu"]["geomean_abs_error"], r["cpu"]["band"]
     validate(measure=False)              # cache only (~1 s); ValueError if it lacks something
 
-    python -m nearfaas.twin.validate [--json] [--refresh] [--no-measure] [--threads 1,2] [--form catalog|refined]
+    python -m nearfaas.twin.validate [--json] [--refresh] [--no-measure] [--threads 1,2] [--form catalog|refined|runtime]
 """
 
 from __future__ import annotations
@@ -68,29 +78,40 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from nearfaas.stats import geomean
+from nearfaas.twin.cpu_model import FORMS  # ("catalog", "refined", "runtime")
 
 TARGET_APP_ABS = 0.20
 TARGET_GEOMEAN_ABS = 0.10
 TARGET_THREADS = 1
+TARGET_WORST_ABS = 0.25  # issue 40: no model (app or held-out) worse than 25 %
 RESULT_NAME = "cpu_validation"
 LABEL = "measured vs modelled"
 BATCH = 1
-FORMS = ("catalog", "refined")
 COMPUTE_BOUND = 10.0  # an app is "overhead-bound" when its predicted busy time < 10x its predicted fixed cost
 FORM_DOC = {
     "catalog": "the Xeon's form: platforms.layers op kinds, one measured efficiency per kind, launch_s per layer, driver_s per call",
     "refined": ("catalog + GEMM/conv efficiency from a generic MatMul grid at each layer's lowered (M, K, N); depthwise/grouped "
                 "convs as their own class; fused element-wise ops at the element-wise rate (every parameter from micro-benchmarks)"),
+    "runtime": ("refined + what ONNX Runtime runs that the graph does not show, from ORT's own optimised graph: one dispatch "
+                "(launch_s) per node ORT runs, each NCHWc reorder's elements at the measured reorder rate, the depthwise class net "
+                "of its micro-benchmark's own reorders (nearfaas.twin.cpu_model)"),
 }
+HELD_OUT_NOTE = ("networks built in code (nearfaas.twin.heldout: MLPs, VGG-like CNNs, MobileNet v1/v2-like, a ResNet block stack, "
+                 "transformer encoders), none of them an app; measured here through nearfaas's InferenceSession, hot loop, 1 thread: "
+                 "median thread CPU time of the repeats, more threads: best single-run wall time. No form or parameter was chosen "
+                 "by looking at these errors")
 # What the roofline does not see (from the graphs and ONNX Runtime's behaviour, not fitted): why an app can miss.
 NOT_CAPTURED = {
-    "per_call_software": ("a tiny model's f2 is all per-call software cost (Python wrapper, ONNX Runtime run set-up, cold caches "
-                          "of a one-off call): the roofline has one measured per-call term (hot loop), no more (credit_risk)"),
-    "runtime_inserted_ops": ("ONNX Runtime's own graph rewrites: NCHWc layout reorders (ReorderInput/ReorderOutput) around convs, "
-                             "fused activations such as QuickGelu (SiLU) run as separate passes over large activations "
-                             "(content_moderation)"),
-    "per_node_overhead_real_tensors": ("the per-node dispatch is measured on 16-element tensors; real nodes also allocate and "
-                                       "plan large tensors (many small layers: content_moderation)"),
+    "per_call_software": ("a tiny model's f2 is all per-call software cost. The apps' f2 (apps.json) is ONE call per request "
+                          "with the handler's work in between, so it runs with cold caches; the per-call term is measured in a hot "
+                          "loop (~21 us). The same 1-node call after a 64 MiB buffer sweep costs ~280 us: where between the two an "
+                          "app lands depends on its handler's cache footprint, which no app-free micro-benchmark gives (credit_risk: "
+                          "69 us measured)"),
+    "runtime_inserted_ops": ("the runtime form charges ORT's NCHWc reorders and dispatches per ORT node; still not charged: "
+                             "activations ORT runs as separate passes (QuickGelu for SiLU) get only their compute, not the extra "
+                             "pass over memory (content_moderation)"),
+    "per_node_overhead_real_tensors": ("per-node cost beyond the op's own work is taken as the 16-element dispatch; the Relu-chain "
+                                       "scan (overhead.N.relu_chain_per_node) shows the per-node time at larger tensors"),
     "shapes_outside_grid": "GEMV-like layers (M < 16) and 5x5 / strided depthwise convs are outside the micro-benchmark shapes",
     "caches": "operand bytes are charged at the DRAM stream rate; L2/L3 reuse is not modelled (matters little: compute-bound apps)",
 }
@@ -165,75 +186,13 @@ def summarise(errors: dict[str, float], app_target: float = TARGET_APP_ABS, geo_
 # ------------------------------------------------------------------ the roofline on the host device
 
 
-def _layers_refined(model: str, batch: int) -> list[dict]:
-    """``platforms.layers`` with the MPU groups split: MAC FLOPs by class (gemm | conv | dwconv)
-    and the fused vector ops apart (charged at the element-wise rate)."""
-    from nearfaas.hw.dsa.config import DSAConfig
-    from nearfaas.twin import platforms as P
+def predict_f2(bench: dict, threads: int, model, form: str = "catalog", batch: int = BATCH, *,
+               overhead: dict | None = None, rt: dict | None = None) -> dict:
+    """The roofline's f2 for ``model`` (zoo key or ONNX ModelProto) on this machine at ``threads``:
+    seconds and its parts (``nearfaas.twin.cpu_model.predict``)."""
+    from nearfaas.twin import cpu_model
 
-    sk = P.skeleton(model, batch)
-    lane_ops = sk.vpu_cycles(DSAConfig(vpu_lanes=1, vpu_pipeline=0, source="lane-ops"))
-    out = []
-    for g, vops in zip(sk.groups, lane_ops, strict=True):
-        if g.unit == "mpu":
-            conv = g.members[0].op_type == "Conv"
-            grouped = conv and any(x.count > 1 for x in g.gemms)
-            macs = sum(x.macs for x in g.gemms)
-            elems = sum(x.a_elems + (x.b_elems if x.b_is_weight else 0) for x in g.gemms) + g.ext_in + g.ext_out
-            kind = "dwconv" if grouped else "conv" if conv else "gemm"
-            out.append({"kind": kind, "flops": 2.0 * macs, "vops": float(vops), "elems": float(elems),
-                        "gemms": [(x.M, x.K, x.N, x.count) for x in g.gemms]})
-        elif g.unit == "vpu":
-            out.append({"kind": P._KIND.get(g.members[0].kind, "other"), "flops": float(vops), "vops": 0.0,
-                        "elems": float(g.ext_in + g.ext_out)})
-    return out
-
-
-def predict_f2(bench: dict, threads: int, model: str, form: str = "catalog", batch: int = BATCH) -> dict:
-    """The roofline's f2 for ``model`` on this machine at ``threads``: seconds and its parts."""
-    from nearfaas.hw.devices import host
-    from nearfaas.twin import platforms as P
-
-    d = host.device(bench, threads)
-    b = P.DTYPE_BYTES["fp32"]
-    busy = launch = 0.0
-    bound = {"compute": 0.0, "memory": 0.0}
-    by_kind: dict[str, float] = {}
-    if form == "catalog":
-        ls = P.layers(model, batch)
-        for x in ls:
-            r = d.roofline({"kind": x["kind"], "flops": x["flops"], "bytes": x["elems"] * b, "dtype": "fp32"})
-            busy += float(r["busy_s"])
-            bound[str(r["bound"])] += float(r["busy_s"])
-            by_kind[x["kind"]] = by_kind.get(x["kind"], 0.0) + float(r["busy_s"])
-            launch += float(d.launch_s.value)
-        flops = sum(x["flops"] for x in ls)
-        nbytes = sum(x["elems"] for x in ls) * b
-    elif form == "refined":
-        eff = host.class_efficiency(bench, threads)
-        peak, bw = d.peak("fp32"), d.mem_bw
-        ls = _layers_refined(model, batch)
-        for x in ls:
-            e = eff.get(x["kind"]) or eff["elementwise"]
-            if x["kind"] in ("gemm", "conv"):  # shape-aware: the MatMul grid at the lowered GEMM's M, K, N
-                t_c = sum(2.0 * m * k * n * c / (peak * host.gemm_efficiency(bench, threads, m, k, n)[0]) for m, k, n, c in x["gemms"])
-            else:
-                t_c = x["flops"] / (peak * e["compute"])
-            t_c += x["vops"] / (peak * eff["elementwise"]["compute"])
-            t_m = x["elems"] * b / (bw * e["bandwidth"])
-            t = max(t_c, t_m)
-            busy += t
-            bound["compute" if t_c >= t_m else "memory"] += t
-            by_kind[x["kind"]] = by_kind.get(x["kind"], 0.0) + t
-            launch += float(d.launch_s.value)
-        flops = sum(x["flops"] + x["vops"] for x in ls)
-        nbytes = sum(x["elems"] for x in ls) * b
-    else:
-        raise ValueError(f"form={form!r}: use 'catalog' or 'refined'")
-    call = float(d.driver_s.value)
-    return {"seconds": busy + launch + call, "busy_s": busy, "launch_s": launch, "call_s": call, "layers": len(ls),
-            "flops": flops, "bytes": nbytes, "compute_bound_s": bound["compute"], "memory_bound_s": bound["memory"],
-            "busy_by_kind_s": {k: round(v, 6) for k, v in by_kind.items()}}
+    return cpu_model.predict(bench, threads, model, form, overhead=overhead, rt=rt, batch=batch)
 
 
 def predict_f1(bench: dict, app_entry: dict, threads: int = 1) -> dict:
@@ -306,9 +265,10 @@ def _load(path: Path) -> dict:
         return {}
 
 
-def parameters(bench: dict, threads: Iterable[int]) -> list[dict]:
+def parameters(bench: dict, threads: Iterable[int], overhead: dict | None = None) -> list[dict]:
     """Every parameter of the host device(s) with its value, source and status (for the record)."""
     from nearfaas.hw.devices import host
+    from nearfaas.twin import cpu_model
 
     out = []
     for t in threads:
@@ -331,6 +291,12 @@ def parameters(bench: dict, threads: Iterable[int]) -> list[dict]:
         for k in ("launch_s", "driver_s"):
             s = getattr(d, k)
             out.append({"threads": t, "name": k, "value": s.value, "source": s.source, "status": s.status})
+        if overhead and str(t) in overhead:
+            o = overhead[str(t)]
+            out.append({"threads": t, "name": "reorder_s_per_elem (runtime form)", "value": o["reorder_s_per_elem"], "source": o["source"],
+                        "status": "ran"})
+            e, why = cpu_model.dwconv_efficiency_net(bench, o, t)
+            out.append({"threads": t, "name": "efficiency.dwconv net of reorders (runtime form)", "value": e, "source": why, "status": "ran"})
     return out
 
 
@@ -368,7 +334,7 @@ def _inputs(threads: tuple[int, ...], p: Path, cached: dict, measure: bool, say)
 
 
 def _thread_summary(bench: dict, t: int, prof, f2_cache: dict, form: str, p: Path,
-                    overhead_bound: set[str]) -> tuple[dict, dict[str, dict[str, float]]]:
+                    overhead_bound: set[str], overhead: dict, rts: dict) -> tuple[dict, dict[str, dict[str, float]]]:
     """The per-app errors at ``t`` threads, summarised: (summary, {form: {app: error}})."""
     from nearfaas.apps import APPS
 
@@ -386,7 +352,7 @@ def _thread_summary(bench: dict, t: int, prof, f2_cache: dict, form: str, p: Pat
         else:
             m = f2_cache[str(t)][key]
             meas, stage, src = float(m["value_s"]), float(m["stage_value_s"]), f"{p.name} f2_measured.{t} ({m['estimator']})"
-        pred = {f: predict_f2(bench, t, card.model, f) for f in FORMS}
+        pred = {f: predict_f2(bench, t, card.model, f, overhead=overhead.get(str(t)), rt=rts.get(f"zoo:{card.model}")) for f in FORMS}
         for f in FORMS:
             err[f][key] = relative_error(pred[f]["seconds"], meas)
         err_stage[key] = relative_error(pred[form]["seconds"], stage)
@@ -431,11 +397,18 @@ def _f1(bench: dict, prof) -> dict:
 
 
 def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: dict, residual: dict, residual_cb: dict,
-                overhead_bound: set[str], f1: dict) -> dict:
+                overhead_bound: set[str], f1: dict, held_out: dict) -> dict:
     """The ``cpu`` part of ``validate``'s result."""
     f1_errors = {k: v["error"] for k, v in f1.items()}
     head = per_thread.get(str(TARGET_THREADS)) or per_thread[str(threads[0])]
+    ho = held_out.get(str(TARGET_THREADS)) or held_out[str(threads[0])]
     other = [f for f in FORMS if f != form]
+    worst = max(abs(e) for e in head["per_app_error"].values())
+    goal = {f: {"apps_geomean": x["geomean_abs_error"], "apps_worst": round(max(abs(e) for e in x["per_app_error"].values()), 4),
+                "held_out_geomean": y["geomean_abs_error"], "held_out_worst": y["worst_abs_error"]}
+            for f, x, y in [(f, head if f == form else head[f], ho if f == form else ho["forms"][f]) for f in FORMS]}
+    for g in goal.values():
+        g["pass"] = max(g["apps_geomean"], g["held_out_geomean"]) <= TARGET_GEOMEAN_ABS and max(g["apps_worst"], g["held_out_worst"]) <= TARGET_WORST_ABS
     return {
         "label": LABEL,
         "device": f"this machine: {bench['cpu']['model_name']} ({bench['cpu']['microarchitecture']}), roofline parameters from "
@@ -451,6 +424,15 @@ def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: di
         "geomean_abs_error": head["geomean_abs_error"],
         "pass": head["pass"],
         "apps_over_target": head["apps_over_target"],
+        "worst_abs_error": round(worst, 4),
+        "held_out_geomean_abs_error": ho["geomean_abs_error"],
+        "held_out_worst_abs_error": ho["worst_abs_error"],
+        "held_out_per_model_error": ho["per_model_error"],
+        "held_out": {t: {k: v for k, v in h.items() if k != "models"} for t, h in held_out.items()},
+        "held_out_models": {t: h["models"] for t, h in held_out.items()},
+        "held_out_note": HELD_OUT_NOTE,
+        "goal_issue40": {"target": f"geomean |error| <= {TARGET_GEOMEAN_ABS:.0%} on the apps AND on the held-out set, no model worse "
+                                   f"than {TARGET_WORST_ABS:.0%}, at {TARGET_THREADS} thread", "by_form": goal},
         "band": [round(x, 4) for x in band(residual[form])],
         "band_compute_bound": [round(x, 4) for x in band(residual_cb[form])],
         "overhead_bound_apps": sorted(overhead_bound),
@@ -474,7 +456,7 @@ def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: di
     }
 
 
-def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], result: dict) -> None:
+def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], result: dict, extra: dict) -> None:
     """Rewrite the cached record at ``p``."""
     record = {"benchmark": RESULT_NAME, "label": "measured: micro-benchmarks and f2 at N threads on this machine; "
               "the result compares them with the modelled roofline", "machine": machine_facts(),
@@ -482,27 +464,33 @@ def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], resul
                            "f2_measured": ("apps.profiles.LocalApp, full-size model, seed-0 input, one warm chain, then 7 repeats (5 if >= 1 s) "
                                            "at 1 thread, 11 (9) at more; value_s = median at 1 thread (a drift check against "
                                            "apps.json only), best repeat at more")},
-              "microbench": bench, "f2_measured": f2_cache, "parameters": parameters(bench, threads), "result": result}
+              "microbench": bench, "f2_measured": f2_cache, **extra, "parameters": parameters(bench, threads, extra["overhead"]),
+              "result": result}
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(record, indent=1))
 
 
 def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: str | os.PathLike | None = None, refresh: bool = False,
-             measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None) -> dict:
+             measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None,
+             held_out: Iterable[str] | None = None) -> dict:
     """The CPU roofline vs this machine's measured f2, per app, at each thread count.
 
     Reads the cached micro-benchmarks and N-thread f2 measurements from ``path`` (default
     ``benchmarks/results/cpu_validation.json``); what is missing (or everything, ``refresh``) is
     measured when ``measure`` (micro-benchmarks ~2 min; f2 at 2 threads builds the full-size
     models and runs them, several minutes) and the file is rewritten when ``write``. 1-thread f2
-    comes from apps.json (``profiles_path``). Returns::
+    comes from apps.json (``profiles_path``). The held-out networks (``nearfaas.twin.heldout``;
+    ``held_out`` names a subset) are measured here at every thread count and cached too. Returns::
 
         {"cpu": {"threads": {"1": {"per_app_error", "geomean_abs_error", "pass", ...}, "2": {...}},
                  "per_app_error": <1 thread>, "geomean_abs_error": <1 thread>, "pass": <1 thread>,
-                 "band": [lo, hi], "band_use": str, "label": "measured vs modelled", ...},
+                 "band": [lo, hi], "band_use": str, "label": "measured vs modelled",
+                 "held_out_geomean_abs_error", "held_out_worst_abs_error", "held_out_per_model_error", ...},
          "gpu": "skipped: no GPU"}
     """
+    from nearfaas.apps import APPS
     from nearfaas.apps.profiles import load as load_profiles
+    from nearfaas.twin import heldout
 
     if form not in FORMS:
         raise ValueError(f"form={form!r}: use one of {', '.join(FORMS)}")
@@ -513,6 +501,9 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     cached = {} if refresh else _load(p)
     say = progress or (lambda m: None)
     bench, f2_cache, changed = _inputs(threads, p, cached, measure, say)
+    overhead, rts, held, models, changed_h = heldout.inputs(threads, cached, measure, say, tuple(held_out) if held_out else None,
+                                                          tuple(dict.fromkeys(c.model for c in APPS.values())))
+    changed = changed or changed_h
 
     prof = load_profiles(profiles_path)
     if not prof:
@@ -522,42 +513,46 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     residual_cb: dict[str, list[float]] = {f: [] for f in FORMS}  # compute-bound apps only (see COMPUTE_BOUND)
     overhead_bound: set[str] = set()
     for t in threads:
-        s, err = _thread_summary(bench, t, prof, f2_cache, form, p, overhead_bound)
+        s, err = _thread_summary(bench, t, prof, f2_cache, form, p, overhead_bound, overhead, rts)
         per_thread[str(t)] = s
         for f in FORMS:
             residual[f] += list(err[f].values())
             residual_cb[f] += [e for k, e in err[f].items() if k not in overhead_bound]
 
-    cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof))
+    ho = {str(t): heldout.evaluate(bench, overhead[str(t)], t, held[str(t)], {k[8:]: v for k, v in rts.items() if k.startswith("heldout:")},
+                                   models, form, TARGET_GEOMEAN_ABS, TARGET_WORST_ABS) for t in threads}
+    cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof), ho)
     result = {"cpu": cpu, "gpu": "skipped: no GPU"}
     if write and (changed or not cached or cached.get("result") != result):
-        _write(p, bench, f2_cache, threads, result)
+        _write(p, bench, f2_cache, threads, result, {"overhead": overhead, "runtime_graphs": rts, "held_out_measured": held})
     return result
 
 
 def table(result: dict) -> str:
-    """The per-app error table as text (both forms, every thread count)."""
+    """The per-app and per-held-out-network error tables as text (every form, every thread count)."""
     cpu = result["cpu"]
     ts = list(cpu["threads"])
-    lines = [f"{'app':<19}" + "".join(f" | {t}t: meas ms  catalog ms   error  refined ms   error" for t in ts)]
+    head = "".join(f" | {t}t meas ms" + "".join(f" {f[:7]:>8} err" for f in FORMS) for t in ts)
+    lines = [f"{'app':<19}{head}"]
+
+    def row(name: str, rs: list[dict]) -> str:
+        return f"{name:<19}" + "".join(f" | {r['measured_s'] * 1e3:10.3f}" + "".join(
+            f" {r[f'error_{f}']:+12.1%}" if f"error_{f}" in r else " " * 13 for f in FORMS) for r in rs)
     for a in cpu["threads"][ts[0]]["apps"]:
-        row = f"{a:<19}"
-        for t in ts:
-            r = cpu["threads"][t]["apps"][a]
-            row += (f" | {r['measured_s'] * 1e3:12.3f} {r['predicted_catalog_s'] * 1e3:11.3f} {r['error_catalog']:+7.1%}"
-                    f" {r['predicted_refined_s'] * 1e3:11.3f} {r['error_refined']:+7.1%}")
-        lines.append(row)
+        lines.append(row(a, [cpu["threads"][t]["apps"][a] for t in ts]))
+    lines.append(f"{'held-out network':<19}")
+    for n in cpu["held_out_models"][ts[0]]:
+        lines.append(row(n, [cpu["held_out_models"][t][n] for t in ts]))
     for t in ts:
-        s = cpu["threads"][t]
+        s, h = cpu["threads"][t], cpu["held_out"][t]
         for f in FORMS:
-            x = s if f == cpu["form"] else s[f]
-            lines.append(f"{t} thread(s), {f}: geomean |error| {x['geomean_abs_error']:.1%}, over 20 %: "
-                         f"{', '.join(x['apps_over_target']) or 'none'}; pass={x['pass']}; band {x['band']}")
-        if "vs_remeasured_now" in s:
-            x = s["vs_remeasured_now"]
-            lines.append(f"{t} thread(s), {cpu['form']} vs f2 re-measured now: geomean |error| {x['geomean_abs_error']:.1%}, "
-                         f"over 20 %: {', '.join(x['apps_over_target']) or 'none'}; "
-                         + ", ".join(f"{k} {e:+.1%}" for k, e in x["per_app_error"].items()))
+            x = s if f == cpu["form"] else s.get(f)
+            y = h if f == cpu["form"] else h["forms"].get(f)
+            if x and y:
+                lines.append(f"{t} thread(s), {f}: apps geomean |error| {x['geomean_abs_error']:.1%} (over 20 %: "
+                             f"{', '.join(x['apps_over_target']) or 'none'}); held-out geomean {y['geomean_abs_error']:.1%}, "
+                             f"worst {y['worst_abs_error']:.1%} ({y['worst']})")
+    lines.append("issue 40 goal (1 thread): " + "; ".join(f"{f} {'PASS' if g['pass'] else 'miss'}" for f, g in cpu["goal_issue40"]["by_form"].items()))
     lines.append(f"band on the Xeon f2 ({cpu['form']} form, all thread counts): {cpu['band']}; compute-bound apps only: "
                  f"{cpu['band_compute_bound']} (overhead-bound: {', '.join(cpu['overhead_bound_apps']) or 'none'}); gpu: {result['gpu']}")
     return "\n".join(lines)
@@ -570,14 +565,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--refresh", action="store_true", help="re-measure everything (micro-benchmarks and N-thread f2)")
     ap.add_argument("--no-measure", action="store_true", help="fail instead of measuring what the cache lacks")
     ap.add_argument("--path", default=None, help="cache file (default benchmarks/results/cpu_validation.json)")
+    ap.add_argument("--held-out", default=None, help="comma-separated held-out networks (default: all)")
     ap.add_argument("--form", default="catalog", choices=FORMS, help="the form that heads the result and gives the band")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     r = validate(tuple(int(x) for x in a.threads.split(",") if x.strip()), form=a.form, path=a.path, refresh=a.refresh,
-                 measure=not a.no_measure, progress=lambda m: print(m, file=sys.stderr, flush=True))
+                 measure=not a.no_measure, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                 held_out=a.held_out.split(",") if a.held_out else None)
     if a.json:
         slim = {"cpu": {k: v for k, v in r["cpu"].items() if k != "threads"}, "gpu": r["gpu"]}
         slim["cpu"]["threads"] = {t: {k: v for k, v in s.items() if k != "apps"} for t, s in r["cpu"]["threads"].items()}
+        slim["cpu"].pop("held_out_models", None)
         print(json.dumps(slim, indent=1))
     else:
         print(table(r))
