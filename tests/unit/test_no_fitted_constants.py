@@ -55,10 +55,7 @@ UNCHECKED = {
 }
 # Assumptions without a sweep: each is a finding to fix in its module (adding the sweep changes
 # the uncertainty study and so the golden sensitivity table), listed so that the set cannot grow.
-KNOWN_UNSWEPT = {
-    f"{CAT}:ns-fpga-smartssd.specs['mem_bw_bytes_s']":
-        "catalog.py: its source text says 'sweep 12.8-19.2' but the Sourced has sweep=None",
-}
+KNOWN_UNSWEPT: dict[str, str] = {}
 
 
 # ------------------------------------------------------------------ reading the registries
@@ -284,7 +281,11 @@ def _claims() -> list[Claim]:
     add(f"{CAT}:cpu-xeon-8275cl.specs['mem_bw_bytes_s']", cpu["mem_bw_bytes_s"].value, float(chan[3]) * 1e9 * phys / socket_cores,
         "derived: socket 140.8 GB/s x 8/24 cores")
     add(f"{CAT}:cpu-xeon-8275cl.specs['mem_bw_bytes_s'].sweep_hi", cpu["mem_bw_bytes_s"].sweep[1], float(chan[3]) * 1e9, "the whole socket")
-    add(f"{CAT}:cpu-xeon-8275cl.specs['idle_w']", cpu["idle_w"].value, 0.25 * cpu["tdp_w"].value, "its own arithmetic: 25 % of T2's TDP")
+    ccf = _find(r"min ([\d.]+)-([\d.]+) W per thread x (\d+) threads", cpu["idle_w"].source, "the CCF idle coefficients")
+    add(f"{CAT}:cpu-xeon-8275cl.specs['idle_w']", cpu["idle_w"].value, (float(ccf[1]) * int(ccf[3]), float(ccf[2]) * int(ccf[3])),
+        "its own arithmetic: CCF's Cascade Lake idle W per thread x 48 threads", kind="within")
+    for key in ("cpu", "ns_arm"):  # a CPU has no accelerator driver: zero by definition
+        add(f"{CAT}:{devices[key].name}.driver_s", devices[key].driver_s.value, 0.0, "a CPU has no accelerator driver")
     flop = float(_find(r"(\d+) FLOP/cycle", c5, "AVX-512 FLOP/cycle")[1])
     fp32 = phys * flop * cpu["clock_hz"].value
     for dt, mult in (("fp32", 1), ("fp16", 1), ("bf16", 1), ("int16", 2), ("int8", 4)):
@@ -357,8 +358,14 @@ def _claims() -> list[Claim]:
     lo_hi = _find(r"\u2248 \$(\d+)-(\d+) k street", ssd, "the SmartSSD street price")
     add(f"{CAT}:ns-fpga-smartssd.specs['price_usd']/purchase", ns_fpga["price_usd"].value["purchase"],
         (float(lo_hi[1]) * 1e3, float(lo_hi[2]) * 1e3), "HWR §4 ≈ $2-4 k", kind="within")
-    add(f"{CAT}:ns-fpga-smartssd.specs['mem_bw_bytes_s']", ns_fpga["mem_bw_bytes_s"].value, mem["ddr4"].gbps.value * 1e9,
-        "one hw.memory ddr4 channel")
+    grade = _find(r"DDR4-(\d+) to DDR4-(\d+)", ns_fpga["mem_bw_bytes_s"].source, "the DDR4 speed grades")
+    grades = [float(grade[1]), float(grade[2])]
+    one_channel = [g * 8e6 for g in grades]  # MT/s x 8 B
+    add(f"{CAT}:ns-fpga-smartssd.specs['mem_bw_bytes_s'].sweep", ns_fpga["mem_bw_bytes_s"].sweep, tuple(one_channel),
+        "one 64-bit DDR4 channel from DDR4-1600 to DDR4-2400")
+    add(f"{CAT}:ns-fpga-smartssd.specs['mem_bw_bytes_s']", ns_fpga["mem_bw_bytes_s"].value, sum(one_channel) / 2,
+        "the middle of the speed grades' range (no source gives the grade)")
+    add("hw.memory ddr4 channel = the top grade", mem["ddr4"].gbps.value * 1e9, one_channel[1], "one DDR4-2400 channel")
     dsa = devices["dscs"].specs
     add(f"{CAT}:dsa.specs['mem_bw_bytes_s']", dsa["mem_bw_bytes_s"].value, mem["ddr5"].gbps.value * 1e9, "hw.memory ddr5")
     em = EnergyModel(AcceleratorConfig().validate())
@@ -502,6 +509,7 @@ def test_every_assumption_carries_a_range_around_its_value():
         s = c.sourced
         if s.sweep is not None:
             assert s.sweep[0] <= s.value <= s.sweep[1], _label(c)
+
             assert s.sweep[0] < s.sweep[1] or s.status != "assumption", f"{_label(c)}: a sweep of one point is no range"
 
 

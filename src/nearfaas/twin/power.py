@@ -1,30 +1,50 @@
-"""Energy of one end-to-end request: component power x active time (DSCS §6.1 "Power
-measurement": compute, PCIe and system-stack power; network omitted). Every number is MODELLED.
+"""Energy of one end-to-end request: each component's power integrated over the whole request
+(DSCS §6.1 "Power measurement": compute, PCIe and system-stack power; network omitted). Every
+number is MODELLED.
 
 ``energy(breakdown, network=False) -> {"accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j",
 "network_j", "total_j", "storage_j", "network_transfer_j", "dsa_dram_j", "label", ...}``;
-``total_j`` is exactly the sum of the ``PARTS``. The method is the breakdown's ``energy`` option:
+``total_j`` is exactly the sum of the ``PARTS``. The method is the breakdown's ``energy`` option
+(``METHODS``):
 
-* ``paper`` (paper mode): the paper's three components only, with its power source per platform
-  (stand-ins: RAPL -> the Xeon's TDP share; NVPModel -> the TX2 module's Max-N budget, T2's
-  15 W, for NS-ARM too; Vivado -> the board's busy fraction; ASIC -> hw.energy logic + SRAM
-  anchored to T2's 4.2 W, no DRAM when ``dsa_power="tdp"``). ``idle_j`` and ``flash_j`` are 0;
-  ``storage_j`` (flash per bit), ``network_transfer_j`` (network per bit) and ``dsa_dram_j`` are
-  reported beside the total, not in it (the cost model's OPEX uses the first two).
-* ``twin`` (measured-here mode): also the idle power of held components and flash per bit:
+* ``instrument`` (paper mode): what the paper's instruments read. RAPL/MSR counters (the Xeon),
+  NVPModel/tegrastats (the TX2) and Vivado/xbutil (the FPGAs) measure a package or a board over
+  an interval, so a request is charged its components' power over its whole duration: active
+  power while a component computes, its idle (package-floor) power while the request waits on
+  the link, PCIe, P2P, the driver or the system stack; PCIe per bit; the stack's own power (a
+  CPU core) over its duration. The paper's power sources: the Xeon's share of the socket
+  (``CPU_SOCKET_SHARE``) between its package idle and its busy power; the TX2 module at
+  ``NVPMODEL_ACTIVE_FRACTION`` of its Max-N budget while busy; the boards' busy fraction; the
+  ASIC from ``hw.energy`` logic + SRAM anchored to T2's 4.2 W (no DRAM when ``dsa_power="tdp"``).
+  ``flash_j`` is 0 (the drive is not in the instrumented packages): ``storage_j`` (flash per bit),
+  ``network_transfer_j`` and ``dsa_dram_j`` are reported beside the total.
+* ``active-only``: the earlier reading of the method, kept to compare: the same power sources,
+  but nothing is charged while a request waits (``idle_j`` = 0) and a busy component draws its
+  active power only. An energy counter cannot read this way (the package draws its floor while
+  it waits), which is why it is not the default; docs/methodology.md shows both.
+* ``twin`` (measured-here mode): ``instrument`` plus flash per bit in the total.
 
-* Accelerators: the catalog's ``Device`` power model (idle for the whole term, + (TDP x
-  active fraction - idle) while busy); the DSA's f2 energy from ``nearfaas.hw`` (``dse.evaluate``:
-  MAC, SRAM, VPU, leakage and its DDR5 DRAM) and its f1 from ``hw.energy`` (VPU ops + DRAM).
-* The compute node's CPU: the Xeon's TDP/idle (catalog) times the c5.4xlarge share of the
-  socket (8 of 24 physical cores [derived: AWS 16 vCPU; HWR §4 24-core part]); a stage measured
-  on one thread draws idle + 1/8 of the dynamic share, a modelled all-core stage the whole share.
-* While a stage waits (network, PCIe, P2P, driver, stack), the components allocated to it idle:
-  traditional platforms hold the compute node for f1-f3 (and GPU/FPGA for f1-f2); near-storage
-  platforms hold the drive's accelerator for f1-f2 and a compute node only for f3. The system
-  stack and driver calls run on one CPU core.
-* Data: PCIe (host copies and P2P) and flash per bit; the network per bit only with
-  ``network=True`` (the paper omits it) in either method.
+Where each platform's power comes from while a stage waits (network, PCIe, P2P, driver, stack):
+traditional platforms hold the compute node for f1-f3 (and the GPU/FPGA for f1-f2); near-storage
+platforms hold the drive's accelerator for f1-f2 and a compute node only for f3. The system
+stack and driver calls run on one CPU core. The compute node's CPU: the Xeon's idle/busy power
+(catalog) times the c5.4xlarge share of the socket; a stage on one thread draws idle + 1/8 of
+the dynamic share, an all-core stage the whole share. Accelerators: the catalog's ``Device``
+power model (idle for the whole term, + (TDP x active fraction - idle) while busy); the DSA's f2
+energy from ``nearfaas.hw`` (``dse.evaluate``) and its f1 from ``hw.energy`` (VPU ops + DRAM).
+Data: PCIe (host copies and P2P) per bit, flash per bit (``twin`` only), the network per bit only
+with ``network=True`` (the paper omits it) in any method.
+
+Worked example (nominal, asset_damage on the CPU baseline): the request spends most of its time
+reading its upload and writing results over the s3-like link; ``active-only`` charges those
+waits nothing, ``instrument`` charges the Xeon share's package floor (30 W x 8/24 = 10 W) for
+them, which is what a RAPL reading over the request would include.
+
+Known caveats:
+
+* The idle figures are package/board floors with C-states on; a server pinned to a performance
+  governor idles higher (the ranges include it).
+* The stack's power is one busy CPU core; a Kubernetes node's other daemons are not charged.
 """
 
 from __future__ import annotations
@@ -52,11 +72,11 @@ CPU_SOCKET_SHARE = Sourced(
     8 / 24, "derived: c5.4xlarge = 8 physical cores (AWS 16 vCPU) of a 24-core socket (HWR §4)", "derived", (0.2, 1.0)
 )
 NVPMODEL_ACTIVE_FRACTION = Sourced(
-    1.0,
-    "paper mode: the paper read NS-ARM / NS-Mobile-GPU power with NVPModel (DSCS §6.1); stand-in: the TX2 module's Max-N "
-    "mode budget, T2's 15 W, while busy",
+    0.7,
+    "paper mode: the paper read NS-ARM / NS-Mobile-GPU power with NVPModel (DSCS §6.1); stand-in: the TX2 module's busy "
+    "power as a share of T2's 15 W Max-N budget: 7-15 W under CNN inference (TX2 data sheet: 7.5 W Max-Q / 15 W Max-P)",
     "assumption",
-    (0.3, 1.0),
+    (0.45, 0.95),
 )
 CPU_CORES = 8
 PARTS = ("accel_j", "host_cpu_j", "idle_j", "pcie_j", "flash_j", "network_j")
@@ -106,7 +126,7 @@ def _accel_energy(platform: str, term, o: dict) -> tuple[float, float]:
     d = P.device(platform)
     busy = min(float(det.get("busy_s", term.value_s)), term.value_s)
     frac = float(d.active_power_fraction.value)
-    if o["energy"] == "paper" and platform in ("ns_arm", "ns_mobile_gpu"):
+    if o["energy"] in PAPER_SOURCES and platform in ("ns_arm", "ns_mobile_gpu"):
         frac = float(NVPMODEL_ACTIVE_FRACTION.value)
     active = d.tdp_w * frac
     return d.idle_w * term.value_s + max(active - d.idle_w, 0.0) * busy, 0.0
@@ -129,16 +149,31 @@ def _data_energy(t, parts: dict, extra: dict, network: bool, paper: bool) -> Non
             parts["network_j"] += j
 
 
+METHODS = ("instrument", "active-only", "twin")
+PAPER_SOURCES = ("instrument", "active-only")  # the paper's power sources (NVPModel, no flash in the total)
+LABELS = {
+    "instrument": "modelled (paper method as its instruments read it: each component's power over the whole request, idle "
+                  "floors while it waits; compute + PCIe + system stack; storage, network and DSA DRAM beside the total)",
+    "active-only": "modelled (paper method, active-only reading: compute + PCIe + system stack power while busy, nothing while "
+                   "waiting; storage, network and DSA DRAM beside the total)",
+    "twin": "modelled (component power x time, idle floors while waiting, flash per bit; CPU stage times may be measured, see "
+            "the breakdown)",
+}
+
+
 def energy(bd, network: bool = False) -> dict:
     """Energy parts (J) of one ``Breakdown``; network energy only when ``network``."""
     platform = bd.platform
     o = bd.options
-    paper = o["energy"] == "paper"
+    method = o["energy"]
+    if method not in METHODS:
+        raise ValueError(f"energy={method!r}: use one of {', '.join(METHODS)}")
+    paper = method in PAPER_SOURCES
+    idles = method != "active-only"  # an energy counter reads the floor while the request waits
     near = platform in P.NEAR_STORAGE
     has_accel = platform != "cpu"
-    # the paper combines compute, PCIe and stack power: nothing idles into its total
-    acc_idle = P.device(platform).idle_w if has_accel and not paper else 0.0
-    cpu_idle = 0.0 if paper else cpu_power_w()["idle_w"]
+    acc_idle = P.device(platform).idle_w if has_accel and idles else 0.0
+    cpu_idle = cpu_power_w()["idle_w"] if idles else 0.0
     parts = dict.fromkeys(PARTS, 0.0)
     extra = {"storage_j": 0.0, "network_transfer_j": 0.0, "dsa_dram_j": 0.0}
     for stage in bd.stages:
@@ -163,6 +198,5 @@ def energy(bd, network: bool = False) -> dict:
     out["average_w"] = out["total_j"] / bd.total_s
     out["network_included"] = network
     out["method"] = o["energy"]
-    out["label"] = ("modelled (paper method: compute + PCIe + system stack power; storage, network and DSA DRAM beside the total)"
-                    if paper else "modelled (component power x time; CPU stage times may be measured, see the breakdown)")
+    out["label"] = LABELS[method]
     return out

@@ -26,51 +26,75 @@ GEN4_LANE_BPS = 1.97e9  # [src: HWR §3.5]
 # (``nearfaas.hw.memory``: the DSCS DSE options of §4.2 [src] and TX2's LPDDR4 from HWR §4 [mem]).
 DSA_DRAM_BW = {k: bandwidth_bytes_s(k) for k in with_bandwidth()}
 
+# Efficiency fractions are assumptions: each is a Sourced with its range so that the twin's
+# uncertainty study sweeps it (a range stated in its reason is used; where no source gives one,
+# x/÷ EFF_SPREAD around the nominal, at most 1: DEFAULT_RANGE_RULE).
+EFF_SPREAD = 1.5
+DEFAULT_RANGE_RULE = f"no source gives a range: x/÷ {EFF_SPREAD:g} around the nominal, at most 1"
+
+
+def _frac(value: float, why: str, sweep: tuple[float, float] | None = None) -> Sourced:
+    rng = sweep or (round(value / EFF_SPREAD, 6), min(1.0, round(value * EFF_SPREAD, 6)))
+    return Sourced(value, "assumption: " + why + ("" if sweep else f" [{DEFAULT_RANGE_RULE}]"), "assumption", rng)
+
+
+def _eff(compute, bandwidth, why: str, compute_sweep=None, bandwidth_sweep=None) -> Efficiency:
+    """An op class's fractions of peak, each a swept assumption (a Sourced passed in is kept:
+    a table derived from another shares its figures, so they move together)."""
+    c = compute if isinstance(compute, Sourced) else _frac(compute, why, compute_sweep)
+    b = bandwidth if isinstance(bandwidth, Sourced) else _frac(bandwidth, why, bandwidth_sweep)
+    return Efficiency(c, b, why)
+
+
 _CPU_EFF = {
     # oneDNN/MLAS GEMM at batch 1 on AVX-512: the AVX-512 licence clock (< 3.0 GHz) and small
     # matrices keep it near half of peak [assumption, sweep 0.3-0.8]. Plausibility check on this
     # machine kind (DESIGN: ResNet-50 fp32 batch 1, 1 ORT thread = 93 ms; ~4.1 GMAC = 8.2 GFLOP
     # => ~88 GFLOP/s on one AMD EPYC core): that is a different CPU and one core, so it is NOT used
     # to calibrate the Xeon; it only shows a single core can exceed 0.5 of peak.
-    "gemm": Efficiency(0.5, 0.7, "MLAS/oneDNN batch-1 GEMM ~half of AVX-512 peak; STREAM-class ~70 % of DRAM peak [assumption]"),
-    "conv": Efficiency(0.45, 0.7, "im2col/direct conv slightly below GEMM [assumption, sweep 0.3-0.8]"),
-    "elementwise": Efficiency(0.25, 0.7, "partly scalar ops, memory-bound anyway [assumption]"),
-    "reduction": Efficiency(0.25, 0.7, "as elementwise [assumption]"),
-    "layout": Efficiency(0.25, 0.5, "strided copies reach ~half of stream bandwidth [assumption]"),
-    "other": Efficiency(0.25, 0.6, "catch-all [assumption]"),
+    "gemm": _eff(0.5, 0.7, "MLAS/oneDNN batch-1 GEMM ~half of AVX-512 peak; STREAM-class ~70 % of DRAM peak", (0.3, 0.8)),
+    "conv": _eff(0.45, 0.7, "im2col/direct conv slightly below GEMM", (0.3, 0.8)),
+    "elementwise": _eff(0.25, 0.7, "partly scalar ops, memory-bound anyway"),
+    "reduction": _eff(0.25, 0.7, "as elementwise"),
+    "layout": _eff(0.25, 0.5, "strided copies reach ~half of stream bandwidth"),
+    "other": _eff(0.25, 0.6, "catch-all"),
 }
 _GPU_EFF = {
-    "gemm": Efficiency(
-        0.5,
-        0.75,
-        "batch-1 inference GEMMs are small: about half of tensor-core peak [assumption, sweep 0.2-0.8]; ~75 % of GDDR peak [assumption]",
-    ),
-    "conv": Efficiency(0.4, 0.75, "cuDNN conv at batch 1 [assumption, sweep 0.2-0.8]"),
-    "elementwise": Efficiency(0.5, 0.75, "memory-bound [assumption]"),
-    "reduction": Efficiency(0.3, 0.6, "tree reductions [assumption]"),
-    "layout": Efficiency(0.5, 0.6, "transposes [assumption]"),
-    "other": Efficiency(0.3, 0.6, "catch-all [assumption]"),
+    "gemm": _eff(0.5, 0.75, "batch-1 inference GEMMs are small: about half of tensor-core peak; ~75 % of GDDR peak", (0.2, 0.8)),
+    "conv": _eff(0.4, 0.75, "cuDNN conv at batch 1", (0.2, 0.8)),
+    "elementwise": _eff(0.5, 0.75, "memory-bound"),
+    "reduction": _eff(0.3, 0.6, "tree reductions"),
+    "layout": _eff(0.5, 0.6, "transposes"),
+    "other": _eff(0.3, 0.6, "catch-all"),
 }
-_MOBILE_EFF = {
-    k: Efficiency(e.compute, 0.6, e.why + "; LPDDR4 shared with the other SoC engines: 60 % [assumption]") for k, e in _GPU_EFF.items()
-}
-_ARM_EFF = {k: Efficiency(e.compute, 0.6, e.why + "; LPDDR4 shared, small caches: 60 % [assumption]") for k, e in _CPU_EFF.items()}
+_MOBILE_BW = _frac(0.6, "LPDDR4 shared with the other SoC engines: 60 %")
+_MOBILE_EFF = {k: _eff(e.compute, _MOBILE_BW, e.why + "; LPDDR4 shared with the other SoC engines: 60 %") for k, e in _GPU_EFF.items()}
+_ARM_BW = _frac(0.6, "LPDDR4 shared, small caches: 60 %")
+_ARM_EFF = {k: _eff(e.compute, _ARM_BW, e.why + "; LPDDR4 shared, small caches: 60 %") for k, e in _CPU_EFF.items()}
+_SYSTOLIC_BW = _frac(0.8, "DMA ~80 % of DRAM peak")
 _SYSTOLIC_EFF = {
     # DSA-like systolic array: padding of tiles to the array and fill/drain cost ~20 % on typical
     # layers [assumption, sweep 0.5-0.95]; the dsa/ cycle model replaces this where it is used.
-    "gemm": Efficiency(0.8, 0.8, "systolic array; tile padding + fill/drain ~20 % [assumption]; DMA ~80 % of DRAM peak [assumption]"),
-    "conv": Efficiency(0.8, 0.8, "as gemm (conv lowered to GEMM) [assumption]"),
+    "gemm": _eff(0.8, _SYSTOLIC_BW, "systolic array; tile padding + fill/drain ~20 %; DMA ~80 % of DRAM peak", (0.5, 0.95)),
+    "conv": _eff(0.8, _SYSTOLIC_BW, "as gemm (conv lowered to GEMM)", (0.5, 0.95)),
     # non-GEMM ops run on the VPU: modelled as 1/rows of the MPU rate via efficiency (VPU has one
     # lane per column vs rows x cols MACs) is too specific here; use a low fraction instead.
-    "elementwise": Efficiency(0.05, 0.8, "runs on the VPU, a small fraction of MPU peak [assumption]"),
-    "reduction": Efficiency(0.05, 0.8, "VPU [assumption]"),
-    "layout": Efficiency(0.05, 0.6, "VPU / DMA reshuffles [assumption]"),
-    "other": Efficiency(0.05, 0.6, "catch-all [assumption]"),
+    "elementwise": _eff(0.05, _SYSTOLIC_BW, "runs on the VPU, a small fraction of MPU peak"),
+    "reduction": _eff(0.05, _SYSTOLIC_BW, "VPU"),
+    "layout": _eff(0.05, 0.6, "VPU / DMA reshuffles"),
+    "other": _eff(0.05, 0.6, "catch-all"),
 }
 
 
 def _a(value, why, sweep=None) -> Sourced:
     return Sourced(value, "assumption: " + why, "assumption", sweep)
+
+
+RECALLED_SPREAD = 0.1  # a spec recalled but not verified against its data sheet [mem] is swept +-10 %
+
+
+def _recalled(value: float) -> tuple[float, float]:
+    return (value * (1 - RECALLED_SPREAD), value * (1 + RECALLED_SPREAD))
 
 
 def xeon_8275cl() -> Device:
@@ -100,14 +124,18 @@ def xeon_8275cl() -> Device:
                 (20e9, 140.8e9),
             ),
             "tdp_w": Sourced(240.0, "T2: 240 W (socket TDP; the instance gets a share, RAPL measures the package)", "src"),
-            "idle_w": _a(60.0, "package idle of a 24-core server CPU ~25 % of TDP", (40.0, 100.0)),
+            "idle_w": _a(30.0, "package floor of the socket: Cloud Carbon Footprint's Cascade Lake coefficients (SPECpower "
+                         "based, github cloud-carbon-footprint/cloud-carbon-coefficients) min 0.557-0.69 W per thread x 48 "
+                         "threads = 27-33 W; +-1/3 for a RAPL package reading vs wall power", (20.0, 40.0)),
             "host_link": Sourced({"kind": "none", "note": "compute node; storage over the network"}, "T2: PCIe N/A", "src"),
             "price_usd": Sourced({"per_hour": 0.68}, "AWS: c5.4xlarge on-demand $0.68/h us-east-1 (HWR §4)", "src"),
         },
         efficiency=_CPU_EFF,
         launch_s=_a(5e-6, "ONNX Runtime per-op dispatch on CPU", (1e-6, 20e-6)),
-        driver_s=_a(0.0, "no accelerator driver; system-stack overheads are modelled by the twin, not here", (0.0, 1e-3)),
-        active_power_fraction=_a(1.0, "busy package power = TDP (upper bound; the paper measured RAPL)", (0.5, 1.0)),
+        driver_s=Sourced(0.0, "derived: a CPU has no accelerator driver (the system stack is modelled by the twin)", "derived"),
+        active_power_fraction=_a(0.85, "busy package power / TDP: Cloud Carbon Footprint's Cascade Lake max 3.68-4.06 W per "
+                                 "thread x 48 = 177-195 W (0.74-0.81 of 240 W) at SPECpower's full load; all-core AVX-512 "
+                                 "GEMM runs at the package power limit (1.0)", (0.7, 1.0)),
     )
 
 
@@ -132,9 +160,12 @@ def rtx_2080ti() -> Device:
                 "Turing has no bf16 and no int16 tensor path -> fp32 rate (per-TC rates HWR §4 [mem])",
                 "derived",
             ),
-            "mem_bw_bytes_s": Sourced(616e9, "HWR §4: 11 GB GDDR6, 352-bit, 14 Gb/s = 616 GB/s [mem]", "mem"),
+            "mem_bw_bytes_s": Sourced(616e9, "HWR §4: 11 GB GDDR6, 352-bit, 14 Gb/s = 616 GB/s [mem]; swept +-10 % (unverified)",
+                                      "mem", _recalled(616e9)),
             "tdp_w": Sourced(250.0, "T2: 250 W; also in the DSCS abstract", "src"),
-            "idle_w": _a(30.0, "idle with a CUDA context resident (clocks raised)", (15.0, 60.0)),
+            "idle_w": _a(50.0, "floor of a warm function's GPU: bare idle ~17 W (Tom's Hardware RTX 2080 Ti FE / Aorus "
+                         "reviews) + 26-66 W while a CUDA context is resident (Vadari et al., 'The Model Parking Tax', "
+                         "arXiv 2605.23918: 66 W on GDDR6) -> 17-83 W", (17.0, 83.0)),
             "host_link": Sourced(
                 {"kind": "pcie", "gen": 3, "lanes": 16, "bytes_s": 16 * GEN3_LANE_BPS}, "T2: Gen3x16; 985 MB/s per lane (HWR §3.5)", "src"
             ),
@@ -143,12 +174,16 @@ def rtx_2080ti() -> Device:
         efficiency=_GPU_EFF,
         launch_s=_a(5e-6, "CUDA kernel launch", (3e-6, 10e-6)),
         driver_s=_a(20e-6, "CUDA runtime/ORT session call per invocation (host<->device copies modelled separately)", (5e-6, 100e-6)),
+        active_power_fraction=_a(0.8, "board power / TDP under inference: batch-1 DNN inference draws 150-250 W of the 250 W "
+                                 "board limit (large batches approach it)", (0.6, 1.0)),
     )
 
 
 def _fpga_systolic(
-    name, label, placement, pes, dsps, dsp_src, mem_bw, mem_src, mem_status, tdp_src, tdp, idle, link, price, price_src, node_src
+    name, label, placement, pes, dsps, dsp_src, mem_bw, mem_src, mem_status, tdp_src, tdp, idle, link, price, price_src, node_src,
+    busy=None,
 ) -> Device:
+    """``idle``: (W, why, (lo, hi)); ``busy``: (fraction of TDP, why, (lo, hi))."""
     clk = 250e6
     if pes > dsps:
         raise ValueError(f"{name}: {pes} PEs exceed the {dsps} DSP slices")
@@ -168,9 +203,9 @@ def _fpga_systolic(
                 f"derived: {pes} PEs x 2 ops/MAC x 250 MHz = {peak / 1e9:.0f} GOPS; one DSP48 per PE handles int8 or int16 [assumption]",
                 "derived",
             ),
-            "mem_bw_bytes_s": Sourced(mem_bw, mem_src, mem_status),
+            "mem_bw_bytes_s": Sourced(mem_bw[0], mem_src, mem_status, mem_bw[1]),
             "tdp_w": Sourced(tdp, tdp_src, "src"),
-            "idle_w": _a(idle, "board/card static power with a bitstream loaded", (idle / 2, idle * 2)),
+            "idle_w": _a(idle[0], idle[1], idle[2]),
             "host_link": link,
             "price_usd": Sourced(price, price_src, "mem"),
         },
@@ -179,7 +214,7 @@ def _fpga_systolic(
         driver_s=_a(50e-6, "OpenCL/XRT kernel enqueue + completion per invocation", (10e-6, 200e-6)),
         # The PE array uses a small share of the device (e.g. 1024 of 9,024 DSPs); board TDP caps
         # full-chip designs, so busy power is taken as a fraction of it.
-        active_power_fraction=_a(0.4, "a DSA bitstream using a fraction of the fabric draws well under board TDP", (0.2, 1.0)),
+        active_power_fraction=_a(busy[0], busy[1], busy[2]),
     )
 
 
@@ -191,16 +226,20 @@ def alveo_u280() -> Device:
         1024,
         9024,
         "XCU280 has 9,024 DSPs, HWR §4 [mem]",
-        2 * bandwidth_bytes_s("ddr4"),
-        "DDR4 (T2: 32 GB) = 2 ch DDR4-2400 = 2 x 19.2 = 38.4 GB/s (HWR §4 [mem]; per channel: hw.memory ddr4); the 8 GB HBM2 (460 GB/s, XBLOG) is an alternative",
+        (2 * bandwidth_bytes_s("ddr4"), _recalled(2 * bandwidth_bytes_s("ddr4"))),
+        "DDR4 (T2: 32 GB) = 2 ch DDR4-2400 = 2 x 19.2 = 38.4 GB/s (HWR §4 [mem]; per channel: hw.memory ddr4); swept +-10 % "
+        "(unverified); the 8 GB HBM2 (460 GB/s, XBLOG) is an alternative",
         "mem",
         "T2: 225 W (board max)",
         225.0,
-        25.0,
+        (26.0, "board idle with the shell loaded: an Alveo card read 17.4 W by xbutil (Xilinx/XRT PR #3697); the "
+               "U280's larger die and HBM idle higher, to ~35 W", (17.0, 35.0)),
         Sourced({"kind": "pcie", "gen": 4, "lanes": 8, "bytes_s": 8 * GEN4_LANE_BPS}, "T2: Gen4x8; 1.97 GB/s per lane (HWR §3.5)", "src"),
         {"purchase": 7500.0},
         "HWR §4: list ~ $7-8 k [mem]",
         "T2: 16 nm",
+        busy=(0.3, "a 1024-PE DSA bitstream on the U280: HLS DNN overlays there report 30-100 W (Vivado power estimates) of "
+                   "the 225 W board limit", (0.15, 0.45)),
     )
 
 
@@ -212,12 +251,14 @@ def smartssd_ku15p() -> Device:
         256,
         1968,
         "KU15P has 1,968 DSPs, HWR §4 [mem]",
-        bandwidth_bytes_s("ddr4"),
-        "ANAND: FPGA-private 4 GB DDR4 (T2: 4 GB); bandwidth = one 64-bit DDR4-2400 channel = 19.2 GB/s (hw.memory ddr4) [assumption, sweep 12.8-19.2]",
+        (16.0e9, (12.8e9, 19.2e9)),
+        "ANAND: FPGA-private 4 GB DDR4 (T2: 4 GB) on one 64-bit channel; its speed grade is not published: DDR4-1600 to "
+        "DDR4-2400 = 12.8-19.2 GB/s (hw.memory ddr4), nominal the middle, 16 GB/s [assumption]",
         "assumption",
         "T2: 18 W (U.2 slot envelope ~25 W, DSCS §4.2)",
         18.0,
-        5.0,
+        (6.0, "the drive's FPGA side idle: KU15P static power + its 4 GB DDR4 (the SSD's own idle is every platform's "
+              "storage, not charged here)", (4.0, 8.0)),
         Sourced(
             {
                 "kind": "in-storage-p2p",
@@ -232,6 +273,7 @@ def smartssd_ku15p() -> Device:
         {"purchase": 3000.0},
         "HWR §4: not found; ~ $2-4 k street [mem, verify]",
         "T2: 16 nm",
+        busy=(0.6, "a 256-PE DSA bitstream on the KU15P inside the drive's 18 W envelope", (0.3, 0.9)),
     )
 
 
@@ -254,16 +296,18 @@ def cortex_a57() -> Device:
                 "arithmetic or dot-product -> fp32 rate, int8 ~2x via widening MLA [assumption]",
                 "derived",
             ),
-            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared SoC-wide", "mem"),
+            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared SoC-wide; swept +-10 % "
+                                      "(unverified)", "mem", _recalled(bandwidth_bytes_s("lpddr4"))),
             "tdp_w": Sourced(15.0, "T2: 15 W (TX2 module, Max-N)", "src"),
-            "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
+            "idle_w": _a(2.5, "TX2 module idle (VDD_IN); the data sheet gives 7.5 W Max-Q / 15 W Max-P budgets, "
+                         "not idle", (1.0, 4.0)),
             "host_link": Sourced({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
             "price_usd": Sourced({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
         },
         efficiency=_ARM_EFF,
         launch_s=_a(10e-6, "ORT per-op dispatch on a slower core", (2e-6, 40e-6)),
-        driver_s=_a(0.0, "no accelerator driver", (0.0, 1e-3)),
-        active_power_fraction=_a(0.5, "CPU-only load on the TX2 module draws about half of its 15 W Max-N budget", (0.3, 1.0)),
+        driver_s=Sourced(0.0, "derived: a CPU has no accelerator driver", "derived"),
+        active_power_fraction=_a(0.5, "CPU-only load on the TX2 module draws about half of its 15 W Max-N budget", (0.3, 0.7)),
     )
 
 
@@ -286,15 +330,19 @@ def tx2_pascal() -> Device:
                 "(DP4A support on GP10B unverified) [assumption]; no bf16 -> fp32 rate",
                 "derived",
             ),
-            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared with the CPU", "mem"),
+            "mem_bw_bytes_s": Sourced(bandwidth_bytes_s("lpddr4"), MEMORY["lpddr4"].gbps.source + ", shared with the CPU; swept "
+                                      "+-10 % (unverified)", "mem", _recalled(bandwidth_bytes_s("lpddr4"))),
             "tdp_w": Sourced(15.0, "T2: 15 W", "src"),
-            "idle_w": _a(2.0, "TX2 module idle", (1.0, 4.0)),
+            "idle_w": _a(2.5, "TX2 module idle (VDD_IN); the data sheet gives 7.5 W Max-Q / 15 W Max-P budgets, "
+                         "not idle", (1.0, 4.0)),
             "host_link": Sourced({"kind": "none", "note": "near-storage; data read locally"}, "T2: PCIe N/A", "src"),
             "price_usd": Sourced({"purchase": 399.0}, "HWR §4: TX2 module $399 (1 k units) [mem]", "mem"),
         },
         efficiency=_MOBILE_EFF,
         launch_s=_a(10e-6, "CUDA kernel launch on a mobile SoC", (5e-6, 30e-6)),
         driver_s=_a(20e-6, "CUDA runtime per invocation", (5e-6, 100e-6)),
+        active_power_fraction=_a(0.7, "the TX2 module under CNN inference at Max-N draws 7-15 W (data sheet: 15 W Max-P "
+                                 "budget)", (0.45, 0.95)),
     )
 
 
@@ -337,6 +385,8 @@ def dsa(config: AcceleratorConfig | None = None, tdp_w: float | None = None) -> 
         efficiency=_SYSTOLIC_EFF,
         launch_s=_a(0.1e-6, "DSA instruction dispatch", (0.01e-6, 1e-6)),
         driver_s=_a(50e-6, "OpenCL driver call + P2P setup per invocation (DSCS §5.1)", (10e-6, 200e-6)),
+        active_power_fraction=_a(0.75, "a busy ASIC below its 4.2 W design power (T2): not every PE busy every cycle",
+                                 (0.5, 1.0)),
     )
 
 

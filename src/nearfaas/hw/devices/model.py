@@ -13,17 +13,33 @@ SPEC_FIELDS = ("peak_ops", "mem_bw_bytes_s", "tdp_w", "idle_w", "host_link", "pr
 
 @dataclass(frozen=True)
 class Efficiency:
-    """Fraction of peak compute and of peak bandwidth an op class reaches, with the reason."""
+    """Fraction of peak compute and of peak bandwidth an op class reaches, with the reason.
 
-    compute: float
-    bandwidth: float
+    Each fraction is a number (a measured figure: ``hw.devices.host``) or a ``Sourced`` with its
+    range (an assumption of the catalog), which the twin's uncertainty study swaps in place;
+    ``compute_fraction`` / ``bandwidth_fraction`` read either as a float."""
+
+    compute: float | Sourced
+    bandwidth: float | Sourced
     why: str
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth"):
-            v = getattr(self, name)
+            v = _fraction(getattr(self, name))
             if not 0 < v <= 1:
                 raise ValueError(f"Efficiency.{name}={v!r}: must be in (0, 1]")
+
+    @property
+    def compute_fraction(self) -> float:
+        return _fraction(self.compute)
+
+    @property
+    def bandwidth_fraction(self) -> float:
+        return _fraction(self.bandwidth)
+
+
+def _fraction(v: float | Sourced) -> float:
+    return float(v.value) if isinstance(v, Sourced) else float(v)
 
 
 @dataclass(frozen=True)
@@ -91,8 +107,8 @@ class Device:
         """Compute time, memory time, busy time and the bound ('compute' or 'memory')."""
         kind, flops, nbytes, dtype = self._parse(op)
         eff = self.efficiency.get(kind) or self.efficiency["other"]
-        t_c = flops / (self.peak(dtype) * eff.compute)
-        t_m = nbytes / (self.mem_bw * eff.bandwidth)
+        t_c = flops / (self.peak(dtype) * eff.compute_fraction)
+        t_m = nbytes / (self.mem_bw * eff.bandwidth_fraction)
         return {"compute_s": t_c, "memory_s": t_m, "busy_s": max(t_c, t_m), "bound": "compute" if t_c >= t_m else "memory"}
 
     def latency(self, op: dict[str, Any]) -> float:
@@ -122,7 +138,8 @@ class Device:
             "placement": self.placement,
             "modelled": True,
             "specs": {k: s.to_dict() for k, s in self.specs.items()},
-            "efficiency": {k: {"compute": e.compute, "bandwidth": e.bandwidth, "why": e.why} for k, e in self.efficiency.items()},
+            "efficiency": {k: {"compute": e.compute_fraction, "bandwidth": e.bandwidth_fraction, "why": e.why}
+                           for k, e in self.efficiency.items()},
             "launch_s": self.launch_s.value,
             "driver_s": self.driver_s.value,
         }
