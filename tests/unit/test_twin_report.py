@@ -2,6 +2,7 @@
 tests/golden/twin/, or checked by relations derived another way), and its bad-input errors."""
 
 import json
+from pathlib import Path
 
 import pytest
 import twin_golden as golden
@@ -62,6 +63,42 @@ def test_results_json_numbers_are_the_golden_tables(quick):
         for a, b in row.items():
             assert golden.diff(golden.rounded(b), {k: bd[p][a][k] for k in ("total_s", "by_component_s")}) == [], (p, a)
     assert golden.diff(golden.rounded(golden._numbers(r["sensitivity"])), golden.load("sensitivity")) == []
+
+
+def test_every_reported_ratio_has_its_nominal_inside_its_p5_p95(quick):
+    """An honest band contains the number it is printed beside. Breaks when a constant's draws
+    are not centred on its nominal (uniform over a range with the nominal at an end: the DSCS
+    speedup was once reported as 3.16 [3.17-3.68])."""
+    out, printed = quick
+    outside = []
+    for metric, per in printed["headline"]["ranges"].items():
+        for platform, keys in per.items():
+            for key, h in keys.items():
+                if not h["p5"] <= h["nominal"] <= h["p95"]:
+                    outside.append(f"{metric}/{platform}/{key}: {h['nominal']:.4g} [{h['p5']:.4g}-{h['p95']:.4g}]")
+    assert printed["headline"]["ranges"] and not outside, outside
+
+
+# Assumptions that reach the headline with no range, each said to be fixed in docs/methodology.md.
+FIXED_IN_DOCS = {"specs['price_usd']"}
+
+
+def test_no_constant_reaching_the_headline_is_without_a_range(quick):
+    """One traced evaluation reads every assumption/mem constant that has no range: any the
+    headline reads must get one, or be one the methodology says is fixed (the device prices).
+    Breaks when a swept figure loses its range (e.g. the GPU's memory bandwidth's sweep)."""
+    out, _ = quick
+    r = json.loads((out / "results.json").read_text())
+    reaching = r["uncertainty"]["fixed_reaching"]
+    assert {c["name"] for c in reaching} <= FIXED_IN_DOCS, reaching
+    methodology = (Path(__file__).resolve().parents[2] / "docs" / "methodology.md").read_text()
+    assert "Device prices are fixed" in methodology
+    swept = {(c["module"], c["name"]) for c in r["uncertainty"]["swept"]}
+    for must in (("nearfaas.twin.stack", "TEMPLATE_S"), ("nearfaas.twin.platforms", "LINK_SWEEPS['s3-like']['first_byte_median_s']"),
+                 ("nearfaas.hw.devices.catalog", "_CPU_EFF['gemm'].compute")):
+        assert must in swept, must  # the stack, the S3 link and the CPU's GEMM efficiency are swept now
+    tornado = r["uncertainty"]["tornado"]["speedup_vs_cpu"]["dscs"]
+    assert len(tornado) > 10  # every swept constant that moves it, not a top ten
 
 
 def test_simulation_block_has_series_and_both_policies(quick):

@@ -80,13 +80,19 @@ def test_toy_ranges_match_the_analytic_ones():
     assert x["nominal"] == 2.0 and (x["min"], x["max"]) == (1.0, 3.0)
     for q, want in (("p5", 1.1), ("p50", 2.0), ("p95", 2.9)):
         assert math.isclose(x[q], want, abs_tol=0.05), (q, x[q])
-    # A*B/10 with B ~ U(5, 20): inside [0.5, 6]; median from the exact CDF (numerical integral)
+    # A*B/10, B's nominal 10 its median: half U(5, 10), half U(10, 20). Inside [0.5, 6]; the
+    # median from the exact CDF (numerical integral); B uniform over (5, 20) would give 1.5 x more.
     g = h["speedup_vs_cpu"]["p"]["geomean"]
     assert 0.5 <= g["min"] < 0.8 and 5.0 < g["max"] <= 6.0
     a = np.linspace(1, 3, 4001)
     zs = np.linspace(0.5, 6, 5501)
-    cdf = np.array([np.mean(np.clip((10 * z / a - 5) / 15, 0, 1)) for z in zs])
+
+    def b_cdf(b):  # P(B <= b) for the split distribution
+        return np.where(b <= 10, 0.5 * np.clip((b - 5) / 5, 0, 1), 0.5 + 0.5 * np.clip((b - 10) / 10, 0, 1))
+
+    cdf = np.array([np.mean(b_cdf(10 * z / a)) for z in zs])
     assert math.isclose(g["p50"], zs[np.searchsorted(cdf, 0.5)], rel_tol=0.03)
+    assert math.isclose(g["p50"], g["nominal"], rel_tol=0.05)  # every constant at its median: the ratio near its own
     # D log-uniform over 1-100: median 10, not 50.5
     d = h["energy_reduction_vs_cpu"]["p"]["geomean"]
     assert 8.5 < d["p50"] < 11.5 and d["min"] >= 1.0 and d["max"] <= 100.0
@@ -210,3 +216,21 @@ def test_the_real_twin_smoke():
     # hw.memory's pJ/bit is copied into hw.energy.DRAM_PJ_PER_BIT at import: reported, not swept
     assert ("nearfaas.hw.memory", "MEMORY['ddr5'].pj_per_bit") in {(c["module"], c["name"]) for c in r["not_reaching"]}
     assert e2e.evaluate(["credit_risk"], ["gpu", "dscs"])["speedup_vs_cpu"] == direct["speedup_vs_cpu"]
+
+
+def test_every_swept_constant_of_the_headline_has_its_nominal_strictly_inside_its_range():
+    """The nominal is each constant's median (``draws``): it must lie strictly inside its range,
+    or half of its draws collapse onto it and the ratio's nominal sits at an edge of its band
+    (the DSCS speedup's nominal was below its own p5 while CPU_ROOFLINE_RESIDUAL sat at 1.0 of
+    [1.0, 1.7]). Breaks with any swept headline constant on an end of its sweep."""
+    at_edge = [f"{c.label} = {c.sourced.value} in {c.sourced.sweep}" for c in U.uncertain_constants()
+               if not c.sourced.sweep[0] < c.sourced.value < c.sourced.sweep[1]]
+    assert not at_edge, at_edge
+
+
+def test_draws_put_the_nominal_at_the_median_wherever_it_sits_in_its_range():
+    c = U.Constant("toy", "C", Sourced(2.0, "assumption: c", "assumption", (1.0, 10.0)))
+    x = U.draws(c, 20_000, seed=1)
+    assert x.min() >= 1.0 and x.max() <= 10.0
+    assert math.isclose(float(np.mean(x < 2.0)), 0.5, abs_tol=0.02)  # the median; uniform over (1, 10) gives 0.11
+    assert math.isclose(float(np.mean(x < 1.5)), 0.25, abs_tol=0.02)  # half the mass spread evenly over (1, 2)

@@ -45,6 +45,23 @@ BASELINE = click.option(
     "measured-here: CPU stages measured on this VM, mean latencies (not the paper's method)")
 
 
+ENERGY = click.option(
+    "--energy", type=click.Choice(["instrument", "active-only", "twin"]), default=None,
+    help="energy reading [default: the mode's; paper: instrument]: instrument = each component's power over the whole request "
+    "as RAPL/NVPModel/Vivado read it (idle floors while it waits); active-only = nothing charged while waiting (the earlier "
+    "reading, kept to compare); twin = instrument + flash per bit")
+STACK = click.option(
+    "--stack", type=click.Choice(["openfaas-k8s", "measured-here", "gateway-minus-worker"]), default=None,
+    help="system stack per stage [default: the mode's; paper: openfaas-k8s]: openfaas-k8s = the paper's OpenFaaS on Kubernetes "
+    "(gateway, service routing, watchdog, template; sourced ranges, twin/stack.py); measured-here = this machine's warm call "
+    "through our gateway; gateway-minus-worker = our gateway's own overhead")
+
+
+def _mode_options(energy: str | None, stack: str | None) -> dict:
+    """The single choices given on the command line (the mode's own where not given)."""
+    return {k: v for k, v in (("energy", energy), ("stack", stack)) if v is not None}
+
+
 def _csv(value: str | None) -> list[str] | None:
     return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
@@ -86,8 +103,10 @@ def _csv(value: str | None) -> list[str] | None:
               "`ray start --head`), or auto: the cluster running here, else a local Ray on this machine's cores (local: always a fresh local Ray). "
               "results.json is the same as without --ray (its measured wall_s/seconds and generated time aside)")
 @BASELINE
+@ENERGY
+@STACK
 def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, rate, trace, durations, memory, minutes, size_rack, seed,
-               no_progress, ray_address, baseline):
+               no_progress, ray_address, baseline, energy, stack):
     """Regenerate the whole evaluation: speedup, runtime breakdown, energy, cost efficiency,
     queue and latency over time, and the four sensitivity studies (modelled).
 
@@ -126,7 +145,7 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
                                    trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline,
                                    durations=durations if trace else None, memory=memory if trace else None, minutes=minutes,
-                                   size_rack=size_rack, ray_address=ray_address, counted=counted)
+                                   size_rack=size_rack, ray_address=ray_address, counted=counted, options=_mode_options(energy, stack))
             bar.update(task, description="writing figures and report.html")
             paths = render.write(results, out_dir)
     except (ValueError, KeyError, OSError, FanoutError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
@@ -168,13 +187,15 @@ def _sim_json(sim: dict) -> dict:
 @click.option("--link", default="s3-like", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole breakdown as JSON")
 @BASELINE
-def e2e_cmd(app, platform, batch, link, as_json, baseline):
+@ENERGY
+@STACK
+def e2e_cmd(app, platform, batch, link, as_json, baseline, energy, stack):
     """One request of APP on one platform, stage by stage and term by term (modelled; paper
     mode: the p95 request of 10,000, its sampled terms marked)."""
     from nearfaas.twin.e2e import end_to_end
 
     try:
-        bd = end_to_end(app, platform, batch, link, baseline=baseline)
+        bd = end_to_end(app, platform, batch, link, baseline=baseline, **_mode_options(energy, stack))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -195,15 +216,18 @@ def e2e_cmd(app, platform, batch, link, as_json, baseline):
 @twin.command("validate")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON (per-app errors, geomean, band, gpu)")
 @click.option("--threads", default="1,2", show_default=True, help="ONNX Runtime thread counts to validate at")
-@click.option("--form", type=click.Choice(["catalog", "refined"]), default="catalog", show_default=True,
-              help="catalog: the roofline form the Xeon baseline uses; refined: per-shape GEMM efficiency")
+@click.option("--form", type=click.Choice(["catalog", "refined", "runtime"]), default="catalog", show_default=True,
+              help="catalog: the roofline form the Xeon baseline uses; refined: per-shape GEMM efficiency; "
+                   "runtime: refined + ONNX Runtime's per-node dispatch and NCHWc reorders")
 @click.option("--refresh", is_flag=True, help="re-measure everything here (micro-benchmarks, N-thread f2; ~5 min)")
 @click.option("--no-measure", is_flag=True, help="fail instead of measuring what benchmarks/results/cpu_validation.json lacks")
 def validate_cmd(as_json, threads, form, refresh, no_measure):
     """Check the CPU roofline against real f2 times measured on THIS machine (measured vs
     modelled): per-app error, the geometric mean of |error|, and the residual band the report
     propagates into the Xeon baseline. Targets: |error| <= 20 % per app, <= 10 % geomean at 1
-    thread. The GPU roofline is validated only where a GPU is present."""
+    thread. A held-out set of networks built in code (nearfaas.twin.heldout) is checked too
+    (held_out_geomean_abs_error, held_out_worst_abs_error, held_out_per_model_error). The GPU
+    roofline is validated only where a GPU is present."""
     from nearfaas.twin import validate as v
 
     try:
@@ -217,6 +241,7 @@ def validate_cmd(as_json, threads, form, refresh, no_measure):
     if as_json:
         cpu = {k: val for k, val in result["cpu"].items() if k != "threads"}
         cpu["threads"] = {t: {k: val for k, val in s.items() if k != "apps"} for t, s in result["cpu"]["threads"].items()}
+        cpu.pop("held_out_models", None)  # per-model detail; the errors stay in held_out_per_model_error and held_out.N
         click.echo(json.dumps({"cpu": cpu, "gpu": result["gpu"]}, indent=1))
         return
     click.echo(v.table(result))

@@ -304,6 +304,7 @@ def build(
     size_rack: str = "fixed",
     ray_address: str | None = None,
     counted: Callable[[str, int], Callable[[int], None]] | None = None,
+    options: dict | None = None,
 ) -> dict:
     """Every number of the report in ``baseline``'s mode. ``quick``: a 20-node rack and 1,000
     Monte Carlo samples. ``trace``, ``durations``, ``memory``, ``minutes``, ``size_rack``: the
@@ -313,7 +314,9 @@ def build(
     evaluations, the sensitivity studies' points, the rack simulation's policies — run as Ray
     tasks (``nearfaas.fanout``); every point is seeded by its own inputs, so the results are the
     local run's (the measured ``wall_s``/``seconds``/``generated`` fields aside).
-    ``counted(description, total)``: starts a counted step, returns its ``advance(n)``."""
+    ``counted(description, total)``: starts a counted step, returns its ``advance(n)``.
+    ``options``: single choices of ``platforms.OPTIONS`` over the mode's (``energy``, ``stack``,
+    ...), for the headline, its uncertainty and the sensitivity studies."""
     step = progress or (lambda _m: None)
     t0 = time.perf_counter()
     P.check_baseline(baseline)
@@ -323,7 +326,8 @@ def build(
     get_profile(link)
     tr = check_rack(nodes, rate, trace=trace, seed=seed, durations=durations, memory=memory, minutes=minutes, size_rack=size_rack)[3]
     step(f"single node ({baseline} mode): end-to-end, energy, cost")
-    opts = {"baseline": baseline, "request_seed": seed}
+    P.resolve(baseline, **(options or {}))  # an unknown choice fails now, naming the option
+    opts = {"baseline": baseline, "request_seed": seed, **(options or {})}
     ev = e2e.evaluate(apps, platforms, link=link, **opts)
     other = next(b for b in P.BASELINES if b != baseline)
     alt = e2e.evaluate(apps, platforms, link=link, baseline=other, request_seed=seed)
@@ -407,7 +411,8 @@ def _measured_inputs(mode: str) -> dict:
     }
     if mode == P.PAPER:
         out["cpu_stage_seconds"] = "benchmarks/results/apps.json f3 wall_s only (f1/f2 are the Xeon 8275CL roofline in paper mode)"
-        out["system_stack_s"] = "benchmarks/results/invoke_overhead.json (warm no-op call through gateway and worker, p50 and p99)"
+        out["system_stack_s"] = ("not an input in paper mode: the paper's OpenFaaS on Kubernetes is modelled (twin/stack.py); "
+                                 "--stack measured-here reads benchmarks/results/invoke_overhead.json (warm no-op call, p50 and p99)")
     return out
 
 

@@ -231,7 +231,6 @@ def cold_terms(app: str, platform: str, stage: str, link: str, runtime: tuple[fl
     terms = [Term("cold: runtime start", runtime[0], MEASURED, runtime[1], "stack")]
     if stage != "f2":
         return terms
-    from nearfaas.link.profiles import get_profile
 
     e = profile(app)
     weights = float(e["model_file_bytes"])
@@ -240,7 +239,7 @@ def cold_terms(app: str, platform: str, stage: str, link: str, runtime: tuple[fl
     if platform in P.NEAR_STORAGE:
         terms.append(_p2p("cold: weights (flash -> drive DRAM)", weights))
     else:
-        terms.append(_net(get_profile(link), "cold: weights (remote storage)", weights, 1))
+        terms.append(_net(P.link(link), "cold: weights (remote storage)", weights, 1))
         if P.host_link_bps(platform) is not None:
             terms.append(_pcie(platform, "cold: weights host -> device", weights))
     if platform in ARM_HOSTED:

@@ -36,9 +36,18 @@ read-tracing copy; a constant that moves no headline is reported as "not reachin
 "read but moves no headline", and is not counted as swept. Only constants that move a headline
 are sampled.
 
-Distributions: uniform over ``sweep``; log-uniform where hi/lo > 10 (and lo > 0). Each
-constant's draws come from its own generator seeded by (seed, crc32 of its label), so adding a
-constant does not change another's draws. ``min`` / ``max`` are over every evaluation run
+Distributions: the nominal is each constant's median: half of its draws fall uniformly between
+``lo`` and the nominal, half between the nominal and ``hi`` (in log space where hi/lo > 10 and
+lo > 0). A nominal off the middle of its range (a source's value with an uneven range around it)
+so stays the centre of its distribution, and with every constant at its median a ratio's nominal
+lies near its own median, inside its p5-p95 (tests/unit/test_twin_uncertainty.py checks the
+report's). A swept constant's nominal must lie strictly inside its range. Each constant's draws
+come from its own generator seeded by (seed, crc32 of its label), so adding a constant does not
+change another's draws.
+
+Fixed constants that reach the headline: one traced evaluation reads every ``assumption`` /
+``mem`` constant that has no range; those read are listed as ``fixed_reaching`` (each a
+finding: give it a range, or say in docs/methodology.md why it is fixed). ``min`` / ``max`` are over every evaluation run
 (nominal, the one-at-a-time ends and the samples), so they always contain the nominal;
 p5/p50/p95 are over the Monte Carlo samples only.
 
@@ -117,11 +126,11 @@ def default_targets() -> list:
     records of every platform."""
     from nearfaas.hw import memory
 
-    from . import cost, platforms, power
+    from . import cost, platforms, power, stack
 
     catalog = importlib.import_module("nearfaas.hw.devices.catalog")  # the package exports a function of that name
 
-    out: list = [platforms, power, cost, memory, catalog]
+    out: list = [platforms, power, cost, stack, memory, catalog]
     for p in platforms.PLATFORMS:
         d = platforms.device(p)
         out.append((f"{catalog.__name__}:{d.name}", d))
@@ -206,13 +215,16 @@ def distribution(sweep: tuple[float, float]) -> str:
 
 
 def draws(c: Constant, n: int, seed: int) -> np.ndarray:
-    """``n`` values of ``c`` over its sweep, from its own generator (seed, crc32 of its label)."""
+    """``n`` values of ``c`` over its sweep, from its own generator (seed, crc32 of its label):
+    half uniformly below its nominal, half above (module doc), so the nominal is the median."""
     lo, hi = c.sourced.sweep
+    v = float(c.sourced.value)
     rng = np.random.default_rng([seed, zlib.crc32(c.label.encode())])
     u = rng.random(n)
-    if distribution((lo, hi)) == "log-uniform":
-        return np.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
-    return lo + u * (hi - lo)
+    log = distribution((lo, hi)) == "log-uniform"
+    lo, v, hi = (math.log(x) for x in (lo, v, hi)) if log else (lo, v, hi)
+    x = np.where(u < 0.5, lo + (u / 0.5) * (v - lo), v + ((u - 0.5) / 0.5) * (hi - v))
+    return np.exp(x) if log else x
 
 
 # ------------------------------------------------------------------ substitution
@@ -238,20 +250,21 @@ class _Traced(Sourced):
             _QUIET[0] -= 1
 
 
-def _copy(s: Sourced, value: float, traced: bool = False) -> Sourced:
-    return (_Traced if traced else Sourced)(float(value), s.source, s.status, s.sweep)
+def _copy(s: Sourced, value, traced: bool = False) -> Sourced:
+    return (_Traced if traced else Sourced)(float(value) if _number(value) else value, s.source, s.status, s.sweep)
 
 
 @contextmanager
-def substituted(values: dict, sites: dict[int, list[_Site]], traced: bool = False):
-    """Swap each constant (``{Constant: value}``) at every place it was found; restore the
-    original objects on exit, exceptions included. Yields {Constant: the copy swapped in}."""
+def substituted(values, sites: dict[int, list[_Site]], traced: bool = False):
+    """Swap each constant (``{Constant: value}``, or (Constant, value) pairs: a constant holding
+    a dict is no dict key) at every place it was found; restore the original objects on exit,
+    exceptions included. Yields [(Constant, the copy swapped in)]."""
     done: list[_Site] = []
-    copies = {}
+    copies = []
     try:
-        for c, v in values.items():
+        for c, v in (values.items() if isinstance(values, dict) else values):
             new = _copy(c.sourced, v, traced)
-            copies[c] = new
+            copies.append((c, new))
             for site in sites[id(c.sourced)]:
                 site.set(new)
                 done.append(site)
@@ -326,6 +339,16 @@ def _describe(c: Constant) -> dict:
 # ------------------------------------------------------------------ the study
 
 
+def _fixed_reaching(other: list[Constant], sites: dict, evaluate, extract) -> list[dict]:
+    """The ``assumption``/``mem`` constants without a range that one traced evaluation reads."""
+    fixed = [c for c in other if c.sourced.status in STATUSES and c.sourced.sweep is None]
+    if not fixed:
+        return []
+    _r, read = _evaluate_with([(c, c.sourced.value) for c in fixed], sites, evaluate, extract, True)
+    return [{"module": c.module, "name": c.name, "value": c.sourced.value, "status": c.sourced.status, "why": FIXED}
+            for c in fixed if c.label in read]
+
+
 def default_evaluate() -> dict:
     from . import e2e
 
@@ -369,9 +392,10 @@ def _evaluate_with(values: dict, sites: dict, evaluate, extract, traced: bool) -
         try:
             r = extract(evaluate())
         except Exception as e:
-            shown = ", ".join(f"{c.label}={v:.4g}" for c, v in list(values.items())[:5])
+            pairs = list(values.items() if isinstance(values, dict) else values)
+            shown = ", ".join(f"{c.label}={v:.4g}" if _number(v) else f"{c.label}={v!r}" for c, v in pairs[:5])
             raise RuntimeError(f"evaluate() failed with {shown}{' ...' if len(values) > 5 else ''}: {e}") from e
-        read = {c.label for c, cp in copies.items() if id(cp) in _READS}
+        read = {c.label for c, cp in copies if id(cp) in _READS}
     return r, read
 
 
@@ -411,8 +435,9 @@ def _heads(keys: list, mc, nominal: dict, lo_env: dict, hi_env: dict) -> dict:
     return heads
 
 
-def _tornado(keys: list, swept: list, oat: dict, nominal: dict, tornado_top: int) -> dict:
-    """{metric: {platform: rows}} at SUMMARY_KEY, biggest one-at-a-time swing first."""
+def _tornado(keys: list, swept: list, oat: dict, nominal: dict, tornado_top: int | None) -> dict:
+    """{metric: {platform: rows}} at SUMMARY_KEY, biggest one-at-a-time swing first: every
+    swept constant that moves it (``tornado_top``: only the first that many)."""
     tornado: dict = {}
     for k in keys:
         if k[2] != SUMMARY_KEY:
@@ -425,7 +450,7 @@ def _tornado(keys: list, swept: list, oat: dict, nominal: dict, tornado_top: int
                     {"constant": c.label, "lo": c.sourced.sweep[0], "hi": c.sourced.sweep[1], "at_lo": a, "at_hi": b, "swing": abs(b - a)}
                 )
         rows.sort(key=lambda x: -x["swing"])
-        tornado.setdefault(k[0], {})[k[1]] = rows[:tornado_top]
+        tornado.setdefault(k[0], {})[k[1]] = rows if tornado_top is None else rows[:tornado_top]
     return tornado
 
 
@@ -436,7 +461,7 @@ def headline_ranges(
     modules=None,
     baseline: str = "cpu",
     extract: Callable[[dict], dict] | None = None,
-    tornado_top: int = 10,
+    tornado_top: int | None = None,
     ray_address: str | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
@@ -500,14 +525,16 @@ def headline_ranges(
     heads = _heads(keys, mc, nominal, lo_env, hi_env)
     tornado = _tornado(keys, swept, oat, nominal, tornado_top)
 
+    fixed_reaching = _fixed_reaching(other, sites, evaluate, extract)
     again = extract(evaluate())
-    n_eval += 1
+    n_eval += 2
     return {
         "label": LABEL,
         "seed": seed,
         "samples": samples,
         "method": (
-            f"each swept constant drawn independently: uniform over its sweep, log-uniform where hi/lo > {LOG_SPAN:g}; "
+            f"each swept constant drawn independently, its nominal the median: half uniform between lo and the nominal, half "
+            f"between the nominal and hi (log space where hi/lo > {LOG_SPAN:g}); "
             "p5/p50/p95 over the samples, min/max over every evaluation (nominal, one-at-a-time ends, samples); "
             "robust = min > 1 (the platform beats the baseline over the whole range)"
         ),
@@ -516,6 +543,7 @@ def headline_ranges(
         "no_effect": [{**_describe(c), "why": NO_EFFECT} for c in uncertain if status[c] == NO_EFFECT],
         "not_reaching": [{**_describe(c), "why": NOT_REACHING} for c in uncertain if status[c] == NOT_REACHING],
         "fixed": _fixed(other),
+        "fixed_reaching": fixed_reaching,
         "tornado": tornado,
         "restored": restored(sites),
         "nominal_reproduced": all(not _moved(again.get(k, math.nan), nominal[k]) for k in keys),
