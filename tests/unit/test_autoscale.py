@@ -120,20 +120,27 @@ def test_cpu_type_scales_on_millicores_its_instances_used():
     asyncio.run(run())
 
 
-def test_scale_to_zero_waits_for_a_scale_up_in_progress():
-    # A function scaled to 3 by hand whose starts are slow (a loaded host) is not scaled to zero
-    # by its first replica's idle time while the others are still starting; once all are up and
-    # idle for zero-duration it is.
+def _idler(desired: int):
+    """An instance pool holding one scale-to-zero function (zero-duration 5 s, ``desired``
+    replicas) with one instance "a" last used at t = 0; the ids its idler drops are listed."""
     from nearfaas.gateway.instances import InstancePool
 
     pool = InstancePool.__new__(InstancePool)
-    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
+    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=desired)
     first = Instance("a", "n", "127.0.0.1", 1)
     first.last_used = 0.0
     state.instances["a"] = first
     pool.functions = {"idler": state}
-    dropped = []
+    dropped: list[str] = []
     pool.drop_instance = lambda st, inst, stop=False: (dropped.append(inst.id), st.instances.pop(inst.id))
+    return pool, state, dropped
+
+
+def test_scale_to_zero_waits_for_a_scale_up_in_progress():
+    # A function scaled to 3 by hand whose starts are slow (a loaded host) is not scaled to zero
+    # by its first replica's idle time while the others are still starting; once all are up and
+    # idle for zero-duration it is.
+    pool, state, dropped = _idler(desired=3)
 
     async def run():
         await state.scaling.acquire()  # the pool's reconciliation, starting the other two
@@ -180,16 +187,8 @@ def test_a_scale_up_that_failed_part_way_is_not_undone_while_its_retry_is_pendin
     # The first of three instances is up, the second's start failed (a full node, say) and a
     # retry is pending: the idler does not scale the function to zero meanwhile (a full run's
     # test_keep_alive_and_scale_to_zero ended at desired 0 with no instance).
-    from nearfaas.gateway.instances import InstancePool
-
-    pool = InstancePool.__new__(InstancePool)
-    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
-    first = Instance("a", "n", "127.0.0.1", 1)
-    first.last_used = 0.0
-    state.instances["a"] = first
+    pool, state, _dropped = _idler(desired=3)
     state.retry_scale_at = 9.0  # set by the failed reconciliation
-    pool.functions = {"idler": state}
-    pool.drop_instance = lambda st, inst, stop=False: st.instances.pop(inst.id)
     pool.reap_idle(now=8.0)
     assert state.desired == 3 and "a" in state.instances
     state.retry_scale_at = 0.0  # its retry ran and gave up the target (desired lowered)
@@ -202,16 +201,8 @@ def test_a_scale_by_hand_counts_as_activity_for_the_idler():
     # One replica idle for 6 s, past a 5 s zero-duration, when the operator asks for three: before
     # the pool's reconciliation even takes its lock, the idler must not scale the function to zero
     # (a full run's test_keep_alive_and_scale_to_zero ended at desired 0 with no start logged).
-    from nearfaas.gateway.instances import InstancePool
-
-    pool = InstancePool.__new__(InstancePool)
-    state = FunctionState({"name": "idler", "scale_zero": True, "scale_zero_after": 5.0, "labels": {}}, desired=3)
-    first = Instance("a", "n", "127.0.0.1", 1)
-    first.last_used = 0.0
-    state.instances["a"] = first
+    pool, state, _dropped = _idler(desired=3)
     state.scaled_by_hand = 6.0  # POST /system/scale-function {"replicas": 3}
-    pool.functions = {"idler": state}
-    pool.drop_instance = lambda st, inst, stop=False: st.instances.pop(inst.id)
     pool.reap_idle(now=6.5)
     assert state.desired == 3 and "a" in state.instances
     state.desired = 1  # nothing came of it; zero-duration after the request, the idler may act

@@ -123,9 +123,14 @@ def layers(model: str, batch: int = 1) -> tuple[dict, ...]:
     (``hw.dse.prepare``): MPU groups = 2·MACs FLOPs over the operands (activations read as
     stored, weights, outputs used outside the group); VPU groups = their lane operations over
     their external inputs and outputs. Bytes are in ELEMENTS here; multiply by the dtype size."""
+    return tuple(layers_of(skeleton(model, batch)))
+
+
+def layers_of(sk) -> list[dict]:
+    """``layers`` of any compiled skeleton (a zoo model's, or a network built elsewhere:
+    ``twin.cpu_model``), so every caller charges the same layers."""
     from nearfaas.hw.dsa.config import DSAConfig
 
-    sk = skeleton(model, batch)
     lane_ops = sk.vpu_cycles(DSAConfig(vpu_lanes=1, vpu_pipeline=0, source="lane-ops"))
     out = []
     for g, vops in zip(sk.groups, lane_ops, strict=True):
@@ -136,7 +141,7 @@ def layers(model: str, batch: int = 1) -> tuple[dict, ...]:
             out.append({"kind": kind, "flops": 2.0 * macs + vops, "elems": float(elems)})
         elif g.unit == "vpu":
             out.append({"kind": _KIND.get(g.members[0].kind, "other"), "flops": float(vops), "elems": float(g.ext_in + g.ext_out)})
-    return tuple(out)
+    return out
 
 
 def model_totals(model: str, batch: int = 1) -> dict:
