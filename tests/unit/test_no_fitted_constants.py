@@ -27,6 +27,7 @@ cited figure while the model uses it for something else.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -284,6 +285,11 @@ def _claims() -> list[Claim]:
     ccf = _find(r"min ([\d.]+)-([\d.]+) W per thread x (\d+) threads", cpu["idle_w"].source, "the CCF idle coefficients")
     add(f"{CAT}:cpu-xeon-8275cl.specs['idle_w']", cpu["idle_w"].value, (float(ccf[1]) * int(ccf[3]), float(ccf[2]) * int(ccf[3])),
         "its own arithmetic: CCF's Cascade Lake idle W per thread x 48 threads", kind="within")
+    val = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu_validation.json").read_text())["result"]["cpu"]
+    ratios = [1 / (1 + e) for k, e in val["per_app_error"].items() if k not in val["overhead_bound_apps"]]
+    ratios += [1 / (1 + e) for e in (*val["held_out_per_model_error"].values(), *val["held_out_fresh_per_model_error"].values())]
+    add("nearfaas.twin.platforms.CPU_ROOFLINE_RESIDUAL.sweep", platforms.CPU_ROOFLINE_RESIDUAL.sweep,
+        (round(min(ratios), 2), round(max(ratios), 2)), "the measured span of cpu_validation.json (apps + both held-out sets)")
     for key in ("cpu", "ns_arm"):  # a CPU has no accelerator driver: zero by definition
         add(f"{CAT}:{devices[key].name}.driver_s", devices[key].driver_s.value, 0.0, "a CPU has no accelerator driver")
     flop = float(_find(r"(\d+) FLOP/cycle", c5, "AVX-512 FLOP/cycle")[1])

@@ -18,6 +18,7 @@ from nearfaas.twin import validate as V
 
 RESULT_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "cpu_validation.json"
 HELD_OUT = ("mlp_small",)  # the smallest held-out network: builds in milliseconds
+FRESH = ("transformer_tiny",)  # the smallest fresh held-out network
 APPS_USED = ("credit_risk", "asset_damage")  # a 1-layer and a ~56-layer model; skeletons are cached, nothing is built
 
 
@@ -177,7 +178,8 @@ def test_predict_f2_is_the_roofline_sum():
 
 @pytest.fixture
 def result(tmp_path):
-    return V.validate((1, 2), path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
+    return V.validate((1, 2), path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT,
+                      fresh=FRESH)
 
 
 def test_output_shape(result):
@@ -201,7 +203,7 @@ def test_output_shape(result):
 
 def test_errors_follow_the_definition(result):
     cpu = result["cpu"]
-    for t, meas in (("1", 0.04), ("2", 0.03)):
+    for t, meas in (("1", 0.02), ("2", 0.03)):  # 1 thread: the hot loop (f2_hot_measured), not apps.json
         for key, row in cpu["threads"][t]["apps"].items():
             assert row["measured_s"] == pytest.approx(meas)
             assert row["error_catalog"] == pytest.approx(row["predicted_catalog_s"] / meas - 1, abs=1e-4)
@@ -210,23 +212,28 @@ def test_errors_follow_the_definition(result):
     assert cpu["geomean_abs_error"] == pytest.approx(math.exp(sum(math.log(abs(e)) for e in errs) / len(errs)), abs=1e-4)
     ratios = [row["measured_s"] / row["predicted_catalog_s"] for t in ("1", "2") for row in cpu["threads"][t]["apps"].values()]
     assert cpu["band"] == pytest.approx([min(ratios), max(ratios)], rel=1e-3)
-    assert cpu["threads"]["1"]["apps"]["credit_risk"]["drift_now_vs_apps_json"] == pytest.approx(0.041 / 0.04 - 1, abs=1e-4)
+    row = cpu["threads"]["1"]["apps"]["credit_risk"]
+    assert row["drift_now_vs_apps_json"] == pytest.approx(0.041 / 0.04 - 1, abs=1e-4)
+    # the one-off figure (apps.json) is kept beside the hot loop, with its own error
+    assert row["measured_one_off_apps_json_s"] == pytest.approx(0.04)
+    assert row["error_one_off_catalog"] == pytest.approx(row["predicted_catalog_s"] / 0.04 - 1, abs=1e-4)
+    assert row["one_off_minus_hot_s"] == pytest.approx(0.02)
 
 
 def test_form_choice_and_missing_cache(tmp_path, result):
-    r = V.validate((1,), form="refined", path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
+    r = V.validate((1,), form="refined", path=_cache(tmp_path), measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT, fresh=FRESH)
     assert r["cpu"]["form"] == "refined"
     assert r["cpu"]["per_app_error"] == r["cpu"]["threads"]["1"]["per_app_error"]
     assert r["cpu"]["catalog"]["per_app_error"] == result["cpu"]["per_app_error"]
     with pytest.raises(ValueError):
-        V.validate((1,), path=tmp_path / "none.json", measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
+        V.validate((1,), path=tmp_path / "none.json", measure=False, write=False, profiles_path=_profiles(tmp_path), held_out=HELD_OUT, fresh=FRESH)
     with pytest.raises(ValueError):
         V.validate((1,), form="x", path=_cache(tmp_path), measure=False, write=False)
 
 
 def test_written_record_parameters_are_sourced(tmp_path):
     p = _cache(tmp_path)
-    V.validate((1, 2), path=p, measure=False, write=True, profiles_path=_profiles(tmp_path), held_out=HELD_OUT)
+    V.validate((1, 2), path=p, measure=False, write=True, profiles_path=_profiles(tmp_path), held_out=HELD_OUT, fresh=FRESH)
     rec = json.loads(p.read_text())
     assert rec["result"]["cpu"]["label"] == "measured vs modelled"
     _check_parameters(rec["parameters"])
@@ -264,6 +271,10 @@ def test_committed_result_file_is_measured_and_unfitted():
 
 def test_quick_measure_runs_and_builds_a_device():
     b = host.measure(threads=(1,), quick=True)
+    # catches: a clock kernel the core shortcuts. Intel Golden Cove and later run a dependent chain of
+    # add-IMMEDIATE at the renamer; the old kernel read 19.7 GHz on this project's Intel host (no core runs at 6.5)
+    if b["c_compiler"]:
+        assert 0.5e9 < b["threads"]["1"]["clock_hz"]["value"] < 6.5e9
     d = host.device(b, 1)
     assert d.peak("fp32") > 0 and d.mem_bw > 0
     assert all(0 < e.compute <= 1 and 0 < e.bandwidth <= 1 for e in d.efficiency.values())

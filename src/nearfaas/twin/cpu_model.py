@@ -28,7 +28,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-FORMS = ("catalog", "refined", "runtime")
+FORMS = ("catalog", "refined", "runtime", "runtime2")
 # A zoo model's runtime graph needs its weights materialised (zeros) for ONNX Runtime to load it:
 # above this many parameters (gpt2_xl 1.5 G, vit_huge 0.63 G) that costs GBs of memory, so those
 # two fall back to one dispatch per compiler layer and no reorders (they are transformers: ORT's
@@ -52,21 +52,10 @@ def skeleton_of(model, batch: int = 1):
 
 
 def catalog_layers(sk) -> list[dict]:
-    """``platforms.layers`` on a skeleton (the same arithmetic; a unit test checks it equals
-    ``platforms.layers`` for a zoo model, so the two cannot drift apart unnoticed)."""
-    from nearfaas.hw.dsa.config import DSAConfig
+    """``platforms.layers`` on a skeleton: the one extraction the Xeon baseline uses."""
     from nearfaas.twin import platforms as P
 
-    lane_ops = sk.vpu_cycles(DSAConfig(vpu_lanes=1, vpu_pipeline=0, source="lane-ops"))
-    out = []
-    for g, vops in zip(sk.groups, lane_ops, strict=True):
-        if g.unit == "mpu":
-            macs = sum(x.macs for x in g.gemms)
-            elems = sum(x.a_elems + (x.b_elems if x.b_is_weight else 0) for x in g.gemms) + g.ext_in + g.ext_out
-            out.append({"kind": "conv" if g.members[0].op_type == "Conv" else "gemm", "flops": 2.0 * macs + vops, "elems": float(elems)})
-        elif g.unit == "vpu":
-            out.append({"kind": P._KIND.get(g.members[0].kind, "other"), "flops": float(vops), "elems": float(g.ext_in + g.ext_out)})
-    return out
+    return P.layers_of(sk)
 
 
 def refined_layers(sk) -> list[dict]:
@@ -85,10 +74,12 @@ def refined_layers(sk) -> list[dict]:
             elems = sum(x.a_elems + (x.b_elems if x.b_is_weight else 0) for x in g.gemms) + g.ext_in + g.ext_out
             kind = "dwconv" if grouped else "conv" if conv else "gemm"
             out.append({"kind": kind, "flops": 2.0 * macs, "vops": float(vops), "elems": float(elems),
-                        "gemms": [(x.M, x.K, x.N, x.count) for x in g.gemms]})
+                        "gemms": [(x.M, x.K, x.N, x.count) for x in g.gemms],
+                        # for runtime2 (cpu_kernels): which GEMMs read a weight (GEMV, activation x activation)
+                        "weight": [bool(x.b_is_weight) for x in g.gemms], "b_elems": [x.b_elems for x in g.gemms]})
         elif g.unit == "vpu":
             out.append({"kind": P._KIND.get(g.members[0].kind, "other"), "flops": float(vops), "vops": 0.0,
-                        "elems": float(g.ext_in + g.ext_out)})
+                        "elems": float(g.ext_in + g.ext_out), "op": g.members[0].op_type, "out_elems": float(g.ext_out)})
     return out
 
 
@@ -236,8 +227,12 @@ def predict(bench: dict, threads: int, model, form: str = "catalog", *, overhead
 
     if form not in FORMS:
         raise ValueError(f"form={form!r}: use one of {', '.join(FORMS)}")
-    if form == "runtime" and overhead is None:
-        raise ValueError("form='runtime' needs the overhead micro-benchmarks (measure_overhead)")
+    if form in ("runtime", "runtime2") and overhead is None:
+        raise ValueError(f"form={form!r} needs the overhead micro-benchmarks (measure_overhead)")
+    if form == "runtime2":  # the kernel micro-benchmarks' form lives in its own module (this one is near the size limit)
+        from nearfaas.twin.cpu_kernels import predict_runtime2
+
+        return predict_runtime2(bench, threads, model, overhead=overhead, rt=rt, batch=batch)
     sk = skeleton_of(model, batch)
     d = host.device(bench, threads)
     b = P.DTYPE_BYTES["fp32"]

@@ -1,4 +1,4 @@
-"""A held-out set for the CPU roofline check (issue 40, item 3): networks built here in code.
+"""A held-out set for the CPU roofline check: networks built here in code.
 
 ``nearfaas twin validate`` compares the roofline's predicted f2 with ONNX Runtime's measured f2
 for the eight apps. The forms it reports were (partly) designed after seeing those eight, so they
@@ -8,6 +8,11 @@ separable CNNs (MobileNet v1 / v2-like), a ResNet-like basic-block stack and tra
 of three sizes. Every weight is seeded numpy (no torch here); the graphs are plain ONNX (opset 17,
 the operators the zoo models use) and go through the SAME layer extraction as the apps (the DSA
 compiler's ``load_ops`` + ``dse.prepare``, see ``nearfaas.twin.cpu_model.skeleton_of``).
+
+Since the second attempt this set is the "seen" one: its errors were looked at when the
+``runtime2`` form was planned, so the goal is judged on ``nearfaas.twin.heldout_fresh`` (twelve
+more networks from these builders, other sizes); this module's measuring and evaluating code
+serves both sets.
 
 The sizes were chosen before any held-out measurement, to span the regimes the apps do not all
 cover (per-call bound, weight-streaming GEMV, small and large GEMMs, depthwise, attention), and to
@@ -200,6 +205,13 @@ NETWORKS: dict[str, tuple[str, Callable]] = {
 }
 
 
+def family(name: str) -> str:
+    """The family of a network of this set or of the fresh set (``heldout_fresh``), which shares this module's machinery."""
+    from nearfaas.twin import heldout_fresh
+
+    return (NETWORKS.get(name) or heldout_fresh.NETWORKS.get(name) or ("app",))[0]
+
+
 def build(name: str):
     """The ONNX model of one held-out network (deterministic: seeded weights)."""
     if name not in NETWORKS:
@@ -247,7 +259,7 @@ def measure(threads: int, models: dict, progress=None, target_s: float = 0.01, r
             r = _time_run(lambda s=sess, f=f: s.run(f), target_s, reps, threads)
             out[name] = {"threads": threads, "value_s": r["value_s"], "estimator": r["estimator"], "inner": r["inner"],
                          "reps": r["reps"], "wall_median_s": r["median_s"], "wall_best_s": r["best_s"], "digest": digest(m),
-                         "family": NETWORKS[name][0], "seconds_spent": round(time.perf_counter() - t0, 2),
+                         "family": family(name), "seconds_spent": round(time.perf_counter() - t0, 2),
                          "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
             del sess
     return out
@@ -260,7 +272,7 @@ def evaluate(bench: dict, overhead: dict | None, threads: int, measured: dict, r
     from nearfaas.twin import cpu_model as C
     from nearfaas.twin.validate import relative_error
 
-    forms = [f for f in C.FORMS if f != "runtime" or overhead is not None]
+    forms = [f for f in C.FORMS if (f not in ("runtime", "runtime2") or overhead is not None) and (f != "runtime2" or "kernels" in overhead)]
     rows, err = {}, {f: {} for f in forms}
     for name, m in models.items():
         sk = C.skeleton_of(m)
@@ -268,7 +280,7 @@ def evaluate(bench: dict, overhead: dict | None, threads: int, measured: dict, r
         pred = {f: C.predict(bench, threads, sk, f, overhead=overhead, rt=rts.get(name)) for f in forms}
         for f in forms:
             err[f][name] = relative_error(pred[f]["seconds"], meas)
-        rows[name] = {"family": NETWORKS[name][0], "measured_s": meas, "measured_estimator": measured[name]["estimator"],
+        rows[name] = {"family": family(name), "measured_s": meas, "measured_estimator": measured[name]["estimator"],
                       "flops": pred[forms[0]]["flops"], "layers": pred[forms[0]]["layers"],
                       **{f"predicted_{f}_s": round(pred[f]["seconds"], 9) for f in forms},
                       **{f"error_{f}": round(err[f][name], 4) for f in forms},
@@ -303,6 +315,14 @@ def inputs(threads: tuple[int, ...], cached: dict, do_measure: bool, say, names:
                 raise ValueError(f"no overhead micro-benchmarks at {t} thread(s) in the cache; run validate(measure=True)")
             say(f"overhead micro-benchmarks at {t} thread(s) (reorders, Relu chains)")
             overhead[str(t)] = C.measure_overhead(t)
+            changed = True
+        if "kernels" not in overhead[str(t)]:  # the runtime2 form's micro-benchmarks (cpu_kernels), added in the second attempt
+            if not do_measure:
+                raise ValueError(f"no kernel micro-benchmarks at {t} thread(s) in the cache; run validate(measure=True)")
+            from nearfaas.twin.cpu_kernels import measure_kernels
+
+            say(f"kernel micro-benchmarks at {t} thread(s) (GEMV, batched MatMul, scans, conv and reorder chains)")
+            overhead[str(t)] = {**overhead[str(t)], "kernels": measure_kernels(t, progress=say)}
             changed = True
     models = {n: build(n) for n in names}
     rts = dict(cached.get("runtime_graphs") or {})

@@ -13,13 +13,16 @@ Compared, per app, at batch 1:
 
 * ``predicted`` = the roofline's f2 on the host device: sum over layers of busy + ``launch_s``,
   plus the device's ``driver_s`` once (the measured per-call cost of ``InferenceSession.run``).
-* ``measured``  = the time inside ONNX Runtime of f2 (``inference_seconds``). At 1 thread it is
-  ``benchmarks/results/apps.json`` (``stages.f2.batch1.model_wall_s``, median). At other thread
-  counts it is measured here with the same machinery (``apps.profiles.LocalApp``, same models and
-  seed-0 inputs, ``intra_op_num_threads`` = threads) and cached; the BEST repeat is used, since a
-  multi-thread run needs both vCPUs of this shared machine at once (it is an upper bound of the
-  uncontended time). 1-thread f2 is re-measured too (median), to show how far apps.json has
-  drifted from today's conditions (``vs_remeasured_now``); it does not enter the error.
+* ``measured``  = the time inside ONNX Runtime of f2. At 1 thread it is the HOT LOOP
+  (``validate_apps.measure_apps_hot``: the app's own f2 code path on its seed-0 f1 output, median
+  thread CPU time of the repeats), the same wrapper and estimator as the held-out networks; the
+  one-off figures are reported beside it (apps.json's ``stages.f2.batch1.model_wall_s``, measured on
+  the machine apps.json names, and the same one-off machinery re-measured here:
+  ``vs_remeasured_now``). One-off minus hot is the one-off call cost (cold caches after the
+  handler's work), which a roofline of the network does not model. At other thread counts: measured
+  here with ``apps.profiles.LocalApp`` (``intra_op_num_threads`` = threads), the BEST repeat (a
+  multi-thread run needs both vCPUs of this shared machine at once: an upper bound of the
+  uncontended time).
 * ``error`` = predicted / measured - 1. ``geomean_abs_error`` = exp(mean(ln |error|)) over the
   apps (the geometric mean of the absolute relative errors); the arithmetic mean of |error| and the
   geometric-mean ratio error exp(mean |ln(predicted/measured)|) - 1 are given too.
@@ -31,7 +34,7 @@ Compared, per app, at batch 1:
   measured f1, at 1 thread (f1 is single-threaded Python/Pillow code). f3 is not modelled by the
   twin on any platform (measured f3 is used everywhere), so it is not validated.
 
-Three forms are reported (``nearfaas.twin.cpu_model``). ``catalog``: exactly the Xeon's form (op kinds of ``platforms.layers``,
+Four forms are reported (``nearfaas.twin.cpu_model``). ``catalog``: exactly the Xeon's form (op kinds of ``platforms.layers``,
 one efficiency per kind). ``refined``: the same roofline with three changes of FORM, each
 parameter still from a micro-benchmark: GEMMs and convolutions (lowered to GEMMs, im2col) take the
 efficiency of their own (M, K, N) from a fixed generic MatMul grid (``host.gemm_efficiency``);
@@ -40,15 +43,22 @@ element-wise ops fused into a conv/GEMM group (activations) are charged at the e
 class's rate, not the GEMM's. ``runtime``: ``refined`` plus what ONNX Runtime runs that the
 graph does not show, read from ORT's own optimised graph: one dispatch per node ORT runs and each
 NCHWc layout reorder at a measured per-element rate (one-op ReorderInput/ReorderOutput graphs).
+``runtime2`` (``nearfaas.twin.cpu_kernels``): ``runtime`` with kernel micro-benchmarks for what the
+first held-out check named as missing: GEMV (M < 16) weight streaming, small batched
+activation MatMuls, Softmax/LayerNorm/Transpose at small sizes, convs and depthwise convs inside
+NCHWc chains (reorders cancel instead of being subtracted), the interior reorder rate.
 ``form`` (default ``catalog``, the form the Xeon baseline uses) heads the result and gives the
 band; the others are reported beside it.
 
-Held-out check (issue 40): ``refined`` was designed after seeing the eight apps, so they cannot
-test it. ``nearfaas.twin.heldout`` builds eleven other networks in code (MLPs, CNNs, MobileNet-
-like, a ResNet block stack, transformer encoders), measured here (hot loop, thread CPU time at 1
-thread) and predicted through the same compiler layers: ``held_out_geomean_abs_error``,
-``held_out_worst_abs_error``, ``held_out_per_model_error`` and ``goal_issue40`` (<= 10 % geomean on
-both sets, no model worse than 25 %) per form.
+Held-out checks: ``refined`` was designed after seeing the eight apps, so they cannot test it.
+``nearfaas.twin.heldout`` builds eleven other networks in code (MLPs, CNNs, MobileNet-like, a
+ResNet block stack, transformer encoders), measured here (hot loop, thread CPU time at 1 thread)
+and predicted through the same compiler layers: ``held_out_*``. ``runtime2`` was planned after
+those eleven had been looked at, so they are now the "seen" set; ``nearfaas.twin.heldout_fresh``
+fixes twelve more (other sizes), defined before they were measured: ``held_out_fresh_*``.
+``goal_held_out`` (<= 10 % geomean on the apps and on the fresh set, no app or fresh network worse
+than 25 %, at 1 thread) is judged per form on the apps and the FRESH set (``judged_on``);
+``pass_with_seen_set`` adds the seen set.
 
 The band: measured/predicted over the apps (every validated thread count), as a multiplicative
 range ``[lo, hi]``. Use: a modelled-Xeon f2 time ``t`` is reported as ``[t x lo, t x hi]`` (the
@@ -61,13 +71,12 @@ prediction itself says are overhead-bound (busy < 10x the fixed per-call + per-l
     r["cpu"]["per_app_error"], r["cpu"]["geomean_abs_error"], r["cpu"]["band"]
     validate(measure=False)              # cache only (~1 s); ValueError if it lacks something
 
-    python -m nearfaas.twin.validate [--json] [--refresh] [--no-measure] [--threads 1,2] [--form catalog|refined|runtime]
+    python -m nearfaas.twin.validate [--json] [--refresh] [--no-measure] [--threads 1,2] [--form catalog|refined|runtime|runtime2]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -78,12 +87,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from nearfaas.stats import geomean
-from nearfaas.twin.cpu_model import FORMS  # ("catalog", "refined", "runtime")
+from nearfaas.twin.cpu_model import FORMS  # ("catalog", "refined", "runtime", "runtime2")
+from nearfaas.twin.validate_apps import fresh_inputs, measure_apps_hot, measure_f2  # measuring: split out for size
+from nearfaas.twin.validate_report import parameters, table  # reporting: split out for size
 
 TARGET_APP_ABS = 0.20
 TARGET_GEOMEAN_ABS = 0.10
 TARGET_THREADS = 1
-TARGET_WORST_ABS = 0.25  # issue 40: no model (app or held-out) worse than 25 %
+TARGET_WORST_ABS = 0.25  # no model (app or held-out) worse than 25 %
 RESULT_NAME = "cpu_validation"
 LABEL = "measured vs modelled"
 BATCH = 1
@@ -95,25 +106,32 @@ FORM_DOC = {
     "runtime": ("refined + what ONNX Runtime runs that the graph does not show, from ORT's own optimised graph: one dispatch "
                 "(launch_s) per node ORT runs, each NCHWc reorder's elements at the measured reorder rate, the depthwise class net "
                 "of its micro-benchmark's own reorders (nearfaas.twin.cpu_model)"),
+    "runtime2": ("runtime with kernel micro-benchmarks (nearfaas.twin.cpu_kernels) in place of the terms they measure: GEMV "
+                 "(M < 16) weight streaming at the rate of the network's weight bytes, activation x activation MatMuls from "
+                 "small batched MatMuls, Softmax/LayerNorm/Transpose per element at their size, convs and depthwise convs from "
+                 "the interior of NCHWc chains, reorders at the interior (chain) rate"),
 }
 HELD_OUT_NOTE = ("networks built in code (nearfaas.twin.heldout: MLPs, VGG-like CNNs, MobileNet v1/v2-like, a ResNet block stack, "
                  "transformer encoders), none of them an app; measured here through nearfaas's InferenceSession, hot loop, 1 thread: "
                  "median thread CPU time of the repeats, more threads: best single-run wall time. No form or parameter was chosen "
                  "by looking at these errors")
+ONE_OFF_NOTE = ("apps.json's f2: the median of ONE-OFF calls (one per request, the handler's work in between: cold caches), "
+                "measured on the machine named in apps.json (machine.cpu_model), which may not be this one. one-off minus "
+                "hot-loop time is the one-off call cost, which a roofline of the network does not model: reported, not judged")
 # What the roofline does not see (from the graphs and ONNX Runtime's behaviour, not fitted): why an app can miss.
 NOT_CAPTURED = {
-    "per_call_software": ("a tiny model's f2 is all per-call software cost. The apps' f2 (apps.json) is ONE call per request "
-                          "with the handler's work in between, so it runs with cold caches; the per-call term is measured in a hot "
-                          "loop (~21 us). The same 1-node call after a 64 MiB buffer sweep costs ~280 us: where between the two an "
-                          "app lands depends on its handler's cache footprint, which no app-free micro-benchmark gives (credit_risk: "
-                          "69 us measured)"),
-    "runtime_inserted_ops": ("the runtime form charges ORT's NCHWc reorders and dispatches per ORT node; still not charged: "
-                             "activations ORT runs as separate passes (QuickGelu for SiLU) get only their compute, not the extra "
-                             "pass over memory (content_moderation)"),
-    "per_node_overhead_real_tensors": ("per-node cost beyond the op's own work is taken as the 16-element dispatch; the Relu-chain "
-                                       "scan (overhead.N.relu_chain_per_node) shows the per-node time at larger tensors"),
-    "shapes_outside_grid": "GEMV-like layers (M < 16) and 5x5 / strided depthwise convs are outside the micro-benchmark shapes",
-    "caches": "operand bytes are charged at the DRAM stream rate; L2/L3 reuse is not modelled (matters little: compute-bound apps)",
+    "one_off_call_cost": ("the apps' one-off f2 (apps.json: one call per request, the handler's work in between) is slower than "
+                          "the hot loop the error is taken on: cold caches and the handler's footprint. That cost depends on "
+                          "the handler, not the network, and no app-free micro-benchmark gives it (see one_off): not modelled"),
+    "separate_activation_passes": ("activations ORT runs as separate passes (QuickGelu for SiLU) get only their compute, not "
+                                   "the extra pass over memory (content_moderation)"),
+    "per_node_overhead_real_tensors": ("per-node cost beyond the op's own work is the 16-element dispatch; the Relu-chain scan "
+                                       "(overhead.N.relu_chain_per_node) shows the per-node time at larger tensors"),
+    "shapes_outside_microbenchmarks": ("runtime2 interpolates its kernel scans and clamps outside them (GEMV weights < 1 MiB or "
+                                       "> 256 MiB, batched MatMuls outside 2x16x32x16 .. 12x256x64x256); 5x5 and strided "
+                                       "depthwise convs take the 3x3 stride-1 chain's efficiency"),
+    "caches": ("operand bytes are charged at the DRAM stream rate; only the GEMV rate depends on the working set (the "
+               "network's weight bytes)"),
 }
 
 
@@ -212,49 +230,6 @@ def predict_f1(bench: dict, app_entry: dict, threads: int = 1) -> dict:
 # ------------------------------------------------------------------ measuring f2 at N threads
 
 
-def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | None = None, progress=None,
-               repeats: tuple[int, int] | None = None) -> dict:
-    """f2 of each app at ``threads`` intra-op threads, measured here as benchmarks/apps.py does it
-    (full-size model, ``LocalApp``, seed-0 input through f1, one warm chain, then f2 repeated
-    ``repeats`` = (under 1 s, from 1 s) times: (7, 5) at 1 thread, (11, 9) at more). ``value_s``: at 1 thread the median (as apps.json), at more threads
-    the BEST repeat (a multi-thread run needs both vCPUs at once; on this shared machine any other
-    process stretches it, so the fastest repeat is the estimate of the uncontended time)."""
-    from nearfaas.apps import APPS, make_input
-    from nearfaas.apps.profiles import LocalApp
-    from nearfaas.models import build, default_cache_dir
-
-    say = progress or (lambda m: None)
-    out = {}
-    for key in keys or APPS:
-        card = APPS[key]
-        say(f"f2 at {threads} thread(s): {key} (build/load {card.model})")
-        path = build(card.model, "full", cache_dir=cache or default_cache_dir())
-        load0 = list(os.getloadavg())
-        app = LocalApp(key, path, "full", threads=threads)
-        try:
-            data = make_input(key, 0)[0]
-            first = app.chain(data)
-            pre = app.pre(data)
-            fast, slow = repeats or ((7, 5) if threads == 1 else (11, 9))
-            n = slow if first[1].wall_s >= 1.0 else fast
-            runs = [app.infer(pre.output, pre.answer) for _ in range(n)]
-        finally:
-            app.close()
-            del app
-            gc.collect()
-        model = [float(r.extra["model_wall_s"]) for r in runs]
-        wall = [r.wall_s for r in runs]
-        cpu = [r.cpu_s for r in runs]
-        pick = statistics.median if threads == 1 else min
-        out[key] = {"model": card.model, "threads": threads, "repeats": n,
-                    "value_s": round(pick(model), 6), "stage_value_s": round(pick(wall), 6),
-                    "estimator": "median" if threads == 1 else "best of the repeats",
-                    "model_wall_s": round(statistics.median(model), 6), "model_wall_min_s": round(min(model), 6),
-                    "stage_wall_s": round(statistics.median(wall), 6), "stage_cpu_s": round(statistics.median(cpu), 6),
-                    "model_wall_samples_s": [round(x, 6) for x in model], "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
-    return out
-
-
 # ------------------------------------------------------------------ the cache file
 
 
@@ -263,41 +238,6 @@ def _load(path: Path) -> dict:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-
-
-def parameters(bench: dict, threads: Iterable[int], overhead: dict | None = None) -> list[dict]:
-    """Every parameter of the host device(s) with its value, source and status (for the record)."""
-    from nearfaas.hw.devices import host
-    from nearfaas.twin import cpu_model
-
-    out = []
-    for t in threads:
-        d = host.device(bench, t)
-        for k, s in d.specs.items():
-            out.append({"threads": t, "name": k, "value": s.value, "source": s.source, "status": s.status})
-        for k, e in d.efficiency.items():
-            out.append({"threads": t, "name": f"efficiency.{k}", "value": {"compute": e.compute, "bandwidth": e.bandwidth},
-                        "source": e.why, "status": "ran" if e.why.startswith("ran") else "derived"})
-        dw = host.class_efficiency(bench, t)["dwconv"]
-        out.append({"threads": t, "name": "efficiency.dwconv (refined form)", "value": {"compute": dw["compute"], "bandwidth": dw["bandwidth"]},
-                    "source": dw["why"], "status": "ran"})
-        rec = bench["threads"][str(t)]
-        if rec.get("gemm_grid"):
-            peak = host.peak_flops(bench, t)[0]
-            out.append({"threads": t, "name": "gemm_grid efficiency (refined form)",
-                        "value": {f"{g['M']}x{g['K']}x{g['N']}": round(g["flops"] / g["net_s"] / peak, 4) for g in rec["gemm_grid"]},
-                        "source": (f"ran: ONNX Runtime MatMul [M,K]x[K,N] initializer, {t} thread(s), fraction of the derived peak "
-                                   f"(net of the 1-node call cost); median over {bench.get('rounds', 1)} round(s)"), "status": "ran"})
-        for k in ("launch_s", "driver_s"):
-            s = getattr(d, k)
-            out.append({"threads": t, "name": k, "value": s.value, "source": s.source, "status": s.status})
-        if overhead and str(t) in overhead:
-            o = overhead[str(t)]
-            out.append({"threads": t, "name": "reorder_s_per_elem (runtime form)", "value": o["reorder_s_per_elem"], "source": o["source"],
-                        "status": "ran"})
-            e, why = cpu_model.dwconv_efficiency_net(bench, o, t)
-            out.append({"threads": t, "name": "efficiency.dwconv net of reorders (runtime form)", "value": e, "source": why, "status": "ran"})
-    return out
 
 
 # ------------------------------------------------------------------ validate
@@ -334,47 +274,64 @@ def _inputs(threads: tuple[int, ...], p: Path, cached: dict, measure: bool, say)
 
 
 def _thread_summary(bench: dict, t: int, prof, f2_cache: dict, form: str, p: Path,
-                    overhead_bound: set[str], overhead: dict, rts: dict) -> tuple[dict, dict[str, dict[str, float]]]:
-    """The per-app errors at ``t`` threads, summarised: (summary, {form: {app: error}})."""
+                    overhead_bound: set[str], overhead: dict, rts: dict, hot: dict) -> tuple[dict, dict[str, dict[str, float]]]:
+    """The per-app errors at ``t`` threads, summarised: (summary, {form: {app: error}}). At 1 thread
+    the measured f2 is the hot loop (``hot``, as the held-out networks); the one-off figures
+    (apps.json, and re-measured here) are compared beside it."""
     from nearfaas.apps import APPS
 
     rows: dict[str, dict] = {}
     err: dict[str, dict[str, float]] = {f: {} for f in FORMS}
+    err_one: dict[str, dict[str, float]] = {f: {} for f in FORMS}  # vs apps.json's one-off median (1 thread)
     err_stage: dict[str, float] = {}
-    err_now: dict[str, float] = {}
+    err_now: dict[str, dict[str, float]] = {f: {} for f in FORMS}  # vs the one-off median re-measured here
     for key, card in APPS.items():
         entry = prof.for_app(key)
         if not entry:
             continue
+        one_off = None
         if t == 1:
             f2 = entry["stages"]["f2"]["batch1"]
-            meas, stage, src = float(f2["model_wall_s"]), float(f2["cpu_s"]), "benchmarks/results/apps.json stages.f2.batch1 (median)"
+            one_off, stage = float(f2["model_wall_s"]), float(f2["cpu_s"])
+            if key not in hot:
+                raise ValueError(f"{p}: no hot-loop f2 measurement of {key}; run validate(measure=True)")
+            meas, src = float(hot[key]["value_s"]), f"{p.name} f2_hot_measured.1 ({hot[key]['estimator']} of hot-loop repeats)"
         else:
             m = f2_cache[str(t)][key]
             meas, stage, src = float(m["value_s"]), float(m["stage_value_s"]), f"{p.name} f2_measured.{t} ({m['estimator']})"
         pred = {f: predict_f2(bench, t, card.model, f, overhead=overhead.get(str(t)), rt=rts.get(f"zoo:{card.model}")) for f in FORMS}
+        now = (f2_cache.get(str(t)) or {}).get(key) if t == 1 else None
         for f in FORMS:
             err[f][key] = relative_error(pred[f]["seconds"], meas)
+            if one_off is not None:
+                err_one[f][key] = relative_error(pred[f]["seconds"], one_off)
+            if now:
+                err_now[f][key] = relative_error(pred[f]["seconds"], float(now["value_s"]))
         err_stage[key] = relative_error(pred[form]["seconds"], stage)
-        now = (f2_cache.get(str(t)) or {}).get(key) if t == 1 else None
-        if now:
-            err_now[key] = relative_error(pred[form]["seconds"], float(now["value_s"]))
         fixed = pred["catalog"]["launch_s"] + pred["catalog"]["call_s"]
         if pred["catalog"]["busy_s"] < COMPUTE_BOUND * fixed:
             overhead_bound.add(key)
         rows[key] = {"model": card.model, "measured_s": meas, "measured_stage_s": stage, "measured_source": src,
-                     **({"remeasured_now_s": now["value_s"], "drift_now_vs_apps_json": round(now["value_s"] / meas - 1, 4)} if now else {}),
+                     **({"measured_one_off_apps_json_s": one_off, "one_off_minus_hot_s": round(one_off - meas, 9),
+                         **{f"error_one_off_{f}": round(err_one[f][key], 4) for f in FORMS}} if one_off is not None else {}),
+                     **({"remeasured_now_s": now["value_s"], "drift_now_vs_apps_json": round(now["value_s"] / one_off - 1, 4),
+                         "error_now": round(err_now[form][key], 4)} if now and one_off else {}),
                      **{f"predicted_{f}_s": round(pred[f]["seconds"], 9) for f in FORMS},
                      **{f"error_{f}": round(err[f][key], 4) for f in FORMS},
                      "error_stage": round(err_stage[key], 4),
                      **{f: {k: (round(v, 9) if isinstance(v, float) else v) for k, v in pred[f].items()} for f in FORMS}}
     s = summarise(err[form])
+    s["measured"] = ("hot loop: median thread CPU time (nearfaas.models InferenceSession, as the held-out networks)" if t == 1
+                     else "best of one-off repeats")
     s["band"] = [round(x, 4) for x in band(err[form].values())]
     s["per_app_error_stage"] = {k: round(e, 4) for k, e in err_stage.items()}
-    if err_now:
-        s["vs_remeasured_now"] = {**summarise(err_now), "note": (
-            "the same prediction against f2 re-measured now (median, same machinery as apps.json), in the conditions of the "
-            "micro-benchmarks: the gap to per_app_error is the drift of the measurement itself since apps.json was written")}
+    if err_one[form]:
+        s["one_off_apps_json"] = {**{f: {k: summarise(err_one[f])[k] for k in ("per_app_error", "geomean_abs_error")} for f in FORMS},
+                                  "note": ONE_OFF_NOTE}
+    if err_now[form]:
+        s["vs_remeasured_now"] = {**summarise(err_now[form]), "by_form": {f: summarise(err_now[f])["geomean_abs_error"] for f in FORMS},
+                                  "note": ("the same prediction against f2's one-off calls re-measured here (median, the apps.json "
+                                           "machinery: LocalApp, one call per request) on THIS machine")}
     for f in FORMS:
         if f != form:
             s[f] = {**summarise(err[f]), "band": [round(x, 4) for x in band(err[f].values())]}
@@ -397,26 +354,37 @@ def _f1(bench: dict, prof) -> dict:
 
 
 def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: dict, residual: dict, residual_cb: dict,
-                overhead_bound: set[str], f1: dict, held_out: dict) -> dict:
+                overhead_bound: set[str], f1: dict, held_out: dict, fresh: dict) -> dict:
     """The ``cpu`` part of ``validate``'s result."""
     f1_errors = {k: v["error"] for k, v in f1.items()}
     head = per_thread.get(str(TARGET_THREADS)) or per_thread[str(threads[0])]
     ho = held_out.get(str(TARGET_THREADS)) or held_out[str(threads[0])]
     other = [f for f in FORMS if f != form]
     worst = max(abs(e) for e in head["per_app_error"].values())
-    goal = {f: {"apps_geomean": x["geomean_abs_error"], "apps_worst": round(max(abs(e) for e in x["per_app_error"].values()), 4),
-                "held_out_geomean": y["geomean_abs_error"], "held_out_worst": y["worst_abs_error"]}
-            for f, x, y in [(f, head if f == form else head[f], ho if f == form else ho["forms"][f]) for f in FORMS]}
-    for g in goal.values():
-        g["pass"] = max(g["apps_geomean"], g["held_out_geomean"]) <= TARGET_GEOMEAN_ABS and max(g["apps_worst"], g["held_out_worst"]) <= TARGET_WORST_ABS
+    fr = fresh.get(str(TARGET_THREADS)) or fresh[str(threads[0])]
+
+    def pick(x: dict, f: str) -> dict:  # a summary's figures of form f (the heading form sits at the top level)
+        return x if f == form else (x.get(f) or x["forms"][f])
+    goal = {}
+    for f in FORMS:
+        x, y, z = pick(head, f), pick(ho, f), pick(fr, f)
+        g = {"apps_geomean": x["geomean_abs_error"], "apps_worst": round(max(abs(e) for e in x["per_app_error"].values()), 4),
+             "held_out_geomean": y["geomean_abs_error"], "held_out_worst": y["worst_abs_error"],
+             "held_out_fresh_geomean": z["geomean_abs_error"], "held_out_fresh_worst": z["worst_abs_error"]}
+        # judged on the apps (hot loop) and the FRESH set; the seen set is reported, not judged (it shaped runtime2)
+        g["pass"] = (max(g["apps_geomean"], g["held_out_fresh_geomean"]) <= TARGET_GEOMEAN_ABS
+                     and max(g["apps_worst"], g["held_out_fresh_worst"]) <= TARGET_WORST_ABS)
+        g["pass_with_seen_set"] = g["pass"] and g["held_out_geomean"] <= TARGET_GEOMEAN_ABS and g["held_out_worst"] <= TARGET_WORST_ABS
+        goal[f] = g
     return {
         "label": LABEL,
         "device": f"this machine: {bench['cpu']['model_name']} ({bench['cpu']['microarchitecture']}), roofline parameters from "
                   "micro-benchmarks (nearfaas.hw.devices.host); the Xeon 8275CL itself is not available here",
         "form": form,
         "forms": FORM_DOC,
-        "stage": "f2 (ONNX inference), batch 1; measured = time inside ONNX Runtime (1 thread: apps.json median; more threads: "
-                 "best of the repeats, measured now); predicted = the roofline of `form` on the host device",
+        "stage": "f2 (ONNX inference), batch 1; measured = time inside ONNX Runtime (1 thread: hot loop, median thread CPU time, "
+                 "as the held-out networks; the one-off figures beside it; more threads: best of one-off repeats, measured now); "
+                 "predicted = the roofline of `form` on the host device",
         "error_definition": "error = predicted/measured - 1; geomean_abs_error = exp(mean(ln|error|)) over the apps",
         "targets": {"per_app_abs": TARGET_APP_ABS, "geomean_abs": TARGET_GEOMEAN_ABS, "threads": TARGET_THREADS},
         "threads": per_thread,
@@ -431,8 +399,20 @@ def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: di
         "held_out": {t: {k: v for k, v in h.items() if k != "models"} for t, h in held_out.items()},
         "held_out_models": {t: h["models"] for t, h in held_out.items()},
         "held_out_note": HELD_OUT_NOTE,
-        "goal_issue40": {"target": f"geomean |error| <= {TARGET_GEOMEAN_ABS:.0%} on the apps AND on the held-out set, no model worse "
-                                   f"than {TARGET_WORST_ABS:.0%}, at {TARGET_THREADS} thread", "by_form": goal},
+        "held_out_fresh_geomean_abs_error": fr["geomean_abs_error"],
+        "held_out_fresh_worst_abs_error": fr["worst_abs_error"],
+        "held_out_fresh_worst": fr["worst"],
+        "held_out_fresh_per_model_error": fr["per_model_error"],
+        "held_out_fresh": {k: v for k, v in fr.items() if k != "models"},
+        "held_out_fresh_by_thread": {t: {k: v for k, v in h.items() if k != "models"} for t, h in fresh.items()},
+        "held_out_fresh_models": {t: h["models"] for t, h in fresh.items()},
+        "held_out_fresh_note": ("a second held-out set (nearfaas.twin.heldout_fresh, 12 networks), defined in code before it was "
+                                "measured and after the first set (held_out_*, now 'seen') had been looked at; measured as the first"),
+        "goal_held_out": {"target": f"geomean |error| <= {TARGET_GEOMEAN_ABS:.0%} on the apps AND on the held-out set, no model worse "
+                                   f"than {TARGET_WORST_ABS:.0%}, at {TARGET_THREADS} thread",
+                          "judged_on": "apps (hot-loop f2) + the fresh held-out set (held_out_fresh_*); the seen set "
+                                       "(held_out_*) is reported in pass_with_seen_set, not judged: runtime2 was planned after seeing it",
+                          "by_form": goal},
         "band": [round(x, 4) for x in band(residual[form])],
         "band_compute_bound": [round(x, 4) for x in band(residual_cb[form])],
         "overhead_bound_apps": sorted(overhead_bound),
@@ -450,6 +430,7 @@ def _cpu_result(bench: dict, threads: tuple[int, ...], form: str, per_thread: di
                "note": ("the twin's modelled-CPU f1 = one element-wise roofline op, F1_OPS_PER_ELEMENT [assumption] ops per f1 output "
                         "element over upload + tensor bytes; f1 is JPEG/PNG decode, resize, tokenizing in Python/Pillow, which that op "
                         "does not describe: reported, not part of the pass/fail")},
+        "one_off": {"apps_json": head.get("one_off_apps_json"), "here": head.get("vs_remeasured_now"), "note": ONE_OFF_NOTE},
         "f3": "not modelled: the twin uses the measured f3 on every platform (no CPU roofline for f3)",
         "pre_post_processing": "f2's handler (tensor decode, summary, output write) is not modelled: see threads.N.per_app_error_stage",
         "not_captured": NOT_CAPTURED,
@@ -463,7 +444,10 @@ def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], resul
               "settings": {"threads": list(threads), "batch": BATCH, "size": "full",
                            "f2_measured": ("apps.profiles.LocalApp, full-size model, seed-0 input, one warm chain, then 7 repeats (5 if >= 1 s) "
                                            "at 1 thread, 11 (9) at more; value_s = median at 1 thread (a drift check against "
-                                           "apps.json only), best repeat at more")},
+                                           "apps.json only), best repeat at more"),
+                           "f2_hot_measured": ("validate_apps.measure_apps_hot: the app's own f2 code path (Inference._run, "
+                                               "InferenceSession) on its seed-0 f1 output, hot loop, 1 thread: median thread CPU time of "
+                                               "11 repeats of >= 10 ms (5 when one call >= 0.5 s), as the held-out networks")},
               "microbench": bench, "f2_measured": f2_cache, **extra, "parameters": parameters(bench, threads, extra["overhead"]),
               "result": result}
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -472,15 +456,17 @@ def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], resul
 
 def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: str | os.PathLike | None = None, refresh: bool = False,
              measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None,
-             held_out: Iterable[str] | None = None) -> dict:
+             held_out: Iterable[str] | None = None, fresh: Iterable[str] | None = None) -> dict:
     """The CPU roofline vs this machine's measured f2, per app, at each thread count.
 
     Reads the cached micro-benchmarks and N-thread f2 measurements from ``path`` (default
     ``benchmarks/results/cpu_validation.json``); what is missing (or everything, ``refresh``) is
     measured when ``measure`` (micro-benchmarks ~2 min; f2 at 2 threads builds the full-size
     models and runs them, several minutes) and the file is rewritten when ``write``. 1-thread f2
-    comes from apps.json (``profiles_path``). The held-out networks (``nearfaas.twin.heldout``;
-    ``held_out`` names a subset) are measured here at every thread count and cached too. Returns::
+    is the hot loop (``measure_apps_hot``, cached as ``f2_hot_measured``); apps.json (``profiles_path``)
+    gives the one-off figure beside it. The held-out networks (``nearfaas.twin.heldout``, "seen";
+    ``held_out`` names a subset) and the fresh set (``heldout_fresh``; ``fresh`` names a subset) are
+    measured here at every thread count and cached too. Returns::
 
         {"cpu": {"threads": {"1": {"per_app_error", "geomean_abs_error", "pass", ...}, "2": {...}},
                  "per_app_error": <1 thread>, "geomean_abs_error": <1 thread>, "pass": <1 thread>,
@@ -503,7 +489,16 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     bench, f2_cache, changed = _inputs(threads, p, cached, measure, say)
     overhead, rts, held, models, changed_h = heldout.inputs(threads, cached, measure, say, tuple(held_out) if held_out else None,
                                                           tuple(dict.fromkeys(c.model for c in APPS.values())))
-    changed = changed or changed_h
+    rts_f, held_f, models_f, changed_f = fresh_inputs(threads, {**cached, "runtime_graphs": rts}, measure, say,
+                                                      tuple(fresh) if fresh else None)
+    rts.update(rts_f)
+    hot = dict(cached.get("f2_hot_measured") or {}) if TARGET_THREADS in threads else {}
+    missing = [k for k in APPS if k not in hot] if TARGET_THREADS in threads else []
+    if missing:
+        if not measure:
+            raise ValueError(f"{p}: no hot-loop f2 measurement of {missing}; run validate(measure=True)")
+        hot.update(measure_apps_hot(TARGET_THREADS, missing, progress=say))
+    changed = changed or changed_h or changed_f or bool(missing)
 
     prof = load_profiles(profiles_path)
     if not prof:
@@ -513,7 +508,7 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     residual_cb: dict[str, list[float]] = {f: [] for f in FORMS}  # compute-bound apps only (see COMPUTE_BOUND)
     overhead_bound: set[str] = set()
     for t in threads:
-        s, err = _thread_summary(bench, t, prof, f2_cache, form, p, overhead_bound, overhead, rts)
+        s, err = _thread_summary(bench, t, prof, f2_cache, form, p, overhead_bound, overhead, rts, hot)
         per_thread[str(t)] = s
         for f in FORMS:
             residual[f] += list(err[f].values())
@@ -521,41 +516,16 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
 
     ho = {str(t): heldout.evaluate(bench, overhead[str(t)], t, held[str(t)], {k[8:]: v for k, v in rts.items() if k.startswith("heldout:")},
                                    models, form, TARGET_GEOMEAN_ABS, TARGET_WORST_ABS) for t in threads}
-    cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof), ho)
+    ho_f = {str(t): heldout.evaluate(bench, overhead[str(t)], t, held_f[str(t)], {k[6:]: v for k, v in rts.items() if k.startswith("fresh:")},
+                                     models_f, form, TARGET_GEOMEAN_ABS, TARGET_WORST_ABS) for t in threads}
+    cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof), ho, ho_f)
     result = {"cpu": cpu, "gpu": "skipped: no GPU"}
     if write and (changed or not cached or cached.get("result") != result):
-        _write(p, bench, f2_cache, threads, result, {"overhead": overhead, "runtime_graphs": rts, "held_out_measured": held})
+        _write(p, bench, f2_cache, threads, result, {"overhead": overhead, "runtime_graphs": rts, "held_out_measured": held,
+                                                     "held_out_fresh_measured": held_f, "f2_hot_measured": hot,
+                                                     # earlier records' results (another CPU), kept verbatim while docs cite them
+                                                     **({"previous_results": cached["previous_results"]} if cached.get("previous_results") else {})})
     return result
-
-
-def table(result: dict) -> str:
-    """The per-app and per-held-out-network error tables as text (every form, every thread count)."""
-    cpu = result["cpu"]
-    ts = list(cpu["threads"])
-    head = "".join(f" | {t}t meas ms" + "".join(f" {f[:7]:>8} err" for f in FORMS) for t in ts)
-    lines = [f"{'app':<19}{head}"]
-
-    def row(name: str, rs: list[dict]) -> str:
-        return f"{name:<19}" + "".join(f" | {r['measured_s'] * 1e3:10.3f}" + "".join(
-            f" {r[f'error_{f}']:+12.1%}" if f"error_{f}" in r else " " * 13 for f in FORMS) for r in rs)
-    for a in cpu["threads"][ts[0]]["apps"]:
-        lines.append(row(a, [cpu["threads"][t]["apps"][a] for t in ts]))
-    lines.append(f"{'held-out network':<19}")
-    for n in cpu["held_out_models"][ts[0]]:
-        lines.append(row(n, [cpu["held_out_models"][t][n] for t in ts]))
-    for t in ts:
-        s, h = cpu["threads"][t], cpu["held_out"][t]
-        for f in FORMS:
-            x = s if f == cpu["form"] else s.get(f)
-            y = h if f == cpu["form"] else h["forms"].get(f)
-            if x and y:
-                lines.append(f"{t} thread(s), {f}: apps geomean |error| {x['geomean_abs_error']:.1%} (over 20 %: "
-                             f"{', '.join(x['apps_over_target']) or 'none'}); held-out geomean {y['geomean_abs_error']:.1%}, "
-                             f"worst {y['worst_abs_error']:.1%} ({y['worst']})")
-    lines.append("issue 40 goal (1 thread): " + "; ".join(f"{f} {'PASS' if g['pass'] else 'miss'}" for f, g in cpu["goal_issue40"]["by_form"].items()))
-    lines.append(f"band on the Xeon f2 ({cpu['form']} form, all thread counts): {cpu['band']}; compute-bound apps only: "
-                 f"{cpu['band_compute_bound']} (overhead-bound: {', '.join(cpu['overhead_bound_apps']) or 'none'}); gpu: {result['gpu']}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -566,16 +536,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-measure", action="store_true", help="fail instead of measuring what the cache lacks")
     ap.add_argument("--path", default=None, help="cache file (default benchmarks/results/cpu_validation.json)")
     ap.add_argument("--held-out", default=None, help="comma-separated held-out networks (default: all)")
+    ap.add_argument("--fresh", default=None, help="comma-separated fresh held-out networks (default: all)")
     ap.add_argument("--form", default="catalog", choices=FORMS, help="the form that heads the result and gives the band")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     r = validate(tuple(int(x) for x in a.threads.split(",") if x.strip()), form=a.form, path=a.path, refresh=a.refresh,
                  measure=not a.no_measure, progress=lambda m: print(m, file=sys.stderr, flush=True),
-                 held_out=a.held_out.split(",") if a.held_out else None)
+                 held_out=a.held_out.split(",") if a.held_out else None, fresh=a.fresh.split(",") if a.fresh else None)
     if a.json:
         slim = {"cpu": {k: v for k, v in r["cpu"].items() if k != "threads"}, "gpu": r["gpu"]}
         slim["cpu"]["threads"] = {t: {k: v for k, v in s.items() if k != "apps"} for t, s in r["cpu"]["threads"].items()}
         slim["cpu"].pop("held_out_models", None)
+        slim["cpu"].pop("held_out_fresh_models", None)
         print(json.dumps(slim, indent=1))
     else:
         print(table(r))

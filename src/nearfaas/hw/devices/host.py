@@ -6,7 +6,9 @@ measured on in the SAME form (``Device``: ``busy = max(flops / (peak x eff_c[kin
 bytes / (bw x eff_b[kind]))`` per layer, plus ``launch_s`` per layer), with every figure
 measured here by a micro-benchmark that is NOT one of the applications:
 
-* ``clock``   a dependent chain of integer adds (1 cycle each) in C: cycles per second;
+* ``clock``   a dependent chain of register-register integer adds (1 cycle each) in C: cycles per
+              second (not add-immediate: Intel Golden Cove and later run those at the renamer, which
+              read ~6x the clock on this project's Intel host);
 * ``fma``     12 independent AVX-512 (and AVX2) FMA chains in C: the FLOP/s the core reaches,
               a cross-check of the derived peak;
 * ``stream``  a STREAM-style triad a = b + s*c over 3 x 64 MiB per thread in C (pthreads):
