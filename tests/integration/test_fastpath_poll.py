@@ -55,7 +55,11 @@ def test_sparse_requests_cost_at_most_the_configured_share_of_a_core():
             used[f"{mode}-idle"], demand[f"{mode}-idle"] = cpu_use(ex.proc.pid, 1.0)
     print(f"\nexecutor share of a core at 20 calls/s, and idle: {used}; demand: {demand}")
     assert used["adaptive"] <= used["block"] + share + 0.02, used
-    assert demand["adaptive-idle"] <= demand["block-idle"] + 0.02, demand
+    assert used["adaptive-idle"] <= used["block-idle"] + 0.02, used  # exact ns from schedstat, not 10 ms ticks
+    # Demand separates a thread that spins (about 1.0) from one that blocks, whatever the load; its
+    # run-queue part grows with load for every thread that wakes (0.08-0.12 seen idle in CI), so it
+    # is not compared between the blocking modes.
+    assert demand["adaptive-idle"] < 0.5, demand
     for when in ("spin", "spin-idle"):
         assert demand[when] > 0.5, demand
 
