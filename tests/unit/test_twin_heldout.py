@@ -127,18 +127,18 @@ def _cache_with_heldout(tmp_path: Path, names=("mlp_small",), fresh=("transforme
     ov = {t: {"reorder_s_per_elem": 3e-10, "dwconv_case_reorder_elems": 8e5, "source": "ran: synthetic", "kernels": _kernels(int(t))}
           for t in ("1", "2")}
     rts = {f"zoo:{c.model}": {"nodes": 5, "reorder_elems": 0.0} for c in APPS.values()}
-    held = {}
-    for n in names:
-        m = H.build(n)
-        rts[f"heldout:{n}"] = {"nodes": 4, "reorder_elems": 0.0, "digest": H.digest(m)}
-        for t, v in (("1", 1e-4), ("2", 6e-5)):
-            held.setdefault(t, {})[n] = {"value_s": v, "estimator": "synthetic", "digest": H.digest(m)}
-    fresh_held = {}
-    for n in fresh:
-        m = F.build(n)
-        rts[f"fresh:{n}"] = {"nodes": 6, "reorder_elems": 0.0, "digest": H.digest(m)}
-        for t, v in (("1", 2e-4), ("2", 1.2e-4)):
-            fresh_held.setdefault(t, {})[n] = {"value_s": v, "estimator": "synthetic", "digest": H.digest(m)}
+    def measured(prefix, names_, build, nodes, seconds):
+        """Synthetic graphs and per-thread f2 for a set, keyed by the built models' digests."""
+        held_ = {}
+        for n in names_:
+            digest = H.digest(build(n))
+            rts[f"{prefix}:{n}"] = {"nodes": nodes, "reorder_elems": 0.0, "digest": digest}
+            for t, v in zip(("1", "2"), seconds, strict=True):
+                held_.setdefault(t, {})[n] = {"value_s": v, "estimator": "synthetic", "digest": digest}
+        return held_
+
+    held = measured("heldout", names, H.build, 4, (1e-4, 6e-5))
+    fresh_held = measured("fresh", fresh, F.build, 6, (2e-4, 1.2e-4))
     hot = {k: {"value_s": 0.02, "estimator": "synthetic"} for k in APPS}
     p = tmp_path / "cpu_validation.json"
     p.write_text(json.dumps({"microbench": _bench(), "f2_measured": f2, "overhead": ov, "runtime_graphs": rts, "held_out_measured": held,

@@ -212,11 +212,13 @@ def family(name: str) -> str:
     return (NETWORKS.get(name) or heldout_fresh.NETWORKS.get(name) or ("app",))[0]
 
 
-def build(name: str):
-    """The ONNX model of one held-out network (deterministic: seeded weights)."""
-    if name not in NETWORKS:
-        raise ValueError(f"unknown held-out network {name!r}; known: {', '.join(NETWORKS)}")
-    return NETWORKS[name][1]()
+def build(name: str, networks: dict | None = None, what: str = "held-out"):
+    """The ONNX model of one network of ``networks`` (this set by default; ``heldout_fresh``
+    passes its own), deterministic: seeded weights."""
+    networks = NETWORKS if networks is None else networks
+    if name not in networks:
+        raise ValueError(f"unknown {what} network {name!r}; known: {', '.join(networks)}")
+    return networks[name][1]()
 
 
 def build_all() -> dict:

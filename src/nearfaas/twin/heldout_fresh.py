@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from nearfaas.twin import heldout
 from nearfaas.twin.heldout import digest, mlp, mobilenet_v1, mobilenet_v2, resnet_blocks, transformer, vgg
 
 # name -> (family, builder). Seeds 201-212: no network shares weights with the first set (101-111).
@@ -44,9 +45,7 @@ NETWORKS: dict[str, tuple[str, Callable]] = {
 
 def build(name: str):
     """The ONNX model of one fresh held-out network (deterministic: seeded weights)."""
-    if name not in NETWORKS:
-        raise ValueError(f"unknown fresh held-out network {name!r}; known: {', '.join(NETWORKS)}")
-    return NETWORKS[name][1]()
+    return heldout.build(name, NETWORKS, "fresh held-out")
 
 
 def build_all() -> dict:

@@ -10,11 +10,13 @@ our choice with the range to sweep.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
 
 from nearfaas.apps.catalog import APPS
 from nearfaas.hw.devices import Device, get
 from nearfaas.hw.sourced import Sourced
+from nearfaas.link.profiles import get_profile
 
 PLATFORM_DEVICES = {
     "cpu": "cpu-xeon-8275cl",
@@ -153,7 +155,12 @@ def model_totals(model: str, batch: int = 1) -> dict:
 def roofline_f2(platform: str, model: str, dtype_: str | None = None, batch: int = 1) -> dict:
     """f2 on a roofline device, layer by layer, on one call of ``batch`` inputs: seconds (busy +
     one launch per layer), busy seconds."""
-    d = device(platform)
+    return roofline_on(device(platform), model, dtype_, batch)
+
+
+def roofline_on(d: Device, model: str, dtype_: str | None = None, batch: int = 1) -> dict:
+    """``roofline_f2`` on any device of the catalog's form (``twin.published`` runs it on devices
+    that are not Table 2's)."""
     dt = dtype_ or d.default_dtype
     b = DTYPE_BYTES[dt]
     busy = launch = 0.0
@@ -213,10 +220,6 @@ LINK_SWEEPS = {
 
 def link(name: str):
     """The link profile ``name`` with the twin's swept figures (``LINK_SWEEPS``) read now."""
-    from dataclasses import replace
-
-    from nearfaas.link.profiles import get_profile
-
     base = get_profile(name)
     sweep = LINK_SWEEPS.get(name)
     if not sweep:

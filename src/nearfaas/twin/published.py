@@ -39,12 +39,7 @@ def _variant(base: str, name: str, peaks: dict, mem_bw: float, why: str):
 
 
 def _roofline_ms(dev, model: str, dtype: str) -> float:
-    b = P.DTYPE_BYTES[dtype]
-    t = 0.0
-    for x in P.layers(model, 1):
-        t += float(dev.roofline({"kind": x["kind"], "flops": x["flops"], "bytes": x["elems"] * b, "dtype": dtype})["busy_s"])
-        t += float(dev.launch_s.value)
-    return t * 1e3
+    return P.roofline_on(dev, model, dtype)["seconds"] * 1e3
 
 
 def _v100():

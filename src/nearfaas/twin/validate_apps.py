@@ -18,15 +18,38 @@ these graphs) would be the seed's; ``measure_apps_hot`` builds every full-size m
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 HOT_REPS = (11, 5)  # hot-loop repeats: under / from HOT_SLOW_S per call (a multi-second call needs fewer for a stable median)
 HOT_SLOW_S = 0.5
+
+
+def _each_app(threads: int, keys: Iterable[str] | None, cache: Path | None, say, what: str) -> Iterator:
+    """(key, card, app) for each app: its full-size model built (cached) and loaded in a
+    ``LocalApp`` at ``threads``, closed and collected before the next loads (two full-size models
+    at once would not fit beside gpt2_xl). Use under ``contextlib.closing``, so that an error
+    closes the app in hand at once."""
+    from nearfaas.apps import APPS
+    from nearfaas.apps.profiles import LocalApp
+    from nearfaas.models import build, default_cache_dir
+
+    for key in keys or APPS:
+        card = APPS[key]
+        say(f"{what} at {threads} thread(s): {key} (build/load {card.model})")
+        path = build(card.model, "full", cache_dir=cache or default_cache_dir())
+        app = LocalApp(key, path, "full", threads=threads)
+        try:
+            yield key, card, app
+        finally:
+            app.close()
+            del app
+            gc.collect()
 
 
 def measure_apps_hot(threads: int = 1, keys: Iterable[str] | None = None, cache: Path | None = None, progress=None) -> dict:
@@ -34,19 +57,12 @@ def measure_apps_hot(threads: int = 1, keys: Iterable[str] | None = None, cache:
     path (``Inference._run``: ``nearfaas.models.runtime.InferenceSession`` with its feed checks, a
     fixed-batch-1 model row by row) on the app's seed-0 f1 output, timed by ``host_bench._time_run``
     (1 thread: median thread CPU time of the repeats; more: best single-run wall time)."""
-    from nearfaas.apps import APPS, make_input, tensors
-    from nearfaas.apps.profiles import LocalApp
+    from nearfaas.apps import make_input, tensors
     from nearfaas.hw.devices.host_bench import _time_run
-    from nearfaas.models import build, default_cache_dir
 
-    say = progress or (lambda m: None)
     out = {}
-    for key in keys or APPS:
-        card = APPS[key]
-        say(f"hot-loop f2 at {threads} thread(s): {key} (build/load {card.model})")
-        path = build(card.model, "full", cache_dir=cache or default_cache_dir())
-        app = LocalApp(key, path, "full", threads=threads)
-        try:
+    with contextlib.closing(_each_app(threads, keys, cache, progress or (lambda m: None), "hot-loop f2")) as apps:
+        for key, card, app in apps:
             pre = app.pre(make_input(key, 0)[0])
             inf = app.inference
             feeds = inf._feeds(tensors.load(pre.output)[0])
@@ -57,13 +73,9 @@ def measure_apps_hot(threads: int = 1, keys: Iterable[str] | None = None, cache:
             reps = HOT_REPS[0] if one < HOT_SLOW_S else HOT_REPS[1]
             load0 = list(os.getloadavg())
             r = _time_run(lambda inf=inf, f=feeds, w=wanted: inf._run(f, w), 0.01, reps, threads)
-        finally:
-            app.close()
-            del app
-            gc.collect()
-        out[key] = {"model": card.model, "threads": threads, "value_s": r["value_s"], "estimator": r["estimator"], "inner": r["inner"],
-                    "reps": r["reps"], "wall_median_s": r["median_s"], "wall_best_s": r["best_s"], "first_call_s": round(one, 6),
-                    "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
+            out[key] = {"model": card.model, "threads": threads, "value_s": r["value_s"], "estimator": r["estimator"], "inner": r["inner"],
+                        "reps": r["reps"], "wall_median_s": r["median_s"], "wall_best_s": r["best_s"], "first_call_s": round(one, 6),
+                        "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
     return out
 
 
@@ -74,39 +86,29 @@ def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | No
     ``repeats`` = (under 1 s, from 1 s) times: (7, 5) at 1 thread, (11, 9) at more). ``value_s``: at 1 thread the median (as apps.json), at more threads
     the BEST repeat (a multi-thread run needs both vCPUs at once; on this shared machine any other
     process stretches it, so the fastest repeat is the estimate of the uncontended time)."""
-    from nearfaas.apps import APPS, make_input
-    from nearfaas.apps.profiles import LocalApp
-    from nearfaas.models import build, default_cache_dir
+    from nearfaas.apps import make_input
 
-    say = progress or (lambda m: None)
     out = {}
-    for key in keys or APPS:
-        card = APPS[key]
-        say(f"f2 at {threads} thread(s): {key} (build/load {card.model})")
-        path = build(card.model, "full", cache_dir=cache or default_cache_dir())
-        load0 = list(os.getloadavg())
-        app = LocalApp(key, path, "full", threads=threads)
-        try:
+    with contextlib.closing(_each_app(threads, keys, cache, progress or (lambda m: None), "f2")) as apps:
+        for key, card, app in apps:
+            load0 = list(os.getloadavg())
             data = make_input(key, 0)[0]
             first = app.chain(data)
             pre = app.pre(data)
             fast, slow = repeats or ((7, 5) if threads == 1 else (11, 9))
             n = slow if first[1].wall_s >= 1.0 else fast
             runs = [app.infer(pre.output, pre.answer) for _ in range(n)]
-        finally:
-            app.close()
-            del app
-            gc.collect()
-        model = [float(r.extra["model_wall_s"]) for r in runs]
-        wall = [r.wall_s for r in runs]
-        cpu = [r.cpu_s for r in runs]
-        pick = statistics.median if threads == 1 else min
-        out[key] = {"model": card.model, "threads": threads, "repeats": n,
-                    "value_s": round(pick(model), 6), "stage_value_s": round(pick(wall), 6),
-                    "estimator": "median" if threads == 1 else "best of the repeats",
-                    "model_wall_s": round(statistics.median(model), 6), "model_wall_min_s": round(min(model), 6),
-                    "stage_wall_s": round(statistics.median(wall), 6), "stage_cpu_s": round(statistics.median(cpu), 6),
-                    "model_wall_samples_s": [round(x, 6) for x in model], "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
+            model = [float(r.extra["model_wall_s"]) for r in runs]
+            wall = [r.wall_s for r in runs]
+            cpu = [r.cpu_s for r in runs]
+            pick = statistics.median if threads == 1 else min
+            out[key] = {"model": card.model, "threads": threads, "repeats": n,
+                        "value_s": round(pick(model), 6), "stage_value_s": round(pick(wall), 6),
+                        "estimator": "median" if threads == 1 else "best of the repeats",
+                        "model_wall_s": round(statistics.median(model), 6), "model_wall_min_s": round(min(model), 6),
+                        "stage_wall_s": round(statistics.median(wall), 6), "stage_cpu_s": round(statistics.median(cpu), 6),
+                        "model_wall_samples_s": [round(x, 6) for x in model], "loadavg_before": load0,
+                        "loadavg_after": list(os.getloadavg())}
     return out
 
 
