@@ -132,3 +132,22 @@ def test_down_removes_the_nodes_relay_folders(tmp_path, monkeypatch):
     other.mkdir(parents=True)
     launcher._remove_relay_folders({"nodes": [{"name": "storage-0"}, {"name": "compute-0"}]}, state)
     assert not any(f.parent.exists() for f in folders) and other.exists()  # another cluster's stay
+
+
+def test_cpu_shares_refuse_a_kernel_without_schedstat(monkeypatch):
+    # Without /proc/<pid>/task/*/schedstat every share would read 0 and a spinning executor would
+    # pass for an idle one: the measurement says what the kernel lacks instead.
+    import builtins
+
+    from nearfaas.bench import fastpath_poll
+
+    real_open = builtins.open
+
+    def no_schedstat(path, *a, **k):
+        if str(path).endswith("/schedstat"):
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_schedstat)
+    with pytest.raises(OSError, match="CONFIG_SCHED_INFO"):
+        fastpath_poll.cpu_use(os.getpid(), 0.01)

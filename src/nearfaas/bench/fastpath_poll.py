@@ -73,12 +73,14 @@ def background_load():
 def _sched_ns(pid: int) -> tuple[int, int]:
     """Nanoseconds ``pid``'s threads were on a CPU, and runnable but waiting for one
     (/proc/<pid>/task/*/schedstat: exact, where /proc/<pid>/stat counts 10 ms ticks)."""
-    on_cpu = waiting = 0
+    on_cpu = waiting = read = 0
     for task in os.listdir(f"/proc/{pid}/task"):
         with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
             with open(f"/proc/{pid}/task/{task}/schedstat") as f:
                 ran, waited, _ = f.read().split()
-            on_cpu, waiting = on_cpu + int(ran), waiting + int(waited)
+            on_cpu, waiting, read = on_cpu + int(ran), waiting + int(waited), read + 1
+    if not read:  # not a thread that ended: the kernel keeps no schedstat (CONFIG_SCHED_INFO off)
+        raise OSError(f"/proc/{pid}/task/*/schedstat is missing: CPU shares need a kernel with CONFIG_SCHED_INFO")
     return on_cpu, waiting
 
 
