@@ -362,6 +362,9 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         result crosses the link) with fetching the object and running it here (push-back). A
         replica that may be behind (a pending hint), or one that cannot answer, means push-back
         too. ``X-Nearfaas-Placement`` says what ran; ``X-Nearfaas-Predicted`` what was predicted."""
+        from nearfaas.gateway.select_planner import load_engine
+
+        await load_engine()  # off the event loop, once
         from nearfaas.dataservices.select import parse_request, select_object_stream
 
         req = parse_request(request_xml)  # a bad request is refused before any node is asked

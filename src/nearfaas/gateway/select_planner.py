@@ -22,19 +22,36 @@ Known caveats:
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import importlib
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from nearfaas.dataservices import sql
-from nearfaas.dataservices.decision import OffloadPolicy, Prediction, query_view
-from nearfaas.dataservices.partial import split
-from nearfaas.dataservices.select_request import SelectRequestError, to_engine_sql
-from nearfaas.dataservices.sketches import TableStats
 from nearfaas.gateway.nodes import NodeError
 
+# The engine (sqlglot, pyarrow, datasketches: a second of the gateway's start-up, most of it) is
+# loaded by the first select or query (``load_engine``), off the event loop; a gateway that serves
+# none never loads it. The functions that use it import it where they use it.
+if TYPE_CHECKING:
+    from nearfaas.dataservices.decision import OffloadPolicy, Prediction
+    from nearfaas.dataservices.sketches import TableStats
+
 MODELS_ENV = "NEARFAAS_DATASERVICES_MODELS"
+_ENGINE = ("pyarrow", "nearfaas.dataservices.sql", "nearfaas.dataservices.objects", "nearfaas.dataservices.decision",
+           "nearfaas.dataservices.partial", "nearfaas.dataservices.select_request", "nearfaas.dataservices.sketches",
+           "nearfaas.dataservices.select")
+
+
+async def load_engine() -> None:
+    """Import the query engine in a thread, once: a second of imports on the event loop would
+    stall every request (and the health polls) the gateway is serving."""
+    if not all(name in sys.modules for name in _ENGINE):
+        await asyncio.to_thread(lambda: [importlib.import_module(name) for name in _ENGINE])
 
 
 def load_models():
@@ -51,8 +68,7 @@ def load_models():
 
 class SelectPlanner:
     def __init__(self, nodes, link: str = "local", models=None, registry=None):
-        self.nodes, self.link = nodes, link
-        self.policy = OffloadPolicy(models)
+        self.nodes, self.link, self._models = nodes, link, models
         self.inflight: dict[str, int] = defaultdict(int)
         self._stats: dict[tuple, TableStats | None] = {}
         self.decisions = None
@@ -62,8 +78,18 @@ class SelectPlanner:
             self.decisions = Counter("nearfaas_dataservices_decisions", "S3 Select placements chosen by the decision engine "
                                      "(modelled predictions)", ["choice", "reason"], registry=registry)
 
+    @functools.cached_property
+    def policy(self) -> OffloadPolicy:
+        from nearfaas.dataservices.decision import OffloadPolicy
+
+        return OffloadPolicy(self._models)
+
     async def plan(self, bucket: str, key: str, node: str, request) -> Prediction:
         """Where an S3 Select (``request``: its parsed XML) on the object runs."""
+        await load_engine()
+        from nearfaas.dataservices import sql
+        from nearfaas.dataservices.select_request import to_engine_sql
+
         return await self._count(await self._plan(bucket, key, node, lambda cols: (
             sql.parse(to_engine_sql(request.expression, cols)), "S3Object")))
 
@@ -71,6 +97,11 @@ class SelectPlanner:
         """(where one object's part of a /system/query runs, the query's cut for partial
         push-back or None): ``tree`` is the parsed SQL; ``whole=False`` when the query cannot run
         whole per object (an aggregate over a prefix), so offload is not a choice."""
+        await load_engine()
+        from nearfaas.dataservices import sql
+        from nearfaas.dataservices.decision import Prediction
+        from nearfaas.dataservices.partial import split
+
         name = next(iter(tree.find_all(sql.exp.Table))).name
         cut: list = [None]
 
@@ -89,6 +120,10 @@ class SelectPlanner:
         return pred
 
     async def _plan(self, bucket: str, key: str, node: str, make_tree, **view_args) -> Prediction:
+        from nearfaas.dataservices import sql
+        from nearfaas.dataservices.decision import Prediction, query_view
+        from nearfaas.dataservices.select_request import SelectRequestError
+
         if self.policy.models is None and not view_args.get("partial"):
             return Prediction("offload", "no-models")
         found = await self._statistics(bucket, key, node)  # a partial cut needs the columns, models or not
@@ -125,6 +160,8 @@ class SelectPlanner:
                 break
         if doc is None:
             return None
+        from nearfaas.dataservices.sketches import TableStats
+
         cache_key = (bucket, key, doc["etag"])
         if cache_key not in self._stats:
             if len(self._stats) > 1024:

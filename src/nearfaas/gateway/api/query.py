@@ -36,16 +36,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import pyarrow as pa
 import aiohttp
 from aiohttp import web
 
-from nearfaas.dataservices import objects, sql
 from nearfaas.gateway.api.common import error, json_body
 from nearfaas.gateway.nodes import NodeError
+from nearfaas.gateway.select_planner import load_engine
 from nearfaas.s3.errors import S3Error
+
+# The engine (pyarrow, sqlglot: a second of the gateway's start-up, most of it) is loaded by the
+# first query, off the event loop (select_planner.load_engine); the functions that use it import it
+# where they use it. A gateway that serves no query never loads it.
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 MAX_OBJECTS = 1000
 MAX_BYTES = 1 << 30
@@ -72,6 +78,7 @@ class QueryAPI:
         the current version of each, merged into one table's statistics."""
         try:
             _, bucket, prefix, _ = _arguments({"sql": "-", "source": request.query.get("source")})
+            await load_engine()
             current = {info.key: info.etag for info in await self._listing(bucket, prefix)}
         except QueryError as exc:
             return error(exc.status, str(exc))
@@ -111,6 +118,7 @@ class QueryAPI:
     async def query(self, request: web.Request) -> web.Response:
         started = time.monotonic()
         body = await json_body(request)
+        await load_engine()
         try:
             if "substrait" in body:
                 body = {**body, "sql": await asyncio.to_thread(_substrait_sql, body.get("substrait"))}
@@ -129,6 +137,8 @@ class QueryAPI:
                 placed, n, rows_in = {"push-back": len(tables)}, len(tables), table.num_rows
         except QueryError as exc:
             return error(exc.status, str(exc))
+        from nearfaas.dataservices import objects
+
         payload = objects.write_table(result, "arrow-stream" if fmt == "arrow" else fmt)
         headers = {"X-Nearfaas-Placement": ", ".join(f"{k}:{v}" for k, v in sorted(placed.items())),
                    "X-Nearfaas-Objects": str(n), "X-Nearfaas-Rows": f"{rows_in}/{result.num_rows}",
@@ -177,6 +187,8 @@ class QueryAPI:
 
         parts = await asyncio.gather(*(one(info.key, node, pred.choice)
                                        for info, node, (pred, _) in zip(listing, nodes, plans, strict=True)))
+        import pyarrow as pa
+
         try:
             result = pa.concat_tables(parts, promote_options="permissive")
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
@@ -189,6 +201,8 @@ class QueryAPI:
         """The query on ``node``'s copy of the object; None when the node cannot answer (the
         caller pushes back instead); a 4xx for a query or an object the node refuses. Counted in
         the planner's queue for the node while it runs (the push-back storm guard sees it)."""
+        import pyarrow as pa
+
         url = f"{self.nodes.nodes[node].url}/_nearfaas/query"
         inflight = self.backend.planner.inflight
         inflight[node] += 1
@@ -214,6 +228,8 @@ class QueryAPI:
         return await self._fetch(bucket, [info.key for info in listing])
 
     async def _fetch(self, bucket: str, keys: list[str]) -> list[tuple[str, pa.Table]]:
+        from nearfaas.dataservices import objects
+
         try:
             tables = []
             for key in keys:
@@ -286,6 +302,8 @@ def _arguments(body: dict) -> tuple[str, str, str, str]:
 def _distributive(tree) -> bool:
     """Whether the query's answer over a union of objects is the union of its answers per object:
     one SELECT of rows (filters, projections), no aggregate, GROUP BY, LIMIT or UNION."""
+    from nearfaas.dataservices import sql
+
     return (isinstance(tree, sql.exp.Select) and tree.args.get("group") is None and tree.args.get("limit") is None
             and not any(e.find(*sql.AGGREGATES) for e in tree.expressions)
             and isinstance((tree.args.get("from_") or tree.args.get("from")).this, sql.exp.Table))
@@ -312,6 +330,8 @@ async def _no_plan():
 
 def _execute(tree, table: pa.Table) -> pa.Table:
     """``tree`` over one table (named as the query names it); a 4xx for what the engine refuses."""
+    from nearfaas.dataservices import sql
+
     name = next(iter(tree.find_all(sql.exp.Table))).name
     try:
         return sql.execute(tree, {name: table})
@@ -320,6 +340,8 @@ def _execute(tree, table: pa.Table) -> pa.Table:
 
 
 def _parse(text: str):
+    from nearfaas.dataservices import sql
+
     try:
         tree = sql.parse(text)
     except sql.QueryError as exc:
@@ -331,6 +353,8 @@ def _parse(text: str):
 
 
 def _run(tree, tables: list[tuple[str, pa.Table]]):
+    import pyarrow as pa
+
     first_key, first = tables[0]
     for key, t in tables[1:]:
         if t.schema.names != first.schema.names:
