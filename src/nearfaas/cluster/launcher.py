@@ -234,8 +234,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         _wait_ready(url, proc, name, log)
         on_step("gateway is ready")
     except BaseException:
-        for _, proc, _, _ in started:
-            _stop_group(proc.pid)
+        _stop_groups([proc.pid for _, proc, _, _ in started])
         _remove_fastpath_group(layout, state_dir)
         layout["processes"] = []
         _write_layout(state_dir, layout)
@@ -458,15 +457,25 @@ def _write_layout(state_dir: Path, layout: dict) -> None:
 
 
 def _stop_group(pid: int, timeout: float = 5.0) -> None:
+    _stop_groups([pid], timeout)
+
+
+def _stop_groups(pids: list[int], timeout: float = 5.0) -> None:
+    """SIGTERM the process groups led by ``pids`` at once, then SIGKILL whatever has not exited
+    within ``timeout``: stopping them side by side costs one graceful shutdown, not one each."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
+        left = []
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+                left.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and alive(pid):
-            time.sleep(0.05)
-        if not alive(pid):
+        while time.monotonic() < deadline and any(alive(pid) for pid in left):
+            time.sleep(0.02)
+        pids = [pid for pid in left if alive(pid)]
+        if not pids:
             return
 
 
@@ -545,11 +554,13 @@ def down(state_dir: Path) -> int:
             stopped += ray_backend.down(layout)
         except ray_backend.RayClusterError as exc:
             raise ClusterError(f"{exc}; the cluster's actors (namespace {layout['ray']['namespace']}) could not be stopped") from None
-    # The gateway first, so nothing new is routed to nodes that are going away.
-    for proc in sorted(layout.get("processes", []), key=lambda p: p["name"] != "gateway"):
-        if alive(proc["pid"]):
-            _stop_group(proc["pid"])
-            stopped += 1
+    # The gateway first, so nothing new is routed to nodes that are going away; then the rest
+    # side by side.
+    running = [p for p in layout.get("processes", []) if alive(p["pid"])]
+    for group in ([p["pid"] for p in running if p["name"] == "gateway"], [p["pid"] for p in running if p["name"] != "gateway"]):
+        if group:
+            _stop_groups(group)
+    stopped += len(running)
     for pid in processes_of(state_dir):
         try:
             os.kill(pid, signal.SIGKILL)
