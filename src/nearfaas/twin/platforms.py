@@ -164,8 +164,10 @@ def roofline_on(d: Device, model: str, dtype_: str | None = None, batch: int = 1
     dt = dtype_ or d.default_dtype
     b = DTYPE_BYTES[dt]
     busy = launch = 0.0
+    rates: dict[str, tuple[float, float]] = {}  # Device.roofline's arithmetic, its rates read once per kind
     for x in layers(model, batch):
-        busy += float(d.roofline({"kind": x["kind"], "flops": x["flops"], "bytes": x["elems"] * b, "dtype": dt})["busy_s"])
+        flop_s, byte_s = rates.get(x["kind"]) or rates.setdefault(x["kind"], d.rates(x["kind"], dt))
+        busy += max(x["flops"] / flop_s, x["elems"] * b / byte_s)
         launch += float(d.launch_s.value)
     tot = model_totals(model, batch)
     return {

@@ -103,12 +103,18 @@ class Device:
                 raise ValueError(f"op.{fname}={v!r}: must be a non-negative number")
         return kind, float(flops), float(nbytes), op.get("dtype") or self.default_dtype
 
+    def rates(self, kind: str, dtype: str | None = None) -> tuple[float, float]:
+        """(FLOP/s, bytes/s) an op of ``kind`` attains: the peaks at the kind's efficiency. A
+        caller timing many ops reads them once (``twin.platforms.roofline_on``)."""
+        eff = self.efficiency.get(kind) or self.efficiency["other"]
+        return self.peak(dtype) * eff.compute_fraction, self.mem_bw * eff.bandwidth_fraction
+
     def roofline(self, op: dict[str, Any]) -> dict[str, float | str]:
         """Compute time, memory time, busy time and the bound ('compute' or 'memory')."""
         kind, flops, nbytes, dtype = self._parse(op)
-        eff = self.efficiency.get(kind) or self.efficiency["other"]
-        t_c = flops / (self.peak(dtype) * eff.compute_fraction)
-        t_m = nbytes / (self.mem_bw * eff.bandwidth_fraction)
+        flop_s, byte_s = self.rates(kind, dtype)
+        t_c = flops / flop_s
+        t_m = nbytes / byte_s
         return {"compute_s": t_c, "memory_s": t_m, "busy_s": max(t_c, t_m), "bound": "compute" if t_c >= t_m else "memory"}
 
     def latency(self, op: dict[str, Any]) -> float:
