@@ -119,9 +119,11 @@ def test_anti_entropy_repairs_what_no_hint_recorded_and_then_forgets_the_tombsto
 def test_a_randomised_run_with_kills_and_stops_loses_nothing(converging):
     _, harness = converging
     run = jepsen.faults_run(harness, ops=600, keys=20, faults=3, seed=5)
-    print({k: run[k] for k in ("ops", "acknowledged_writes", "lost", "stale", "resurrected", "diverged", "unknown_outcomes")})
+    print({k: run[k] for k in ("ops", "acknowledged_writes", "lost", "stale", "resurrected", "diverged", "unknown_outcomes",
+                               "refused_writes")})
     assert len(run["faults"]) == 3 and run["ops"] >= 600
-    assert (run["lost"], run["stale"], run["resurrected"], run["diverged"]) == (0, 0, 0, 0), run["examples"]
+    assert (run["lost"], run["stale"], run["resurrected"], run["diverged"]) == (0, 0, 0, 0), \
+        {"examples": run["examples"], "faults": run["faults"], "histories": run["flagged_histories"]}
 
 
 def test_every_version_reaches_a_replica_that_was_stopped_while_it_was_written(converging):

@@ -166,6 +166,7 @@ def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int) ->
             kind = rng.choice(["kill", "stop"])
             pid = cluster.pid(node)
             t0 = time.monotonic()
+            began = round(t0 - started, 3)
             if kind == "kill":
                 os.kill(pid, signal.SIGKILL)
                 time.sleep(rng.uniform(0.5, 1.5))
@@ -174,7 +175,7 @@ def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int) ->
                 os.kill(pid, signal.SIGSTOP)
                 time.sleep(rng.uniform(1.0, 3.0))
                 os.kill(pid, signal.SIGCONT)
-            injected.append({"fault": kind, "node": node, "seconds": round(time.monotonic() - t0, 2)})
+            injected.append({"fault": kind, "node": node, "began": began, "seconds": round(time.monotonic() - t0, 2)})
 
     roles = ["writer"] * 4 + ["deleter"] + ["reader"] * 2
     started = time.monotonic()
@@ -193,7 +194,14 @@ def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int) ->
     final = {k: read(gateway, k)[1] for k in names}
     replicas = {k: cluster.replica_values(k) for k in names}
     verdict = check(history, final, replicas)
+    flagged = {e[0] for e in verdict.lost + verdict.resurrected + verdict.stale + verdict.diverged}
     return {"ops": len(history), "keys": keys, "seconds": round(elapsed, 1), "faults": injected,
-            "unknown_outcomes": sum(1 for o in history if o.ok is None), **verdict.counts(),
+            "unknown_outcomes": sum(1 for o in history if o.ok is None),
+            "refused_writes": sum(1 for o in history if o.kind != "get" and o.ok is False), **verdict.counts(),
             "examples": {"lost": verdict.lost[:5], "resurrected": verdict.resurrected[:5], "stale": verdict.stale[:5],
-                         "diverged": verdict.diverged[:5]}}
+                         "diverged": verdict.diverged[:5]},
+            # What a failure needs to be understood: every operation on a flagged key, in seconds
+            # from the run's start, beside when each fault began and ended.
+            "flagged_histories": {k: [(o.kind, round(o.start - started, 3), round(o.end - started, 3), o.ok, o.value)
+                                      for o in sorted(history, key=lambda o: o.start) if o.key == k]
+                                  for k in sorted(flagged)[:3]}}
