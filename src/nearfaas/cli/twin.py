@@ -222,7 +222,10 @@ def e2e_cmd(app, platform, batch, link, as_json, baseline, energy, stack):
                    "micro-benchmarks (GEMV, small attention ops, convs inside NCHWc chains)")
 @click.option("--refresh", is_flag=True, help="re-measure everything here (micro-benchmarks, N-thread f2; ~5 min)")
 @click.option("--no-measure", is_flag=True, help="fail instead of measuring what benchmarks/results/cpu_validation.json lacks")
-def validate_cmd(as_json, threads, form, refresh, no_measure):
+@click.option("--paired-rounds", type=click.IntRange(0, 20), default=0, show_default=True,
+              help="measure the paired check now in N rounds (~3 min each): the runtime2 kernels, the apps and a third set "
+                   "of networks side by side per round (nearfaas.twin.heldout_paired); 0 uses the cached rounds, if any")
+def validate_cmd(as_json, threads, form, refresh, no_measure, paired_rounds):
     """Check the CPU roofline against real f2 times measured on THIS machine (measured vs
     modelled): per-app error, the geometric mean of |error|, and the residual band the report
     propagates into the Xeon baseline. Targets: |error| <= 20 % per app, <= 10 % geomean at 1
@@ -238,7 +241,8 @@ def validate_cmd(as_json, threads, form, refresh, no_measure):
     except ValueError:
         raise click.ClickException(f"--threads must be comma-separated integers, e.g. 1,2; got {threads!r}") from None
     try:
-        result = v.validate(counts, form=form, refresh=refresh, measure=not no_measure, progress=lambda m: err.print(m))
+        result = v.validate(counts, form=form, refresh=refresh, measure=not no_measure, progress=lambda m: err.print(m),
+                            paired_rounds=paired_rounds)
     except (ValueError, OSError, KeyError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

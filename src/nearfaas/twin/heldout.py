@@ -206,10 +206,11 @@ NETWORKS: dict[str, tuple[str, Callable]] = {
 
 
 def family(name: str) -> str:
-    """The family of a network of this set or of the fresh set (``heldout_fresh``), which shares this module's machinery."""
-    from nearfaas.twin import heldout_fresh
+    """The family of a network of this set, the fresh set (``heldout_fresh``) or the third
+    (``heldout_paired``), which share this module's machinery."""
+    from nearfaas.twin import heldout_fresh, heldout_paired
 
-    return (NETWORKS.get(name) or heldout_fresh.NETWORKS.get(name) or ("app",))[0]
+    return (NETWORKS.get(name) or heldout_fresh.NETWORKS.get(name) or heldout_paired.NETWORKS.get(name) or ("app",))[0]
 
 
 def build(name: str, networks: dict | None = None, what: str = "held-out"):

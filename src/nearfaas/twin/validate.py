@@ -456,7 +456,7 @@ def _write(p: Path, bench: dict, f2_cache: dict, threads: tuple[int, ...], resul
 
 def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: str | os.PathLike | None = None, refresh: bool = False,
              measure: bool = True, write: bool = True, profiles_path: str | os.PathLike | None = None, progress=None,
-             held_out: Iterable[str] | None = None, fresh: Iterable[str] | None = None) -> dict:
+             held_out: Iterable[str] | None = None, fresh: Iterable[str] | None = None, paired_rounds: int = 0) -> dict:
     """The CPU roofline vs this machine's measured f2, per app, at each thread count.
 
     Reads the cached micro-benchmarks and N-thread f2 measurements from ``path`` (default
@@ -466,7 +466,10 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     is the hot loop (``measure_apps_hot``, cached as ``f2_hot_measured``); apps.json (``profiles_path``)
     gives the one-off figure beside it. The held-out networks (``nearfaas.twin.heldout``, "seen";
     ``held_out`` names a subset) and the fresh set (``heldout_fresh``; ``fresh`` names a subset) are
-    measured here at every thread count and cached too. Returns::
+    measured here at every thread count and cached too. ``paired_rounds`` > 0 measures the paired
+    check (``heldout_paired``: kernels, apps and a third set in interleaved rounds; cached as
+    ``held_out_paired_measured``, and used from the cache after); where it exists the goal is judged
+    on it. Returns::
 
         {"cpu": {"threads": {"1": {"per_app_error", "geomean_abs_error", "pass", ...}, "2": {...}},
                  "per_app_error": <1 thread>, "geomean_abs_error": <1 thread>, "pass": <1 thread>,
@@ -476,7 +479,7 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     """
     from nearfaas.apps import APPS
     from nearfaas.apps.profiles import load as load_profiles
-    from nearfaas.twin import heldout
+    from nearfaas.twin import heldout, heldout_paired
 
     if form not in FORMS:
         raise ValueError(f"form={form!r}: use one of {', '.join(FORMS)}")
@@ -492,13 +495,15 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     rts_f, held_f, models_f, changed_f = fresh_inputs(threads, {**cached, "runtime_graphs": rts}, measure, say,
                                                       tuple(fresh) if fresh else None)
     rts.update(rts_f)
+    paired_record, models_p, rts_p, changed_p = heldout_paired.inputs(cached, threads, paired_rounds, measure, say)
+    rts.update(rts_p)
     hot = dict(cached.get("f2_hot_measured") or {}) if TARGET_THREADS in threads else {}
     missing = [k for k in APPS if k not in hot] if TARGET_THREADS in threads else []
     if missing:
         if not measure:
             raise ValueError(f"{p}: no hot-loop f2 measurement of {missing}; run validate(measure=True)")
         hot.update(measure_apps_hot(TARGET_THREADS, missing, progress=say))
-    changed = changed or changed_h or changed_f or bool(missing)
+    changed = changed or changed_h or changed_f or changed_p or bool(missing)
 
     prof = load_profiles(profiles_path)
     if not prof:
@@ -519,10 +524,20 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     ho_f = {str(t): heldout.evaluate(bench, overhead[str(t)], t, held_f[str(t)], {k[6:]: v for k, v in rts.items() if k.startswith("fresh:")},
                                      models_f, form, TARGET_GEOMEAN_ABS, TARGET_WORST_ABS) for t in threads}
     cpu = _cpu_result(bench, threads, form, per_thread, residual, residual_cb, overhead_bound, _f1(bench, prof), ho, ho_f)
+    if paired_record is not None:
+        t_p = str(paired_record["threads"])
+        cpu["held_out_paired"] = heldout_paired.evaluate(bench, overhead[t_p], rts, paired_record, models_p, TARGET_GEOMEAN_ABS,
+                                                         TARGET_WORST_ABS)
+        cpu["goal_held_out"]["paired"] = {"pass": cpu["held_out_paired"]["pass"], "form": heldout_paired.FORM,
+                                          "judged_on": "the paired rounds (heldout_paired): the apps and a third set, each "
+                                                       "round's kernels with that round's measurements",
+                                          **{f"{k}_geomean": cpu["held_out_paired"][k]["geomean_abs_error"] for k in ("apps", "third_set")},
+                                          **{f"{k}_worst": cpu["held_out_paired"][k]["worst_abs_error"] for k in ("apps", "third_set")}}
     result = {"cpu": cpu, "gpu": "skipped: no GPU"}
     if write and (changed or not cached or cached.get("result") != result):
         _write(p, bench, f2_cache, threads, result, {"overhead": overhead, "runtime_graphs": rts, "held_out_measured": held,
                                                      "held_out_fresh_measured": held_f, "f2_hot_measured": hot,
+                                                     **({"held_out_paired_measured": paired_record} if paired_record else {}),
                                                      # earlier records' results (another CPU), kept verbatim while docs cite them
                                                      **({"previous_results": cached["previous_results"]} if cached.get("previous_results") else {})})
     return result
@@ -538,11 +553,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-out", default=None, help="comma-separated held-out networks (default: all)")
     ap.add_argument("--fresh", default=None, help="comma-separated fresh held-out networks (default: all)")
     ap.add_argument("--form", default="catalog", choices=FORMS, help="the form that heads the result and gives the band")
+    ap.add_argument("--paired-rounds", type=int, default=0, help="measure the paired check in N rounds (heldout_paired; ~3 min each)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     r = validate(tuple(int(x) for x in a.threads.split(",") if x.strip()), form=a.form, path=a.path, refresh=a.refresh,
                  measure=not a.no_measure, progress=lambda m: print(m, file=sys.stderr, flush=True),
-                 held_out=a.held_out.split(",") if a.held_out else None, fresh=a.fresh.split(",") if a.fresh else None)
+                 held_out=a.held_out.split(",") if a.held_out else None, fresh=a.fresh.split(",") if a.fresh else None,
+                 paired_rounds=a.paired_rounds)
     if a.json:
         slim = {"cpu": {k: v for k, v in r["cpu"].items() if k != "threads"}, "gpu": r["gpu"]}
         slim["cpu"]["threads"] = {t: {k: v for k, v in s.items() if k != "apps"} for t, s in r["cpu"]["threads"].items()}
