@@ -69,3 +69,31 @@ def test_picked_ports_are_distinct_free_and_below_the_ephemeral_range():
     with socket.socket() as s:  # the kernel's own pick lands in its range, never on ours
         s.bind(("127.0.0.1", 0))
         assert s.getsockname()[1] >= launcher._ephemeral_low()
+
+
+def test_groups_are_stopped_side_by_side_and_one_that_ignores_sigterm_is_killed():
+    """``_stop_groups``: every group gets SIGTERM at once (two that exit on it take one wait, not
+    two); a group that ignores SIGTERM is SIGKILLed after the timeout; none is left."""
+    from nearfaas.cluster.launcher import _stop_groups
+    from nearfaas.pids import alive
+
+    def group(code: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    # Each says "ready" once its handler is set: SIGTERM makes it linger 0.6 s, or is ignored.
+    polite = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.6), sys.exit(0)))\nprint('ready', flush=True)\ntime.sleep(60)"
+    deaf = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
+    procs = [group(polite), group(polite), group(deaf)]
+    for p in procs:
+        assert p.stdout.readline().strip() == b"ready"
+    started = time.monotonic()
+    _stop_groups([p.pid for p in procs[:2]], timeout=5.0)
+    both = time.monotonic() - started
+    assert 0.5 < both < 1.1, f"two groups lingering 0.6 s each took {both:.2f} s to stop: one after the other?"
+    started = time.monotonic()
+    _stop_groups([procs[2].pid], timeout=0.5)
+    assert 0.4 < time.monotonic() - started < 3.0
+    for p in procs:
+        p.wait(5)
+        assert not alive(p.pid)
