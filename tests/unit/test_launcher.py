@@ -99,3 +99,30 @@ def test_groups_are_stopped_side_by_side_and_one_that_ignores_sigterm_is_killed(
     for p in procs:
         p.wait(5)
         assert not alive(p.pid)
+
+
+def test_a_server_that_is_not_ours_answering_at_the_url_is_not_our_process_ready(tmp_path):
+    """Two clusters starting at once can draw the same random port: the other cluster's server
+    answers at our URL while our process fails to bind it and exits. That must be a start-up
+    error naming our process, never a layout pointing at the other server."""
+    import http.server
+    import threading
+
+    from nearfaas.cluster.launcher import ClusterError, _wait_ready, said_ready
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    port = other.server_address[1]
+    log = tmp_path / "gateway.log"
+    try:
+        with open(log, "ab") as out:  # ours: binds the taken port, fails, exits 1
+            ours = subprocess.Popen([sys.executable, "-c", f"import socket; socket.socket().bind(('127.0.0.1', {port}))"],
+                                    stdout=out, stderr=subprocess.STDOUT)
+        with pytest.raises(ClusterError, match="gateway exited with code 1 while starting"):
+            _wait_ready(f"http://127.0.0.1:{port}/healthz", ours, "gateway", log)
+    finally:
+        other.shutdown()
+        other.server_close()
+    # A ready line counts only for its own pid, and only as the ready event (logs are appended to across restarts).
+    log.write_text('{"event": "ready", "gateway": "x", "pid": 41}\n{"event": "started", "pid": 42}\n')
+    assert said_ready(log, 41) and not said_ready(log, 42) and not said_ready(log, 4) and not said_ready(tmp_path / "none", 41)

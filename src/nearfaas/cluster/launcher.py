@@ -106,11 +106,28 @@ def signed_get(layout: dict, url: str, timeout: float = 1.0) -> bytes:
     return _get(url, timeout, internal.sign(layout["internal_secret"], "GET", target))
 
 
+def said_ready(log: Path, pid: int) -> bool:
+    """Whether process ``pid`` wrote its ready line (``{"event": "ready", ..., "pid": PID}``,
+    printed once it has bound its port) to ``log``. Logs are appended to across restarts, so the
+    line is matched by pid; the last MiB is enough (the line comes right after start-up)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - (1 << 20)))
+            tail = f.read()
+    except OSError:
+        return False
+    mine = f'"pid": {pid}}}'.encode()
+    return any(b'"event": "ready"' in line and line.rstrip().endswith(mine) for line in tail.splitlines())
+
+
 def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path, cpus: float | None = None) -> None:
-    """Until ``url`` answers (a Path: until that ready file exists), or the process dies. A node
-    capped at ``cpus`` below one core gets the time its start-up CPU takes at that share (its
-    imports and first answers run under its own quota: at 0.05 core, 20 times as long), up to
-    ten minutes."""
+    """Until ``url`` answers and the process has said it is ready (a Path: until that ready file
+    exists), or the process dies. An answer at the URL alone is not enough: another server (another
+    cluster's, whose random port pick was the same at the same moment) may hold the port, and our
+    process then fails to bind and exits; before, the launcher returned a layout pointing at that
+    other server. A node capped at ``cpus`` below one core gets the time its start-up CPU takes
+    at that share (its imports and first answers run under its own quota: at 0.05 core, 20 times
+    as long), up to ten minutes."""
     timeout = READY_TIMEOUT_S if not cpus or cpus >= 1 else min(600.0, READY_TIMEOUT_S / cpus)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -124,11 +141,14 @@ def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path
             continue
         try:
             _get(url, timeout=0.5)
-            return
+            answered = True
         except urllib.error.HTTPError:  # it answered (a node's API refuses unsigned calls): it is up
-            return
+            answered = True
         except OSError:
-            time.sleep(0.05)
+            answered = False
+        if answered and said_ready(log, process.pid):
+            return
+        time.sleep(0.05)
     raise ClusterError(f"{name} did not answer {url} within {timeout:g}s; see {log}")
 
 

@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -253,7 +254,7 @@ async def serve(args) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(json.dumps({"event": "ready", "gateway": layout["gateway_url"]}), flush=True)
+    print(json.dumps({"event": "ready", "gateway": layout["gateway_url"], "pid": os.getpid()}), flush=True)  # last: launcher.said_ready
     await stop.wait()
     # Running async calls may still use the gateway (their functions' S3 calls): let them finish
     # (or hand them back to the journal) before the listener closes.

@@ -342,7 +342,7 @@ async def serve(args) -> None:
         from nearfaas.node.multipart import sweep_expired_uploads
 
         sweeper = asyncio.ensure_future(sweep_expired_uploads(agent.store.uploads, args.multipart_expiry))
-    print(json.dumps({"event": "ready", "node": args.name, "port": args.port}), flush=True)
+    print(json.dumps({"event": "ready", "node": args.name, "port": args.port, "pid": os.getpid()}), flush=True)  # last: launcher.said_ready
     await stop.wait()
     if sweeper is not None:
         sweeper.cancel()
