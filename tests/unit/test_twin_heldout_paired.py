@@ -38,7 +38,7 @@ def test_a_models_error_is_the_median_over_rounds_of_its_rounds_own_kernels():
     bench, overhead = cached["microbench"], cached["overhead"]["1"]
     names = ("mlp_gemv_deep", "transformer_seq32")
     models = {n: H.build(n) for n in names}
-    rts, _ = H.runtime_graphs(models, {})
+    rts, _ = heldout.runtime_graphs(models, {}, H.KEY)
     truth = {"mlp_gemv_deep": 0.07, "transformer_seq32": -0.04}
     rounds = []
     for r, scale in enumerate((1.0, 0.5, 0.8), start=1):

@@ -105,23 +105,8 @@ def inputs(cached: dict, threads: tuple[int, ...], rounds: int, do_measure: bool
     if record is None or int(record["threads"]) not in threads:
         return None, {}, {}, changed
     models = build_all()
-    rts, changed_rts = runtime_graphs(models, cached.get("runtime_graphs") or {})
+    rts, changed_rts = heldout.runtime_graphs(models, cached.get("runtime_graphs") or {}, KEY, say)
     return record, models, rts, changed or changed_rts
-
-
-def runtime_graphs(models: dict, have: dict) -> tuple[dict, bool]:
-    """ONNX Runtime's optimised graph of each network ("third:<name>"; derived, no timing),
-    reusing ``have``'s where its digest matches: (graphs, changed)."""
-    from nearfaas.twin import cpu_model as C
-
-    out, changed = {}, False
-    for n, m in models.items():
-        key = f"{KEY}:{n}"
-        if (have.get(key) or {}).get("digest") == heldout.digest(m):
-            out[key] = have[key]
-        else:
-            out[key], changed = {**C.runtime_graph(m), "digest": heldout.digest(m)}, True
-    return out, changed
 
 
 def evaluate(bench: dict, overhead: dict, rts: dict, record: dict, models: dict, geo_target: float, worst_target: float) -> dict:
@@ -177,4 +162,4 @@ def evaluate(bench: dict, overhead: dict, rts: dict, record: dict, models: dict,
             "kernel_gemv_rate_bytes_s_by_round": [[round(g["bytes_s"]) for g in rnd["kernels"]["gemv"]] for rnd in record["rounds"]]}
 
 
-__all__ = ["NETWORKS", "ROUNDS", "build", "build_all", "evaluate", "inputs", "measure_rounds", "runtime_graphs"]
+__all__ = ["NETWORKS", "ROUNDS", "build", "build_all", "evaluate", "inputs", "measure_rounds"]

@@ -121,21 +121,11 @@ def fresh_inputs(threads: tuple[int, ...], cached: dict, do_measure: bool, say, 
     of another build of a network is stale and measured again), and the built models:
     (runtime graphs to add, measured, models, changed). ValueError when a measurement is missing
     and not ``do_measure``."""
-    from nearfaas.twin import cpu_model as C
     from nearfaas.twin import heldout, heldout_fresh
 
     names = tuple(names or heldout_fresh.NETWORKS)
     models = {n: heldout_fresh.build(n) for n in names}
-    have_rts = cached.get("runtime_graphs") or {}
-    rts, changed = {}, False
-    for n, m in models.items():
-        key = f"fresh:{n}"
-        if (have_rts.get(key) or {}).get("digest") != heldout.digest(m):
-            say(f"ONNX Runtime's optimised graph of {key}")
-            rts[key] = {**C.runtime_graph(m), "digest": heldout.digest(m)}
-            changed = True
-        else:
-            rts[key] = have_rts[key]
+    rts, changed = heldout.runtime_graphs(models, cached.get("runtime_graphs") or {}, "fresh", say)
     held = {t: dict(v) for t, v in (cached.get("held_out_fresh_measured") or {}).items()}
     for t in threads:
         have = held.setdefault(str(t), {})
