@@ -34,6 +34,8 @@ SYSTEM_CALLS = [
     ("PUT", "/system/secrets", {"name": "s", "value": "v"}), ("DELETE", "/system/secrets", {"name": "s"}),
     ("GET", "/system/nodes", None), ("POST", "/system/nodes/storage-0/accelerator", {"available": False}),
     ("GET", "/system/info", None), ("GET", "/system/fastpath", None), ("GET", "/system/webhooks/x", None),
+    # refused before the query engine loads (it loads on the first query the gateway runs)
+    ("POST", "/system/query", {"sql": "SELECT * FROM t", "source": "s3://b/p"}), ("GET", "/system/stats?source=s3://b/p", None),
 ]
 
 
