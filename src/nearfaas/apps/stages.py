@@ -23,6 +23,7 @@ Every stage answers a caller's mistake with a 4xx JSON body naming the stage (``
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import re
@@ -332,13 +333,18 @@ class Inference:
         shape = self.session.inputs[0][1]
         return bool(shape) and shape[0] == 1
 
-    def _check_token_ids(self, feeds: dict[str, np.ndarray]) -> None:
+    @functools.cached_property
+    def _vocab(self) -> int | None:
+        """The model's vocabulary size, looked up once (f2 checks token ids on every call)."""
         try:
             from nearfaas.models import MODELS
 
-            vocab = MODELS[self.model_key].vocab
+            return MODELS[self.model_key].vocab
         except (ImportError, KeyError):
-            vocab = None
+            return None
+
+    def _check_token_ids(self, feeds: dict[str, np.ndarray]) -> None:
+        vocab = self._vocab
         ids = feeds.get("input_ids")
         if vocab and isinstance(ids, np.ndarray) and ids.dtype.kind in "iu" and ids.size:
             low, high = int(ids.min()), int(ids.max())
