@@ -34,6 +34,7 @@ the direct-conv factor is one number (median over three conv shapes) applied to 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -44,6 +45,8 @@ SCAN_OPS = ("Softmax", "LayerNormalization", "Transpose")
 CONV_CHAIN = ((64, 56, 3, 1), (256, 14, 3, 1), (256, 28, 1, 1), (128, 56, 3, 128))  # channels, hw, kernel, group
 CHAIN_K = 5
 GEMV_MAX_M = 16  # the MatMul grid's smallest M (host_bench.GRID_M[0]): below it a weight GEMM is a GEMV
+SMALL_M = (2, 4, 8)  # weight GEMMs of a few rows: ORT packs them as a small GEMM, not the GEMV stream
+SMALL_M_KN = ((1024, 1024), (2048, 2048), (4096, 4096))  # 4, 16, 64 MiB of weights
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
@@ -96,6 +99,25 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
         net = max(t - fixed, 1e-9)
         gemv.append({"K": k, "N": n, "weight_bytes": 4.0 * k * n, "value_s": t, "net_s": net, "bytes_s": 4.0 * k * n / net})
     out["gemv"] = gemv
+
+    small = []
+    for m in (SMALL_M[:2] if quick else SMALL_M):
+        for k, n in (SMALL_M_KN[:1] if quick else SMALL_M_KN):
+            say(f"kernels {threads}t: small-M MatMul {m}x{k}x{n}")
+            w = numpy_helper.from_array(arr(k, n), "W")
+            t = timed(_graph([helper.make_node("MatMul", ["A", "W"], ["Y"])], [_vi("A", (m, k))], [_vi("Y", (m, n))], [w]),
+                      {"A": arr(m, k)})
+            net = max(t - fixed, 1e-9)
+            small.append({"M": m, "K": k, "N": n, "weight_bytes": 4.0 * k * n, "value_s": t, "net_s": net, "s_per_weight_byte": net / (4.0 * k * n)})
+    out["small_m"] = small
+
+    say(f"kernels {threads}t: per-node dispatch and per-call cost")
+    from nearfaas.hw.devices.host_bench import _dispatch
+
+    disp = _dispatch(threads, target, reps, quick)
+    out["dispatch"] = {"per_node_s": disp["per_node_s"], "per_call_by_inputs": disp["per_call_by_inputs"],
+                       "source": "ran: host_bench._dispatch (100-Add chain - 1 Add; InferenceSession.run of a 1-node graph "
+                                 "with one and with two inputs, minus one node's dispatch)"}
 
     bmm = []
     for h, m, k, n in (BMM_SHAPES[:2] if quick else BMM_SHAPES):
@@ -178,6 +200,53 @@ def gemv_rate(kern: dict, working_set_bytes: float) -> float:
     return _interp_log([(g["weight_bytes"], g["bytes_s"]) for g in kern["gemv"]], max(working_set_bytes, 1.0))
 
 
+def small_m_s_per_byte(kern: dict, m: int, working_set_bytes: float) -> float | None:
+    """Seconds per weight byte of a weight GEMM of ``m`` rows, for a network whose weights total
+    ``working_set_bytes``: the small-M benchmarks (and the GEMV ones as M = 1) interpolated in log
+    bytes, then in log M (clamped at the largest measured M). None: the record has no small-M runs."""
+    by_m: dict[int, list[tuple[float, float]]] = {}
+    for r in kern.get("small_m") or []:
+        by_m.setdefault(int(r["M"]), []).append((r["weight_bytes"], r["s_per_weight_byte"]))
+    if not by_m:
+        return None
+    by_m[1] = [(g["weight_bytes"], 1.0 / g["bytes_s"]) for g in kern["gemv"]]
+    ws = max(working_set_bytes, 1.0)
+    return _interp_log([(float(mm), _interp_log(pts, ws)) for mm, pts in by_m.items()], float(m))
+
+
+def call_costs(d, kern: dict, inputs: int | None) -> tuple[float, float, str]:
+    """(per-node dispatch, per-call cost, source): the record's own dispatch benchmarks when it has
+    them (paired rounds measure them beside the networks), the per-call cost at the model's number
+    of inputs (the wrapper checks each: linear in the inputs through the 1- and 2-input runs);
+    else the host micro-benchmarks' (a 2-input graph)."""
+    disp = kern.get("dispatch")
+    if not disp:
+        return float(d.launch_s.value), float(d.driver_s.value), "host micro-benchmarks (launch_s, driver_s)"
+    one, two = float(disp["per_call_by_inputs"]["1"]), float(disp["per_call_by_inputs"]["2"])
+    n = inputs if inputs and inputs > 0 else 2
+    return float(disp["per_node_s"]), max(one + (n - 1) * (two - one), 0.0), f"kernel record's dispatch runs, {n} input(s)"
+
+
+def graph_input_count(model, rt: dict | None = None) -> int | None:
+    """The inputs a caller feeds: graph inputs that are not initializers (zoo key or ModelProto;
+    a skeleton only through ``rt['inputs']``)."""
+    if rt and rt.get("inputs"):
+        return int(rt["inputs"])
+    if isinstance(model, str):
+        return _zoo_input_count(model)
+    if hasattr(model, "graph"):
+        inits = {t.name for t in model.graph.initializer}
+        return sum(1 for i in model.graph.input if i.name not in inits)
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _zoo_input_count(key: str) -> int:
+    from nearfaas.models import shapes_only
+
+    return graph_input_count(shapes_only(key, "full"))
+
+
 def bmm_efficiency(peak: float, kern: dict, m: int, k: int, n: int) -> float:
     """Fraction of peak of an activation x activation MatMul of per-matrix (M, K, N)."""
     pts = [(2.0 * b["M"] * b["K"] * b["N"], b["flops"] / b["net_s"] / peak) for b in kern["bmm"]]
@@ -239,7 +308,7 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
     rate = gemv_rate(kern, weights)
     conv_f = direct_conv_factor(bench, threads, kern)
     dw_e = dwconv_interior_efficiency(peak, kern)
-    busy, parts = 0.0, {"gemv_s": 0.0, "bmm_s": 0.0, "scan_s": 0.0, "conv_s": 0.0, "dwconv_s": 0.0}
+    busy, parts = 0.0, {"gemv_s": 0.0, "small_m_s": 0.0, "bmm_s": 0.0, "scan_s": 0.0, "conv_s": 0.0, "dwconv_s": 0.0}
     by_kind: dict[str, float] = {}
     for x in ls:
         e = eff.get(x["kind"]) or eff["elementwise"]
@@ -250,9 +319,17 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
                 if not isw:  # both operands activations: attention's batched MatMuls
                     mine["bmm_s"] += 2.0 * m * k * n * c / (peak * bmm_efficiency(peak, kern, m, k, n))
                 elif x["kind"] == "gemm" and m < GEMV_MAX_M:  # below the grid: stream the weights
-                    t16 = 2.0 * m * k * n * c / (peak * host.gemm_efficiency(bench, threads, GEMV_MAX_M, k, n)[0])
-                    mine["gemv_s"] += max(b * be / rate, t16)
-                    streamed += be  # the GEMV micro-benchmark's rate already covers reading these weights: not charged again below
+                    g16 = host.gemm_efficiency(bench, threads, GEMV_MAX_M, k, n)[0]
+                    spb = small_m_s_per_byte(kern, m, weights) if m > 1 else None
+                    if spb is None:  # M = 1 (or a record without the small-M runs): the GEMV stream
+                        mine["gemv_s"] += max(b * be / rate, 2.0 * m * k * n * c / (peak * g16))
+                    else:  # a few rows: measured up to the largest small M, then toward the grid's M = 16 in log M
+                        top = max(int(r["M"]) for r in kern["small_m"])
+                        t_top = b * be * small_m_s_per_byte(kern, min(m, top), weights)
+                        t_grid = 2.0 * GEMV_MAX_M * k * n * c / (peak * g16)
+                        f = max(math.log(m / top), 0.0) / math.log(GEMV_MAX_M / top)
+                        mine["small_m_s"] += t_top + f * (t_grid - t_top)
+                    streamed += be  # the micro-benchmarks' times already cover reading these weights: not charged again below
                 elif x["kind"] == "conv":
                     mine["conv_s"] += 2.0 * m * k * n * c / (peak * min(host.gemm_efficiency(bench, threads, m, k, n)[0] * conv_f, 1.0))
                 else:
@@ -270,13 +347,13 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
             parts[k_] += v
         by_kind[x["kind"]] = by_kind.get(x["kind"], 0.0) + max(t_c, t_m)
     nodes = rt["nodes"] if rt else len(ls)
-    launch = nodes * float(d.launch_s.value)
+    per_node, call, call_src = call_costs(d, kern, graph_input_count(model, rt))
+    launch = nodes * per_node
     rr, rr_src = reorder_rate(overhead)
     reorder = rt["reorder_elems"] * rr if rt else 0.0
-    call = float(d.driver_s.value)
     return {"seconds": busy + launch + reorder + call, "busy_s": busy, "launch_s": launch, "reorder_s": reorder, "call_s": call,
             "layers": len(ls), "dispatched_nodes": nodes, "flops": sum(x["flops"] + x["vops"] for x in ls),
             "bytes": sum(x["elems"] for x in ls) * b, "busy_by_kind_s": {k: round(v, 6) for k, v in by_kind.items()},
             **{k: round(v, 9) for k, v in parts.items()}, "weight_bytes": weights, "gemv_rate_bytes_s": rate,
-            "direct_conv_factor": conv_f, "dwconv_interior_efficiency": dw_e, "reorder_rate_source": rr_src,
+            "direct_conv_factor": conv_f, "dwconv_interior_efficiency": dw_e, "reorder_rate_source": rr_src, "call_source": call_src,
             "runtime_graph": "ORT optimised graph" if rt else "none: one dispatch per compiler layer, no reorders"}

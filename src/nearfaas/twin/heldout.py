@@ -206,11 +206,12 @@ NETWORKS: dict[str, tuple[str, Callable]] = {
 
 
 def family(name: str) -> str:
-    """The family of a network of this set, the fresh set (``heldout_fresh``) or the third
-    (``heldout_paired``), which share this module's machinery."""
+    """The family of a network of this set, the fresh set (``heldout_fresh``) or the third and
+    fourth (``heldout_paired``), which share this module's machinery."""
     from nearfaas.twin import heldout_fresh, heldout_paired
 
-    return (NETWORKS.get(name) or heldout_fresh.NETWORKS.get(name) or heldout_paired.NETWORKS.get(name) or ("app",))[0]
+    sets = (NETWORKS, heldout_fresh.NETWORKS, *heldout_paired.SETS.values())
+    return next((s[name] for s in sets if name in s), ("app",))[0]
 
 
 def build(name: str, networks: dict | None = None, what: str = "held-out"):

@@ -467,7 +467,7 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
     gives the one-off figure beside it. The held-out networks (``nearfaas.twin.heldout``, "seen";
     ``held_out`` names a subset) and the fresh set (``heldout_fresh``; ``fresh`` names a subset) are
     measured here at every thread count and cached too. ``paired_rounds`` > 0 measures the paired
-    check (``heldout_paired``: kernels, apps and a third set in interleaved rounds; cached as
+    check (``heldout_paired``: kernels, apps, a third and a fourth set in interleaved rounds; cached as
     ``held_out_paired_measured``, and used from the cache after); where it exists the goal is judged
     on it. Returns::
 
@@ -528,11 +528,12 @@ def validate(threads: Iterable[int] = (1, 2), *, form: str = "catalog", path: st
         t_p = str(paired_record["threads"])
         cpu["held_out_paired"] = heldout_paired.evaluate(bench, overhead[t_p], rts, paired_record, models_p, TARGET_GEOMEAN_ABS,
                                                          TARGET_WORST_ABS)
+        judged = [k for k in cpu["held_out_paired"]["judged_on"] if cpu["held_out_paired"].get(k)]
         cpu["goal_held_out"]["paired"] = {"pass": cpu["held_out_paired"]["pass"], "form": heldout_paired.FORM,
-                                          "judged_on": "the paired rounds (heldout_paired): the apps and a third set, each "
-                                                       "round's kernels with that round's measurements",
-                                          **{f"{k}_geomean": cpu["held_out_paired"][k]["geomean_abs_error"] for k in ("apps", "third_set")},
-                                          **{f"{k}_worst": cpu["held_out_paired"][k]["worst_abs_error"] for k in ("apps", "third_set")}}
+                                          "judged_on": f"the paired rounds (heldout_paired): the apps and the {heldout_paired.JUDGED} "
+                                                       "set, each round's kernels with that round's measurements",
+                                          **{f"{k}_geomean": cpu["held_out_paired"][k]["geomean_abs_error"] for k in judged},
+                                          **{f"{k}_worst": cpu["held_out_paired"][k]["worst_abs_error"] for k in judged}}
     result = {"cpu": cpu, "gpu": "skipped: no GPU"}
     if write and (changed or not cached or cached.get("result") != result):
         _write(p, bench, f2_cache, threads, result, {"overhead": overhead, "runtime_graphs": rts, "held_out_measured": held,

@@ -123,15 +123,18 @@ def table(result: dict) -> str:
             lines.append(f"fresh set, {f}: geomean {y['geomean_abs_error']:.1%}, worst {y['worst_abs_error']:.1%} ({y['worst']})")
     paired = cpu.get("held_out_paired")
     if paired:
-        lines.append(f"paired rounds ({paired['rounds']}, {paired['form']}, error = median over rounds): "
+        groups = [k for k in ("apps", *(x for x in paired if x.endswith("_set"))) if paired.get(k)]
+        lines.append(f"paired rounds ({paired['rounds']}, {paired['form']}, error = median over rounds; judged on "
+                     f"{' + '.join(paired.get('judged_on', groups))}): "
                      + "; ".join(f"{k} geomean {paired[k]['geomean_abs_error']:.1%}, worst {paired[k]['worst_abs_error']:.1%} "
-                                 f"({paired[k]['worst']})" for k in ("apps", "third_set"))
+                                 f"({paired[k]['worst']})" for k in groups)
                      + f" -> {'PASS' if paired['pass'] else 'miss'}; unpaired (cached kernels): "
                      + "; ".join(f"{k} {paired['unpaired'][k]['geomean_abs_error']:.1%} / worst {paired['unpaired'][k]['worst_abs_error']:.1%}"
-                                 for k in ("apps", "third_set")))
-        for n, e in paired["third_set"]["per_model_error"].items():
-            lo, hi = paired["error_range_over_rounds"][f"net:{n}"]
-            lines.append(f"  {n:<19} {e:+.1%} (rounds {lo:+.1%} .. {hi:+.1%})")
+                                 for k in groups if paired["unpaired"].get(k)))
+        for k in groups[1:]:
+            for n, e in paired[k]["per_model_error"].items():
+                lo, hi = paired["error_range_over_rounds"][f"net:{n}"]
+                lines.append(f"  {k[:-4]:<6} {n:<19} {e:+.1%} (rounds {lo:+.1%} .. {hi:+.1%})")
     lines.append(f"goal (judged on {cpu['goal_held_out'].get('judged_on', 'apps + held-out')}): "
                  + "; ".join(f"{f} {'PASS' if g['pass'] else 'miss'}" for f, g in cpu["goal_held_out"]["by_form"].items()))
     lines.append(f"band on the Xeon f2 ({cpu['form']} form, all thread counts): {cpu['band']}; compute-bound apps only: "
