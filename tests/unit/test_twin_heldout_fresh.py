@@ -5,6 +5,7 @@ Nothing here times anything: synthetic micro-benchmarks (test_twin_heldout._kern
 from __future__ import annotations
 
 import copy
+import math
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import onnx
 import pytest
 
 from nearfaas.apps import APPS
+from nearfaas.hw.devices import host
 from nearfaas.twin import cpu_kernels as K
 from nearfaas.twin import cpu_model as C
 from nearfaas.twin import heldout as H
@@ -139,12 +141,64 @@ def test_gemv_rate_follows_the_networks_weight_bytes():
     assert K.gemv_rate(k, 1.0) == pytest.approx(40e9) and K.gemv_rate(k, 2.0**40) == pytest.approx(10e9)
 
 
+def _rows_mlp(rows: int):
+    return H.mlp(f"rows{rows}", rows, (512, 1024), 0)  # one weight GEMM: 2 MiB of weights
+
+
+def _with_small_m(kern: dict, per_byte_vs_gemv: dict[int, float]) -> dict:
+    """The record plus small-M runs whose seconds per weight byte are ``per_byte_vs_gemv[M]`` x the
+    GEMV's at the same weight bytes (the GEMV points' sizes)."""
+    k = copy.deepcopy(kern)
+    k["small_m"] = [{"M": m, "K": 0, "N": 0, "weight_bytes": g["weight_bytes"], "s_per_weight_byte": f / g["bytes_s"]}
+                    for m, f in per_byte_vs_gemv.items() for g in kern["gemv"]]
+    return k
+
+
+def test_weight_gemms_of_a_few_rows_are_charged_at_the_small_m_rate_not_the_gemv_stream():
+    # catches: M = 2..15 still streamed at the GEMV rate (the third set's mlp_batch8 miss), the small-M
+    # rate ignored or inverted, M = 1 moved off the GEMV, or 8 < M < 16 not between M = 8 and the grid
+    b, ov = _bench((1,)), {"reorder_s_per_elem": 3e-10}
+    rt = {"nodes": 2, "reorder_elems": 0.0}
+    kern = _with_small_m(_kernels(1), {2: 1.5, 4: 2.0, 8: 3.0})
+    gemv_only = C.predict(b, 1, _rows_mlp(4), "runtime2", overhead={**ov, "kernels": _kernels(1)}, rt=rt)
+    four = C.predict(b, 1, _rows_mlp(4), "runtime2", overhead={**ov, "kernels": kern}, rt=rt)
+    assert gemv_only["gemv_s"] > 0 and four["gemv_s"] == 0  # a record without small-M runs: the GEMV stream, as before
+    assert K.small_m_s_per_byte(kern, 4, 2.0**20) == pytest.approx(2.0 / 40e9)  # at a measured point: 2x the GEMV's
+    assert K.small_m_s_per_byte(kern, 3, 2.0**20) == pytest.approx((1.5 + 0.5 * math.log2(1.5)) / 40e9)  # linear in log M
+    ws = 4.0 * 512 * 1024  # the network's weights, between the measured sizes
+    assert four["small_m_s"] == pytest.approx(2.0 * ws * K.small_m_s_per_byte(kern, 1, ws), rel=1e-3)
+    slower = C.predict(b, 1, _rows_mlp(4), "runtime2", overhead={**ov, "kernels": _with_small_m(_kernels(1), {2: 1.5, 4: 4.0, 8: 3.0})}, rt=rt)
+    assert slower["small_m_s"] == pytest.approx(2 * four["small_m_s"], rel=1e-3)
+    one = C.predict(b, 1, _rows_mlp(1), "runtime2", overhead={**ov, "kernels": kern}, rt=rt)
+    assert one["small_m_s"] == 0 and one["gemv_s"] > 0
+    eight, twelve = (C.predict(b, 1, _rows_mlp(r), "runtime2", overhead={**ov, "kernels": kern}, rt=rt)["small_m_s"] for r in (8, 12))
+    grid = 2.0 * 16 * 512 * 1024 / (host.device(b, 1).peak("fp32") * host.gemm_efficiency(b, 1, 16, 512, 1024)[0])
+    assert min(eight, grid) < twelve < max(eight, grid)
+
+
+def test_per_call_costs_come_from_the_records_dispatch_runs_at_the_models_inputs():
+    # catches: the paired dispatch runs ignored (the host's 2-input figure from another day used), the
+    # per-call cost not following the model's number of inputs, or a record without them refused
+    b, m = _bench((1,)), _rows_mlp(1)
+    ov = {"reorder_s_per_elem": 3e-10, "kernels": {**_kernels(1), "dispatch": {"per_node_s": 1e-6, "per_call_by_inputs": {"1": 1e-5, "2": 1.5e-5}}}}
+    one = C.predict(b, 1, m, "runtime2", overhead=ov, rt={"nodes": 4, "reorder_elems": 0.0})
+    assert one["call_s"] == pytest.approx(1e-5) and one["launch_s"] == pytest.approx(4e-6)
+    three = C.predict(b, 1, m, "runtime2", overhead=ov, rt={"nodes": 4, "reorder_elems": 0.0, "inputs": 3})
+    assert three["call_s"] == pytest.approx(2e-5)
+    assert K.graph_input_count(m) == 1 and K.graph_input_count("logreg") == 1
+    d = host.device(b, 1)
+    old = C.predict(b, 1, m, "runtime2", overhead={**ov, "kernels": _kernels(1)}, rt={"nodes": 4, "reorder_elems": 0.0})
+    assert old["call_s"] == pytest.approx(float(d.driver_s.value)) and old["launch_s"] == pytest.approx(4 * float(d.launch_s.value))
+
+
 def test_quick_kernel_measurement_runs():
     # catches: a kernel micro-benchmark graph ORT refuses, or a record missing a field runtime2 reads
     k = K.measure_kernels(1, quick=True)
     assert k["gemv"] and k["bmm"] and set(k["scan"]) == set(K.SCAN_OPS) and k["conv_chain"]
     assert all(g["bytes_s"] > 0 for g in k["gemv"]) and all(c["interior_s"] > 0 for c in k["conv_chain"])
     assert isinstance(k["reorder_chain"]["ort_keeps_pairs"], bool)
+    assert k["small_m"] and all(x["s_per_weight_byte"] > 0 and 1 < x["M"] < K.GEMV_MAX_M for x in k["small_m"])
+    assert set(k["dispatch"]["per_call_by_inputs"]) == {"1", "2"} and k["dispatch"]["per_node_s"] >= 0
     json.dumps(k)
 
 
