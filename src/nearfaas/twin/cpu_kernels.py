@@ -19,7 +19,14 @@ directly, on app-free, network-free one-op or chain graphs at shapes fixed here:
   and the depthwise one). ORT keeps a chain in NCHWc, so (t_k - t_1) / (k - 1) is one INTERIOR
   conv: the reorders are paid once in both and cancel instead of being subtracted at a rate;
 * ``reorder_chain``: k ReorderInput -> ReorderOutput pairs vs 1, the interior reorder rate (used
-  only if ORT's own optimised graph keeps the pairs; the record says which).
+  only if ORT's own optimised graph keeps the pairs; the record says which);
+* ``small_m`` (added after the third held-out set): MatMul [M, K] x [K, N] weight initializer,
+  M = 2, 4, 8, 16, weights 4-64 MiB: seconds per weight byte of a GEMM of a few rows (ONNX Runtime
+  packs it as a small GEMM: slower than the GEMV stream), interpolated in log bytes, then log M;
+* ``dispatch`` (added then too): the per-node and per-call costs (``host_bench._dispatch``) measured
+  in the same round, the call at one and at two inputs (the wrapper checks each), and what an app's
+  f2 call path adds around the session (``f2_path_extra_s``; charged only where the measurement
+  went through it: ``rt["call_path"] == "f2"``).
 
 Timing as every other micro-benchmark here (``host_bench._time_run``): 1 thread, median thread CPU
 time of hot-loop repeats, single ops net of a 1-node 16-element graph. None of these shapes comes
@@ -28,8 +35,10 @@ from an app or a held-out network; no parameter is chosen from an error.
     kern = measure_kernels(1)                      # ~1 min; JSON-able, cached in cpu_validation.json
     predict_runtime2(bench, 1, model, overhead={**overhead, "kernels": kern}, rt=rt)
 
-Known caveats: the GEMV rate is interpolated in the network's total weight bytes (no cache model);
-the direct-conv factor is one number (median over three conv shapes) applied to every plain conv.
+Known caveats: the GEMV and small-M rates are interpolated in the network's total weight bytes (no
+cache model); the direct-conv factor is one number (median over three conv shapes) applied to every
+plain conv; per-node dispatch is a 16-element Add's, so a node with real set-up work (a GEMM's
+packing) costs more than it is charged.
 """
 
 from __future__ import annotations
@@ -45,7 +54,9 @@ SCAN_OPS = ("Softmax", "LayerNormalization", "Transpose")
 CONV_CHAIN = ((64, 56, 3, 1), (256, 14, 3, 1), (256, 28, 1, 1), (128, 56, 3, 128))  # channels, hw, kernel, group
 CHAIN_K = 5
 GEMV_MAX_M = 16  # the MatMul grid's smallest M (host_bench.GRID_M[0]): below it a weight GEMM is a GEMV
-SMALL_M = (2, 4, 8)  # weight GEMMs of a few rows: ORT packs them as a small GEMM, not the GEMV stream
+SMALL_M = (2, 4, 8, 16)  # weight GEMMs of a few rows: ORT packs them as a small GEMM, not the GEMV stream.
+# M = 16 (the grid's first row, measured here the same way and in the same round) is the top of the interpolation:
+# the fourth attempt ran from M = 8 toward the cached grid's M = 16 instead, and missed mlp_rows12 by +45 %.
 SMALL_M_KN = ((1024, 1024), (2048, 2048), (4096, 4096))  # 4, 16, 64 MiB of weights
 
 
@@ -116,8 +127,10 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
 
     disp = _dispatch(threads, target, reps, quick)
     out["dispatch"] = {"per_node_s": disp["per_node_s"], "per_call_by_inputs": disp["per_call_by_inputs"],
+                       "f2_path_extra_s": _f2_path_extra(threads, target, reps),
                        "source": "ran: host_bench._dispatch (100-Add chain - 1 Add; InferenceSession.run of a 1-node graph "
-                                 "with one and with two inputs, minus one node's dispatch)"}
+                                 "with one and with two inputs, minus one node's dispatch); f2_path_extra_s: an app's f2 call "
+                                 "(apps.stages.Inference._run) minus InferenceSession.run, on the same 1-input 1-node graph"}
 
     bmm = []
     for h, m, k, n in (BMM_SHAPES[:2] if quick else BMM_SHAPES):
@@ -192,6 +205,34 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
     return out
 
 
+def _f2_path_extra(threads: int, target: float, reps: int) -> float:
+    """What an app's f2 call (``Inference._run``: token-id and batch checks around the session)
+    adds to ``InferenceSession.run``, on a 1-input 1-node graph (the apps are measured through it;
+    the networks through the session alone)."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from nearfaas.apps import APPS
+    from nearfaas.apps.stages import Inference
+    from nearfaas.hw.devices.host_bench import _graph, _time_run, _vi
+
+    m = _graph([helper.make_node("Add", ["X", "Z"], ["Y"])], [_vi("X", (16,))], [_vi("Y", (16,))],
+               [numpy_helper.from_array(np.ones(16, np.float32), "Z")])
+    feeds = {"X": np.ones(16, np.float32)}
+    with tempfile.TemporaryDirectory(prefix="nearfaas-f2path-") as tmp:
+        p = Path(tmp) / "one.onnx"
+        p.write_bytes(m.SerializeToString())
+        inf = Inference(sorted(APPS)[0], p, model_key="one-node", threads=threads)  # _run reads no field of the app's card
+        if inf.session is None:
+            raise RuntimeError(f"the f2-path micro-benchmark's model did not load: {inf.error}")
+        f2 = _time_run(lambda: inf._run(feeds, None), target, reps, threads)["value_s"]
+        bare = _time_run(lambda: inf.session.run(feeds, None), target, reps, threads)["value_s"]
+    return max(f2 - bare, 0.0)
+
+
 # ------------------------------------------------------------------ the parameters
 
 
@@ -214,17 +255,21 @@ def small_m_s_per_byte(kern: dict, m: int, working_set_bytes: float) -> float | 
     return _interp_log([(float(mm), _interp_log(pts, ws)) for mm, pts in by_m.items()], float(m))
 
 
-def call_costs(d, kern: dict, inputs: int | None) -> tuple[float, float, str]:
+def call_costs(d, kern: dict, inputs: int | None, f2_path: bool = False) -> tuple[float, float, str]:
     """(per-node dispatch, per-call cost, source): the record's own dispatch benchmarks when it has
     them (paired rounds measure them beside the networks), the per-call cost at the model's number
-    of inputs (the wrapper checks each: linear in the inputs through the 1- and 2-input runs);
-    else the host micro-benchmarks' (a 2-input graph)."""
+    of inputs (the wrapper checks each: linear in the inputs through the 1- and 2-input runs), plus
+    the app f2 path's own checks when the caller measured through it (``f2_path``); else the host
+    micro-benchmarks' (a 2-input graph)."""
     disp = kern.get("dispatch")
     if not disp:
         return float(d.launch_s.value), float(d.driver_s.value), "host micro-benchmarks (launch_s, driver_s)"
     one, two = float(disp["per_call_by_inputs"]["1"]), float(disp["per_call_by_inputs"]["2"])
     n = inputs if inputs and inputs > 0 else 2
-    return float(disp["per_node_s"]), max(one + (n - 1) * (two - one), 0.0), f"kernel record's dispatch runs, {n} input(s)"
+    call = max(one + (n - 1) * (two - one), 0.0)
+    if f2_path and "f2_path_extra_s" in disp:
+        return float(disp["per_node_s"]), call + float(disp["f2_path_extra_s"]), f"kernel record's dispatch runs, {n} input(s), app f2 path"
+    return float(disp["per_node_s"]), call, f"kernel record's dispatch runs, {n} input(s)"
 
 
 def graph_input_count(model, rt: dict | None = None) -> int | None:
@@ -319,16 +364,12 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
                 if not isw:  # both operands activations: attention's batched MatMuls
                     mine["bmm_s"] += 2.0 * m * k * n * c / (peak * bmm_efficiency(peak, kern, m, k, n))
                 elif x["kind"] == "gemm" and m < GEMV_MAX_M:  # below the grid: stream the weights
-                    g16 = host.gemm_efficiency(bench, threads, GEMV_MAX_M, k, n)[0]
                     spb = small_m_s_per_byte(kern, m, weights) if m > 1 else None
                     if spb is None:  # M = 1 (or a record without the small-M runs): the GEMV stream
+                        g16 = host.gemm_efficiency(bench, threads, GEMV_MAX_M, k, n)[0]
                         mine["gemv_s"] += max(b * be / rate, 2.0 * m * k * n * c / (peak * g16))
-                    else:  # a few rows: measured up to the largest small M, then toward the grid's M = 16 in log M
-                        top = max(int(r["M"]) for r in kern["small_m"])
-                        t_top = b * be * small_m_s_per_byte(kern, min(m, top), weights)
-                        t_grid = 2.0 * GEMV_MAX_M * k * n * c / (peak * g16)
-                        f = max(math.log(m / top), 0.0) / math.log(GEMV_MAX_M / top)
-                        mine["small_m_s"] += t_top + f * (t_grid - t_top)
+                    else:  # a few rows: the small-M runs (M = 2 .. 16, the same round) interpolated in log M
+                        mine["small_m_s"] += b * be * spb
                     streamed += be  # the micro-benchmarks' times already cover reading these weights: not charged again below
                 elif x["kind"] == "conv":
                     mine["conv_s"] += 2.0 * m * k * n * c / (peak * min(host.gemm_efficiency(bench, threads, m, k, n)[0] * conv_f, 1.0))
@@ -347,7 +388,7 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
             parts[k_] += v
         by_kind[x["kind"]] = by_kind.get(x["kind"], 0.0) + max(t_c, t_m)
     nodes = rt["nodes"] if rt else len(ls)
-    per_node, call, call_src = call_costs(d, kern, graph_input_count(model, rt))
+    per_node, call, call_src = call_costs(d, kern, graph_input_count(model, rt), bool(rt and rt.get("call_path") == "f2"))
     launch = nodes * per_node
     rr, rr_src = reorder_rate(overhead)
     reorder = rt["reorder_elems"] * rr if rt else 0.0
