@@ -8,7 +8,7 @@ one-op conv graphs that pay ORT's NCHWc reorders which a conv inside a network d
 one-op reorder rate that overstates a reorder inside a graph. This module measures each of those
 directly, on app-free, network-free one-op or chain graphs at shapes fixed here:
 
-* ``gemv``: MatMul [1, K] x [K, N] weight initializer, weights 1-256 MiB: the weight-streaming rate
+* ``gemv``: MatMul [1, K] x [K, N] weight initializer, weights 1 KiB-256 MiB: the weight-streaming rate
   as a function of the working set (a hot loop keeps the whole network's weights in flight, so a
   GEMV layer streams at the rate of the NETWORK's weight bytes, interpolated in log bytes);
 * ``bmm``: activation x activation batched MatMul [h, M, K] x [h, K, N] at small attention shapes:
@@ -47,7 +47,9 @@ import functools
 import math
 import statistics
 
-GEMV_KN = ((512, 512), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192))  # 1, 4, 16, 64, 256 MiB of weights
+# 1 KiB, 64 KiB, 1, 4, 16, 64, 256 MiB of weights (the two smallest added in the sixth attempt: a tiny
+# weight GEMM costs its set-up, which interpolation from 1 MiB charged as streaming, ~0)
+GEMV_KN = ((16, 16), (128, 128), (512, 512), (1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192))
 BMM_SHAPES = ((2, 16, 32, 16), (4, 32, 32, 32), (8, 64, 32, 64), (8, 128, 64, 128), (12, 256, 64, 256))  # h, M, K, N
 SCAN_SIDES = (16, 64, 128, 256, 512, 1024)  # rows = cols: 256 .. 1 Mi elements
 SCAN_OPS = ("Softmax", "LayerNormalization", "Transpose")
