@@ -36,9 +36,11 @@ from an app or a held-out network; no parameter is chosen from an error.
     predict_runtime2(bench, 1, model, overhead={**overhead, "kernels": kern}, rt=rt)
 
 Known caveats: the GEMV and small-M rates are interpolated in the network's total weight bytes (no
-cache model); the direct-conv factor is one number (median over three conv shapes) applied to every
-plain conv; per-node dispatch is a 16-element Add's, so a node with real set-up work (a GEMM's
-packing) costs more than it is charged.
+cache model), and the small-M runs are square: MLAS picks its kernel by shape, so a rectangular
+weight of 2-15 rows can run at a rate no square run of its bytes shows (docs/methodology.md, "Still
+not captured"); the direct-conv factor is one number (median over three conv shapes) applied to
+every plain conv; per-node dispatch is a 16-element Add's, so a node with real set-up work costs
+more than it is charged.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ SCAN_SIDES = (16, 64, 128, 256, 512, 1024)  # rows = cols: 256 .. 1 Mi elements
 SCAN_OPS = ("Softmax", "LayerNormalization", "Transpose")
 CONV_CHAIN = ((64, 56, 3, 1), (256, 14, 3, 1), (256, 28, 1, 1), (128, 56, 3, 128))  # channels, hw, kernel, group
 CHAIN_K = 5
-GEMV_MAX_M = 16  # the MatMul grid's smallest M (host_bench.GRID_M[0]): below it a weight GEMM is a GEMV
+GEMV_MAX_M = 16  # the MatMul grid's smallest M (host_bench.GRID_M[0]): below it a weight GEMM is a GEMV (M = 1) or small-M
 SMALL_M = (2, 4, 8, 16)  # weight GEMMs of a few rows: ORT packs them as a small GEMM, not the GEMV stream.
 # M = 16 (the grid's first row, measured here the same way and in the same round) is the top of the interpolation:
 # the fourth attempt ran from M = 8 toward the cached grid's M = 16 instead, and missed mlp_rows12 by +45 %.

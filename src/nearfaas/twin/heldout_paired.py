@@ -30,7 +30,7 @@ in the rounds, reported, not judged:
   is cached any more, only ORT's optimised graphs, which are derived), and the GEMV runs reach 1 KiB.
 
     record = measure_rounds()                       # ~10 min, 1 thread
-    evaluate(bench, overhead, runtime_graphs, record, build_all())
+    evaluate(bench, overhead, runtime_graphs, record, build_all(), 0.10, 0.25)   # geomean and worst-model targets
 
 Known caveats: the rounds follow one another (two to three minutes apart), so drift WITHIN a round
 still separates a network from its kernels; three rounds bound, not remove, that. The families
@@ -48,7 +48,6 @@ from nearfaas.twin.heldout import mlp, mobilenet_v1, mobilenet_v2, resnet_blocks
 
 ROUNDS = 3
 FORM = "runtime2"  # the form whose kernel micro-benchmarks are paired
-KEY = "third"  # runtime-graph cache prefix of the third set ("third:<name>")
 
 # name -> (family, builder). Seeds 301-312: no weights shared with the earlier sets (101-111, 201-212).
 NETWORKS: dict[str, tuple[str, Callable]] = {
