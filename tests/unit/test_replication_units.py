@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -270,3 +271,48 @@ def test_a_replica_at_its_disk_floor_missed_the_write_and_is_owed_it():
     with pytest.raises(S3Error) as both:
         settle(["storage-0", "storage-1"], [full, S3Error("InsufficientStorage")], missed_write, "write")
     assert both.value.status == 507
+
+
+def test_a_node_whose_polls_fail_is_given_up_on_unless_it_keeps_answering_other_calls(monkeypatch):
+    """A stopped node answers nothing: a call to it is abandoned after the patience. A node whose
+    health polls time out behind a burst but that keeps answering other calls is busy, not down:
+    the call waits for it (up to the busy patience). The node's answers are simulated latencies."""
+    # catches: a busy node's calls answered ServiceUnavailable after the patience (the overload
+    # test's 503s "not answering its health checks" on a slow host), or a stopped node waited on
+    # for the busy patience because an answer from before it stopped still counts
+    from nearfaas.gateway import replica_calls as R
+    from nearfaas.gateway.nodes import Node
+    from nearfaas.s3.errors import S3Error
+
+    monkeypatch.setattr(R, "_PATIENCE_S", 0.2)
+    monkeypatch.setattr(R, "_DOWN_CHECK_S", 0.02)
+    monkeypatch.setattr(R, "_BUSY_PATIENCE_S", 1.5)
+    monkeypatch.setattr(R, "_last_answer", {})
+    node = Node("storage-9", "storage", "dscs", "http://127.0.0.1:9", healthy=False, last_seen=1.0)
+
+    async def answer(value, after_s):
+        await asyncio.sleep(after_s)
+        return value
+
+    async def main():
+        await R.unless_down(node, answer("earlier", 0.0))  # it answered once, then stopped
+        with pytest.raises(S3Error, match="not answering its health checks") as stopped:
+            await R.unless_down(node, answer("never", 5.0))
+        assert stopped.value.code == "ServiceUnavailable"
+        waited = float(re.search(r"this call waited ([0-9.]+)s", str(stopped.value)).group(1))
+        assert waited < 1.5  # given up after the patience, not the busy patience
+        served = asyncio.Event()
+
+        async def other_calls():  # the burst: the node answers one call every 50 ms
+            while not served.is_set():
+                await R.unless_down(node, answer("other", 0.05))
+        ticker = asyncio.create_task(other_calls())
+        try:
+            assert await R.unless_down(node, answer("slow but served", 0.8)) == "slow but served"
+            with pytest.raises(S3Error, match="not answering its health checks"):  # bounded even while busy
+                await R.unless_down(node, answer("too slow", 5.0))
+        finally:
+            served.set()
+            await ticker
+
+    asyncio.run(main())

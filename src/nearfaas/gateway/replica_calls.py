@@ -19,6 +19,10 @@ log = logging.getLogger("nearfaas.gateway.s3")
 _TEE_DEPTH = 8  # chunks buffered per replica: bounds gateway memory per upload
 _DOWN_CHECK_S = HEALTH_INTERVAL_S / 2  # how often a slow node call looks at the node's health
 _PATIENCE_S = 1.0  # how long a call waits on a node the poll calls down before giving up on it
+# ... unless the node answered another call within the patience: then it is busy (a burst: its
+# health poll timed out behind the queue), not down, and the call waits up to this long for it.
+_BUSY_PATIENCE_S = 30.0
+_last_answer: dict[str, float] = {}  # node name -> loop time its latest call returned (an answer, error or not)
 NODE_CALLS = 64  # calls in flight to one storage node at once
 NODE_QUEUE = 2048  # calls waiting for one of those; beyond: 503 SlowDown (backpressure)
 SLOWDOWN_RETRY_AFTER_S = 1
@@ -119,17 +123,26 @@ async def unless_down(node: Node, call: Awaitable):
     waited ``_PATIENCE_S`` while the health poll says the node is down: a node that hangs
     (SIGSTOP, a stuck disk) costs a request about the health-check bound (1.5 s), not a socket
     timeout of minutes. A node that is merely slow to answer one poll (load) still serves every
-    call that it answers within the patience, so one slow poll does not make writes degraded."""
+    call that it answers within the patience, so one slow poll does not make writes degraded; and
+    a node whose polls time out while it keeps answering other calls (a burst queued behind it) is
+    busy, not down: the call waits for it up to ``_BUSY_PATIENCE_S`` (a stopped node answers
+    nothing, so it is still given up on after the patience)."""
+    loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(call)
-    started = asyncio.get_running_loop().time()
+    started = loop.time()
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=_DOWN_CHECK_S)
+            now = loop.time()
             if done:
+                if not unavailable(task.exception()):  # the node answered (the client maps "unreachable" to ServiceUnavailable)
+                    _last_answer[node.name] = now
                 return task.result()
-            if is_down(node) and asyncio.get_running_loop().time() - started >= _PATIENCE_S:
+            waited = now - started
+            busy = now - _last_answer.get(node.name, float("-inf")) < _PATIENCE_S
+            if is_down(node) and waited >= _PATIENCE_S and (not busy or waited >= _BUSY_PATIENCE_S):
                 raise S3Error("ServiceUnavailable", f"storage node {node.name} is not answering its health checks "
-                              f"({node.last_error or 'no answer'}); this call waited {_PATIENCE_S:g}s for it")
+                              f"({node.last_error or 'no answer'}); this call waited {waited:.1f}s for it")
     finally:
         if not task.done():
             task.cancel()
