@@ -287,7 +287,6 @@ def test_a_node_whose_polls_fail_is_given_up_on_unless_it_keeps_answering_other_
     monkeypatch.setattr(R, "_PATIENCE_S", 0.2)
     monkeypatch.setattr(R, "_DOWN_CHECK_S", 0.02)
     monkeypatch.setattr(R, "_BUSY_PATIENCE_S", 1.5)
-    monkeypatch.setattr(R, "_last_answer", {})
     node = Node("storage-9", "storage", "dscs", "http://127.0.0.1:9", healthy=False, last_seen=1.0)
 
     async def answer(value, after_s):

@@ -31,6 +31,7 @@ class Node:
     healthy: bool = False
     last_seen: float = 0.0
     last_error: str = ""
+    last_answer: float = 0.0  # event-loop time a call to it last returned an answer (replica_calls.unless_down: busy, not down)
     status: dict = field(default_factory=dict)
     # backend: ray: what Ray says of the node's actor (gateway/ray_nodes.py); an actor Ray does
     # not find alive keeps the node out of placement whatever its old URL answers.

@@ -22,7 +22,6 @@ _PATIENCE_S = 1.0  # how long a call waits on a node the poll calls down before 
 # ... unless the node answered another call within the patience: then it is busy (a burst: its
 # health poll timed out behind the queue), not down, and the call waits up to this long for it.
 _BUSY_PATIENCE_S = 30.0
-_last_answer: dict[str, float] = {}  # node name -> loop time its latest call returned (an answer, error or not)
 NODE_CALLS = 64  # calls in flight to one storage node at once
 NODE_QUEUE = 2048  # calls waiting for one of those; beyond: 503 SlowDown (backpressure)
 SLOWDOWN_RETRY_AFTER_S = 1
@@ -136,10 +135,10 @@ async def unless_down(node: Node, call: Awaitable):
             now = loop.time()
             if done:
                 if not unavailable(task.exception()):  # the node answered (the client maps "unreachable" to ServiceUnavailable)
-                    _last_answer[node.name] = now
+                    node.last_answer = now
                 return task.result()
             waited = now - started
-            busy = now - _last_answer.get(node.name, float("-inf")) < _PATIENCE_S
+            busy = now - node.last_answer < _PATIENCE_S
             if is_down(node) and waited >= _PATIENCE_S and (not busy or waited >= _BUSY_PATIENCE_S):
                 raise S3Error("ServiceUnavailable", f"storage node {node.name} is not answering its health checks "
                               f"({node.last_error or 'no answer'}); this call waited {waited:.1f}s for it")
