@@ -205,6 +205,16 @@ def test_quick_kernel_measurement_runs():
     assert k["small_m"] and all(x["s_per_weight_byte"] > 0 and 1 < x["M"] <= K.GEMV_MAX_M for x in k["small_m"])
     assert set(k["dispatch"]["per_call_by_inputs"]) == {"1", "2"} and k["dispatch"]["per_node_s"] >= 0
     assert k["dispatch"]["f2_path_extra_s"] >= 0
+    # each single op is net of a 1-node graph with as many graph inputs: one for a weight GEMM or a
+    # scan, two for the batched MatMul (catches: every op net of the 2-input graph, as before the
+    # seventh attempt, which lost ~1 us of each tiny 1-input op)
+    one, two = k["fixed_one_input_s"], k["fixed_one_node_s"]
+    assert 0 < one and 0 < two
+    for x in (*k["gemv"], *k["small_m"], *(s for rows in k["scan"].values() for s in rows)):
+        assert x["net_s"] == pytest.approx(max(x["value_s"] - one, 1e-9))
+    for x in k["bmm"]:
+        assert x["net_s"] == pytest.approx(max(x["value_s"] - two, 1e-9))
+    assert min(x["weight_bytes"] for x in k["small_m"]) == 4.0 * 16 * 16  # small-M runs from 1 KiB, as the GEMV ones
     json.dumps(k)
 
 

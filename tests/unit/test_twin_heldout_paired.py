@@ -36,7 +36,7 @@ def test_every_paired_set_is_twelve_networks_of_four_families_unlike_every_earli
         earlier |= digests
         names |= set(models)
         assert all(H.set_of(n) == k for n in nets)
-    assert H.JUDGED == list(H.SETS)[-1] == "sixth"  # the newest set, nothing shaped on it
+    assert H.JUDGED == list(H.SETS)[-1] == "seventh"  # the newest set, nothing shaped on it
     rows = [H.build(n).graph.input[0].type.tensor_type.shape.dim[0].dim_value for n, (fam, _) in H.SETS[H.JUDGED].items() if fam == "mlp"]
     few = [r for r in rows if 1 < r < K.GEMV_MAX_M]
     assert len(few) >= 3 and not set(few) & set(K.SMALL_M)  # judged between the measured M, not on them
@@ -83,6 +83,43 @@ def test_a_models_error_is_the_median_over_rounds_of_its_rounds_own_kernels():
         H.evaluate(bench, overhead, rts, record, models, 0.10, 0.25)
 
 
+def test_an_app_is_predicted_at_the_rows_its_measurement_fed():
+    """credit_risk's seed-0 input holds 6 applicants, run as one 6-row call: a round whose app record
+    says so is predicted at 6 rows (the error is the planted one); a batch-1 model fed row by row
+    is 6 calls of one row."""
+    # catches: the app predicted at batch 1 whatever it ran (before the seventh attempt), or the
+    # calls of a row-by-row model not multiplied in
+    from nearfaas.twin.validate_apps import predict_as_fed, rows_fed
+
+    cached = json.loads(RESULT_FILE.read_text())
+    bench, overhead = cached["microbench"], cached["overhead"]["1"]
+    rt = {**cached["runtime_graphs"]["zoo:logreg"], "call_path": "f2"}
+    ov = {**overhead, "kernels": overhead["kernels"]}
+    at6 = C.predict(bench, 1, "logreg", "runtime2", overhead=ov, rt=rt, batch=6)["seconds"]
+    at1 = C.predict(bench, 1, "logreg", "runtime2", overhead=ov, rt=rt, batch=1)["seconds"]
+    assert at6 > at1
+    record = {"threads": 1, "digests": {}, "rounds": [{"round": 1, "kernels": overhead["kernels"], "networks": {},
+                                                         "apps": {"credit_risk": {"value_s": at6 / 1.05, "batch": 6, "calls": 1}}}]}
+    out = H.evaluate(bench, overhead, {"zoo:logreg": cached["runtime_graphs"]["zoo:logreg"]}, record, {}, 0.10, 0.25)
+    assert out["apps"]["per_model_error"]["credit_risk"] == pytest.approx(0.05, abs=1e-4)
+    by_row = predict_as_fed(C.predict, {"batch": 1, "calls": 6}, bench=bench, threads=1, model="logreg", form="runtime2", overhead=ov, rt=rt)
+    assert by_row["seconds"] == pytest.approx(6 * at1) and by_row["calls"] == 6
+
+    class Inf:  # what rows_fed reads of an Inference
+        def __init__(self, fixed_one):
+            self._fixed_one = fixed_one
+
+        def _fixed_batch_one(self):
+            return self._fixed_one
+
+    import numpy as np
+
+    six = {"features": np.zeros((6, 200), np.float32)}
+    assert rows_fed(Inf(False), six) == {"batch": 6, "calls": 1}
+    assert rows_fed(Inf(True), six) == {"batch": 1, "calls": 6}
+    assert rows_fed(Inf(False), {"input_ids": np.zeros((1, 128), np.int64), "attention_mask": np.zeros((1, 128), np.int64)}) == {"batch": 1, "calls": 1}
+
+
 def test_rounds_must_be_at_least_one():
     with pytest.raises(ValueError, match="at least one round"):
         H.measure_rounds(0)
@@ -95,7 +132,7 @@ def test_the_goal_is_judged_on_the_apps_and_the_newest_set_not_one_the_model_was
     # catches: the goal judged on a set the model was shaped on, or on every set, or the apps left out
     cached = json.loads(RESULT_FILE.read_text())
     bench, overhead = cached["microbench"], cached["overhead"]["1"]
-    models = {n: H.build(n) for n in ("transformer_seq32", "transformer_seq40")}  # third set, sixth (judged) set
+    models = {n: H.build(n) for n in ("transformer_seq32", "transformer_seq56")}  # third set, seventh (judged) set
     rts = {k: v for n, m in models.items() for k, v in heldout.runtime_graphs({n: m}, {}, H.set_of(n))[0].items()}
     rts["zoo:logreg"] = cached["runtime_graphs"].get("zoo:logreg")
 
@@ -109,11 +146,11 @@ def test_the_goal_is_judged_on_the_apps_and_the_newest_set_not_one_the_model_was
         return {"threads": 1, "rounds": [{"round": 1, "kernels": overhead["kernels"], "apps": app, "networks": nets}],
                 "digests": {n: heldout.digest(m) for n, m in models.items()}}
 
-    good = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.4, "transformer_seq40": 0.03}), models, 0.10, 0.25)
-    assert good["third_set"]["pass"] is False and good["sixth_set"]["pass"] is True and good["apps"]["pass"] is True
-    assert good["fourth_set"] is None and good["fifth_set"] is None  # not in this record
-    assert good["pass"] is True and good["judged_on"] == ["apps", "sixth_set"]
-    bad = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq40": 0.4}), models, 0.10, 0.25)
-    assert bad["sixth_set"]["per_model_error"]["transformer_seq40"] == pytest.approx(0.4, abs=1e-4) and bad["pass"] is False
-    app_off = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq40": 0.03}, 0.4), models, 0.10, 0.25)
-    assert app_off["sixth_set"]["pass"] is True and app_off["apps"]["pass"] is False and app_off["pass"] is False
+    good = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.4, "transformer_seq56": 0.03}), models, 0.10, 0.25)
+    assert good["third_set"]["pass"] is False and good["seventh_set"]["pass"] is True and good["apps"]["pass"] is True
+    assert good["fourth_set"] is None and good["fifth_set"] is None and good["sixth_set"] is None  # not in this record
+    assert good["pass"] is True and good["judged_on"] == ["apps", "seventh_set"]
+    bad = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq56": 0.4}), models, 0.10, 0.25)
+    assert bad["seventh_set"]["per_model_error"]["transformer_seq56"] == pytest.approx(0.4, abs=1e-4) and bad["pass"] is False
+    app_off = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq56": 0.03}, 0.4), models, 0.10, 0.25)
+    assert app_off["seventh_set"]["pass"] is True and app_off["apps"]["pass"] is False and app_off["pass"] is False

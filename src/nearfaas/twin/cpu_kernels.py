@@ -21,7 +21,7 @@ directly, on app-free, network-free one-op or chain graphs at shapes fixed here:
 * ``reorder_chain``: k ReorderInput -> ReorderOutput pairs vs 1, the interior reorder rate (used
   only if ORT's own optimised graph keeps the pairs; the record says which);
 * ``small_m`` (added after the third held-out set): MatMul [M, K] x [K, N] weight initializer,
-  M = 2, 4, 8, 16, weights 4-64 MiB: seconds per weight byte of a GEMM of a few rows (ONNX Runtime
+  M = 2, 4, 8, 16, weights 1 KiB-64 MiB: seconds per weight byte of a GEMM of a few rows (ONNX Runtime
   packs it as a small GEMM: slower than the GEMV stream), interpolated in log bytes, then log M;
 * ``dispatch`` (added then too): the per-node and per-call costs (``host_bench._dispatch``) measured
   in the same round, the call at one and at two inputs (the wrapper checks each), and what an app's
@@ -29,7 +29,7 @@ directly, on app-free, network-free one-op or chain graphs at shapes fixed here:
   went through it: ``rt["call_path"] == "f2"``).
 
 Timing as every other micro-benchmark here (``host_bench._time_run``): 1 thread, median thread CPU
-time of hot-loop repeats, single ops net of a 1-node 16-element graph. None of these shapes comes
+time of hot-loop repeats, single ops net of a 1-node 16-element graph with as many graph inputs. None of these shapes comes
 from an app or a held-out network; no parameter is chosen from an error.
 
     kern = measure_kernels(1)                      # ~1 min; JSON-able, cached in cpu_validation.json
@@ -61,7 +61,9 @@ GEMV_MAX_M = 16  # the MatMul grid's smallest M (host_bench.GRID_M[0]): below it
 SMALL_M = (2, 4, 8, 16)  # weight GEMMs of a few rows: ORT packs them as a small GEMM, not the GEMV stream.
 # M = 16 (the grid's first row, measured here the same way and in the same round) is the top of the interpolation:
 # the fourth attempt ran from M = 8 toward the cached grid's M = 16 instead, and missed mlp_rows12 by +45 %.
-SMALL_M_KN = ((1024, 1024), (2048, 2048), (4096, 4096))  # 4, 16, 64 MiB of weights
+# 1 KiB, 64 KiB, 4, 16, 64 MiB of weights (the two smallest added in the seventh attempt, as the sixth did for the
+# GEMV runs: below 4 MiB a few-row weight GEMM was charged the 4 MiB rate per byte, ~0 for its set-up)
+SMALL_M_KN = ((16, 16), (128, 128), (1024, 1024), (2048, 2048), (4096, 4096))
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
@@ -101,9 +103,14 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
         s = _session(model, threads)
         return _time_run(lambda: s.run(None, feeds), target, reps, threads)["value_s"]
 
+    # A single op's time is net of a 1-node graph with as many graph inputs as its own: each input fed
+    # costs ORT (and the feed) ~1 us, so a 1-input op net of a 2-input graph lost that much (seventh attempt)
     one = _graph([helper.make_node("Add", ["X", "Z"], ["Y"])], [_vi("X", (16,)), _vi("Z", (16,))], [_vi("Y", (16,))])
     fixed = timed(one, {"X": np.ones(16, np.float32), "Z": np.ones(16, np.float32)})
-    out: dict = {"threads": threads, "fixed_one_node_s": fixed, "quick": quick}
+    one_in = _graph([helper.make_node("Add", ["X", "Z"], ["Y"])], [_vi("X", (16,))], [_vi("Y", (16,))],
+                    [numpy_helper.from_array(np.ones(16, np.float32), "Z")])
+    fixed1 = timed(one_in, {"X": np.ones(16, np.float32)})
+    out: dict = {"threads": threads, "fixed_one_node_s": fixed, "fixed_one_input_s": fixed1, "quick": quick}
 
     gemv = []
     for k, n in (GEMV_KN[:2] if quick else GEMV_KN):
@@ -111,7 +118,7 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
         w = numpy_helper.from_array(arr(k, n), "W")
         t = timed(_graph([helper.make_node("MatMul", ["A", "W"], ["Y"])], [_vi("A", (1, k))], [_vi("Y", (1, n))], [w]),
                   {"A": arr(1, k)})
-        net = max(t - fixed, 1e-9)
+        net = max(t - fixed1, 1e-9)
         gemv.append({"K": k, "N": n, "weight_bytes": 4.0 * k * n, "value_s": t, "net_s": net, "bytes_s": 4.0 * k * n / net})
     out["gemv"] = gemv
 
@@ -122,7 +129,7 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
             w = numpy_helper.from_array(arr(k, n), "W")
             t = timed(_graph([helper.make_node("MatMul", ["A", "W"], ["Y"])], [_vi("A", (m, k))], [_vi("Y", (m, n))], [w]),
                       {"A": arr(m, k)})
-            net = max(t - fixed, 1e-9)
+            net = max(t - fixed1, 1e-9)
             small.append({"M": m, "K": k, "N": n, "weight_bytes": 4.0 * k * n, "value_s": t, "net_s": net, "s_per_weight_byte": net / (4.0 * k * n)})
     out["small_m"] = small
 
@@ -161,8 +168,8 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
                 shape = oshape = (side, side)
                 node = helper.make_node(op, ["X"], ["Y"], axis=-1)
             t = timed(_graph([node], [_vi("X", shape)], [_vi("Y", oshape)], inits), {"X": arr(*shape)})
-            scan[op].append({"elems": side * side, "value_s": t, "net_s": max(t - fixed, 1e-9),
-                             "s_per_elem": max(t - fixed, 1e-12) / (side * side)})
+            scan[op].append({"elems": side * side, "value_s": t, "net_s": max(t - fixed1, 1e-9),
+                             "s_per_elem": max(t - fixed1, 1e-12) / (side * side)})
     out["scan"] = scan
 
     chains = []
@@ -205,7 +212,8 @@ def measure_kernels(threads: int = 1, quick: bool = False, progress=None) -> dic
     out["reorder_chain"] = {"cases": cases, "ort_keeps_pairs": kept,
                             "s_per_elem": statistics.median(x["per_elem_s"] for x in cases)}
     out["source"] = (f"ran: ONNX Runtime one-op and chain graphs (nearfaas.twin.cpu_kernels), {threads} thread(s), median thread "
-                     f"CPU time of {reps} hot-loop repeats of >= {target * 1e3:g} ms, single ops net of a 1-node graph")
+                     f"CPU time of {reps} hot-loop repeats of >= {target * 1e3:g} ms, single ops net of a 1-node graph "
+                     "with as many graph inputs (GEMV, small-M, scans: one; batched MatMul: two)")
     return out
 
 

@@ -88,7 +88,7 @@ from pathlib import Path
 from typing import Any
 from nearfaas.stats import geomean
 from nearfaas.twin.cpu_model import FORMS  # ("catalog", "refined", "runtime", "runtime2")
-from nearfaas.twin.validate_apps import fresh_inputs, measure_apps_hot, measure_f2  # measuring: split out for size
+from nearfaas.twin.validate_apps import fresh_inputs, measure_apps_hot, measure_f2, predict_as_fed  # measuring: split out for size
 from nearfaas.twin.validate_report import parameters, table  # reporting: split out for size
 
 TARGET_APP_ABS = 0.20
@@ -295,11 +295,13 @@ def _thread_summary(bench: dict, t: int, prof, f2_cache: dict, form: str, p: Pat
             one_off, stage = float(f2["model_wall_s"]), float(f2["cpu_s"])
             if key not in hot:
                 raise ValueError(f"{p}: no hot-loop f2 measurement of {key}; run validate(measure=True)")
-            meas, src = float(hot[key]["value_s"]), f"{p.name} f2_hot_measured.1 ({hot[key]['estimator']} of hot-loop repeats)"
+            fed = hot[key]
+            meas, src = float(fed["value_s"]), f"{p.name} f2_hot_measured.1 ({fed['estimator']} of hot-loop repeats)"
         else:
-            m = f2_cache[str(t)][key]
-            meas, stage, src = float(m["value_s"]), float(m["stage_value_s"]), f"{p.name} f2_measured.{t} ({m['estimator']})"
-        pred = {f: predict_f2(bench, t, card.model, f, overhead=overhead.get(str(t)), rt=rts.get(f"zoo:{card.model}")) for f in FORMS}
+            fed = f2_cache[str(t)][key]
+            meas, stage, src = float(fed["value_s"]), float(fed["stage_value_s"]), f"{p.name} f2_measured.{t} ({fed['estimator']})"
+        pred = {f: predict_as_fed(predict_f2, fed, bench=bench, threads=t, model=card.model, form=f, overhead=overhead.get(str(t)),
+                                  rt=rts.get(f"zoo:{card.model}")) for f in FORMS}
         now = (f2_cache.get(str(t)) or {}).get(key) if t == 1 else None
         for f in FORMS:
             err[f][key] = relative_error(pred[f]["seconds"], meas)

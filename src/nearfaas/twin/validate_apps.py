@@ -23,7 +23,7 @@ import gc
 import os
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 HOT_REPS = (11, 5)  # hot-loop repeats: under / from HOT_SLOW_S per call (a multi-second call needs fewer for a stable median)
@@ -73,10 +73,29 @@ def measure_apps_hot(threads: int = 1, keys: Iterable[str] | None = None, cache:
             reps = HOT_REPS[0] if one < HOT_SLOW_S else HOT_REPS[1]
             load0 = list(os.getloadavg())
             r = _time_run(lambda inf=inf, f=feeds, w=wanted: inf._run(f, w), 0.01, reps, threads)
-            out[key] = {"model": card.model, "threads": threads, "value_s": r["value_s"], "estimator": r["estimator"], "inner": r["inner"],
+            out[key] = {"model": card.model, "threads": threads, **rows_fed(inf, feeds), "value_s": r["value_s"], "estimator": r["estimator"], "inner": r["inner"],
                         "reps": r["reps"], "wall_median_s": r["median_s"], "wall_best_s": r["best_s"], "first_call_s": round(one, 6),
                         "loadavg_before": load0, "loadavg_after": list(os.getloadavg())}
     return out
+
+
+def rows_fed(inf, feeds: dict) -> dict:
+    """What one f2 call runs: ``batch`` rows per ONNX Runtime call, ``calls`` calls (``Inference._run``
+    feeds a batch-1 model row by row). An app's seed-0 input can hold several rows (credit_risk: 6
+    applicants), and the model is predicted at the batch it ran (seventh attempt; before it, at 1)."""
+    first = next(iter(feeds.values()))
+    rows = int(first.shape[0]) if getattr(first, "ndim", 0) >= 1 else 1
+    if len(feeds) == 1 and inf._fixed_batch_one() and rows > 1:
+        return {"batch": 1, "calls": rows}
+    return {"batch": rows, "calls": 1}
+
+
+def predict_as_fed(predict: Callable[..., dict], entry: dict, **kw) -> dict:
+    """``predict(batch=..., **kw)`` at the rows an app's measurement ran (``rows_fed``; a record from
+    before the seventh attempt says nothing: batch 1, one call), its seconds times the calls."""
+    batch, calls = int(entry.get("batch", 1)), int(entry.get("calls", 1))
+    p = predict(batch=batch, **kw)
+    return {**p, "seconds": p["seconds"] * calls, "batch": batch, "calls": calls}
 
 
 def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | None = None, progress=None,
@@ -86,7 +105,7 @@ def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | No
     ``repeats`` = (under 1 s, from 1 s) times: (7, 5) at 1 thread, (11, 9) at more). ``value_s``: at 1 thread the median (as apps.json), at more threads
     the BEST repeat (a multi-thread run needs both vCPUs at once; on this shared machine any other
     process stretches it, so the fastest repeat is the estimate of the uncontended time)."""
-    from nearfaas.apps import make_input
+    from nearfaas.apps import make_input, tensors
 
     out = {}
     with contextlib.closing(_each_app(threads, keys, cache, progress or (lambda m: None), "f2")) as apps:
@@ -95,6 +114,7 @@ def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | No
             data = make_input(key, 0)[0]
             first = app.chain(data)
             pre = app.pre(data)
+            fed = rows_fed(app.inference, app.inference._feeds(tensors.load(pre.output)[0]))
             fast, slow = repeats or ((7, 5) if threads == 1 else (11, 9))
             n = slow if first[1].wall_s >= 1.0 else fast
             runs = [app.infer(pre.output, pre.answer) for _ in range(n)]
@@ -102,7 +122,7 @@ def measure_f2(threads: int, keys: Iterable[str] | None = None, cache: Path | No
             wall = [r.wall_s for r in runs]
             cpu = [r.cpu_s for r in runs]
             pick = statistics.median if threads == 1 else min
-            out[key] = {"model": card.model, "threads": threads, "repeats": n,
+            out[key] = {"model": card.model, "threads": threads, **fed, "repeats": n,
                         "value_s": round(pick(model), 6), "stage_value_s": round(pick(wall), 6),
                         "estimator": "median" if threads == 1 else "best of the repeats",
                         "model_wall_s": round(statistics.median(model), 6), "model_wall_min_s": round(min(model), 6),
