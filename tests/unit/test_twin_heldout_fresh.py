@@ -119,6 +119,27 @@ def test_runtime2_uses_each_kernel_parameter(path, model, part, factor):
     assert moved["seconds"] != pytest.approx(base["seconds"], rel=1e-9)
 
 
+def test_an_nchwc_conv_is_charged_at_its_padded_channels():
+    """ORT runs convs in NCHWc blocks (16 floats with AVX-512F, 8 with AVX2): a 36-channel conv does a
+    48-channel one's work, a depthwise one its padded channels, a 3-channel input is read unblocked."""
+    # catches: the padding not applied, applied without an NCHWc graph, or to a first conv's NCHW input
+    assert K.nchwc_padding((36, 36), 16, False) == pytest.approx((48 / 36) ** 2)
+    assert K.nchwc_padding((3, 36), 16, False) == pytest.approx(48 / 36)
+    assert K.nchwc_padding((40, 40), 40, True) == 1.0 and K.nchwc_padding((24, 24), 16, True) == pytest.approx(32 / 24)
+    assert K.nchwc_padding((36, 36), 1, False) == 1.0 and K.nchwc_padding(None, 16, False) == 1.0
+    assert K.nchwc_block({"cpu": {"simd_flags": ["avx2", "avx512f"]}}) == 16 and K.nchwc_block({"cpu": {"simd_flags": ["avx2"]}}) == 8
+    g = H._G(0)
+    m = g.model("X", (1, 36, 16, 16), g.conv(g.conv("X", 36, 36, group=36), 36, 36), (1, 36, 16, 16), "dw_then_conv36")
+    b, ov = _bench((1,)), {"reorder_s_per_elem": 3e-10, "kernels": _kernels(1)}
+    avx512 = {**b, "cpu": {**(b.get("cpu") or {}), "simd_flags": ["avx2", "avx512f"]}}
+    nchwc = {"nodes": 2, "reorder_elems": 0.0, "op_types": {"com.microsoft.nchwc:Conv": 2}}
+    padded = C.predict(avx512, 1, m, "runtime2", overhead=ov, rt=nchwc)
+    plain = C.predict(avx512, 1, m, "runtime2", overhead=ov, rt={**nchwc, "op_types": {"Conv": 2}})
+    assert padded["nchwc_block"] == 16 and plain["nchwc_block"] == 1
+    assert padded["conv_s"] == pytest.approx(plain["conv_s"] * (48 / 36) ** 2, rel=1e-3)
+    assert padded["dwconv_s"] == pytest.approx(plain["dwconv_s"] * 48 / 36, rel=1e-3)
+
+
 def test_runtime2_reorder_rate_is_the_chain_rate_unless_ort_cancelled_the_pairs():
     # catches: the interior (chain) reorder rate not used, or used although ORT removed the chain's pairs
     b, m, kern = _bench((1,)), _convs(), _kernels(1)

@@ -36,7 +36,7 @@ def test_every_paired_set_is_twelve_networks_of_four_families_unlike_every_earli
         earlier |= digests
         names |= set(models)
         assert all(H.set_of(n) == k for n in nets)
-    assert H.JUDGED == list(H.SETS)[-1] == "seventh"  # the newest set, nothing shaped on it
+    assert H.JUDGED == list(H.SETS)[-1] == "eighth"  # the newest set, nothing shaped on it
     rows = [H.build(n).graph.input[0].type.tensor_type.shape.dim[0].dim_value for n, (fam, _) in H.SETS[H.JUDGED].items() if fam == "mlp"]
     few = [r for r in rows if 1 < r < K.GEMV_MAX_M]
     assert len(few) >= 3 and not set(few) & set(K.SMALL_M)  # judged between the measured M, not on them
@@ -132,7 +132,7 @@ def test_the_goal_is_judged_on_the_apps_and_the_newest_set_not_one_the_model_was
     # catches: the goal judged on a set the model was shaped on, or on every set, or the apps left out
     cached = json.loads(RESULT_FILE.read_text())
     bench, overhead = cached["microbench"], cached["overhead"]["1"]
-    models = {n: H.build(n) for n in ("transformer_seq32", "transformer_seq56")}  # third set, seventh (judged) set
+    models = {n: H.build(n) for n in ("transformer_seq32", "transformer_seq72")}  # third set, eighth (judged) set
     rts = {k: v for n, m in models.items() for k, v in heldout.runtime_graphs({n: m}, {}, H.set_of(n))[0].items()}
     rts["zoo:logreg"] = cached["runtime_graphs"].get("zoo:logreg")
 
@@ -146,11 +146,11 @@ def test_the_goal_is_judged_on_the_apps_and_the_newest_set_not_one_the_model_was
         return {"threads": 1, "rounds": [{"round": 1, "kernels": overhead["kernels"], "apps": app, "networks": nets}],
                 "digests": {n: heldout.digest(m) for n, m in models.items()}}
 
-    good = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.4, "transformer_seq56": 0.03}), models, 0.10, 0.25)
-    assert good["third_set"]["pass"] is False and good["seventh_set"]["pass"] is True and good["apps"]["pass"] is True
-    assert good["fourth_set"] is None and good["fifth_set"] is None and good["sixth_set"] is None  # not in this record
-    assert good["pass"] is True and good["judged_on"] == ["apps", "seventh_set"]
-    bad = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq56": 0.4}), models, 0.10, 0.25)
-    assert bad["seventh_set"]["per_model_error"]["transformer_seq56"] == pytest.approx(0.4, abs=1e-4) and bad["pass"] is False
-    app_off = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq56": 0.03}, 0.4), models, 0.10, 0.25)
-    assert app_off["seventh_set"]["pass"] is True and app_off["apps"]["pass"] is False and app_off["pass"] is False
+    good = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.4, "transformer_seq72": 0.03}), models, 0.10, 0.25)
+    assert good["third_set"]["pass"] is False and good["eighth_set"]["pass"] is True and good["apps"]["pass"] is True
+    assert good["fourth_set"] is None and good["fifth_set"] is None and good["sixth_set"] is None and good["seventh_set"] is None  # not in this record
+    assert good["pass"] is True and good["judged_on"] == ["apps", "eighth_set"]
+    bad = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq72": 0.4}), models, 0.10, 0.25)
+    assert bad["eighth_set"]["per_model_error"]["transformer_seq72"] == pytest.approx(0.4, abs=1e-4) and bad["pass"] is False
+    app_off = H.evaluate(bench, overhead, rts, record({"transformer_seq32": 0.03, "transformer_seq72": 0.03}, 0.4), models, 0.10, 0.25)
+    assert app_off["eighth_set"]["pass"] is True and app_off["apps"]["pass"] is False and app_off["pass"] is False

@@ -223,9 +223,9 @@ def e2e_cmd(app, platform, batch, link, as_json, baseline, energy, stack):
 @click.option("--refresh", is_flag=True, help="re-measure everything here (micro-benchmarks, N-thread f2; ~5 min)")
 @click.option("--no-measure", is_flag=True, help="fail instead of measuring what benchmarks/results/cpu_validation.json lacks")
 @click.option("--paired-rounds", type=click.IntRange(0, 20), default=0, show_default=True,
-              help="measure the paired check now in N rounds (~4 min each): the runtime2 kernels, the apps and a third and "
-                   "fourth set of networks side by side per round (nearfaas.twin.heldout_paired; the goal is judged on the "
-                   "apps and the fourth set); 0 uses the cached rounds, if any")
+              help="measure the paired check now in N rounds (~3 min each; 5 is the protocol): the runtime2 kernels, the apps "
+                   "and every paired set of networks side by side per round (nearfaas.twin.heldout_paired; the goal is judged "
+                   "on the apps and the newest set); 0 uses the cached rounds, if any")
 def validate_cmd(as_json, threads, form, refresh, no_measure, paired_rounds):
     """Check the CPU roofline against real f2 times measured on THIS machine (measured vs
     modelled): per-app error, the geometric mean of |error|, and the residual band the report

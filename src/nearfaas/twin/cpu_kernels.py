@@ -342,6 +342,30 @@ def reorder_rate(overhead: dict) -> tuple[float, str]:
     return overhead["reorder_s_per_elem"], "ran: one-op reorder rate (ORT cancelled the chain's pairs, or no chain measured)"
 
 
+def nchwc_block(bench: dict) -> int:
+    """MLAS's NCHWc channel block on this CPU: 16 floats with AVX-512F, 8 with AVX2, else 1 (ORT
+    keeps NCHW; no padding)."""
+    flags = set((bench.get("cpu") or {}).get("simd_flags") or ())
+    return 16 if "avx512f" in flags else 8 if "avx2" in flags else 1
+
+
+def nchwc_padding(channels: tuple[int, int] | None, block: int, depthwise: bool) -> float:
+    """How much work an NCHWc conv does over its nominal FLOPs: ORT stores channels in blocks of
+    ``block`` and runs the padded ones (a 36-channel 3x3 conv chain costs what a 48-channel one
+    does here, 16-float blocks). Input channels fewer than a block are read unblocked (NCHW input);
+    a depthwise conv pads its one channel count."""
+    if not channels or block <= 1:
+        return 1.0
+    cin, cout = channels
+
+    def pad(c: int) -> int:
+        return -(-c // block) * block
+
+    if depthwise:
+        return pad(cout) / cout
+    return (pad(cin) / cin if cin >= block else 1.0) * pad(cout) / cout
+
+
 # ------------------------------------------------------------------ the form
 
 
@@ -365,6 +389,8 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
     rate = gemv_rate(kern, weights)
     conv_f = direct_conv_factor(bench, threads, kern)
     dw_e = dwconv_interior_efficiency(peak, kern)
+    # ORT runs the convs in NCHWc (its optimised graph says so): each at its padded channels (eighth attempt)
+    block = nchwc_block(bench) if rt and any("nchwc:Conv" in k for k in rt.get("op_types") or {}) else 1
     busy, parts = 0.0, {"gemv_s": 0.0, "small_m_s": 0.0, "bmm_s": 0.0, "scan_s": 0.0, "conv_s": 0.0, "dwconv_s": 0.0}
     by_kind: dict[str, float] = {}
     for x in ls:
@@ -384,11 +410,12 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
                         mine["small_m_s"] += b * be * spb
                     streamed += be  # the micro-benchmarks' times already cover reading these weights: not charged again below
                 elif x["kind"] == "conv":
-                    mine["conv_s"] += 2.0 * m * k * n * c / (peak * min(host.gemm_efficiency(bench, threads, m, k, n)[0] * conv_f, 1.0))
+                    mine["conv_s"] += (2.0 * m * k * n * c * nchwc_padding(x.get("channels"), block, False)
+                                       / (peak * min(host.gemm_efficiency(bench, threads, m, k, n)[0] * conv_f, 1.0)))
                 else:
                     t_c += 2.0 * m * k * n * c / (peak * host.gemm_efficiency(bench, threads, m, k, n)[0])
         elif x["kind"] == "dwconv":
-            mine["dwconv_s"] = x["flops"] / (peak * dw_e)
+            mine["dwconv_s"] = x["flops"] * nchwc_padding(x.get("channels"), block, True) / (peak * dw_e)
         elif x.get("op") in SCAN_OPS:
             mine["scan_s"] = x["out_elems"] * scan_s_per_elem(kern, x["op"], x["out_elems"])
         else:
@@ -408,5 +435,5 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
             "layers": len(ls), "dispatched_nodes": nodes, "flops": sum(x["flops"] + x["vops"] for x in ls),
             "bytes": sum(x["elems"] for x in ls) * b, "busy_by_kind_s": {k: round(v, 6) for k, v in by_kind.items()},
             **{k: round(v, 9) for k, v in parts.items()}, "weight_bytes": weights, "gemv_rate_bytes_s": rate,
-            "direct_conv_factor": conv_f, "dwconv_interior_efficiency": dw_e, "reorder_rate_source": rr_src, "call_source": call_src,
+            "direct_conv_factor": conv_f, "dwconv_interior_efficiency": dw_e, "nchwc_block": block, "reorder_rate_source": rr_src, "call_source": call_src,
             "runtime_graph": "ORT optimised graph" if rt else "none: one dispatch per compiler layer, no reorders"}

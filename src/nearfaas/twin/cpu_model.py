@@ -74,13 +74,21 @@ def refined_layers(sk) -> list[dict]:
             elems = sum(x.a_elems + (x.b_elems if x.b_is_weight else 0) for x in g.gemms) + g.ext_in + g.ext_out
             kind = "dwconv" if grouped else "conv" if conv else "gemm"
             out.append({"kind": kind, "flops": 2.0 * macs, "vops": float(vops), "elems": float(elems),
-                        "gemms": [(x.M, x.K, x.N, x.count) for x in g.gemms],
+                        "gemms": [(x.M, x.K, x.N, x.count) for x in g.gemms], **({"channels": _conv_channels(g.members[0])} if conv else {}),
                         # for runtime2 (cpu_kernels): which GEMMs read a weight (GEMV, activation x activation)
                         "weight": [bool(x.b_is_weight) for x in g.gemms], "b_elems": [x.b_elems for x in g.gemms]})
         elif g.unit == "vpu":
             out.append({"kind": P._KIND.get(g.members[0].kind, "other"), "flops": float(vops), "vops": 0.0,
                         "elems": float(g.ext_in + g.ext_out), "op": g.members[0].op_type, "out_elems": float(g.ext_out)})
     return out
+
+
+def _conv_channels(op) -> tuple[int, int] | None:
+    """(input, output) channels of a Conv op, from its input and weight shapes (None: unknown)."""
+    x, w = (op.in_shapes + [None, None])[:2]
+    if not x or not w or len(x) < 2 or len(w) < 1:
+        return None
+    return int(x[1]), int(w[0])
 
 
 # ------------------------------------------------------------------ ONNX Runtime's own graph

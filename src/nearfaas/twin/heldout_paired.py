@@ -31,12 +31,14 @@ in the rounds, reported, not judged:
   its repeat missed on credit_risk's few-microsecond call, which shaped the seventh;
 * seventh (701-712): single ops net of a graph with as many inputs, small-M runs from 1 KiB, the
   apps predicted at the rows they feed; two tiny MLPs whose time is set-up and call costs.
+* eighth (801-812): convs charged at their NCHWc-padded channels; five rounds instead of three
+  (the seventh run's apps moved up to 25 points between rounds: chatbot -29 % .. -4 %).
 
-    record = measure_rounds()                       # ~10 min, 1 thread
+    record = measure_rounds()                       # ~15 min, 1 thread
     evaluate(bench, overhead, runtime_graphs, record, build_all(), 0.10, 0.25)   # geomean and worst-model targets
 
 Known caveats: the rounds follow one another (two to three minutes apart), so drift WITHIN a round
-still separates a network from its kernels; three rounds bound, not remove, that. The families
+still separates a network from its kernels; five rounds bound, not remove, that. The families
 are the earlier sets' families.
 """
 
@@ -49,7 +51,7 @@ from collections.abc import Callable
 from nearfaas.twin import heldout
 from nearfaas.twin.heldout import mlp, mobilenet_v1, mobilenet_v2, resnet_blocks, transformer, vgg
 
-ROUNDS = 3
+ROUNDS = 5  # three until the seventh attempt: its apps moved up to 25 points between rounds
 FORM = "runtime2"  # the form whose kernel micro-benchmarks are paired
 
 # name -> (family, builder). Seeds 301-312: no weights shared with the earlier sets (101-111, 201-212).
@@ -141,8 +143,26 @@ SEVENTH: dict[str, tuple[str, Callable]] = {
     "transformer_seq144": ("transformer", lambda: transformer("transformer_seq144", 144, 320, 8, 1, 1280, 711)),
     "transformer_seq320": ("transformer", lambda: transformer("transformer_seq320", 320, 256, 4, 1, 1024, 712)),
 }
-SETS = {"third": NETWORKS, "fourth": FOURTH, "fifth": FIFTH, "sixth": SIXTH, "seventh": SEVENTH}  # graphs cached as "<set>:<name>"
-JUDGED = "seventh"  # the set the goal is judged on (with the apps): the one nothing was shaped on
+# The eighth set (seeds 801-812), fixed in code before any of it was measured, after the seventh
+# attempt missed on cnn_vgg72 (-27 %): ORT runs a conv in NCHWc blocks of 16 channels here, so its
+# 36-channel convs cost what 48-channel ones do (measured: a 36-, 40-, 44- and 48-channel chain took
+# the same time). Its CNNs have channel counts off the block (20, 40, 88, 104; width 0.625).
+EIGHTH: dict[str, tuple[str, Callable]] = {
+    "mlp_rows15": ("mlp", lambda: mlp("mlp_rows15", 15, (1024, 2048, 512, 10), 801)),
+    "mlp_rows6_wide": ("mlp", lambda: mlp("mlp_rows6_wide", 6, (2560, 1280, 640), 802)),
+    "mlp_rows10_deep": ("mlp", lambda: mlp("mlp_rows10_deep", 10, (512, 1024, 1024, 1024, 16), 803)),
+    "mlp_tiny_rows5": ("mlp", lambda: mlp("mlp_tiny_rows5", 5, (48, 24, 1), 804)),
+    "mlp_gemv_mid2": ("mlp", lambda: mlp("mlp_gemv_mid2", 1, (2048, 1024, 256, 8), 805)),
+    "cnn_vgg88": ("cnn", lambda: vgg("cnn_vgg88", 88, ((20, 2), (40, 2), (88, 2)), 25, 806)),
+    "resnet_blocks_40": ("cnn", lambda: resnet_blocks("resnet_blocks_40", 40, 104, 2, 807)),
+    "dwcnn_v1_w0625_128": ("dwcnn", lambda: mobilenet_v1("dwcnn_v1_w0625_128", 128, 0.625, 808)),
+    "dwcnn_v2_176": ("dwcnn", lambda: mobilenet_v2("dwcnn_v2_176", 176, 809)),
+    "transformer_seq72": ("transformer", lambda: transformer("transformer_seq72", 72, 240, 6, 2, 960, 810)),
+    "transformer_seq176": ("transformer", lambda: transformer("transformer_seq176", 176, 384, 6, 1, 1536, 811)),
+    "transformer_seq288": ("transformer", lambda: transformer("transformer_seq288", 288, 192, 4, 1, 768, 812)),
+}
+SETS = {"third": NETWORKS, "fourth": FOURTH, "fifth": FIFTH, "sixth": SIXTH, "seventh": SEVENTH, "eighth": EIGHTH}  # "<set>:<name>"
+JUDGED = "eighth"  # the set the goal is judged on (with the apps): the one nothing was shaped on
 
 
 def set_of(name: str) -> str:
@@ -278,4 +298,4 @@ def evaluate(bench: dict, overhead: dict, rts: dict, record: dict, models: dict,
             "host_bench_paired": all("bench" in rnd for rnd in record["rounds"])}
 
 
-__all__ = ["FIFTH", "FOURTH", "JUDGED", "SEVENTH", "SIXTH", "NETWORKS", "ROUNDS", "SETS", "build", "build_all", "evaluate", "inputs", "measure_rounds", "set_of"]
+__all__ = ["EIGHTH", "FIFTH", "FOURTH", "JUDGED", "SEVENTH", "SIXTH", "NETWORKS", "ROUNDS", "SETS", "build", "build_all", "evaluate", "inputs", "measure_rounds", "set_of"]
