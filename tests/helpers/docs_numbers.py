@@ -72,7 +72,9 @@ CODE = re.compile(r"`[^`\n]*`")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 LINK_TARGET = re.compile(r"\]\([^)]*\)")
 UNCHECKED = re.compile(r"<!--\s*unchecked:\s*(.*?)\s*-->", re.S)
-CITE = re.compile(r"(?<![\w/.-])(?:benchmarks/results/)?([A-Za-z0-9_.-]+\.json)(?:@([0-9a-f]{7,40}))?")
+# file.json, file.json@commit, and either with #a.b.c: only the leaves under that dict path (a big
+# record's numbers are found where the doc says they are, not anywhere in it by chance)
+CITE = re.compile(r"(?<![\w/.-])(?:benchmarks/results/)?([A-Za-z0-9_.-]+\.json)(?:@([0-9a-f]{7,40}))?(?:#([A-Za-z0-9_.]+))?")
 SEPARATOR_ROW = re.compile(r"\s*\|[\s|:-]*\|?\s*")
 
 
@@ -120,16 +122,24 @@ def leaves(obj, path=()):
         yield path, float(obj)
 
 
-@functools.cache
-def values(results: Path, name: str, commit: str | None) -> list[float]:
-    return sorted({abs(v) for _, v in leaves(load_result(results, name, commit))})
+def subtree(results: Path, name: str, commit: str | None, under: str | None = None) -> object:
+    """The record, or the part of it at the dotted dict path ``under`` (a missing key: nothing)."""
+    obj = load_result(results, name, commit)
+    for key in (under.split(".") if under else ()):
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
 
 
 @functools.cache
-def like_for_like_ratios(results: Path, name: str, commit: str | None) -> list[float]:
+def values(results: Path, name: str, commit: str | None, under: str | None = None) -> list[float]:
+    return sorted({abs(v) for _, v in leaves(subtree(results, name, commit, under))})
+
+
+@functools.cache
+def like_for_like_ratios(results: Path, name: str, commit: str | None, under: str | None = None) -> list[float]:
     """a / b for two leaves whose paths differ in exactly one dict key, nothing else."""
     groups: dict[tuple, set[float]] = {}
-    for path, v in leaves(load_result(results, name, commit)):
+    for path, v in leaves(subtree(results, name, commit, under)):
         if v == 0:
             continue
         for i, part in enumerate(path):
@@ -155,7 +165,7 @@ class Cited:
     decimals: int
     sig: int
     unit: str
-    files: tuple[tuple[str, str | None], ...]
+    files: tuple[tuple[str, str | None, str | None], ...]  # (file, commit, dict path within it)
     context: str
 
     def where(self) -> str:
@@ -165,8 +175,8 @@ class Cited:
         return ", ".join(label(*f) for f in self.files)
 
 
-def label(name: str, commit: str | None) -> str:
-    return name + (f"@{commit}" if commit else "")
+def label(name: str, commit: str | None, under: str | None = None) -> str:
+    return name + (f"@{commit}" if commit else "") + (f"#{under}" if under else "")
 
 
 @dataclass
@@ -180,9 +190,9 @@ class Block:
 def cited_files(text: str, results: Path) -> list[tuple[str, str | None]]:
     out = []
     for m in CITE.finditer(text):
-        name, commit = m.group(1), m.group(2)
-        if (commit or (results / name).is_file()) and (name, commit) not in out:
-            out.append((name, commit))
+        name, commit, under = m.group(1), m.group(2), m.group(3)
+        if (commit or (results / name).is_file()) and (name, commit, under) not in out:
+            out.append((name, commit, under))
     return out
 
 

@@ -8,6 +8,8 @@ Citation
     exists in ``benchmarks/results/``, as ``benchmarks/results/NAME.json`` or ``NAME.json``
     (backticks or not). ``NAME.json@COMMIT`` cites the file as committed in COMMIT, read with
     ``git show COMMIT:benchmarks/results/NAME.json``: for an earlier run a newer one replaced.
+    ``NAME.json#a.b.c`` (with or without ``@COMMIT``) cites only the part of the record under that
+    dict path: a number of a big record is then looked for where the doc says it is.
 
 Scope: which numbers a citation covers
     * a paragraph or list item: its own numbers;
@@ -86,7 +88,7 @@ def test_the_convention_finds_the_citations():
     covered = {n.doc for n in numbers}
     assert len(numbers) >= 500, len(numbers)
     assert {"docs/benchmarks.md", "docs/isolation.md", "docs/fastpath.md", "docs/results.md"} <= covered
-    assert any(commit for n in numbers for _, commit in n.files), "no citation of a committed run"
+    assert any(commit for n in numbers for _, commit, _ in n.files), "no citation of a committed run"
 
 
 def test_a_wrong_number_is_caught():
@@ -242,3 +244,13 @@ def test_a_commit_citation_reads_the_file_as_committed(repo):
     assert _bad(repo, "Then (`io.json@" + commit + "`): 0.642 ms, not 0.90 ms.") == ["0.90 ms"]
     with pytest.raises(FileNotFoundError):
         dn.match(_cited(repo, "Then (`io.json@0000000`): 0.642 ms.")[0], results)
+
+
+def test_a_dict_path_citation_finds_numbers_only_under_it(repo):
+    # catches: the #path ignored (a number found anywhere in a big record by chance) or a
+    # missing path read as the whole file
+    assert _bad(repo, "Gateway (`io.json#results.4KiB.gateway`): 6.41 ms.") == []
+    assert _bad(repo, "Gateway (`io.json#results.4KiB.gateway`): 0.529 ms.") == ["0.529 ms"]  # the raw write's, not under it
+    assert _bad(repo, "Raw (`io.json#results.4KiB.raw`): 0.529 ms.") == []
+    assert _bad(repo, "Nowhere (`io.json#results.1KiB`): 0.529 ms.") == ["0.529 ms"]
+    assert _bad(repo, "Anywhere (`io.json`): 0.529 ms.") == []
