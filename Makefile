@@ -43,10 +43,11 @@ fastpath: debs
 	  PATH="$$(dirname $(CARGO)):$$PATH" $(CARGO) build --release -q --manifest-path fastpath/Cargo.toml && $(MAKE) -s -C fastpath/lambdas; \
 	else echo "warning: cargo not found: the fast path is not built (install Rust >= 1.95)"; fi
 
-# The memory shim and the tier simulator's calibration benchmark (docs/memory.md), and the burst
-# sender of `nearfaas econ headroom` (docs/econ.md): C, seconds to build.
+# The memory shim, the tier simulator's calibration benchmark and the native graph kernels
+# (docs/memory.md), and the burst sender of `nearfaas econ headroom` (docs/econ.md): C, seconds to build.
 memshim:
-	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench && $(MAKE) -s -C native/headroom; \
+	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench && $(MAKE) -s -C native/headroom \
+	  && $(MAKE) -s -C native/graphs; \
 	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
 
 # Installing into a fresh venv: uv (from PyPI, into the venv itself) installs the same versions as
@@ -131,4 +132,4 @@ lint: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_layers.py  # imports point only down
 
 clean:
-	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info native/memshim/build native/membench/build
+	rm -rf .nearfaas .nearfaas-demo twin-report build dist src/*.egg-info native/memshim/build native/membench/build native/graphs/build

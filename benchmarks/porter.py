@@ -23,7 +23,10 @@ from nearfaas.bench import memory_workloads as workloads
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="pagerank and html, 3 repeats")
-    p.add_argument("--workloads", default=",".join(workloads.NAMES), help="comma-separated, from: " + ", ".join(workloads.NAMES))
+    p.add_argument("--workloads", default=",".join(workloads.NAMES),
+                   help="comma-separated, from: " + ", ".join((*workloads.NAMES, *workloads.NATIVE)) + " (the native GAP-style kernels "
+                        "are not in the default: at --scale 4 their graphs take 2.4 GB)")
+    p.add_argument("--scale", type=float, default=1.0, help="input multiplier (default 1)")
     p.add_argument("--repeats", type=int, default=None, help="runs of each variant (default 5; 3 with --quick)")
     p.add_argument("--sample-ms", type=int, default=50, help="access-sampling period (default 50)")
     p.add_argument("--dram-share", type=float, default=0.5, help="DRAM cap as a share of the footprint (default 0.5)")
@@ -33,16 +36,18 @@ def main(argv=None) -> int:
                         "under another name keeps the full one)")
     a = p.parse_args(argv)
     names = ["pagerank", "html"] if a.quick else [n.strip() for n in a.workloads.split(",") if n.strip()]
-    bad = [n for n in names if n not in workloads.NAMES]
+    bad = [n for n in names if n not in workloads.NAMES and n not in workloads.NATIVE]
     if bad:
-        p.error(f"unknown workload {bad[0]!r}; choose from {', '.join(workloads.NAMES)}")
+        p.error(f"unknown workload {bad[0]!r}; choose from {', '.join((*workloads.NAMES, *workloads.NATIVE))}")
+    if not 0 < a.scale <= 16:
+        p.error("--scale in (0, 16]")
     if not a.result_name.replace("_", "").replace("-", "").isalnum():
         p.error("--result-name: letters, digits, - and _ only")
     repeats = a.repeats or (3 if a.quick else 5)
     if repeats < 1 or not 1 <= a.sample_ms <= 1000 or not 0 < a.dram_share < 1:
         p.error("--repeats >= 1, --sample-ms in 1..1000 and --dram-share in (0, 1)")
     machine = machine_facts()
-    result = porter.run(names, repeats=repeats, sample_ms=a.sample_ms, dram_share=a.dram_share,
+    result = porter.run(names, scale=a.scale, repeats=repeats, sample_ms=a.sample_ms, dram_share=a.dram_share,
                         cachegrind=not a.no_cachegrind, progress=lambda m: print(f"  {m}", flush=True))
     result["machine"] = machine
     print(porter.table(result))

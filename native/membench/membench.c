@@ -4,11 +4,20 @@
  *
  *   membench chase <MiB> <steps>   -> {"kind":"chase","mib":..,"steps":..,"seconds":..,"ns_per_access":..}
  *   membench triad <MiB> <repeats> -> {"kind":"triad","mib":..,"seconds":..,"gb_per_s":..}
+ *   membench load <MiB> <percent>  -> memory traffic until SIGTERM, then {"kind":"load","gb_per_s":..,..}
+ *
+ * ``load`` is the co-runner of the latency experiment (nearfaas.bench.porter_latency): pinned to
+ * the other core, it writes a buffer with non-temporal stores for <percent> of every millisecond,
+ * so it takes DRAM bandwidth (raising what every other load waits) while leaving the last-level
+ * cache to the kernel being measured (non-temporal stores bypass it; a reading co-runner would
+ * evict the kernel's lines and change its miss count, not only its latency).
  *
  * Why a random cycle of lines: each load depends on the last (no overlap) and the next line is
  * unpredictable (no prefetch), so beyond the last-level cache each step costs one memory latency.
  */
 #define _GNU_SOURCE
+#include <emmintrin.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,10 +100,60 @@ static int triad(size_t mib, int repeats) {
     return 0;
 }
 
+static volatile sig_atomic_t stop;
+static void on_term(int sig) {
+    (void)sig;
+    stop = 1;
+}
+
+static int load(size_t mib, int percent) {
+    size_t n = (mib << 20) / sizeof(double);
+    double *a = big(n * sizeof(double));
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
+    const double slice = 1e-3, busy = slice * percent / 100.0;
+    __m128d v = _mm_set1_pd(1.0);
+    double bytes = 0.0, t_start = now(), busy_s = 0.0;
+    size_t i = 0;
+    while (!stop) {
+        double t0 = now(), t = t0;
+        while (t - t0 < busy) {
+            for (int k = 0; k < 4096; k += 2, i = (i + 2) % n)  /* 32 KiB a check of the clock */
+                _mm_stream_pd(a + i, v);
+            bytes += 32768.0;
+            t = now();
+        }
+        busy_s += t - t0;
+        while (!stop && now() - t0 < slice) {
+            struct timespec nap = {0, 50000};  /* the idle share: asleep, leaving the core */
+            if (percent < 100) nanosleep(&nap, NULL);
+            else break;
+        }
+    }
+    _mm_sfence();
+    double dt = now() - t_start;
+    printf("{\"kind\": \"load\", \"mib\": %zu, \"percent\": %d, \"seconds\": %.3f, \"busy_share\": %.3f, \"gb_per_s\": %.3f}\n",
+           mib, percent, dt, dt > 0 ? busy_s / dt : 0.0, dt > 0 ? bytes / dt / 1e9 : 0.0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[1], "chase") && strcmp(argv[1], "triad"))) {
-        fprintf(stderr, "usage: membench chase <MiB> <steps> | membench triad <MiB> <repeats>\n");
+    if (argc != 4 || (strcmp(argv[1], "chase") && strcmp(argv[1], "triad") && strcmp(argv[1], "load"))) {
+        fprintf(stderr, "usage: membench chase <MiB> <steps> | membench triad <MiB> <repeats> | membench load <MiB> <percent>\n");
         return 2;
+    }
+    if (!strcmp(argv[1], "load")) {
+        int percent = atoi(argv[3]);
+        if (percent < 1 || percent > 100) {
+            fprintf(stderr, "membench: load <percent> must be 1..100\n");
+            return 2;
+        }
+        size_t lmib = strtoull(argv[2], NULL, 10);
+        if (lmib < 1 || lmib > 16384) {
+            fprintf(stderr, "membench: <MiB> must be 1..16384\n");
+            return 2;
+        }
+        return load(lmib, percent);
     }
     size_t mib = strtoull(argv[2], NULL, 10);
     if (mib < 1 || mib > 16384) {

@@ -17,6 +17,12 @@ misses from the full run's to get the kernel's.
 | thumbnail | Pillow: decode a PNG, resize to 256 px, encode JPEG | the decoded image |
 | html | render a 50,000-row table with string templates | the growing output string |
 | dscs-<app> | the eight DSCS applications' inference stage (f2): ``REQUESTS[app]`` requests through the app's model (its "tiny" build, ONNX Runtime, one thread) | weights and activations |
+| native-pagerank | GAP-style PageRank in C (``native/graphs/gapk.c``): 20 pull iterations on an R-MAT graph of 2^(22 + log2 scale) vertices, 16 edges each, both directions built (2.4 GB at scale 4) | the ranks and contributions (random reads), the neighbour arrays (streamed) |
+| native-bfs | GAP-style top-down BFS in C from 16 roots on the same kind of graph | the parent array and the queue |
+
+The native kernels are the paper's kind of workload (native GAP kernels on large Kronecker graphs);
+the scipy ones beside them are the "Python function" case. ``command(name, scale)`` is the argv of
+either kind, so the shim, the sampler and cachegrind run them the same way.
 
 Known caveats:
 * The graph is generated, not downloaded (no dataset downloads here): R-MAT with the Graph500
@@ -38,12 +44,43 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 DSCS_APPS = ("credit_risk", "asset_damage", "ppe_detection", "clinical_analysis", "content_moderation", "chatbot",
              "translation", "remote_sensing")
 NAMES = ("pagerank", "bfs", "linpack", "compression", "thumbnail", "html") + tuple(f"dscs-{a}" for a in DSCS_APPS)
+# native kernel -> (gapk's kernel, graph scale at --scale 1): --scale s runs 2^(base + log2 s) vertices
+NATIVE = {"native-pagerank": ("pagerank", 22), "native-bfs": ("bfs", 22)}
+NATIVE_DIR = Path(__file__).resolve().parents[3] / "native" / "graphs"
+
+
+def native_graph_scale(name: str, scale: float) -> int:
+    """The R-MAT scale a native kernel runs at ``--scale scale`` (a power of two moves it by one)."""
+    if scale <= 0:
+        raise ValueError(f"scale={scale!r}: give a positive multiplier (1 = 2^{NATIVE[name][1]} vertices)")
+    return max(4, min(30, NATIVE[name][1] + round(math.log2(scale))))
+
+
+def gapk() -> Path:
+    """The native kernels' binary, built on first use (``make setup`` builds it too)."""
+    path = NATIVE_DIR / "build" / "gapk"
+    if not path.is_file():
+        subprocess.run(["make", "-s", "-C", str(NATIVE_DIR)], check=True)
+    return path
+
+
+def command(name: str, scale: float, setup_only: bool = False) -> list[str]:
+    """The argv that runs one workload's kernel and prints its JSON line (last line of stdout)."""
+    if name in NATIVE:
+        kernel, _ = NATIVE[name]
+        return [str(gapk()), kernel, "--scale", str(native_graph_scale(name, scale))] + (["--setup-only"] if setup_only else [])
+    if name not in NAMES:
+        raise ValueError(f"unknown workload {name!r}; choose from {', '.join((*NAMES, *NATIVE))}")
+    return [sys.executable, "-m", "nearfaas.bench.memory_workloads", name, "--scale", str(scale)] + (["--setup-only"] if setup_only else [])
 PAGERANK_ITERATIONS = 240
 BFS_ROOTS = 64
 # Requests per DSCS kernel at scale 1: sized so each runs about 0.3-0.5 s here (one request of

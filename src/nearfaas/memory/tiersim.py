@@ -116,6 +116,13 @@ def hint(profile: Trace | list[Trace]) -> list[str]:
     return ranked[:cold] + [UNSEEN] + ranked[cold:]
 
 
+def slowdown(boundness: float, slow_share: float, delta_ns: float, fast_ns: float) -> float:
+    """The time model's slowdown (module docstring), before migrations: the share of the run stalled
+    on memory, times the share of its misses served slow, times how much slower they are. The
+    latency experiment (bench/porter_latency.py) checks it against measured slowdowns."""
+    return boundness * slow_share * delta_ns / fast_ns
+
+
 def simulate(trace: Trace, policy: str, cfg: TierConfig, ranked_owners: list[str] | None = None) -> Result:
     """``trace`` under ``policy``; ``ranked_owners`` is the hint for the porter policies (default:
     learned from ``trace`` itself — pass one from another run to test that a hint carries over)."""
@@ -142,7 +149,7 @@ def simulate(trace: Trace, policy: str, cfg: TierConfig, ranked_owners: list[str
             moved = _promote(fast, epoch, cap, last_use, cfg.promote_at)
             migrations += moved
     share = slow / total if total else 0.0
-    time_s = trace.base_s * (1 + trace.boundness * share * cfg.delta_ns / cfg.fast_ns) + migrations * cfg.migrate_s
+    time_s = trace.base_s * (1 + slowdown(trace.boundness, share, cfg.delta_ns, cfg.fast_ns)) + migrations * cfg.migrate_s
     return Result(policy, time_s, time_s / trace.base_s - 1, share,
                   slow_pages_sum / len(trace.epochs) if trace.epochs else 0.0, migrations, max_fast)
 
