@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="rounds over every step (default 3)")
     p.add_argument("--steps", default=",".join(map(str, porter_latency.STEPS)), help="co-runner duty cycles in %%, 0 first (default 0,30,60,100)")
     p.add_argument("--no-boundness", action="store_true", help="skip the cache simulation (no predictions)")
+    p.add_argument("--co-runner", choices=("nt", "rw"), default="nt",
+                   help="nt: non-temporal stores, leaves the LLC alone (default); rw: reads and writes through the caches")
     p.add_argument("--result-name", default="porter_latency", help="write benchmarks/results/NAME.json (default porter_latency)")
     a = p.parse_args(argv)
     chosen = [n.strip() for n in a.workloads.split(",") if n.strip()]
@@ -56,7 +58,7 @@ def main(argv=None) -> int:
         p.error("--result-name: letters, digits, - and _ only")
     machine = machine_facts()
     rec = porter_latency.run(tuple(chosen), scale=a.scale, rounds=a.rounds, steps=steps, boundness=not a.no_boundness,
-                             progress=lambda m: print(f"  {m}", flush=True))
+                             mode=a.co_runner, progress=lambda m: print(f"  {m}", flush=True))
     rec["machine"] = machine
     print(table(rec))
     path = write_result(a.result_name, rec)

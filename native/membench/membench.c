@@ -4,13 +4,14 @@
  *
  *   membench chase <MiB> <steps>   -> {"kind":"chase","mib":..,"steps":..,"seconds":..,"ns_per_access":..}
  *   membench triad <MiB> <repeats> -> {"kind":"triad","mib":..,"seconds":..,"gb_per_s":..}
- *   membench load <MiB> <percent>  -> memory traffic until SIGTERM, then {"kind":"load","gb_per_s":..,..}
+ *   membench load <MiB> <percent> [nt|rw] -> memory traffic until SIGTERM, then {"kind":"load","gb_per_s":..,..}
  *
  * ``load`` is the co-runner of the latency experiment (nearfaas.bench.porter_latency): pinned to
  * the other core, it writes a buffer with non-temporal stores for <percent> of every millisecond,
  * so it takes DRAM bandwidth (raising what every other load waits) while leaving the last-level
  * cache to the kernel being measured (non-temporal stores bypass it; a reading co-runner would
- * evict the kernel's lines and change its miss count, not only its latency).
+ * evict the kernel's lines and change its miss count, not only its latency; ``rw`` is that
+ * co-runner, for comparison: more traffic, and the confound).
  *
  * Why a random cycle of lines: each load depends on the last (no overlap) and the next line is
  * unpredictable (no prefetch), so beyond the last-level cache each step costs one memory latency.
@@ -106,7 +107,7 @@ static void on_term(int sig) {
     stop = 1;
 }
 
-static int load(size_t mib, int percent) {
+static int load(size_t mib, int percent, int rw) {
     size_t n = (mib << 20) / sizeof(double);
     double *a = big(n * sizeof(double));
     signal(SIGTERM, on_term);
@@ -118,9 +119,15 @@ static int load(size_t mib, int percent) {
     while (!stop) {
         double t0 = now(), t = t0;
         while (t - t0 < busy) {
-            for (int k = 0; k < 4096; k += 2, i = (i + 2) % n)  /* 32 KiB a check of the clock */
-                _mm_stream_pd(a + i, v);
-            bytes += 32768.0;
+            if (rw) {  /* read and write through the caches: more traffic, but it evicts others' lines */
+                for (int k = 0; k < 4096; k++, i = (i + 1) % n)
+                    a[i] = a[(i + n / 2) % n] + 1.0;
+                bytes += 65536.0;
+            } else {
+                for (int k = 0; k < 4096; k += 2, i = (i + 2) % n)  /* 32 KiB a check of the clock */
+                    _mm_stream_pd(a + i, v);
+                bytes += 32768.0;
+            }
             t = now();
         }
         busy_s += t - t0;
@@ -132,17 +139,23 @@ static int load(size_t mib, int percent) {
     }
     _mm_sfence();
     double dt = now() - t_start;
-    printf("{\"kind\": \"load\", \"mib\": %zu, \"percent\": %d, \"seconds\": %.3f, \"busy_share\": %.3f, \"gb_per_s\": %.3f}\n",
-           mib, percent, dt, dt > 0 ? busy_s / dt : 0.0, dt > 0 ? bytes / dt / 1e9 : 0.0);
+    printf("{\"kind\": \"load\", \"mode\": \"%s\", \"mib\": %zu, \"percent\": %d, \"seconds\": %.3f, \"busy_share\": %.3f, \"gb_per_s\": %.3f}\n",
+           rw ? "rw" : "nt", mib, percent, dt, dt > 0 ? busy_s / dt : 0.0, dt > 0 ? bytes / dt / 1e9 : 0.0);
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4 || (strcmp(argv[1], "chase") && strcmp(argv[1], "triad") && strcmp(argv[1], "load"))) {
-        fprintf(stderr, "usage: membench chase <MiB> <steps> | membench triad <MiB> <repeats> | membench load <MiB> <percent>\n");
+    int is_load = argc >= 4 && !strcmp(argv[1], "load");
+    if ((argc != 4 && !(is_load && argc == 5)) || (strcmp(argv[1], "chase") && strcmp(argv[1], "triad") && !is_load)) {
+        fprintf(stderr, "usage: membench chase <MiB> <steps> | membench triad <MiB> <repeats> | membench load <MiB> <percent> [nt|rw]\n");
         return 2;
     }
-    if (!strcmp(argv[1], "load")) {
+    if (is_load) {
+        int rw = argc == 5 && !strcmp(argv[4], "rw");
+        if (argc == 5 && !rw && strcmp(argv[4], "nt")) {
+            fprintf(stderr, "membench: load mode must be nt (non-temporal stores) or rw (reads and writes)\n");
+            return 2;
+        }
         int percent = atoi(argv[3]);
         if (percent < 1 || percent > 100) {
             fprintf(stderr, "membench: load <percent> must be 1..100\n");
@@ -153,7 +166,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "membench: <MiB> must be 1..16384\n");
             return 2;
         }
-        return load(lmib, percent);
+        return load(lmib, percent, rw);
     }
     size_t mib = strtoull(argv[2], NULL, 10);
     if (mib < 1 || mib > 16384) {

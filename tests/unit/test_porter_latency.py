@@ -53,3 +53,5 @@ def test_a_small_real_run_measures_every_step(monkeypatch):
     assert row["workload"] == "native-pagerank" and row["predicted_slowdown"] is None
     with pytest.raises(ValueError, match="must include 0"):
         L.run(("native-pagerank",), steps=(30, 60))
+    with pytest.raises(ValueError, match="nt .* or rw"):
+        L.run(("native-pagerank",), mode="reads")

@@ -21,6 +21,10 @@ Method (everything measured here unless labelled modelled):
     rec["rows"]  # {workload, step, latency_ns, delta_ns, measured_slowdown, predicted_slowdown, relative_error}
 
 Known caveats:
+* **On this VM the co-runner lowers the latency instead** (docs/memory.md, "The latency experiment"):
+  a busy second vCPU makes the chase faster, with either mode, so no step here raises it and the
+  model goes unchecked; where a second NUMA node exists, binding the kernel's memory to it is
+  the experiment to run instead.
 * The co-runner's traffic also takes memory bandwidth the kernel may need: a streaming kernel is
   slowed by that, which a latency-only model does not price (the issue the experiment exists to
   find, not to hide).
@@ -58,12 +62,12 @@ class CoRunner:
     """``membench load`` at ``percent`` on ``LOAD_CPU`` for the ``with`` block (0: none); its
     record (achieved GB/s, busy share) is ``.record`` after the block."""
 
-    def __init__(self, percent: int):
-        self.percent, self.proc, self.record = percent, None, None
+    def __init__(self, percent: int, mode: str = "nt"):
+        self.percent, self.mode, self.proc, self.record = percent, mode, None, None
 
     def __enter__(self):
         if self.percent:
-            argv = pinned(LOAD_CPU, [str(porter.membench()), "load", str(LOAD_MIB), str(self.percent)])
+            argv = pinned(LOAD_CPU, [str(porter.membench()), "load", str(LOAD_MIB), str(self.percent), self.mode])
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         return self
 
@@ -117,11 +121,13 @@ def rows(times: dict, lats: dict, bound: dict) -> list[dict]:
 
 
 def run(names=("native-pagerank", "native-bfs"), scale: float = 0.25, rounds: int = 3, steps=STEPS, boundness: bool = True,
-        progress=None) -> dict:
+        mode: str = "nt", progress=None) -> dict:
     """The experiment (module docstring). Needs two CPUs and taskset."""
     say = progress or (lambda m: None)
     if (os.cpu_count() or 1) < 2:
         raise RuntimeError("the latency experiment needs two CPUs: the kernel on one, the co-runner on the other")
+    if mode not in ("nt", "rw"):
+        raise ValueError(f"mode={mode!r}: nt (non-temporal stores, the default) or rw (reads and writes through the caches)")
     if 0 not in steps:
         raise ValueError("steps must include 0 (no co-runner): the slowdowns are relative to it")
     times: dict[str, dict[int, list[float]]] = {n: {s: [] for s in steps} for n in names}
@@ -131,7 +137,7 @@ def run(names=("native-pagerank", "native-bfs"), scale: float = 0.25, rounds: in
         order = list(steps[r % len(steps):]) + list(steps[: r % len(steps)])
         for step in order:
             say(f"round {r + 1}/{rounds}: co-runner at {step} %")
-            with CoRunner(step) as co:
+            with CoRunner(step, mode) as co:
                 lats[step].append(latency_ns())
                 for name in names:
                     times[name][step].append(kernel_s(name, scale))
@@ -146,7 +152,7 @@ def run(names=("native-pagerank", "native-bfs"), scale: float = 0.25, rounds: in
             say(f"{name}: memory-boundness (cache simulation)")
             detail[name] = porter.boundness(name, scale, fast, statistics.median(times[name][0]), folder)
             bound[name] = detail[name]["boundness"]
-    return {"benchmark": "porter_latency", "scale": scale, "rounds": rounds, "steps_pct": list(steps),
+    return {"benchmark": "porter_latency", "scale": scale, "rounds": rounds, "steps_pct": list(steps), "co_runner_mode": mode,
             "graph_scale": {n: workloads.native_graph_scale(n, scale) for n in names if n in workloads.NATIVE},
             "latency_ns_by_step": {str(k): v for k, v in lats.items()}, "kernel_s_by_step": {n: {str(k): v for k, v in t.items()} for n, t in times.items()},
             "co_runner_by_step": {str(k): v for k, v in load.items() if v}, "boundness": detail,
