@@ -97,6 +97,19 @@ class WriteCondition:
                 raise _failed("If-Match")
 
 
+# Conditions S3 defines that nearfaas does not evaluate: a request carrying one is refused, never
+# carried out as if it were unconditional (an unchecked condition is a write the client forbade).
+UNSUPPORTED_DELETE_HEADERS = ("x-amz-if-match-last-modified-time", "x-amz-if-match-size", "x-amz-if-match-initiated-time")
+
+
+def refuse_unsupported(headers, what: str) -> None:
+    """501 NotImplemented naming the first condition header of ``UNSUPPORTED_DELETE_HEADERS`` present."""
+    for name in UNSUPPORTED_DELETE_HEADERS:
+        if name in headers:
+            raise S3Error("NotImplemented", f"{what} with {name} is not supported here: the condition would not be "
+                          "checked. Use If-Match: \"<etag>\" (and versionId to name one version).", status=501)
+
+
 def conflict() -> S3Error:
     return S3Error("ConditionalRequestConflict", "A conflicting conditional operation is currently in progress against "
                    "this resource; retry.", status=409)

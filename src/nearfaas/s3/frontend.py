@@ -59,7 +59,7 @@ from nearfaas.s3 import versioning as s3versioning
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.backend import ObjectInfo, StorageBackend, aclose
 from nearfaas.s3.body import RequestBody, decode_content_md5
-from nearfaas.s3.conditions import WriteCondition, check_read
+from nearfaas.s3.conditions import WriteCondition, check_read, refuse_unsupported
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.listing import ListingHandlers
 from nearfaas.s3.parts import part_of as _part_of
@@ -325,6 +325,7 @@ class S3Frontend(ListingHandlers):
 
         A key is reported Deleted only when the backend said so; any failure (an invalid key, a
         refusal, a node error) is that key's <Error>, which Quiet mode reports too."""
+        refuse_unsupported(request.headers, "DeleteObjects")
         content_md5 = decode_content_md5(request.headers.get("Content-MD5"))
         body = await self._body(request, require_length=False).read_all(MAX_XML_BODY)
         if content_md5 is not None and hashlib.md5(body).digest() != content_md5:

@@ -22,9 +22,9 @@ class ListingHandlers:
             raise S3Error("InvalidArgument", f"list-type must be 1 or 2, not {list_type!r}.")
         encoding, max_keys, prefix, delimiter = list_params(q, "max-keys")
         if list_type == "2":
-            token = q.get("continuation-token") or None  # an empty token asks for the first page, as in S3
+            token = q.get("continuation-token")  # an empty one asks for the first page and is echoed, as in S3
             start_after = q.get("start-after", "")
-            start = s3xml.decode_token(token) if token is not None else start_after
+            start = s3xml.decode_token(token) if token else start_after
             result = await self.backend.list_objects(bucket, prefix, delimiter, max_keys, start)
             body = s3xml.list_objects_v2_xml(
                 bucket, result, prefix=prefix, delimiter=delimiter, max_keys=max_keys, start_after=start_after,

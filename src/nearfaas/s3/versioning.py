@@ -21,6 +21,7 @@ from aiohttp import web
 
 from nearfaas.s3 import versioning_xml
 from nearfaas.s3.backend import DeleteResult, ObjectInfo
+from nearfaas.s3.conditions import WriteCondition, refuse_unsupported
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.listing import list_params
 from nearfaas.s3.object_headers import is_true
@@ -97,9 +98,21 @@ async def list_versions(frontend, request: web.Request, bucket: str, q: dict, in
 async def delete_object(frontend, request: web.Request, bucket: str, key: str, q: dict) -> dict[str, str]:
     """DeleteObject, versioned or not; returns the answer's version headers."""
     backend = frontend.backend
+    refuse_unsupported(request.headers, "DeleteObject")
     named = version_arg(q)
     stamp = frontend._version(request)  # the gateway's: a replica's delete, or the clock for ?versionId=
     if named:
+        condition = WriteCondition.from_headers(request.headers)
+        if condition is not None:
+            # A version id names content that never changes, so checking it and then deleting it is
+            # exact: no write can slip between the two and make the check stale.
+            try:
+                current = await backend.head_object(bucket, key, **named)
+            except S3Error as exc:
+                if exc.code not in ("NoSuchKey", "NoSuchVersion", "MethodNotAllowed"):  # none, or a delete marker
+                    raise
+                current = None
+            condition.check(current, key)
         result = await backend.delete_object(bucket, key, **named, **({"version": stamp} if stamp is not None else {}))
     elif stamp is not None:
         result = await backend.delete_object(bucket, key, version=stamp, **versioned_write(frontend, request))

@@ -338,6 +338,10 @@ def parse_delete_objects(body: bytes, limit: int = 1000) -> tuple[list[tuple[str
             key = _child_text(el, "Key")
             if key is None:
                 raise S3Error("MalformedXML", "Every <Object> needs a <Key>.")
+            for condition in ("ETag", "LastModifiedTime", "Size"):  # refused, never skipped (s3/conditions.py)
+                if _child_text(el, condition) is not None:
+                    raise S3Error("NotImplemented", f"DeleteObjects with a per-object <{condition}> condition is not supported "
+                                  "here: it would not be checked. Delete that key with DeleteObject and If-Match.", status=501)
             keys.append((key.translate(_FROM_STAND_IN) if stood_in else key, _child_text(el, "VersionId")))
     if not keys or len(keys) > limit:
         raise S3Error("MalformedXML", f"DeleteObjects takes 1 to {limit} <Object> entries; got {len(keys)}.")

@@ -1,0 +1,79 @@
+"""Conditions a client sends are checked or refused, never skipped: a versioned DELETE's If-Match,
+DeleteObject's x-amz-if-match-last-modified-time / -size (501), DeleteObjects' per-object ETag
+(501); and ListObjectsV2 echoes an empty continuation-token. boto3 against the shared cluster."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+import pytest
+import requests
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
+
+pytestmark = pytest.mark.integration
+
+
+def _fails(status: int, call, **kwargs) -> str:
+    with pytest.raises(ClientError) as caught:
+        call(**kwargs)
+    got = caught.value.response
+    assert got["ResponseMetadata"]["HTTPStatusCode"] == status, got
+    return got["Error"]["Code"]
+
+
+def _signed(cluster, method: str, path: str, headers: dict | None = None) -> requests.Response:
+    access, secret = cluster.keys(cluster.url)
+    request = AWSRequest(method, f"{cluster.url}{path}", data=b"", headers=dict(headers or {}))
+    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
+    return requests.request(method, f"{cluster.url}{path}", headers=dict(request.headers), timeout=30)
+
+
+@pytest.fixture(scope="module")
+def s3(cluster):
+    client = cluster.s3()
+    client.create_bucket(Bucket="conds-plain")
+    client.create_bucket(Bucket="conds-versioned")
+    client.put_bucket_versioning(Bucket="conds-versioned", VersioningConfiguration={"Status": "Enabled"})
+    return client
+
+
+def test_a_versioned_delete_checks_if_match_against_the_version_it_names(s3):
+    # catches: DELETE ?versionId= carrying out the delete whatever If-Match says (it answered 204)
+    key = f"v-{uuid.uuid4().hex}"
+    old = s3.put_object(Bucket="conds-versioned", Key=key, Body=b"old")
+    new = s3.put_object(Bucket="conds-versioned", Key=key, Body=b"new")
+    assert _fails(412, s3.delete_object, Bucket="conds-versioned", Key=key, VersionId=old["VersionId"],
+                  IfMatch=new["ETag"]) == "PreconditionFailed"  # the newest's ETag, not the named version's
+    assert s3.get_object(Bucket="conds-versioned", Key=key, VersionId=old["VersionId"])["Body"].read() == b"old"
+    s3.delete_object(Bucket="conds-versioned", Key=key, VersionId=old["VersionId"], IfMatch=old["ETag"])
+    assert _fails(404, s3.get_object, Bucket="conds-versioned", Key=key, VersionId=old["VersionId"]) == "NoSuchVersion"
+    assert s3.get_object(Bucket="conds-versioned", Key=key)["Body"].read() == b"new"  # the other version untouched
+
+
+def test_delete_conditions_not_evaluated_here_are_refused_and_nothing_is_deleted(s3):
+    # catches: x-amz-if-match-last-modified-time / -size ignored and the object deleted anyway
+    key = f"d-{uuid.uuid4().hex}"
+    s3.put_object(Bucket="conds-plain", Key=key, Body=b"keep me")
+    long_ago = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
+    assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, IfMatchLastModifiedTime=long_ago) == "NotImplemented"
+    assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, IfMatchSize=999) == "NotImplemented"
+    with pytest.raises(ClientError) as caught:
+        s3.delete_objects(Bucket="conds-plain", Delete={"Objects": [{"Key": key, "ETag": '"00000000000000000000000000000000"'}]})
+    assert caught.value.response["Error"]["Code"] == "NotImplemented" and "ETag" in caught.value.response["Error"]["Message"]
+    assert s3.get_object(Bucket="conds-plain", Key=key)["Body"].read() == b"keep me"
+    s3.delete_objects(Bucket="conds-plain", Delete={"Objects": [{"Key": key}]})  # without a condition: deleted
+    assert _fails(404, s3.head_object, Bucket="conds-plain", Key=key) == "404"
+
+
+def test_list_objects_v2_echoes_an_empty_continuation_token(s3, cluster):
+    # catches: <ContinuationToken> left out when the token sent was empty (S3 echoes it)
+    s3.put_object(Bucket="conds-plain", Key="listed", Body=b"1")
+    resp = _signed(cluster, "GET", "/conds-plain?list-type=2&continuation-token=")
+    assert resp.status_code == 200, resp.text[:300]
+    assert "<ContinuationToken></ContinuationToken>" in resp.text or "<ContinuationToken/>" in resp.text
+    assert "<Key>listed</Key>" in resp.text
+    assert s3.list_objects_v2(Bucket="conds-plain", ContinuationToken="").get("ContinuationToken") == ""
