@@ -13,6 +13,7 @@ from nearfaas.s3 import checksums
 from nearfaas.s3 import xml as s3xml
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.parts import part_sizes, parts_count
+from nearfaas.s3.versioning import version_arg, version_headers
 
 ATTRIBUTES_HEADER = "x-amz-object-attributes"
 NAMES = ("ETag", "Checksum", "ObjectParts", "StorageClass", "ObjectSize")
@@ -74,8 +75,10 @@ def attributes_xml(info, names: set[str], request_headers) -> bytes:
     return "".join(out).encode()
 
 
-async def get_object_attributes(frontend, request, bucket: str, key: str):
+async def get_object_attributes(frontend, request, bucket: str, key: str, q: dict):
+    """The newest version's attributes, or those of the version ``?versionId=`` names (with its id
+    in ``x-amz-version-id``, as S3 answers)."""
     names = requested(request.headers)
-    info = await frontend.backend.head_object(bucket, key)
+    info = await frontend.backend.head_object(bucket, key, **version_arg(q))
     return frontend._xml(request, attributes_xml(info, names, request.headers),
-                         {"Last-Modified": s3xml.rfc1123(info.last_modified)})
+                         {"Last-Modified": s3xml.rfc1123(info.last_modified), **version_headers(info)})

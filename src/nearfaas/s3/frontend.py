@@ -285,7 +285,7 @@ class S3Frontend(ListingHandlers):
             if "uploadId" in q:
                 return await self._list_parts(request, bucket, key, q)
             if "attributes" in q:
-                return await s3attributes.get_object_attributes(self, request, bucket, key)
+                return await s3attributes.get_object_attributes(self, request, bucket, key, q)
             return await self._get_object(request, bucket, key, q)
         if method == "HEAD":
             return await self._head_object(request, bucket, key, q)

@@ -1,6 +1,8 @@
-"""Conditions a client sends are checked or refused, never skipped: a versioned DELETE's If-Match,
-DeleteObject's x-amz-if-match-last-modified-time / -size (501), DeleteObjects' per-object ETag
-(501); and ListObjectsV2 echoes an empty continuation-token. boto3 against the shared cluster."""
+"""What S3 clients expect and nearfaas got wrong: conditions a client sends are checked or refused,
+never skipped (a versioned DELETE's If-Match; DeleteObject's x-amz-if-match-last-modified-time /
+-size and DeleteObjects' per-object ETag answer 501); ListObjectsV2 echoes an empty
+continuation-token; GetObjectAttributes answers for the version it names. boto3 against the
+shared cluster."""
 
 from __future__ import annotations
 
@@ -77,3 +79,19 @@ def test_list_objects_v2_echoes_an_empty_continuation_token(s3, cluster):
     assert "<ContinuationToken></ContinuationToken>" in resp.text or "<ContinuationToken/>" in resp.text
     assert "<Key>listed</Key>" in resp.text
     assert s3.list_objects_v2(Bucket="conds-plain", ContinuationToken="").get("ContinuationToken") == ""
+
+
+def test_get_object_attributes_answers_for_the_version_it_names(s3):
+    # catches: versionId ignored (the newest version's size and ETag, no x-amz-version-id), or an
+    # older version behind a delete marker answered 404
+    key = f"a-{uuid.uuid4().hex}"
+    old = s3.put_object(Bucket="conds-versioned", Key=key, Body=b"the first, longer body")
+    new = s3.put_object(Bucket="conds-versioned", Key=key, Body=b"short")
+    got = s3.get_object_attributes(Bucket="conds-versioned", Key=key, VersionId=old["VersionId"], ObjectAttributes=["ETag", "ObjectSize"])
+    assert got["ObjectSize"] == len(b"the first, longer body") and got["ETag"] == old["ETag"].strip('"')
+    assert got["VersionId"] == old["VersionId"]
+    newest = s3.get_object_attributes(Bucket="conds-versioned", Key=key, ObjectAttributes=["ETag", "ObjectSize"])
+    assert newest["ObjectSize"] == 5 and newest["VersionId"] == new["VersionId"]
+    s3.delete_object(Bucket="conds-versioned", Key=key)  # a delete marker on top
+    behind = s3.get_object_attributes(Bucket="conds-versioned", Key=key, VersionId=old["VersionId"], ObjectAttributes=["ObjectSize"])
+    assert behind["ObjectSize"] == len(b"the first, longer body")
