@@ -7,6 +7,7 @@ shared cluster."""
 from __future__ import annotations
 
 import datetime
+import gzip
 import uuid
 
 import pytest
@@ -27,11 +28,11 @@ def _fails(status: int, call, **kwargs) -> str:
     return got["Error"]["Code"]
 
 
-def _signed(cluster, method: str, path: str, headers: dict | None = None) -> requests.Response:
+def _signed(cluster, method: str, path: str, headers: dict | None = None, body: bytes = b"") -> requests.Response:
     access, secret = cluster.keys(cluster.url)
-    request = AWSRequest(method, f"{cluster.url}{path}", data=b"", headers=dict(headers or {}))
-    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)
-    return requests.request(method, f"{cluster.url}{path}", headers=dict(request.headers), timeout=30)
+    request = AWSRequest(method, f"{cluster.url}{path}", data=body, headers=dict(headers or {}))
+    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)  # x-amz-content-sha256: the body's hex hash
+    return requests.request(method, f"{cluster.url}{path}", data=body, headers=dict(request.headers), timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,7 @@ def test_delete_conditions_not_evaluated_here_are_refused_and_nothing_is_deleted
     # catches: x-amz-if-match-last-modified-time / -size ignored and the object deleted anyway
     key = f"d-{uuid.uuid4().hex}"
     s3.put_object(Bucket="conds-plain", Key=key, Body=b"keep me")
-    long_ago = datetime.datetime(2001, 1, 1, tzinfo=datetime.timezone.utc)
+    long_ago = datetime.datetime(2001, 1, 1, tzinfo=datetime.UTC)
     assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, IfMatchLastModifiedTime=long_ago) == "NotImplemented"
     assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, IfMatchSize=999) == "NotImplemented"
     with pytest.raises(ClientError) as caught:
@@ -95,3 +96,13 @@ def test_get_object_attributes_answers_for_the_version_it_names(s3):
     s3.delete_object(Bucket="conds-versioned", Key=key)  # a delete marker on top
     behind = s3.get_object_attributes(Bucket="conds-versioned", Key=key, VersionId=old["VersionId"], ObjectAttributes=["ObjectSize"])
     assert behind["ObjectSize"] == len(b"the first, longer body")
+
+
+def test_aws_chunked_in_content_encoding_on_a_plain_body_is_a_plain_body(s3, cluster):
+    # catches: 411 MissingContentLength for `Content-Encoding: gzip, aws-chunked` when the body is
+    # not framed (its payload hash is the body's own hex digest, no decoded length)
+    data = gzip.compress(b"plain body, gzip on the wire " * 50)
+    resp = _signed(cluster, "PUT", "/conds-plain/gz", {"Content-Encoding": "gzip, aws-chunked", "Content-Type": "text/plain"}, data)
+    assert resp.status_code == 200, resp.text[:300]
+    got = s3.get_object(Bucket="conds-plain", Key="gz")
+    assert got["Body"].read() == data and got["ContentEncoding"] == "gzip"  # stored as sent, aws-chunked dropped

@@ -62,8 +62,14 @@ def decode_content_md5(value: str | None) -> bytes | None:
 
 
 def is_aws_chunked(headers) -> bool:
+    """Framed as aws-chunked: a STREAMING-* payload hash says so, or Content-Encoding does together
+    with the x-amz-decoded-content-length every aws-chunked body carries. ``Content-Encoding: gzip,
+    aws-chunked`` on a body with a plain payload hash and no decoded length is a plain body (the
+    payload hash is what says how the body is framed; a hex hash is checked against the bytes)."""
+    if (headers.get("x-amz-content-sha256") or "").startswith("STREAMING-"):
+        return True
     encodings = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")]
-    return "aws-chunked" in encodings or (headers.get("x-amz-content-sha256") or "").startswith("STREAMING-")
+    return "aws-chunked" in encodings and headers.get("x-amz-decoded-content-length") is not None
 
 
 # A body that stops arriving holds a descriptor, a temp file on every replica and a slot of the
