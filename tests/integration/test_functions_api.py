@@ -176,6 +176,9 @@ def test_logs_capture_stdout(cluster, functions_dir):
         assert time.monotonic() < deadline, lines
         time.sleep(0.05)
     assert all({"name", "instance", "timestamp", "text"} <= set(line) for line in lines)
+    every = cluster.http.get(f"{cluster.url}/system/logs", params={"name": "talker", "tail": -1})  # faas-cli's default
+    assert every.status_code == 200 and any("echo called with 5 bytes" in json.loads(x)["text"] for x in every.text.splitlines())
+    assert cluster.http.get(f"{cluster.url}/system/logs", params={"name": "talker", "tail": "ten"}).status_code == 400
     assert cluster.http.get(f"{cluster.url}/system/logs", params={"name": "ghost"}).status_code == 404
     assert cluster.http.get(f"{cluster.url}/system/logs").status_code == 400
 

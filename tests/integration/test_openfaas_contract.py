@@ -52,8 +52,9 @@ def test_function_status_marshals_like_faas_provider(cluster, echo):
     assert status["name"] == echo and status["namespace"] == "openfaas-fn" and status["image"] == ""
     assert status["labels"] == {"team": "web", "faas_function": echo}
     assert status["envProcess"] == "python3 index.py" and status["readOnlyRootFilesystem"] is True
-    for omitted in ("envVars", "constraints", "secrets", "annotations", "limits", "requests"):
+    for omitted in ("envVars", "constraints", "secrets", "limits", "requests"):
         assert omitted not in status, omitted  # Go's omitempty: absent, not null or {}
+    assert status["annotations"] == {}  # but annotations: clients index it unchecked, so it is always there
     assert isinstance(status["invocationCount"], int | float) and status["replicas"] >= 1
     listed = {f["name"]: f for f in cluster.http.get(f"{cluster.url}/system/functions").json()}
     assert listed[echo]["labels"]["faas_function"] == echo

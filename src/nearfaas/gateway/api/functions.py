@@ -112,19 +112,21 @@ class FunctionsAPI:
 
     def _status(self, internal: str) -> dict:
         """A FunctionStatus as faas-provider's Go type marshals it: ``omitempty`` fields left out
-        when empty (clients tell nil from empty), ``faas_function`` among the labels; then
-        nearfaas's own fields."""
+        when empty (clients tell nil from empty) but ``annotations``, which clients read without
+        a check; ``faas_function`` among the labels; then nearfaas's own fields."""
         name = internal
         state = self.invoker.functions[internal]
         short, namespace = self.namespaces.of(internal)
         spec = FunctionSpec.from_dict(state.spec)
         openfaas = state.spec.get("openfaas") or {}
         optional = {"envProcess": state.spec.get("fprocess") or openfaas.get("envProcess"), "envVars": spec.environment,
-                    "constraints": spec.constraints, "secrets": spec.secrets, "annotations": spec.annotations,
+                    "constraints": spec.constraints, "secrets": spec.secrets,
                     "limits": spec.limits, "requests": spec.requests, "readOnlyRootFilesystem": openfaas.get("readOnlyRootFilesystem")}
         return {
             "name": short, "image": spec.image, "namespace": namespace,
             **{k: v for k, v in optional.items() if v},
+            # always present, {} when empty: OpenFaaS clients index it without checking it exists
+            "annotations": dict(spec.annotations or {}),
             "labels": {**spec.labels, "faas_function": short}, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids

@@ -60,13 +60,11 @@ class SystemAPI:
         if internal not in self.invoker.functions:
             return error(404, f"function {name!r} not found")
         try:
-            tail = int(request.query.get("tail", "0") or 0)
-            if tail < 0:
-                raise ValueError
+            tail = max(int(request.query.get("tail", "0") or 0), 0)  # 0 or below: every line (faas-cli sends -1)
             since_raw = request.query.get("since")
             since = dt.datetime.fromisoformat(since_raw.replace("Z", "+00:00")).timestamp() if since_raw else 0.0
         except ValueError:
-            return error(400, "tail must be an integer and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+            return error(400, "tail must be an integer (0 or -1: every line) and since an RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
         records = await self.nodes.logs(internal, since, tail)
         lines = [json.dumps({"name": name, "namespace": namespace, "instance": r.get("instance", ""),
                              "timestamp": rfc3339(r.get("timestamp", 0)), "text": r.get("text", "")}) for r in records]
