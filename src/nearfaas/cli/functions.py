@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from nearfaas.cli.common import common_gateway, common_state, console, err, fail, gateway_url, http, split_s3
 from nearfaas.present import chain_table, deployment_body
@@ -149,7 +150,8 @@ def logs(name, tail, since, state, gateway):
         fail(resp.text.strip())
     for line in resp.text.splitlines():
         record = json.loads(line)
-        console.print(f"[dim]{record['timestamp']} {record['instance']}[/] {record['text']}", highlight=False, markup=False)
+        # Styled as a Text, not markup: the log's own text may hold [brackets], and a pipe gets plain text
+        console.print(Text.assemble((f"{record['timestamp']} {record['instance']}", "dim"), " ", record["text"]), highlight=False)
 
 
 COMMANDS = (deploy, remove, list_functions, invoke, logs)
