@@ -34,6 +34,7 @@ def test_cli_lifecycle(tmp_path):
         assert again.returncode != 0 and b"already running" in again.stderr
         status = json.loads(nf("status", "--json", state=state).stdout)
         assert status["gateway_url"] == url and status["running"]
+        assert status["placement"] == "near-data" and status["link_profile"] == "local"  # the cluster file's defaults
         kinds = sorted((n["kind"], n["class"]) for n in status["nodes"])
         assert kinds == [("compute", "cpu"), ("storage", "dscs"), ("storage", "standard")]
         assert all(n["healthy"] for n in status["nodes"])

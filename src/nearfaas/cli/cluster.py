@@ -155,7 +155,8 @@ def status(state, as_json):
         console.print(f"no cluster is running from {info['state_dir']}{': ' + info['error'] if info.get('error') else ''}; "
                       f"start one with `nearfaas up`")
         return
-    console.print(f"gateway {info['gateway_url']}  {'[green]healthy[/]' if info['gateway']['healthy'] else '[red]down[/]'}")
+    console.print(f"gateway {info['gateway_url']}  {'[green]healthy[/]' if info['gateway']['healthy'] else '[red]down[/]'}  "
+                  f"placement {info.get('placement') or '-'}  link {info.get('link_profile') or '-'}")
     on_ray = info.get("backend") == "ray"
     nodes = Table("node", "kind", "class", "health", "workers", "objects", "url", *(["Ray node"] if on_ray else []), title="nodes")
     for n in info["nodes"]:

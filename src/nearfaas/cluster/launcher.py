@@ -639,4 +639,6 @@ def status(state_dir: Path) -> dict:
         gateway["ray_node_id"] = (actors.get("gateway") or {}).get("ray_node_id")
     return {"running": gateway_ok or any(n["healthy"] for n in nodes), "gateway_url": layout["gateway_url"],
             "backend": layout.get("backend", "local"), "gateway": gateway, "state_dir": str(state_dir),
+            # the cluster file's choices a function's timing depends on (a layout from before they were kept: null)
+            "placement": layout.get("placement"), "link_profile": layout.get("link_profile"),
             "nodes": nodes, "functions": functions}
