@@ -152,6 +152,9 @@ def test_handler_exception_is_502_with_the_error(cluster, functions_dir):
     assert resp.status_code == 502
     body = resp.json()
     assert "ZeroDivisionError" in body["error"] and body["layer"] == "function"
+    # the traceback stays in the log: the caller sees no frame and none of the node's paths
+    assert "traceback" not in body and "File \"" not in resp.text and "/handler" not in resp.text, body
+    assert "nearfaas logs boom" in body["fix"]
     # The worker survived its handler's exception.
     assert requests.post(f"{cluster.url}/function/boom").status_code == 502
 

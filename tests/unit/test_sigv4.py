@@ -318,9 +318,11 @@ def test_scoped_principal_uses_its_buckets_only(scoped):
         meta = e.value.response["ResponseMetadata"]
         assert (meta["HTTPStatusCode"], meta["HTTPHeaders"]["x-nearfaas-error-code"]) == (403, "AccessDenied")
         if e.value.response["Error"]["Code"] != "403":  # a HEAD answer has no body, so no message
+            bucket = "brand-new" if "brand-new" in e.value.response["Error"].get("Resource", "") else "private"
             assert e.value.response["Error"]["Message"] == (
-                f"Access Denied: function key {SCOPED_KEY} may only use buckets docs, nearfaas-intermediate, not "
-                + ("brand-new." if "brand-new" in e.value.response["Error"].get("Resource", "") else "private."))
+                f"Access Denied: function key {SCOPED_KEY} may only use buckets docs, nearfaas-intermediate, not {bucket}. "
+                f"To grant it, list {bucket} under the function's x-nearfaas: {{buckets: [...]}} in its stack file "
+                "(or the deploy body's x-nearfaas.buckets) and deploy it again.")
     admin = scoped.client(KEY, SECRET)
     assert admin.get_object(Bucket="private", Key="secret.txt")["Body"].read() == b"not for functions"
     assert "brand-new" not in [b["Name"] for b in admin.list_buckets()["Buckets"]]

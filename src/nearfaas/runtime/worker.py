@@ -267,11 +267,12 @@ class Worker:
                                 text=f"function {self.name!r} exceeded exec_timeout={self.exec_timeout:g}s in the worker "
                                      f"on node {self.node}; the worker was stopped and will be replaced")
         except Exception as exc:  # the user's handler raised: report it, keep the worker
-            tb = traceback.format_exc()
-            print(tb, file=sys.stderr, flush=True)
+            # The traceback goes to the function's log only: it names the node's paths, which a
+            # caller has no business seeing; the answer says where to read it.
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
             return web.json_response(
                 {"error": f"handler raised {type(exc).__name__}: {exc}", "layer": "function", "function": self.name,
-                 "traceback": tb.strip().splitlines()[-6:]},
+                 "instance": self.instance, "fix": f"the traceback is in the function's log: nearfaas logs {self.name}"},
                 status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
         finally:
             self.calls.end(call_id)

@@ -560,9 +560,17 @@ _AUTH_CONTEXT = web.RequestKey("nearfaas_s3_auth_context", AuthContext)
 
 
 def _outside_scope(principal: Principal, bucket: str) -> S3Error:
+    """AccessDenied naming what the key may use, and how the bucket is granted to it."""
     allowed = sorted(principal.buckets or ())
     scope = f"may only use buckets {', '.join(allowed)}" if allowed else "may not use any bucket"
-    return S3Error("AccessDenied", f"Access Denied: {principal.name} {scope}, not {bucket}.", resource=f"/{bucket}")
+    if principal.name.startswith("function key"):
+        grant = (f" To grant it, list {bucket} under the function's x-nearfaas: {{buckets: [...]}} in its stack file "
+                 "(or the deploy body's x-nearfaas.buckets) and deploy it again.")
+    elif principal.name.startswith("chain-call key"):
+        grant = " A chain step's key reaches only the intermediates bucket; read other buckets through the function's own key."
+    else:
+        grant = " To grant it, add the bucket to this key's buckets in the cluster's keys file."
+    return S3Error("AccessDenied", f"Access Denied: {principal.name} {scope}, not {bucket}.{grant}", resource=f"/{bucket}")
 
 
 async def _relay(request: web.Request, response: web.StreamResponse, body, what: str) -> web.StreamResponse:
