@@ -155,6 +155,7 @@ def test_handler_exception_is_502_with_the_error(cluster, functions_dir):
     # the traceback stays in the log: the caller sees no frame and none of the node's paths
     assert "traceback" not in body and "File \"" not in resp.text and "/handler" not in resp.text, body
     assert "nearfaas logs boom" in body["fix"]
+    assert resp.headers["X-Nearfaas-Instance"] == body["instance"] != ""  # which instance failed, as on a 200
     # The worker survived its handler's exception.
     assert requests.post(f"{cluster.url}/function/boom").status_code == 502
 

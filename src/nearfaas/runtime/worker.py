@@ -273,7 +273,8 @@ class Worker:
             return web.json_response(
                 {"error": f"handler raised {type(exc).__name__}: {exc}", "layer": "function", "function": self.name,
                  "instance": self.instance, "fix": f"the traceback is in the function's log: nearfaas logs {self.name}"},
-                status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function"})
+                status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function",
+                                     "X-Nearfaas-Instance": self.instance})
         finally:
             self.calls.end(call_id)
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
