@@ -208,3 +208,22 @@ def test_a_scale_by_hand_counts_as_activity_for_the_idler():
     state.desired = 1  # nothing came of it; zero-duration after the request, the idler may act
     pool.reap_idle(now=11.0)
     assert state.desired == 0 and not state.instances
+
+
+def test_calls_that_fail_are_not_load():
+    """A function answering 502 to 10 calls a second stays at its minimum; the same calls
+    succeeding scale it up (OpenFaaS CE's rule counts code 200 only)."""
+    # catches: failing calls counted as load (a fast-failing function was scaled up)
+    async def run(fail: bool) -> int:
+        state = FunctionState({"name": "f", "scale_min": 1, "scale_max": 3, "labels": {}}, desired=1)
+        state.instances["i"] = Instance("i", "n", "127.0.0.1", 1)
+        scaler = Autoscaler(_Pool(state), CollectorRegistry(), window_s=5.0, down_after_s=10.0)
+        for t in range(7):
+            scaler.tick(float(t))
+            state.invocations += 10
+            state.failed += 10 if fail else 0
+        await asyncio.sleep(0)
+        return state.desired
+
+    assert asyncio.run(run(fail=True)) == 1
+    assert asyncio.run(run(fail=False)) == 3

@@ -11,7 +11,8 @@ after it says otherwise. ``com.openfaas.scale.zero`` / ``zero-duration`` stay th
 (gateway/instances.py ``reap_idle``); a function at zero stays there until a call arrives.
 
 Every ``interval_s`` the load over the last ``window_s`` is measured (the gateway's own counts:
-calls started, and calls in flight or queued; for ``cpu``, the CPU time its instances' cgroups
+calls started less those answered 5xx, as OpenFaaS CE's rule counts only code 200, so a function
+failing fast is not scaled up by its failures; and calls in flight or queued; for ``cpu``, the CPU time its instances' cgroups
 report in the nodes' health answers, every 0.5 s) and the wanted replicas are
 ``ceil(load / (target * proportion))`` clamped to [min, max]. Up at once; down only once the
 wanted count has stayed lower for ``down_after_s`` (no flapping on a pause between bursts), or
@@ -95,7 +96,7 @@ class Autoscaler:
         while samples and samples[0][0] < state.scaled_by_hand:  # scaled by hand: what came before is no guide
             samples.popleft()
         busy = sum(i.inflight for i in state.instances.values()) + state.waiting
-        samples.append((now, state.invocations, busy, state.cpu_seconds))
+        samples.append((now, state.invocations - state.failed, busy, state.cpu_seconds))
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:
             samples.popleft()
         kind = state.spec.get("labels", {}).get(LABEL_TYPE, "rps")
@@ -107,7 +108,7 @@ class Autoscaler:
             return 0.0
         if kind == "cpu":
             return (state.cpu_seconds - first[3]) / span * 1000.0  # millicores
-        return (state.invocations - first[1]) / span
+        return (state.invocations - state.failed - first[1]) / span
 
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now

@@ -72,6 +72,7 @@ class FunctionState:
     instances: dict[str, Instance] = field(default_factory=dict)
     starting: dict[str, asyncio.Future] = field(default_factory=dict)
     invocations: int = 0
+    failed: int = 0  # of those, answered 5xx (the handler raised, timed out, its node was lost): not load to scale on
     desired: int = 1
     meters: FunctionMeters | None = None
     scaling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -305,7 +306,7 @@ class InstancePool:
         old = self.functions.get(spec["name"])
         state = FunctionState(spec, desired=max(int(spec.get("scale_min", 1)), 0 if spec.get("scale_zero") else 1))
         if old is not None:
-            state.created, state.invocations = old.created, old.invocations
+            state.created, state.invocations, state.failed = old.created, old.invocations, old.failed
             for inst in list(old.instances.values()):
                 self.drop_instance(old, inst, stop=True)  # busy ones finish their calls first
         self.functions[spec["name"]] = state

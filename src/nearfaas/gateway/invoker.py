@@ -140,10 +140,12 @@ class Invoker:
             result = await self._invoke(state, method, path, query, headers, body, call_id, started, stage)
         except CallError as exc:
             meters.count(exc.status).inc()
+            state.failed += exc.status >= 500
             raise
         finally:
             meters.inflight.dec()
         meters.count(result.status).inc()
+        state.failed += result.status >= 500
         meters.seconds.observe(time.perf_counter() - started)
         return result
 
