@@ -4,7 +4,7 @@ blame (gateway, placement, node, worker, fastpath), as the X-Nearfaas-Layer head
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Callable
+from collections.abc import Callable
 
 # Whether a call may still be handed to a worker, asked right before it is (gateway/invoker.py).
 # The async queue sets it for its consumers (gateway/async_queue.py): once it drains, a call
