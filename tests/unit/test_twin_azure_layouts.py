@@ -375,3 +375,20 @@ def test_cli_bad_trace_input_is_a_clear_error(tmp_path, args, needle):
     args = [a.format(bad=bad, good=good, missing=tmp_path / "missing.csv") for a in args]
     res = CliRunner().invoke(main, ["twin", "report", "--quick", "--no-progress", "--out", str(tmp_path / "r"), *args])
     assert res.exit_code != 0 and needle in res.output and "Traceback" not in res.output, res.output
+
+
+def test_the_invitro_sample_layout_reads_with_its_siblings(tmp_path):
+    # catches: minute_N columns refused ("no minute columns"), or <name>_run.csv / _mem.csv not
+    # found beside <name>_inv.csv
+    inv = tmp_path / "sample_inv.csv"
+    inv.write_text("HashFunction,HashApp,HashOwner,minute_1,minute_2,minute_3\nf0,app0,o0,3,0,5\nf1,app1,o1,1,2,0\n")
+    rows = read_azure_invocations(inv)
+    assert [(r.function, r.counts) for r in rows] == [("f0", [3, 0, 5]), ("f1", [1, 2, 0])]
+    assert len(list(azure_replay(inv, seed=1))) == 11
+    dur = write_durations(tmp_path / "sample_run.csv", [("o0", "app0", "f0"), ("o1", "app1", "f1")], [10, 20])
+    mem = write_memory(tmp_path / "sample_mem.csv", [("o0", "app0", "f0"), ("o1", "app1", "f1")], {"app0": 100, "app1": 200})
+    assert sibling(inv, "durations") == dur and sibling(inv, "memory") == mem
+    bad = tmp_path / "bad_inv.csv"
+    bad.write_text("HashFunction,HashApp,HashOwner,minute_1,minute_3\nf0,app0,o0,3,5\n")
+    with pytest.raises(WorkloadError, match="expected minute column '2', got 'minute_3'"):
+        read_azure_invocations(bad)

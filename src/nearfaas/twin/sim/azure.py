@@ -6,8 +6,11 @@ Columns are recognised by name, in any order:
 
 - invocations (``invocations_per_function_md.anon.dNN.csv``; a toolkit's ``invocations.csv``):
   ``HashOwner``, ``HashApp``, ``HashFunction``, optional ``Trigger``, then the minute columns
-  ``1, 2, ..., N`` in order. The dataset writes ``HashOwner,HashApp,HashFunction,Trigger,1,...``;
-  the replay toolkit ``HashFunction,HashApp,HashOwner,1,...`` (no Trigger).
+  ``1, 2, ..., N`` in order (or ``minute_1, minute_2, ...``). The dataset writes
+  ``HashOwner,HashApp,HashFunction,Trigger,1,...``; the replay toolkit
+  ``HashFunction,HashApp,HashOwner,1,...`` (no Trigger); the InVitro toolkit's samples
+  ``HashFunction,HashApp,HashOwner,minute_1,...`` in ``<name>_inv.csv`` beside
+  ``<name>_run.csv`` (durations) and ``<name>_mem.csv`` (memory).
 - durations (``function_durations_percentiles.anon.dNN.csv``; ``durations.csv``), milliseconds:
   ``HashFunction`` (``HashOwner``, ``HashApp`` optional), optional ``Average``, ``Count``,
   ``Minimum``, ``Maximum`` and ``percentile_Average_<p>`` columns; at least Average or one
@@ -38,7 +41,9 @@ from pathlib import Path
 from nearfaas.twin.sim.workload import APP_KEYS, WorkloadError
 
 ID_COLUMNS = ("HashOwner", "HashApp", "HashFunction")
-INVOCATIONS_HELP = "HashOwner, HashApp, HashFunction (any order), optional Trigger, then minute columns 1, 2, ..., N"
+INVOCATIONS_HELP = ("HashOwner, HashApp, HashFunction (any order), optional Trigger, then minute columns 1, 2, ..., N "
+                    "(or minute_1, minute_2, ..., as the InVitro toolkit's samples name them)")
+_MINUTE = re.compile(r"^(?:minute_)?(\d+)$")
 DURATIONS_HELP = ("HashFunction (HashOwner, HashApp optional), Average and/or percentile_Average_<p> columns in ms "
                   "(Count, Minimum, Maximum optional)")
 MEMORY_HELP = "HashApp (HashOwner, HashFunction optional), AverageAllocatedMb and/or AverageAllocatedMb_pct<p> columns in MB"
@@ -235,17 +240,17 @@ def _read_invocations(path, minutes: int | None):
     lines = _lines(path)
     header = _header(path, lines, "invocations", INVOCATIONS_HELP)
     cols = _find(path, header, "invocations", INVOCATIONS_HELP, ID_COLUMNS, ("Trigger",))
-    minute_cols = [c for c, name in enumerate(header) if name.isdigit()]
+    minute_cols = [c for c, name in enumerate(header) if _MINUTE.match(name)]
     if not minute_cols:
         raise WorkloadError(f"{path}: line 1: no minute columns; an Azure invocations file needs {INVOCATIONS_HELP}")
     for k, c in enumerate(minute_cols):
-        if int(header[c]) != k + 1:
+        if int(_MINUTE.match(header[c]).group(1)) != k + 1:
             raise _err(path, 1, c + 1, header[c], f"expected minute column '{k + 1}', got {header[c]!r}; minute columns must be "
-                                                  "1, 2, ..., N in order")
+                                                  "1, 2, ..., N (or minute_1, minute_2, ...) in order")
     total = len(minute_cols)
     if minutes is not None:
         minute_cols = minute_cols[:minutes]
-    ignored = [h for c, h in enumerate(header) if c not in cols.values() and not h.isdigit()]
+    ignored = [h for c, h in enumerate(header) if c not in cols.values() and not _MINUTE.match(h)]
     lo, hi = minute_cols[0], minute_cols[-1] + 1
     contiguous = hi - lo == len(minute_cols)
     out = []
@@ -381,6 +386,7 @@ SIBLINGS = {  # invocations file name pattern -> (durations name, memory name)
     re.compile(r"^invocations_per_function_md\.anon\.d(\d+)\.csv$"): ("function_durations_percentiles.anon.d{0}.csv",
                                                                        "app_memory_percentiles.anon.d{0}.csv"),
     re.compile(r"^invocations\.csv$"): ("durations.csv", "memory.csv"),
+    re.compile(r"^(.+)_inv\.csv$"): ("{0}_run.csv", "{0}_mem.csv"),  # the InVitro sampler's <sample>_inv/_run/_mem.csv
 }
 
 
@@ -388,7 +394,8 @@ def sibling(invocations_path, kind: str) -> Path | None:
     """The same day's durations (``kind="durations"``) or memory file beside an invocations file
     of a standard name, when it exists: ``invocations_per_function_md.anon.dNN.csv`` ->
     ``function_durations_percentiles.anon.dNN.csv`` / ``app_memory_percentiles.anon.dNN.csv``;
-    a toolkit's ``invocations.csv`` -> ``durations.csv`` / ``memory.csv``."""
+    a toolkit's ``invocations.csv`` -> ``durations.csv`` / ``memory.csv``; an InVitro sample's
+    ``<name>_inv.csv`` -> ``<name>_run.csv`` / ``<name>_mem.csv``."""
     p = Path(invocations_path)
     for pattern, names in SIBLINGS.items():
         m = pattern.match(p.name)
