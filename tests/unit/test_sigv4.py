@@ -103,6 +103,25 @@ def test_presigned_urls(server):
     assert e.value.code == 403 and b"SignatureDoesNotMatch" in e.value.read()
 
 
+def test_a_sigv2_presigned_url_is_refused_with_how_to_presign_with_sigv4(server):
+    # catches: a SigV2 URL (aws-cli 1.x `aws s3 presign`, boto3 with signature_version "s3")
+    # served unchecked, or refused without saying how to get a URL that works
+    import boto3
+    from botocore.config import Config
+
+    s3 = server.client(KEY, SECRET)
+    s3.put_object(Bucket="signed", Key="pre/v2", Body=b"not for v2")
+    v2 = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1", aws_access_key_id=KEY,
+                      aws_secret_access_key=SECRET, config=Config(signature_version="s3", s3={"addressing_style": "path"}))
+    url = v2.generate_presigned_url("get_object", Params={"Bucket": "signed", "Key": "pre/v2"}, ExpiresIn=60)
+    assert "AWSAccessKeyId=" in url and "Signature=" in url
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url, timeout=10)
+    body = e.value.read()
+    assert e.value.code == 400 and b"InvalidRequest" in body and b"not for v2" not in body
+    assert b"Signature Version 2" in body and b"default.s3.signature_version s3v4" in body and b"signature_version=" in body
+
+
 def test_wrong_secret_is_signature_does_not_match(server):
     s3 = server.client(KEY, "not-the-secret")
     for call in (lambda: s3.list_objects_v2(Bucket="signed"), lambda: s3.put_object(Bucket="signed", Key="k", Body=b"x"),

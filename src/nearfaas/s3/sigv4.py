@@ -182,7 +182,10 @@ class S3Auth:
         if any(name == "X-Amz-Algorithm" for name, _ in query):
             return self._check_query_auth(method, path, query, headers)
         if any(name in ("Signature", "AWSAccessKeyId") for name, _ in query):
-            raise _v2_not_supported()
+            raise S3Error("InvalidRequest", "This URL is presigned with Signature Version 2 (AWSAccessKeyId=...&Signature=...), "
+                          "which nearfaas does not accept; presign it with SigV4: aws-cli 1.x `aws configure set "
+                          "default.s3.signature_version s3v4` before `aws s3 presign`, boto3 "
+                          "`boto3.client('s3', config=Config(signature_version='s3v4'))` before generate_presigned_url.")
         if self.allow_anonymous:
             return AuthContext(access_key=None, payload_hash=payload_hash)
         raise S3Error("AccessDenied", "Access Denied: this endpoint requires requests signed with AWS SigV4 "
