@@ -214,3 +214,15 @@ def test_e2e_command_lists_terms_with_labels():
     assert here.exit_code == 0 and "measured-here mode" in here.output and "mean" in here.output, here.output
     bad = CliRunner().invoke(main, ["twin", "e2e", "asset_damage", "--platform", "tpu"])
     assert bad.exit_code != 0 and "tpu" in bad.output
+
+
+def test_a_report_piped_says_each_step_as_a_line(tmp_path):
+    # catches: a report whose stderr is not a terminal printing nothing until it ends (rich draws
+    # no progress there), or a step line written to stdout, where it would break --json
+    res = CliRunner().invoke(main, ["twin", "report", "--quick", "--apps", "credit_risk", "--platforms", "cpu,dscs", "--nodes", "2",
+                                    "--minutes", "1", "--out", str(tmp_path / "r"), "--json"])
+    assert res.exit_code == 0, res.output
+    steps = [line for line in res.stderr.splitlines() if line.startswith("twin report: ")]
+    assert "twin report: rack-scale simulation" in steps and steps[-1] == "twin report: writing figures and report.html"
+    assert any(s.endswith(" points") for s in steps) and any(s.endswith(": done") for s in steps)
+    assert "twin report:" not in res.stdout and json.loads(res.stdout)["mode"]

@@ -132,21 +132,35 @@ def report_cmd(out_dir, as_json, quick, apps_spec, platforms_spec, link, nodes, 
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), TextColumn("{task.fields[count]}"),
                       TimeElapsedColumn(), console=Console(stderr=True, width=WIDTH), disable=no_progress, transient=True) as bar:
             task = bar.add_task("twin report", total=None, count="")
+            # Piped or logged (stderr not a terminal), rich draws nothing: say each step as a line
+            # instead, so a long replay is not silent until it ends.
+            plain = not no_progress and not bar.console.is_terminal
+
+            def say(message: str) -> None:
+                if plain:
+                    bar.console.print(f"twin report: {message}", highlight=False, markup=False, soft_wrap=True)
+
+            def step(message: str) -> None:
+                bar.update(task, description=message)
+                say(message)
 
             def counted(description: str, total: int):
                 """A counted step's bar: advances as its points finish (here or on Ray), then hides."""
                 t, done = bar.add_task(description, total=total, count=f"0/{total}"), [0]
+                say(f"{description}: {total} points")
 
                 def advance(n: int) -> None:
                     done[0] += n
                     bar.update(t, advance=n, count=f"{done[0]}/{total}", visible=done[0] < total)
+                    if done[0] >= total:
+                        say(f"{description}: done")
                 return advance
 
             results = report.build(quick=quick, apps=_csv(apps_spec), platforms=_csv(platforms_spec), link=link, nodes=nodes,
-                                   trace=trace, rate=rate, seed=seed, progress=lambda m: bar.update(task, description=m), baseline=baseline,
+                                   trace=trace, rate=rate, seed=seed, progress=step, baseline=baseline,
                                    durations=durations if trace else None, memory=memory if trace else None, minutes=minutes,
                                    size_rack=size_rack, ray_address=ray_address, counted=counted, options=_mode_options(energy, stack))
-            bar.update(task, description="writing figures and report.html")
+            step("writing figures and report.html")
             paths = render.write(results, out_dir)
     except (ValueError, KeyError, OSError, FanoutError) as exc:  # WorkloadError and unknown keys are ValueErrors naming the input
         raise click.ClickException(str(exc).strip("'\"")) from None
