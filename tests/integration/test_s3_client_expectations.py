@@ -106,3 +106,17 @@ def test_aws_chunked_in_content_encoding_on_a_plain_body_is_a_plain_body(s3, clu
     assert resp.status_code == 200, resp.text[:300]
     got = s3.get_object(Bucket="conds-plain", Key="gz")
     assert got["Body"].read() == data and got["ContentEncoding"] == "gzip"  # stored as sent, aws-chunked dropped
+
+
+def test_conditions_that_could_race_or_go_unchecked_are_refused(s3, cluster):
+    # catches: DELETE ?versionId=null with If-Match checked then deleted (a write can replace the
+    # null version in between), or an abort's x-amz-if-match-initiated-time ignored
+    key = f"n-{uuid.uuid4().hex}"
+    put = s3.put_object(Bucket="conds-plain", Key=key, Body=b"null version")
+    assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, VersionId="null", IfMatch=put["ETag"]) == "NotImplemented"
+    assert s3.get_object(Bucket="conds-plain", Key=key)["Body"].read() == b"null version"
+    upload = s3.create_multipart_upload(Bucket="conds-plain", Key=key)["UploadId"]
+    resp = _signed(cluster, "DELETE", f"/conds-plain/{key}?uploadId={upload}", {"x-amz-if-match-initiated-time": "Wed, 01 Jan 2025 00:00:00 GMT"})
+    assert resp.status_code == 501 and "x-amz-if-match-initiated-time" in resp.text
+    assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket="conds-plain", Prefix=key).get("Uploads", [])] == [upload]
+    s3.abort_multipart_upload(Bucket="conds-plain", Key=key, UploadId=upload)

@@ -152,6 +152,7 @@ def test_adding_an_allow_never_refuses_what_was_allowed(base, probes, action_glo
     ("HEAD", "b", "k", {}, "s3:GetObject"),
     ("POST", "b", "k", {"select": "", "select-type": "2"}, "s3:GetObject"),
     ("GET", "b", "k", {"attributes": ""}, "s3:GetObjectAttributes"),
+    ("GET", "b", "k", {"attributes": "", "versionId": "v1"}, "s3:GetObjectVersionAttributes"),  # not GetObjectAttributes: an old version's
     ("GET", "b", "k", {"uploadId": "u"}, "s3:ListMultipartUploadParts"),
     ("PUT", "b", "k", {}, "s3:PutObject"),
     ("PUT", "b", "k", {"uploadId": "u", "partNumber": "1"}, "s3:PutObject"),

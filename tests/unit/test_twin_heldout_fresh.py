@@ -123,10 +123,14 @@ def test_an_nchwc_conv_is_charged_at_its_padded_channels():
     """ORT runs convs in NCHWc blocks (16 floats with AVX-512F, 8 with AVX2): a 36-channel conv does a
     48-channel one's work, a depthwise one its padded channels, a 3-channel input is read unblocked."""
     # catches: the padding not applied, applied without an NCHWc graph, or to a first conv's NCHW input
-    assert K.nchwc_padding((36, 36), 16, False) == pytest.approx((48 / 36) ** 2)
-    assert K.nchwc_padding((3, 36), 16, False) == pytest.approx(48 / 36)
-    assert K.nchwc_padding((40, 40), 40, True) == 1.0 and K.nchwc_padding((24, 24), 16, True) == pytest.approx(32 / 24)
-    assert K.nchwc_padding((36, 36), 1, False) == 1.0 and K.nchwc_padding(None, 16, False) == 1.0
+    assert K.nchwc_padding((36, 36), 16) == pytest.approx((48 / 36) ** 2)
+    assert K.nchwc_padding((3, 36), 16) == pytest.approx(48 / 36)
+    assert K.nchwc_padding((40, 40), 40, groups=40) == 1.0 and K.nchwc_padding((24, 24), 16, groups=24) == pytest.approx(32 / 24)
+    assert K.nchwc_padding((36, 36), 1) == 1.0 and K.nchwc_padding(None, 16) == 1.0
+    # what ORT leaves unblocked is charged as it is: 18 input channels (not a multiple of 4), an
+    # 18-channel depthwise conv, a grouped conv that is not depthwise
+    assert K.nchwc_padding((18, 18), 16) == 1.0 and K.nchwc_padding((18, 18), 16, groups=18) == 1.0
+    assert K.nchwc_padding((32, 32), 16, groups=4) == 1.0
     assert K.nchwc_block({"cpu": {"simd_flags": ["avx2", "avx512f"]}}) == 16 and K.nchwc_block({"cpu": {"simd_flags": ["avx2"]}}) == 8
     g = H._G(0)
     m = g.model("X", (1, 36, 16, 16), g.conv(g.conv("X", 36, 36, group=36), 36, 36), (1, 36, 16, 16), "dw_then_conv36")

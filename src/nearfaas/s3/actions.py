@@ -21,6 +21,7 @@ POST /b?delete (DeleteObjects)             s3:DeleteObject, for each key     arn
 GET, HEAD /b/k; POST /b/k?select           s3:GetObject                      arn:aws:s3:::b/k
 GET, HEAD /b/k?versionId=                  s3:GetObjectVersion               arn:aws:s3:::b/k
 GET /b/k?attributes                        s3:GetObjectAttributes            arn:aws:s3:::b/k
+GET /b/k?attributes&versionId=             s3:GetObjectVersionAttributes     arn:aws:s3:::b/k
 GET /b/k?uploadId (ListParts)              s3:ListMultipartUploadParts       arn:aws:s3:::b/k
 PUT /b/k (also CopyObject's destination,   s3:PutObject                      arn:aws:s3:::b/k
 UploadPart), POST /b/k?uploads|?uploadId
@@ -50,6 +51,7 @@ CREATE_BUCKET = "s3:CreateBucket"
 DELETE_BUCKET = "s3:DeleteBucket"
 GET_OBJECT = "s3:GetObject"
 GET_OBJECT_ATTRIBUTES = "s3:GetObjectAttributes"
+GET_OBJECT_VERSION_ATTRIBUTES = "s3:GetObjectVersionAttributes"  # a named version's, as AWS names it
 LIST_MULTIPART_UPLOAD_PARTS = "s3:ListMultipartUploadParts"
 PUT_OBJECT = "s3:PutObject"
 DELETE_OBJECT = "s3:DeleteObject"
@@ -62,7 +64,7 @@ DELETE_OBJECT_VERSION = "s3:DeleteObjectVersion"
 
 ACTIONS = frozenset({
     LIST_ALL_MY_BUCKETS, LIST_BUCKET, GET_BUCKET_LOCATION, LIST_BUCKET_MULTIPART_UPLOADS, CREATE_BUCKET, DELETE_BUCKET,
-    GET_OBJECT, GET_OBJECT_ATTRIBUTES, LIST_MULTIPART_UPLOAD_PARTS, PUT_OBJECT, DELETE_OBJECT, ABORT_MULTIPART_UPLOAD,
+    GET_OBJECT, GET_OBJECT_ATTRIBUTES, GET_OBJECT_VERSION_ATTRIBUTES, LIST_MULTIPART_UPLOAD_PARTS, PUT_OBJECT, DELETE_OBJECT, ABORT_MULTIPART_UPLOAD,
     LIST_BUCKET_VERSIONS, GET_BUCKET_VERSIONING, PUT_BUCKET_VERSIONING, GET_OBJECT_VERSION, DELETE_OBJECT_VERSION,
 })
 
@@ -97,7 +99,7 @@ def action_for(method: str, bucket: str | None, key: str, q: dict) -> str | None
         if "uploadId" in q:
             return LIST_MULTIPART_UPLOAD_PARTS
         if "attributes" in q:
-            return GET_OBJECT_ATTRIBUTES
+            return GET_OBJECT_VERSION_ATTRIBUTES if "versionId" in q else GET_OBJECT_ATTRIBUTES
         return GET_OBJECT_VERSION if "versionId" in q else GET_OBJECT
     if method == "PUT":
         return PUT_OBJECT

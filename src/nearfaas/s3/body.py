@@ -62,14 +62,21 @@ def decode_content_md5(value: str | None) -> bytes | None:
 
 
 def is_aws_chunked(headers) -> bool:
-    """Framed as aws-chunked: a STREAMING-* payload hash says so, or Content-Encoding does together
-    with the x-amz-decoded-content-length every aws-chunked body carries. ``Content-Encoding: gzip,
-    aws-chunked`` on a body with a plain payload hash and no decoded length is a plain body (the
-    payload hash is what says how the body is framed; a hex hash is checked against the bytes)."""
-    if (headers.get("x-amz-content-sha256") or "").startswith("STREAMING-"):
+    """Framed as aws-chunked: a STREAMING-* payload hash says so, or Content-Encoding does.
+    ``Content-Encoding: gzip, aws-chunked`` on a body signed with its own hex SHA-256, with no
+    trailer and no decoded length, is a plain body (the hash is checked against the bytes, so it
+    cannot be framing taken for data)."""
+    payload_hash = headers.get("x-amz-content-sha256") or ""
+    if payload_hash.startswith("STREAMING-"):
         return True
     encodings = [e.strip().lower() for e in headers.get("content-encoding", "").split(",")]
-    return "aws-chunked" in encodings and headers.get("x-amz-decoded-content-length") is not None
+    if "aws-chunked" not in encodings:
+        return False
+    # Plain only when nothing could go unchecked: the body's own hex hash (so framing bytes stored
+    # as data would fail it) and no trailer announced (a trailer's checksum is read only from
+    # framing). Otherwise framed, and without its decoded length refused (411), as before.
+    plain = _HEX64.match(payload_hash) and not headers.get("x-amz-trailer") and headers.get("x-amz-decoded-content-length") is None
+    return not plain
 
 
 # A body that stops arriving holds a descriptor, a temp file on every replica and a slot of the

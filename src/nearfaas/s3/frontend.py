@@ -291,6 +291,7 @@ class S3Frontend(ListingHandlers):
             return await self._head_object(request, bucket, key, q)
         if method == "DELETE":
             if "uploadId" in q:
+                refuse_unsupported(request.headers, "AbortMultipartUpload")  # x-amz-if-match-initiated-time: not checked here
                 await self.backend.abort_multipart_upload(bucket, key, q["uploadId"])
                 return self._empty(request, 204)
             return self._empty(request, 204, await s3versioning.delete_object(self, request, bucket, key, q))
@@ -563,13 +564,15 @@ def _outside_scope(principal: Principal, bucket: str) -> S3Error:
     """AccessDenied naming what the key may use, and how the bucket is granted to it."""
     allowed = sorted(principal.buckets or ())
     scope = f"may only use buckets {', '.join(allowed)}" if allowed else "may not use any bucket"
-    if principal.name.startswith("function key"):
+    if principal.name.startswith("chain-call key"):
+        grant = " A chain step's key reaches only the intermediates bucket; read other buckets through the function's own key."
+    elif principal.name.startswith("function key") and (principal.authorizer is None
+                                                         or principal.authorizer("s3:ListBucket", bucket, None)):
+        # only where listing the bucket would grant it (a function key never reaches the intermediates)
         grant = (f" To grant it, list {bucket} under the function's x-nearfaas: {{buckets: [...]}} in its stack file "
                  "(or the deploy body's x-nearfaas.buckets) and deploy it again.")
-    elif principal.name.startswith("chain-call key"):
-        grant = " A chain step's key reaches only the intermediates bucket; read other buckets through the function's own key."
     else:
-        grant = " To grant it, add the bucket to this key's buckets in the cluster's keys file."
+        grant = ""  # the platform's own bucket, or a key scoped otherwise: nothing a user can list to reach it
     return S3Error("AccessDenied", f"Access Denied: {principal.name} {scope}, not {bucket}.{grant}", resource=f"/{bucket}")
 
 

@@ -103,9 +103,15 @@ async def delete_object(frontend, request: web.Request, bucket: str, key: str, q
     stamp = frontend._version(request)  # the gateway's: a replica's delete, or the clock for ?versionId=
     if named:
         condition = WriteCondition.from_headers(request.headers)
+        if condition is not None and named["version_id"] == "null":
+            # the null version is replaced in place by a write to an unversioned or suspended bucket,
+            # so a check of it could be stale by the delete: refused, never raced
+            raise S3Error("NotImplemented", "DeleteObject with versionId=null and a condition is not supported (a write can "
+                          "replace the null version between the check and the delete); send the condition without "
+                          "versionId, which is checked atomically with the delete.", status=501)
         if condition is not None:
-            # A version id names content that never changes, so checking it and then deleting it is
-            # exact: no write can slip between the two and make the check stale.
+            # A version id other than null names content that never changes, so checking it and then
+            # deleting it is exact: no write can slip between the two and make the check stale.
             try:
                 current = await backend.head_object(bucket, key, **named)
             except S3Error as exc:

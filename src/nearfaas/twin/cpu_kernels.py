@@ -349,11 +349,13 @@ def nchwc_block(bench: dict) -> int:
     return 16 if "avx512f" in flags else 8 if "avx2" in flags else 1
 
 
-def nchwc_padding(channels: tuple[int, int] | None, block: int, depthwise: bool) -> float:
+def nchwc_padding(channels: tuple[int, int] | None, block: int, groups: int = 1) -> float:
     """How much work an NCHWc conv does over its nominal FLOPs: ORT stores channels in blocks of
     ``block`` and runs the padded ones (a 36-channel 3x3 conv chain costs what a 48-channel one
-    does here, 16-float blocks). Input channels fewer than a block are read unblocked (NCHW input);
-    a depthwise conv pads its one channel count."""
+    does here, 16-float blocks). ORT's rule for which convs it blocks (ONNX Runtime 1.31, checked
+    here): a plain conv when its input channels are fewer than a block (read unblocked, NCHW
+    input) or a multiple of 4; a depthwise conv (``groups`` = its channels) when its channels are
+    a multiple of 4; any other grouped conv never. An unblocked conv is charged as it is (1.0)."""
     if not channels or block <= 1:
         return 1.0
     cin, cout = channels
@@ -361,9 +363,12 @@ def nchwc_padding(channels: tuple[int, int] | None, block: int, depthwise: bool)
     def pad(c: int) -> int:
         return -(-c // block) * block
 
-    if depthwise:
+    if groups > 1:
+        depthwise = groups == cin == cout
+        return pad(cout) / cout if depthwise and cout % 4 == 0 else 1.0
+    if cin < block:
         return pad(cout) / cout
-    return (pad(cin) / cin if cin >= block else 1.0) * pad(cout) / cout
+    return pad(cin) / cin * pad(cout) / cout if cin % 4 == 0 else 1.0
 
 
 # ------------------------------------------------------------------ the form
@@ -410,12 +415,12 @@ def predict_runtime2(bench: dict, threads: int, model, *, overhead: dict, rt: di
                         mine["small_m_s"] += b * be * spb
                     streamed += be  # the micro-benchmarks' times already cover reading these weights: not charged again below
                 elif x["kind"] == "conv":
-                    mine["conv_s"] += (2.0 * m * k * n * c * nchwc_padding(x.get("channels"), block, False)
+                    mine["conv_s"] += (2.0 * m * k * n * c * nchwc_padding(x.get("channels"), block)
                                        / (peak * min(host.gemm_efficiency(bench, threads, m, k, n)[0] * conv_f, 1.0)))
                 else:
                     t_c += 2.0 * m * k * n * c / (peak * host.gemm_efficiency(bench, threads, m, k, n)[0])
         elif x["kind"] == "dwconv":
-            mine["dwconv_s"] = x["flops"] * nchwc_padding(x.get("channels"), block, True) / (peak * dw_e)
+            mine["dwconv_s"] = x["flops"] * nchwc_padding(x.get("channels"), block, x["gemms"][0][3]) / (peak * dw_e)
         elif x.get("op") in SCAN_OPS:
             mine["scan_s"] = x["out_elems"] * scan_s_per_elem(kern, x["op"], x["out_elems"])
         else:
