@@ -11,28 +11,11 @@ import gzip
 import uuid
 
 import pytest
-import requests
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from test_s3_copy_conditions import _fails, _signed  # one boto3 failure check and one signed raw request for both files
+
 pytestmark = pytest.mark.integration
-
-
-def _fails(status: int, call, **kwargs) -> str:
-    with pytest.raises(ClientError) as caught:
-        call(**kwargs)
-    got = caught.value.response
-    assert got["ResponseMetadata"]["HTTPStatusCode"] == status, got
-    return got["Error"]["Code"]
-
-
-def _signed(cluster, method: str, path: str, headers: dict | None = None, body: bytes = b"") -> requests.Response:
-    access, secret = cluster.keys(cluster.url)
-    request = AWSRequest(method, f"{cluster.url}{path}", data=body, headers=dict(headers or {}))
-    S3SigV4Auth(Credentials(access, secret), "s3", "us-east-1").add_auth(request)  # x-amz-content-sha256: the body's hex hash
-    return requests.request(method, f"{cluster.url}{path}", data=body, headers=dict(request.headers), timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +85,7 @@ def test_aws_chunked_in_content_encoding_on_a_plain_body_is_a_plain_body(s3, clu
     # catches: 411 MissingContentLength for `Content-Encoding: gzip, aws-chunked` when the body is
     # not framed (its payload hash is the body's own hex digest, no decoded length)
     data = gzip.compress(b"plain body, gzip on the wire " * 50)
-    resp = _signed(cluster, "PUT", "/conds-plain/gz", {"Content-Encoding": "gzip, aws-chunked", "Content-Type": "text/plain"}, data)
+    resp = _signed(cluster, "PUT", "/conds-plain/gz", data, {"Content-Encoding": "gzip, aws-chunked", "Content-Type": "text/plain"})
     assert resp.status_code == 200, resp.text[:300]
     got = s3.get_object(Bucket="conds-plain", Key="gz")
     assert got["Body"].read() == data and got["ContentEncoding"] == "gzip"  # stored as sent, aws-chunked dropped
@@ -116,7 +99,8 @@ def test_conditions_that_could_race_or_go_unchecked_are_refused(s3, cluster):
     assert _fails(501, s3.delete_object, Bucket="conds-plain", Key=key, VersionId="null", IfMatch=put["ETag"]) == "NotImplemented"
     assert s3.get_object(Bucket="conds-plain", Key=key)["Body"].read() == b"null version"
     upload = s3.create_multipart_upload(Bucket="conds-plain", Key=key)["UploadId"]
-    resp = _signed(cluster, "DELETE", f"/conds-plain/{key}?uploadId={upload}", {"x-amz-if-match-initiated-time": "Wed, 01 Jan 2025 00:00:00 GMT"})
+    resp = _signed(cluster, "DELETE", f"/conds-plain/{key}?uploadId={upload}",
+                   headers={"x-amz-if-match-initiated-time": "Wed, 01 Jan 2025 00:00:00 GMT"})
     assert resp.status_code == 501 and "x-amz-if-match-initiated-time" in resp.text
     assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket="conds-plain", Prefix=key).get("Uploads", [])] == [upload]
     s3.abort_multipart_upload(Bucket="conds-plain", Key=key, UploadId=upload)

@@ -96,7 +96,8 @@ class Autoscaler:
         while samples and samples[0][0] < state.scaled_by_hand:  # scaled by hand: what came before is no guide
             samples.popleft()
         busy = sum(i.inflight for i in state.instances.values()) + state.waiting
-        samples.append((now, state.invocations - state.failed, busy, state.cpu_seconds))
+        counted = state.invocations - state.failed  # calls that are load: not those answered 5xx
+        samples.append((now, counted, busy, state.cpu_seconds))
         while len(samples) > 2 and now - samples[1][0] >= self.window_s:
             samples.popleft()
         kind = state.spec.get("labels", {}).get(LABEL_TYPE, "rps")
@@ -108,7 +109,7 @@ class Autoscaler:
             return 0.0
         if kind == "cpu":
             return (state.cpu_seconds - first[3]) / span * 1000.0  # millicores
-        return (state.invocations - state.failed - first[1]) / span
+        return (counted - first[1]) / span
 
     def tick(self, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
