@@ -24,9 +24,9 @@ export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target
 # rustup installs into ~/.cargo/bin, which a non-login shell (CI) may not have on its PATH.
 CARGO ?= $(shell command -v cargo 2>/dev/null || ls $(HOME)/.cargo/bin/cargo 2>/dev/null)
 
-.PHONY: setup debs fastpath memshim demo test test-fast golden bench bench-smoke lint clean
+.PHONY: setup debs fastpath memshim faas-cli demo test test-fast golden bench bench-smoke lint clean
 
-setup: $(VENV)/.installed $(AWSCLI_VENV)/.installed debs fastpath memshim
+setup: $(VENV)/.installed $(AWSCLI_VENV)/.installed debs fastpath memshim faas-cli
 
 debs:
 	@if [ "$$(id -u)" = 0 ] && ! dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1; then \
@@ -49,6 +49,15 @@ memshim:
 	@if command -v $${CC:-cc} >/dev/null; then $(MAKE) -s -C native/memshim && $(MAKE) -s -C native/membench && $(MAKE) -s -C native/headroom \
 	  && $(MAKE) -s -C native/graphs; \
 	else echo "warning: no C compiler: the memory shim is not built (its tests say why they skip)"; fi
+
+# OpenFaaS's own client, which the integration tests drive (tests/integration/test_faas_cli.py): a
+# static build of openfaas/faas-cli (MIT) from the shared tools folder, unpacked into the venv.
+FAAS_CLI_XZ ?= ../shared/tools/faas-cli.xz
+faas-cli: $(VENV)/.installed
+	@if [ -f "$(FAAS_CLI_XZ)" ]; then \
+	  if [ ! -x $(VENV)/bin/faas-cli ] || [ "$(FAAS_CLI_XZ)" -nt $(VENV)/bin/faas-cli ]; then \
+	    xz -dc "$(FAAS_CLI_XZ)" > $(VENV)/bin/faas-cli.tmp && chmod +x $(VENV)/bin/faas-cli.tmp && mv $(VENV)/bin/faas-cli.tmp $(VENV)/bin/faas-cli; fi; \
+	else echo "warning: $(FAAS_CLI_XZ) not found: the faas-cli tests skip (they say why)"; fi
 
 # Installing into a fresh venv: uv (from PyPI, into the venv itself) installs the same versions as
 # pip (compared with `pip freeze`), both venvs in about 25 s instead of pip's 56 s on 2 cores, from a

@@ -57,8 +57,10 @@ def deployment_body(fn) -> dict:
     d = fn.to_dict()
     body = {"service": fn.name, "lang": fn.lang, "envVars": fn.environment, "labels": fn.labels, "annotations": fn.annotations,
             "secrets": fn.secrets, "limits": fn.limits or None, "constraints": fn.constraints, "x-nearfaas": d.get("x"),
-            **({"namespace": fn.namespace} if fn.namespace else {})}
+            **({"namespace": fn.namespace} if fn.namespace else {}), **({"requests": fn.requests} if fn.requests else {}),
+            **({"envProcess": fn.fprocess} if fn.fprocess else {})}
     if fn.image_source:  # an image-only function (docs/images.md): the nodes read the image where it was resolved
         return body | {"image": fn.image_source}
     # The code travels with the deployment (spec/bundle.py): the gateway runs no path it is told.
-    return body | {"bundle": pack(fn.handler_dir)}
+    # A handler and an image both given: the handler runs, the image is echoed as deployed (faas-cli's way).
+    return body | {"bundle": pack(fn.handler_dir), **({"image": fn.image} if fn.image else {})}

@@ -12,6 +12,7 @@ from aiohttp import web
 from nearfaas.gateway.api.functions import FunctionsAPI
 from nearfaas.gateway.api.invoke import InvokeAPI
 from nearfaas.gateway.api.memory import MemoryAPI
+from nearfaas.gateway.api.namespaces import Namespaces
 from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.api.secrets import SecretsAPI
 from nearfaas.gateway.api.system import SystemAPI
@@ -24,7 +25,8 @@ DOC = Path(__file__).resolve().parents[2] / "src" / "nearfaas" / "gateway" / "op
 def test_the_openapi_document_lists_exactly_the_gateways_routes(tmp_path):
     app = web.Application()
     for part in (FunctionsAPI(None, None, tmp_path), SecretsAPI(tmp_path), SystemAPI(None, None, None),
-                 InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1), MemoryAPI(None, None), QueryAPI(None, None)):
+                 InvokeAPI(types.SimpleNamespace(invoker=None), None, None, None, 1), MemoryAPI(None, None), QueryAPI(None, None),
+                 Namespaces(None, tmp_path)):
         part.routes(app.router)
     KeysAPI(tmp_path / "keys", set()).routes(app)
     WebhookSink().routes(app)

@@ -48,6 +48,43 @@ def test_a_log_pipe_appends_what_comes_and_follows_a_retarget(tmp_path):
         await asyncio.wait_for(pipe.done, 5)
 
     asyncio.run(go())
-    assert (tmp_path / "_prewarm.log").read_bytes() == b"warming\n"
-    assert (tmp_path / "fn.log").read_bytes() == b"the function speaks\n"
+    assert [r["text"] for r in _records(tmp_path / "_prewarm.log")] == ["warming"]
+    assert [r["text"] for r in _records(tmp_path / "fn.log")] == ["the function speaks"]
     assert oct((tmp_path / "fn.log").stat().st_mode & 0o777) == "0o600"
+
+
+def _records(path):
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_raw_output_gets_each_line_its_own_time_and_a_record_passes_as_it_came(tmp_path):
+    """A write to fd 1 (an image's process, pip, a binary) is timestamped as it arrives, a line in
+    two writes is one record, a worker's print() record is kept as is, and the last part line is
+    written at EOF. Without the stamping every raw line of a read carried the file's mtime."""
+    import asyncio
+    import json
+    import os
+    import time
+
+    from nearfaas.node.worker_logs import LogPipe, read
+
+    printed = json.dumps({"timestamp": 12.5, "name": "fn", "instance": "i-1", "stream": "stdout", "text": "from print"})
+
+    async def go():
+        pipe = await LogPipe(tmp_path / "fn.log").start()
+        os.write(pipe.child_fd, b"Forking fprocess.\nWrote 3 By")
+        while not (tmp_path / "fn.log").exists():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the second line's end comes later, and later than the first
+        os.write(pipe.child_fd, b"tes\n" + printed.encode() + b"\nno newline at the end")
+        pipe.release_child()
+        await asyncio.wait_for(pipe.done, 5)
+
+    before = time.time()
+    asyncio.run(go())
+    records = read(tmp_path / "fn.log", "fn", "node-a")
+    assert [r["text"] for r in records] == ["Forking fprocess.", "Wrote 3 Bytes", "from print", "no newline at the end"]
+    assert records[2]["timestamp"] == 12.5 and records[2]["instance"] == "i-1"
+    assert before <= records[0]["timestamp"] < records[1]["timestamp"], records

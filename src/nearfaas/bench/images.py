@@ -63,12 +63,35 @@ def build(layout: Path, tag: str, fill, config: list[str]) -> None:
     shutil.rmtree(work)
 
 
+# A stand-in for OpenFaaS's classic watchdog (github.com/openfaas/classic-watchdog is not served
+# by this machine's Go proxy): an image whose CMD is fwatchdog and which names no fprocess, as the
+# functions/alpine images do, so the deployment's fprocess is what makes it run. Started with no
+# fprocess it refuses as the real one does; nearfaas never starts it (it runs fprocess per call
+# itself, node/oci/launch.py), so a call that reaches it means fprocess was lost on the way.
+FWATCHDOG = """#!/bin/sh
+if [ -z "$fprocess" ]; then
+  echo "Provide a valid process via fprocess environmental variable." >&2
+  exit 1
+fi
+echo "this stand-in serves no HTTP: nearfaas should have run fprocess itself" >&2
+exit 2
+"""
+
+
+def watchdog_rootfs(rootfs: Path) -> None:
+    busybox_rootfs(rootfs)
+    (rootfs / "usr/bin").mkdir(parents=True, exist_ok=True)
+    (rootfs / "usr/bin/fwatchdog").write_text(FWATCHDOG)
+    os.chmod(rootfs / "usr/bin/fwatchdog", 0o755)
+
+
 def build_images(root: Path) -> dict[str, str]:
-    """Three images in one OCI layout under ``root``, two of them also as archives (every source
-    kind): ``{"sh", "py-classic", "py-http"}`` -> the ``image:`` that names each."""
+    """Four images in one OCI layout under ``root``, two of them also as archives (every source
+    kind): ``{"sh", "py-classic", "py-http", "watchdog"}`` -> the ``image:`` that names each."""
     os.chmod(root, 0o755)
     layout = root / "layout"
     build(layout, "sh", busybox_rootfs, ["--config.env", "fprocess=sh /app/shout.sh"])
+    build(layout, "watchdog", watchdog_rootfs, ["--config.env", "PATH=/usr/bin:/bin", "--config.cmd", "fwatchdog"])
     build(layout, "py", python_rootfs, [])
     # Two configurations of one rootfs: new manifests, the same layer.
     run("umoci", "config", "--image", f"{layout}:py", "--tag", "py-classic", "--config.env", "fprocess=python3 /app/shout.py")
@@ -76,5 +99,5 @@ def build_images(root: Path) -> dict[str, str]:
         "--config.env", "mode=http", "--config.env", "upstream_url=http://127.0.0.1:5000", "--config.exposedports", "5000/tcp")
     run("skopeo", "--insecure-policy", "copy", "--quiet", f"oci:{layout}:py-http", f"oci-archive:{root / 'http.tar'}")
     run("skopeo", "--insecure-policy", "copy", "--quiet", f"oci:{layout}:py-classic", f"docker-archive:{root / 'classic.tar'}:py:classic")
-    return {"sh": f"oci:{layout}:sh", "py-classic": f"docker-archive:{root / 'classic.tar'}", "py-http": f"oci-archive:{root / 'http.tar'}",
+    return {"sh": f"oci:{layout}:sh", "watchdog": f"oci:{layout}:watchdog", "py-classic": f"docker-archive:{root / 'classic.tar'}", "py-http": f"oci-archive:{root / 'http.tar'}",
             "layout": str(layout), "root": str(root)}

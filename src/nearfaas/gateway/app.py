@@ -20,6 +20,7 @@ from nearfaas.auth.admin import AdminGuard
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.egress import EgressClient, EgressPolicy
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
+from nearfaas.gateway.api.common import error
 from nearfaas.gateway.autoscale import Autoscaler
 from nearfaas.gateway.chains import ChainRunner
 from nearfaas.gateway.api.node_files import NodeFiles
@@ -198,6 +199,9 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                 total_bytes=int(budgets.get("webhook_total_bytes", 64 << 20))).routes(app)
     if key_store is not None:  # /system/keys: the keys file over the admin API (gateway/keys_api.py)
         KeysAPI(key_store.path, set(key_store.reserved)).routes(app)
+    # Any other /system path is the OpenFaaS API's 404, not the S3 handler's (system is a reserved
+    # bucket name): a client of a newer OpenFaaS endpoint is told what exists, not about SigV4.
+    app.router.add_route("*", "/system/{tail:.*}", unknown_system_path)
     s3.mount(app)
 
     located = None
@@ -235,6 +239,11 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     app.on_cleanup.append(cleanup)
     app["invoker"], app["nodes"], app["api"], app["connections"] = invoker, nodes, api, connections
     return app
+
+
+async def unknown_system_path(request: web.Request) -> web.Response:
+    return error(404, f"{request.method} {request.path} is not part of this gateway's /system API; "
+                      "GET /system/openapi.json lists what is")
 
 
 async def serve(args) -> None:

@@ -1,9 +1,10 @@
 """A function's log on one node: ``<node>/logs/<name>.log``, what its workers print and pip's words.
 
 Why a module of its own: the node's log API, cold-start errors (the log's tail) and the pool
-all read the same file the same way; one home for its path and its record format. A line is a
-JSON record (``print()`` in a worker) or raw text (a write to fd 1 or 2, pip's output), which
-is shown with the file's mtime.
+all read the same file the same way; one home for its path and its record format. Every line is
+a JSON record: a worker's ``print()`` writes one; any other output (a write to fd 1 or 2, pip's,
+an image's process's) is wrapped into one by the node as it arrives, with its arrival time (a
+file written before that, or by hand, has its raw lines shown with the file's mtime).
 
 Bounds (red team round 3: one function wrote 1 GB of log in five calls, and reading it took the
 node to 4 GB and stalled another tenant's calls): a read looks only at the last ``READ_BYTES``
@@ -37,6 +38,8 @@ RATE_BYTES_S = 8 * 1024 * 1024  # what one worker's output may add to its log a 
 MAX_BYTES = 64 * 1024 * 1024    # a function's log on one node, at most (plus one trim period's writes)
 KEEP_BYTES = 1024 * 1024        # what a trim keeps
 TRIM_EVERY_S = 1.0
+PART_MAX = 64 * 1024            # a line longer than this is cut into lines of this size
+RECORD_START = b'{"timestamp": '  # how a worker's print() record begins (runtime/worker.py)
 
 
 class LogPipe(asyncio.Protocol):
@@ -49,6 +52,7 @@ class LogPipe(asyncio.Protocol):
         self.transport: asyncio.ReadTransport | None = None
         self._fd: int | None = None  # the log file, while output comes
         self._window_start, self._window_bytes = 0.0, 0
+        self._part = b""  # the start of a line whose end has not come yet
         self.done = asyncio.get_running_loop().create_future()  # set at EOF: the worker and its children are gone
 
     async def start(self) -> LogPipe:
@@ -62,6 +66,7 @@ class LogPipe(asyncio.Protocol):
             self.child_fd = None
 
     def retarget(self, path: Path) -> None:
+        self._flush_part()  # a pre-warmed worker's last part line stays in its old log
         self.path = Path(path)
         self._close_file()  # the next output opens the new file
 
@@ -74,16 +79,39 @@ class LogPipe(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
+        self._append(self._stamped(data))
+        self._count(len(data))
+
+    def _stamped(self, data: bytes) -> bytes:
+        """Whole lines of ``data`` as records: a worker's print() record as it came, any other
+        line (a write to fd 1 or 2, pip, a binary's output) wrapped with the time it arrived, so
+        each line of a read carries its own time rather than the file's mtime. A part line waits
+        for the rest (up to PART_MAX bytes, then it is a line of its own)."""
+        lines = (self._part + data).split(b"\n")
+        self._part = lines.pop()
+        if len(self._part) >= PART_MAX:
+            lines.append(self._part)
+            self._part = b""
+        now = time.time()
+        return b"".join(line + b"\n" if line.startswith(RECORD_START) else
+                        json.dumps({"timestamp": now, "stream": "raw", "text": line.decode(errors="replace")}).encode() + b"\n"
+                        for line in lines)
+
+    def _append(self, data: bytes) -> None:
+        if not data:
+            return
         try:  # opened once per target, O_APPEND: a trim (in place) moves the end, and writes follow it
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             os.write(self._fd, data)
         except OSError:
             pass  # a removed function's log folder, a full disk: the output is dropped, the worker goes on
+
+    def _count(self, size: int) -> None:
         now = time.monotonic()
         if now - self._window_start >= 1.0:
             self._window_start, self._window_bytes = now, 0
-        self._window_bytes += len(data)
+        self._window_bytes += size
         if self._window_bytes >= RATE_BYTES_S and self.transport is not None:
             self.transport.pause_reading()  # the pipe fills and the worker's writes wait
             asyncio.get_running_loop().call_later(self._window_start + 1.0 - now, self._resume)
@@ -92,7 +120,13 @@ class LogPipe(asyncio.Protocol):
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def _flush_part(self) -> None:
+        if self._part:
+            part, self._part = self._part, b""
+            self._append(self._stamped(part + b"\n"))
+
     def connection_lost(self, exc) -> None:
+        self._flush_part()
         self._close_file()
         if not self.done.done():
             self.done.set_result(None)

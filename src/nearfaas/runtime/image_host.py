@@ -59,6 +59,12 @@ PROXY_THREADS = 8
 _HOP = {"content-length", "transfer-encoding", "connection", "keep-alive", "host", "upgrade", "te", "trailer", "proxy-connection"}
 
 
+def _log(line: str) -> None:
+    """A line of the host's own into the function's log (stderr is the instance's log pipe)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class Container:
     """The instance's container, by its runtime, state root and id."""
 
@@ -279,6 +285,9 @@ class Host:
         pid_file = os.path.join(self.container.bundle, f"{call}.pid")
         process_file = self._process_file(call, self._call_env(method, path, query, headers, body))
         argv = self.container.argv("exec", "--pid-file", pid_file, "--process", process_file, self.container.id)
+        # The classic watchdog's own lines, which users and OpenFaaS's conformance tests look for.
+        started = time.perf_counter()
+        _log("Forking fprocess.")
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                     stderr=asyncio.subprocess.PIPE)
         try:
@@ -295,6 +304,7 @@ class Host:
         if err:
             sys.stderr.buffer.write(err)  # the function's stderr, into its log
             sys.stderr.flush()
+        _log(f"Wrote {len(out)} Bytes - Duration: {time.perf_counter() - started:f} seconds")
         if proc.returncode != 0:
             why = "killed by a signal (over limits.memory?)" if proc.returncode in (137, -9) else f"exit {proc.returncode}"
             tail = err.decode(errors="replace").strip()[-500:]

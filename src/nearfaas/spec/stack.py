@@ -102,6 +102,7 @@ class FunctionSpec:
     image: str = ""                         # as given; reported by the REST API
     image_source: str = ""                  # image-only functions: where the node reads the image (_image_source)
     namespace: str = ""                     # the OpenFaaS namespace it is deployed into ("": the cluster's default)
+    fprocess: str = ""                      # an image's watchdog process (stack fprocess:, REST envProcess)
 
     @property
     def handler_style(self) -> str:
@@ -119,6 +120,7 @@ class FunctionSpec:
             "x": self.x.to_dict(), "requests": dict(self.requests), "image": self.image,
             **({"image_source": self.image_source} if self.image_source else {}),
             **({"namespace": self.namespace} if self.namespace else {}),
+            **({"fprocess": self.fprocess} if self.fprocess else {}),
         }
 
     @classmethod
@@ -147,6 +149,7 @@ _WIRE_OPTIONAL: dict[str, tuple[type, Any]] = {
     "scale_max": (int, DEFAULT_SCALE_MAX), "scale_zero": (bool, False), "scale_zero_after": (float, 300.0), "labels": (dict, {}),
     "annotations": (dict, {}), "limits": (dict, {}), "secrets": (list, []), "constraints": (list, []),
     "requests": (dict, {}), "image": (str, ""), "image_source": (str, ""), "namespace": (str, ""),
+    "fprocess": (str, ""),
 }
 
 
@@ -406,13 +409,17 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
     if namespace is not None and (not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace)):
         c.error(join_path(path, "namespace"), f"{short_repr(namespace)} is not a namespace name",
                 "use one of the cluster's gateway.namespaces, e.g. openfaas-fn")
+    fprocess = fn.get("fprocess")
+    if fprocess is not None and not isinstance(fprocess, str):
+        c.error(join_path(path, "fprocess"), f"must be a command line, got {type_name(fprocess)}", 'write e.g. fprocess: "cat"')
     if len(c.problems) != before:
         return None, x
     spec = FunctionSpec(
         name=name, lang=str(lang), handler_dir=handler_dir, environment=env,  # type: ignore[arg-type]
         labels=labels or {}, annotations=annotations or {}, limits=limits or {}, requests=requests or {},
         secrets=secrets or [], constraints=constraints or [], x=x or NearfaasOptions(),
-        image=image or "", image_source=image_source, namespace=namespace or "", **tune, **scale)
+        image=image or "", image_source=image_source, namespace=namespace or "",
+        fprocess=(fprocess or "").strip(), **tune, **scale)
     return spec, x
 
 

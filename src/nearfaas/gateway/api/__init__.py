@@ -34,7 +34,7 @@ class OpenFaaSAPI:
                  read_timeout: float = 60.0, fastpath_layout: dict | None = None, handler_roots: list[str] = (),
                  namespaces: list[str] | None = None):
         self.invoker = calls.invoker
-        self.namespaces = Namespaces(namespaces)  # gateway/api/namespaces.py
+        self.namespaces = Namespaces(namespaces, state_dir)  # gateway/api/namespaces.py
         # Callbacks go out on the queue's own plain session, never the nodes' signing one (async_queue.py).
         self.queue = AsyncQueue(calls, metrics, state_dir / "gateway")  # journal: async_queue.py
         self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
@@ -44,12 +44,31 @@ class OpenFaaSAPI:
         self.secrets = SecretsAPI(state_dir, self.namespaces)
         self.system = SystemAPI(self.invoker, nodes, metrics, self.namespaces)
         self.memory = MemoryAPI(self.invoker, nodes)
+        self.namespaces.holdings = self._holdings
+        self.secrets.changed = self._restart_mounting
         # The hooks the app hands to the S3 front end and the admin guard.
         self.object_created = self.invocations.object_created
         self.requires_auth = self.invocations.requires_auth
 
+    def _holdings(self, namespace: str) -> list[str]:
+        """What namespace still holds: its functions and its secrets, by name."""
+        functions = [f"function {n}" for n, ns in map(self.namespaces.of, sorted(self.invoker.functions)) if ns == namespace]
+        folder = self.secrets.folder_if_any(namespace)
+        return functions + [f"secret {p.name}" for p in sorted(folder.iterdir()) if p.is_file()] if folder else functions
+
+    def _restart_mounting(self, namespace: str, secret: str) -> list[str]:
+        """Replace the instances of ``namespace``'s functions that list ``secret`` (a new value:
+        their copies are stale), as a redeploy with the same spec does; their names."""
+        restarted = []
+        for internal, state in list(self.invoker.functions.items()):
+            name, ns = self.namespaces.of(internal)
+            if ns == namespace and secret in (state.spec.get("secrets") or []):
+                self.invoker.pool.deploy(state.spec)  # the pool's: the learned compute times stay
+                restarted.append(name)
+        return restarted
+
     def routes(self, app: web.Application) -> None:
-        for part in (self.system, self.memory, self.functions, self.secrets, self.invocations):
+        for part in (self.system, self.memory, self.functions, self.secrets, self.invocations, self.namespaces):
             part.routes(app.router)
 
     async def restore(self) -> None:

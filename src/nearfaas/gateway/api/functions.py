@@ -28,7 +28,7 @@ from nearfaas.spec.bundle import BundleError, copy_folder, unpack
 from nearfaas.spec.errors import SpecError
 from nearfaas.spec.options import NearfaasOptions, check_chain_cycles
 from nearfaas.spec.cluster import GatewaySpec
-from nearfaas.spec.stack import LABEL_SCALE_MAX, LABEL_SCALE_MIN, FunctionSpec, local_image_path, parse_stack
+from nearfaas.spec.stack import IMAGE_ONLY_HANDLER, LABEL_SCALE_MAX, LABEL_SCALE_MIN, FunctionSpec, local_image_path, parse_stack
 
 
 class FunctionStore:
@@ -131,7 +131,9 @@ class FunctionsAPI:
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
                else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
-            "createdAt": rfc3339(state.created), "handler": str(spec.handler_dir), "lang": spec.lang,
+            "createdAt": rfc3339(state.created),
+            # nearfaas's own fields, for functions it runs from code: an image function has neither
+            **({} if spec.handler_dir == IMAGE_ONLY_HANDLER else {"handler": str(spec.handler_dir), "lang": spec.lang}),
             "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
             # A stream function: where to connect, and the ID to send (docs/fastpath.md, "Stream functions").
             **({"stream": {"id": self.fastpath.ids.get(name), "address": ":".join(map(str, self.fastpath.stream_addr))}}
@@ -177,9 +179,11 @@ class FunctionsAPI:
             fn["environment"] = env
         if isinstance(body.get("envProcess"), str) and body["envProcess"]:
             fn.setdefault("fprocess", body["envProcess"])
-        fn.setdefault("lang", "python3-http")
-        # With no code at all (an image-only deployment, say), parse_stack names what is missing.
+        # With no code at all (an image-only deployment, say), parse_stack names what is missing;
+        # an image-only one keeps the lang it was given, or none (the image says what runs).
         has_code = body.get("bundle") is not None or body.get("handler") is not None
+        if has_code or not body.get("image"):
+            fn.setdefault("lang", "python3-http")
         if has_code and re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):  # else parse_stack names the bad name
             fn["handler"] = str(self._code(name, body))
         stack = parse_stack({"version": "1.0", "provider": {"name": "openfaas"}, "functions": {name: fn}}, Path("/"), whole=False)

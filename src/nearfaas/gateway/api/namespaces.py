@@ -15,21 +15,52 @@ Worked example: namespaces [openfaas-fn, team-a]. ``POST /system/functions {"ser
 openfaas-fn's, ``?namespace=team-a`` lists ``{"name": "resize", "namespace": "team-a"}``;
 ``/function/resize.team-a`` calls it and ``/function/resize`` is 404 unless openfaas-fn has a
 resize too. Naming a namespace the cluster does not have is 404, listing the ones it has.
+
+Managing them (faas-cli namespace create / get / update / remove, the admin's alone, as all of
+/system): ``POST /system/namespace/ {"name", "labels", "annotations"}`` adds one (201; 409 if it
+exists), ``GET /system/namespace/NAME`` answers that shape, ``PUT`` replaces its labels and
+annotations, ``DELETE`` removes it. Those added over the API are kept in
+``<state>/gateway/namespaces.json`` (written atomically, so a gateway that restarts still has
+them); the cluster file's are always there and cannot be removed over the API (409 names the
+file). A namespace still holding functions or secrets is not removed (409 naming them): removing
+it would strand them, and nothing here deletes a user's data as a side effect.
+
+Known caveats: OpenFaaS Pro requires an ``openfaas=1`` annotation before it uses a namespace;
+faas-cli adds it, and nearfaas neither requires nor strips it.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
 from aiohttp import web
 
-from nearfaas.gateway.api.common import error
+from nearfaas import atomic
+from nearfaas.gateway.api.common import error, json_body
 
 DEFAULT_NAMESPACE = "openfaas-fn"
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label: no dot (NAME.NAMESPACE)
+MAX_NAMESPACES = 256  # the file is read whole at start; an admin script in a loop should meet a clear 400
+NAME_FIX = "use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 
 class Namespaces:
-    def __init__(self, names: list[str] | None = None):
-        self.names = list(names or [DEFAULT_NAMESPACE])
-        self.default = self.names[0]
+    def __init__(self, names: list[str] | None = None, state_dir: Path | None = None):
+        self.configured = list(names or [DEFAULT_NAMESPACE])  # the cluster file's (gateway.namespaces)
+        self.default = self.configured[0]
+        self.file = state_dir / "gateway" / "namespaces.json" if state_dir is not None else None
+        self.meta: dict[str, dict] = {n: {"labels": {}, "annotations": {}} for n in self.configured}
+        self.names = list(self.configured)
+        # What a namespace still holds (function and secret names), set by OpenFaaSAPI.
+        self.holdings: Callable[[str], list[str]] = lambda namespace: []
+        if self.file is not None and self.file.is_file():
+            for name, meta in json.loads(self.file.read_text()).items():
+                self.meta[name] = meta if name not in self.configured else self.meta[name] | meta
+                if name not in self.names:
+                    self.names.append(name)
 
     def unknown(self, namespace: str) -> web.Response:
         return error(404, f"namespace {namespace!r} not found; this cluster's function namespaces are: {', '.join(self.names)} "
@@ -63,3 +94,85 @@ class Namespaces:
 
     async def list_namespaces(self, request: web.Request) -> web.Response:
         return web.json_response(self.names)
+
+    # -- managing them: /system/namespace[/NAME] -----------------------------------------------
+
+    def routes(self, r: web.UrlDispatcher) -> None:
+        r.add_get("/system/namespaces", self.list_namespaces)
+        for path in ("/system/namespace", "/system/namespace/"):
+            r.add_post(path, self.create)
+        r.add_get("/system/namespace/{name}", self.get)
+        r.add_put("/system/namespace/{name}", self.update)
+        r.add_delete("/system/namespace/{name}", self.remove)
+
+    def _save(self) -> None:
+        if self.file is None:
+            return
+        atomic.private_dir(self.file.parent)
+        atomic.write_text(self.file, json.dumps({n: self.meta[n] for n in self.names}, sort_keys=True))
+
+    @staticmethod
+    def _labels(body: dict) -> dict | web.Response:
+        out = {}
+        for field in ("labels", "annotations"):
+            value = body.get(field)
+            if value is None:
+                value = {}
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                return error(400, f"{field}: must be a map of strings to strings, e.g. {{\"team\": \"b\"}}")
+            out[field] = dict(value)
+        return out
+
+    def _shape(self, name: str) -> dict:
+        return {"name": name, **self.meta.get(name, {"labels": {}, "annotations": {}})}
+
+    async def create(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        name = body.get("name")
+        if not isinstance(name, str) or not NAMESPACE_NAME.fullmatch(name):
+            return error(400, f"name: {name!r} is not a namespace name; {NAME_FIX}")
+        if name in self.names:
+            return error(409, f"namespace {name!r} already exists; PUT /system/namespace/{name} changes its labels and annotations")
+        if len(self.names) >= MAX_NAMESPACES:
+            return error(400, f"this gateway holds at most {MAX_NAMESPACES} namespaces; remove one first")
+        meta = self._labels(body)
+        if isinstance(meta, web.Response):
+            return meta
+        self.meta[name] = meta
+        self.names.append(name)
+        self._save()
+        return web.json_response(self._shape(name), status=201)
+
+    async def get(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        return web.json_response(self._shape(name)) if name in self.names else self.unknown(name)
+
+    async def update(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.names:
+            return self.unknown(name)
+        body = await json_body(request)
+        if body.get("name") not in (None, "", name):
+            return error(400, f"name: {body['name']!r} differs from the path's {name!r}; a namespace cannot be renamed")
+        meta = self._labels(body)
+        if isinstance(meta, web.Response):
+            return meta
+        self.meta[name] = meta
+        self._save()
+        return web.json_response(self._shape(name))
+
+    async def remove(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self.names:
+            return self.unknown(name)
+        if name in self.configured:
+            return error(409, f"namespace {name!r} is set in the cluster file (gateway.namespaces); remove it there, "
+                              "not over the API")
+        held = self.holdings(name)
+        if held:
+            return error(409, f"namespace {name!r} still holds {', '.join(held[:10])}{' ...' if len(held) > 10 else ''}; "
+                              "remove them first (faas-cli remove NAME -n NAMESPACE, faas-cli secret remove NAME -n NAMESPACE)")
+        self.names.remove(name)
+        self.meta.pop(name, None)
+        self._save()
+        return web.json_response(self._shape(name) | {"removed": True})

@@ -11,6 +11,11 @@ update of gateway/api/functions.py call): a missing one is the deploy's 400, nam
 ``secrets[i]`` and how to create it, not a failure at the first call; another namespace's secret
 of that name does not count.
 
+Changing a secret's value (PUT, faas-cli secret update, or a POST over an existing one) restarts
+the functions of its namespace that list it: each instance holds a copy made when it started
+(node/worker_secrets.py), so its old instances are replaced as a redeploy replaces them (busy
+ones finish their calls first) and the next call reads the new value. The answer names them.
+
 Known caveats: deleting a secret a deployed function lists is allowed (as in OpenFaaS); its next
 cold start fails naming it."""
 
@@ -20,6 +25,7 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
@@ -38,6 +44,9 @@ class SecretsAPI:
         self.namespaces = namespaces or Namespaces()
         self.secrets_dir = state_dir / "secrets"
         atomic.private_dir(self.secrets_dir)
+        # Called with (namespace, name) when a secret's value changes; answers the functions it
+        # restarted (OpenFaaSAPI sets it: running instances hold a copy made when they started).
+        self.changed: Callable[[str, str], list[str]] = lambda namespace, name: []
 
     def folder(self, namespace: str) -> Path:
         if namespace == self.namespaces.default:
@@ -45,6 +54,11 @@ class SecretsAPI:
         folder = secrets_folder(self.state_dir, namespace)
         atomic.private_dir(folder)
         return folder
+
+    def folder_if_any(self, namespace: str) -> Path | None:
+        """``namespace``'s secrets folder when it exists (creates none)."""
+        folder = self.secrets_dir if namespace == self.namespaces.default else secrets_folder(self.state_dir, namespace)
+        return folder if folder.is_dir() else None
 
     def stored(self, namespace: str, name: str) -> bool:
         """Whether ``namespace`` has a secret called ``name`` (creates no folder)."""
@@ -92,8 +106,11 @@ class SecretsAPI:
             value = body["value"].encode()
         else:
             return error(400, "value: required, the secret as a string (or rawValue: base64 of its bytes)")
+        changed = (folder / name).is_file() and (folder / name).read_bytes() != value
         atomic.write_bytes(folder / name, value, 0o600)
-        return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}\n")
+        restarted = self.changed(namespace, name) if changed else []
+        note = f"; restarted {len(restarted)} function(s) that mount it: {', '.join(restarted)}" if restarted else ""
+        return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}{note}\n")
 
     async def delete_secret(self, request):
         body = await json_body(request)

@@ -26,7 +26,6 @@ class SystemAPI:
         r.add_get("/healthz", self.healthz)
         r.add_get("/metrics", self.metrics_endpoint)
         r.add_get("/system/info", self.info)
-        r.add_get("/system/namespaces", self.namespaces.list_namespaces)
         r.add_get("/system/openapi.json", self.openapi)
         r.add_get("/system/logs", self.logs)
         r.add_get("/system/nodes", self.list_nodes)

@@ -48,6 +48,14 @@ def _pool_types():
     return COLD_START_TIMEOUT_S, PoolError, WorkerProcess, credentials_env
 
 
+def function_env(spec: dict) -> dict[str, str]:
+    """The variables a function's deployment gives its image: its ``fprocess`` (stack file
+    ``fprocess:``, REST ``envProcess``, faas-cli ``--fprocess``) as the ``fprocess`` variable, then
+    its environment, which wins on a clash, as faas-netes orders them (envVars after envProcess)."""
+    env = {"fprocess": spec["fprocess"]} if spec.get("fprocess") else {}
+    return env | {str(k): str(v) for k, v in (spec.get("environment") or {}).items()}
+
+
 def how_to_run(config: dict, function_env: dict[str, str]) -> dict:
     """Mode, argv, environment, working folder and port of an image, as OpenFaaS's watchdogs
     read them: ``fprocess`` and ``mode`` from the image's Env or the function's environment
@@ -117,7 +125,7 @@ async def start_image(pools, spec: dict, name: str):
     except images.ImageError as exc:
         raise PoolError(f"function {name!r}: {exc}", status=exc.status) from None
     try:
-        run = how_to_run(image.config, {str(k): str(v) for k, v in (spec.get("environment") or {}).items()})
+        run = how_to_run(image.config, function_env(spec))
     except ValueError as exc:
         raise PoolError(f"function {name!r} (image {spec.get('image')}): {exc}", status=400) from None
     endpoint = s3_endpoint(run)
