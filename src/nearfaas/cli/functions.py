@@ -53,6 +53,10 @@ def _wait_warm(state: str | None, url: str, name: str, want: int, timeout: float
             resp = http(state, "GET", f"{url}/system/function/{name}")
             if resp.status_code == 200 and resp.json()["availableReplicas"] >= min(want, 1):
                 return
+            if resp.status_code == 200 and resp.json().get("coldStartError"):  # no point waiting: say why now
+                fail(f"{name} is deployed but could not start:\n{resp.json()['coldStartError']}\n"
+                     f"fix it and deploy again (`nearfaas logs {name}` has the whole output); the gateway retries "
+                     "starting it meanwhile")
             time.sleep(0.1)
     err.print(f"[yellow]warning[/]: {name} has no warm replica after {timeout:g}s; the first call will show why (`nearfaas logs {name}`)")
 

@@ -82,6 +82,9 @@ class FunctionState:
     scale_failures: int = 0  # failed scale-ups in a row
     freed: asyncio.Event = field(default_factory=asyncio.Event)
     scaled_by_hand: float = float("-inf")  # monotonic time of the last POST /system/scale-function (gateway/autoscale.py)
+    # Why its last cold start failed ("" once one succeeds): the status shows it, so `nearfaas deploy`
+    # reports a broken requirements.txt or handler at once instead of waiting for a warm replica.
+    start_error: str = ""
 
     def scaling_up(self) -> bool:
         """A scale-up not yet done: its reconciliation is running (it holds the scaling lock), or
@@ -247,6 +250,7 @@ class InstancePool:
                 raise CallError(404, f"function {state.name!r} was updated or removed while it started; retry", "gateway",
                                 {"Retry-After": "1"})
             state.instances[instance.id] = instance
+            state.start_error = ""
             state.notify()
             seconds = float(info["cold_start_seconds"])
             self.metrics.cold_starts.labels(state.name, node).inc()
@@ -255,6 +259,8 @@ class InstancePool:
             future.set_result(instance)
             return instance, seconds
         except BaseException as exc:
+            if isinstance(exc, CallError) and exc.status != 404:  # 404: replaced or removed while starting
+                state.start_error = f"{exc.status}: {exc}"
             if not future.done():
                 future.set_exception(exc if isinstance(exc, CallError) else CallError(502, f"cold start failed: {exc!r}", "gateway"))
             raise

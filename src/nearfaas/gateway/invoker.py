@@ -253,8 +253,8 @@ class Invoker:
                 state.notify()
                 if instance.draining and not instance.inflight:
                     self.pool.retire(instance, stop=True)
-        if reply_headers.get("X-Nearfaas-Error") == "exec-timeout":
-            self.pool.drop_instance(state, instance, stop=False)  # it is exiting; the node reaps it
+        if reply_headers.get("X-Nearfaas-Error") in ("exec-timeout", "instance-fault"):
+            self.pool.drop_instance(state, instance, stop=False)  # it is exiting (runtime/worker.py); the node reaps it
         report = self._report(state, decision, reply_headers, time.perf_counter() - started, cold_seconds)
         if status < 400:
             moved = int(reply_headers.get("X-Nearfaas-Bytes-Local", 0) or 0) + int(reply_headers.get("X-Nearfaas-Bytes-Remote", 0) or 0)

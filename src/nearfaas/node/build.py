@@ -186,7 +186,7 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             except TimeoutError:
                 kill_group(proc)
                 await proc.wait()
-                raise BuildError(f"installing {req} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
+                raise BuildError(f"installing {req.name} for {name!r} took over {PIP_TIMEOUT_S:g}s", status=504) from None
             finally:
                 stopped = proc in running.stopped
                 running.discard(name, proc)
@@ -201,7 +201,7 @@ async def _install(envs: Path, digest: str, name: str, handler: Path, req: Path,
             tail = out.decode(errors="replace").strip().splitlines()[-6:]
             refused = f"\n(the build may reach only this node's package index; refused: {', '.join(proxy.refused[:3])})" \
                 if proxy is not None and proxy.refused else ""
-            raise BuildError(f"pip could not install {req} for {name!r} (exit {proc.returncode}); fix {req.name}:\n"
+            raise BuildError(f"pip could not install {req.name} for {name!r} (exit {proc.returncode}); fix {req.name}:\n"
                              + "\n".join(tail) + refused)
         atomic.publish(staging, envs / digest)  # the envs folder is the node's: the build cannot swap this
     finally:

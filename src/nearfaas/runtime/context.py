@@ -493,6 +493,8 @@ class Context:
     # and the next stage receives it as its input. None outside chains.
     output: ObjectRef | None = None
     environment: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    # lang python3-lambda: the (event, LambdaContext) the call's handler gets (runtime/lambda_style.py)
+    lambda_call: tuple | None = field(default=None, repr=False)
     # With x-nearfaas.volume: this function's own folder on the node's disk, kept across calls
     # and instances on that node (node/pool.py); None without one.
     volume: str | None = field(default_factory=lambda: os.environ.get("NEARFAAS_VOLUME"))

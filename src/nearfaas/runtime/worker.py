@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import functools
 import importlib.util
 import hmac
@@ -48,12 +49,16 @@ from multidict import CIMultiDict
 from nearfaas.auth.internal import WORKER_TOKEN_HEADER
 from nearfaas.link.profiles import EmulatedLink, get_profile
 from nearfaas.node import jail, netns
+from nearfaas.cgroups import DEFAULT_MEMORY
+from nearfaas.runtime import lambda_style
 from nearfaas.runtime.jailed_start import function_paths
+from nearfaas.spec.errors import parse_memory
 from nearfaas.runtime.context import (Context, Event, IOStats, LocalObjects, ObjectClient, ObjectRef, Secrets,
                                       signer_from_environment)
 from nearfaas.runtime.s3proxy import Calls, S3Endpoint, current_call, install_botocore_hook
 
 CLASSIC_LANGS = {"python3", "python3-flask"}
+LAMBDA_LANG = "python3-lambda"  # AWS Lambda's handler(event, context) (runtime/lambda_style.py)
 # Hop-by-hop or framing headers that must not be copied from a handler's answer.
 _SKIP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -88,19 +93,22 @@ class JsonLineWriter:
         return False
 
 
-def load_handler(handler_dir: str):
-    path = os.path.join(handler_dir, "handler.py")
+def load_handler(handler_dir: str, module_file: str = "handler.py", function: str = "handle"):
+    path = os.path.join(handler_dir, module_file)
     if os.path.exists(path) and not os.access(path, os.R_OK):
         raise RuntimeError(f"{path} is not readable by the function's uid {os.getuid()}; make the handler folder "
                            f"world-readable (chmod -R o+rX {handler_dir}) and deploy it again")
     sys.path.insert(0, handler_dir)  # lets the handler import its sibling modules
-    spec = importlib.util.spec_from_file_location("handler", path)
+    module_name = module_file[:-3].replace("/", ".")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or not os.path.exists(path):
+        raise RuntimeError(f"{module_file} is not in the handler folder; add it, or fix _HANDLER (module.function)")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["handler"] = module
+    sys.modules[module_name] = module
     spec.loader.exec_module(module)
-    handle = getattr(module, "handle", None)
+    handle = getattr(module, function, None)
     if not callable(handle):
-        raise RuntimeError(f"{path} defines no callable handle(event, context)")
+        raise RuntimeError(f"{module_file} defines no callable {function}(event, context)")
     return module, handle
 
 
@@ -179,7 +187,12 @@ class Worker:
         self.signer = signer_from_environment()
         self.calls = Calls(self._objects(IOStats(), None, False, None))
         self.s3 = self._start_s3_endpoint()
-        self.module, self.handle = load_handler(spec["handler_dir"])
+        environment = spec.get("environment") or {}
+        # AWS Lambda's contract (runtime/lambda_style.py): the event shape, else None
+        self.lambda_shape = lambda_style.event_shape(environment) if spec.get("lang") == LAMBDA_LANG else None
+        entry = lambda_style.entry_point(environment) if self.lambda_shape else ("handler.py", "handle")
+        self.module, self.handle = load_handler(spec["handler_dir"], *entry)
+        self.memory_mb = parse_memory(str((spec.get("limits") or {}).get("memory") or DEFAULT_MEMORY)) // (1 << 20)
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.classic = spec.get("lang") in CLASSIC_LANGS
         self.dying = False
@@ -213,6 +226,8 @@ class Worker:
     def _run(self, event: Event, context: Context):
         if self.classic:  # OpenFaaS's python3 / python3-flask templates: handle(req) with the body as text
             return self.handle(event.body.decode("utf-8", errors="replace"))
+        if self.lambda_shape:  # Lambda's handler(event, context): its event and context made at the call
+            return lambda_style.make_answer(self.lambda_shape, self.handle(*context.lambda_call))
         return self.handle(event, context)
 
     async def serve(self, request: web.Request) -> web.StreamResponse:
@@ -221,7 +236,7 @@ class Worker:
         if self.call_token and not hmac.compare_digest(request.headers.get(WORKER_TOKEN_HEADER, "").encode(), self.call_token):
             return web.Response(status=401, text="calls reach this worker through the gateway only\n")
         if self.dying:
-            return web.Response(status=503, text="worker is restarting after a timeout; retry")
+            return web.Response(status=503, text="worker is being replaced (a timeout or a spent /tmp); retry")
         if self.max_inflight and self.inflight >= self.max_inflight:
             return web.Response(status=429, headers={"Retry-After": "1"}, text=f"function {self.name!r} is at max_inflight={self.max_inflight} on this worker")
         self.inflight += 1
@@ -249,12 +264,24 @@ class Worker:
         call_id = h.get("X-Nearfaas-Call-Id") or f"local-{uuid.uuid4().hex}"
         context = Context(function=self.name, node=self.node, call_id=call_id, input=ref,
                           objects=objects, secrets=self.secrets, output=output)
+        if self.lambda_shape:
+            try:
+                context.lambda_call = (lambda_style.make_event(self.lambda_shape, body, event.method, event.path, query,
+                                                              event.headers, call_id),
+                                       lambda_style.LambdaContext(self.name, call_id, self.instance, self.exec_timeout,
+                                                                  self.memory_mb, os.environ.get("AWS_REGION", "us-east-1"), context))
+            except lambda_style.BadEvent as exc:
+                return web.Response(status=400, text=f"{exc}\n", headers={"X-Nearfaas-Layer": "worker"})
         started = time.perf_counter()
         self.calls.begin(call_id, objects)
         try:
             if self.is_async and not self.classic:
                 current_call.set(call_id)  # this request's task only
-                result = await asyncio.wait_for(self.handle(event, context), self.exec_timeout)
+                if self.lambda_shape:
+                    result = lambda_style.make_answer(self.lambda_shape, await asyncio.wait_for(self.handle(*context.lambda_call),
+                                                                                                 self.exec_timeout))
+                else:
+                    result = await asyncio.wait_for(self.handle(event, context), self.exec_timeout)
             else:
                 async with self.slots:
                     started = time.perf_counter()
@@ -266,15 +293,21 @@ class Worker:
             return web.Response(status=504, headers={"X-Nearfaas-Error": "exec-timeout", "X-Nearfaas-Layer": "worker"},
                                 text=f"function {self.name!r} exceeded exec_timeout={self.exec_timeout:g}s in the worker "
                                      f"on node {self.node}; the worker was stopped and will be replaced")
-        except Exception as exc:  # the user's handler raised: report it, keep the worker
+        except Exception as exc:  # the user's handler raised: report it, keep the worker unless it is broken
             # The traceback goes to the function's log only: it names the node's paths, which a
             # caller has no business seeing; the answer says where to read it.
             print(traceback.format_exc(), file=sys.stderr, flush=True)
+            fix = f"the traceback is in the function's log: nearfaas logs {self.name}"
+            fault = persistent_fault(exc)
+            if fault is not None:  # every later call here would fail the same way: a fresh instance serves them
+                print(f"this instance is replaced: {fault}", file=sys.stderr, flush=True)
+                self._die_after_reply()
+                fix = f"{fault}; this instance is replaced by a fresh one for the next call. {fix}"
             return web.json_response(
                 {"error": f"handler raised {type(exc).__name__}: {exc}", "layer": "function", "function": self.name,
-                 "instance": self.instance, "fix": f"the traceback is in the function's log: nearfaas logs {self.name}"},
-                status=502, headers={"X-Nearfaas-Error": "handler-exception", "X-Nearfaas-Layer": "function",
-                                     "X-Nearfaas-Instance": self.instance})
+                 "instance": self.instance, "fix": fix},
+                status=502, headers={"X-Nearfaas-Error": "instance-fault" if fault else "handler-exception",
+                                     "X-Nearfaas-Layer": "function", "X-Nearfaas-Instance": self.instance})
         finally:
             self.calls.end(call_id)
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
@@ -292,6 +325,37 @@ class Worker:
         # to reach the caller, then exit: the node agent sees it and starts a replacement.
         self.dying = True
         asyncio.get_running_loop().call_later(0.05, os._exit, 70)
+
+
+# Errors that say the instance itself is spent, not the call: its /tmp (a tmpfs that only the
+# instance's end empties) or its file descriptors. Kept warm, it would fail every later call.
+EXHAUSTED = {errno.ENOSPC: "its /tmp (or another of its file systems) is full", errno.EDQUOT: "its disk quota is spent",
+             errno.EMFILE: "it has no file descriptor left (a leak)"}
+TMP_NEARLY_FULL = 0.01  # free share of /tmp under which a failed call is blamed on /tmp
+
+
+def persistent_fault(exc: BaseException, tmp: str = "/tmp") -> str | None:
+    """Why the instance that raised ``exc`` cannot serve another call, or None (the call's own
+    failure: the instance stays warm). Looks through the exception's causes, and at /tmp: a
+    library may wrap ENOSPC in its own error, but a failed call with /tmp full is the same fault.
+
+    Worked example (SeBS's compression function, 19.4 MB left in /tmp per call, tmp_size 64Mi):
+    the fourth call's write raises OSError(ENOSPC) -> "its /tmp ... is full (... tmp_size)"; the
+    worker answers 502 saying so and exits, and the fifth call cold-starts an instance with an
+    empty /tmp instead of failing too."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in EXHAUSTED:
+            return f"{EXHAUSTED[exc.errno]} (x-nearfaas.tmp_size sets /tmp's size; delete what a call leaves there)"
+        exc = exc.__cause__ or exc.__context__
+    try:
+        fs = os.statvfs(tmp)
+    except OSError:
+        return None
+    if fs.f_blocks and fs.f_bavail / fs.f_blocks < TMP_NEARLY_FULL:
+        return "its /tmp is full (x-nearfaas.tmp_size sets its size; delete what a call leaves there)"
+    return None
 
 
 def _prepare(args, spec: dict) -> Worker:
@@ -408,11 +472,14 @@ def main(argv=None, args: argparse.Namespace | None = None, jailed_spec: dict | 
         _run(args, spec)
     except KeyboardInterrupt:
         pass
-    except Exception:
-        # A cold start that fails (import error, bad handler) must say why on the ready pipe.
+    except Exception as exc:
+        # A cold start that fails (import error, bad handler) must say why on the ready pipe: the
+        # error itself (a SyntaxError names handler.py and the line), never the traceback, whose
+        # frames name the node's paths and reach whoever made the call; it goes to the log.
         message = traceback.format_exc().strip().splitlines()
+        why = [f"{type(exc).__name__}: {exc}", "(the traceback is in the function's log: nearfaas logs NAME)"]
         try:
-            os.write(args.ready_fd, ("FAILED " + json.dumps(message[-8:]) + "\n").encode())
+            os.write(args.ready_fd, ("FAILED " + json.dumps(why) + "\n").encode())
         except OSError:
             pass
         print("\n".join(message), file=sys.__stderr__)

@@ -29,7 +29,7 @@ NATIVE_LAMBDAS = ("web", "kv", "gray")
 # How a worker runs sync handlers (runtime/worker.py): on its main thread, one call at a time, like
 # a normal program (the default), or on a pool of threads, several calls at once.
 EXECUTIONS = ("main", "threads")
-DEFAULT_TMP_SIZE = 64 * 1024 * 1024  # each instance's private /tmp, unless tmp_size says otherwise
+DEFAULT_TMP_SIZE = 512 * 1024 * 1024  # each instance's private /tmp, unless tmp_size says otherwise: AWS Lambda's default
 # Chain intermediates live here, written by the stage that made them onto its own node.
 INTERMEDIATE_BUCKET = "nearfaas-intermediates"
 

@@ -25,17 +25,21 @@ from typing import Any
 from .errors import (Collector, Problem, SpecError, SpecWarning, WireReader, check_unknown_keys, did_you_mean,
                      join_path, load_yaml_text, parse_bool, parse_duration, parse_int, parse_memory, read_mapping,
                      read_str_list, read_str_map, read_text_file, short_repr, type_name)
+from .lambda_entry import entry_point, event_shape
 from .options import X_KEY, NearfaasOptions, check_chains, parse_x
 
 # lang -> calling convention of handler.py. "http": `handle(event, context)` returning a
 # dict/str, as in the of-watchdog python3-http templates; "classic": `handle(req: str) -> str`
 # as in the classic-watchdog python3 and the python3-flask templates. The -debian variant
-# only differs in its base image, which means nothing without containers.
+# only differs in its base image, which means nothing without containers. "lambda": AWS Lambda's
+# `handler(event, context)` in the module the `_HANDLER` environment variable names
+# (runtime/lambda_style.py), so Lambda code runs unchanged.
 SUPPORTED_LANGS: dict[str, str] = {
     "python3-http": "http",
     "python3-http-debian": "http",
     "python3": "classic",
     "python3-flask": "classic",
+    "python3-lambda": "lambda",
 }
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -343,8 +347,12 @@ def _handler(fn: dict[str, Any], name: str, path: str, base_dir: Path, c: Collec
         c.error(hpath, f"folder {resolved} does not exist", "create it, or fix the path (relative to the stack file)")
         return None
     if not has_py:
-        fix = "add handler.py defining handle(event, context)" if needs == "handler.py" else \
-            "build the module into that folder (e.g. make -C fastpath/lambdas), or fix fastpath.module"
+        if needs == "handler.py":
+            fix = "add handler.py defining handle(event, context) (lang python3-lambda: handler(event, context))"
+        elif needs.endswith(".py"):
+            fix = f"add {needs}, or set environment _HANDLER to the module.function Lambda's Handler setting names"
+        else:
+            fix = "build the module into that folder (e.g. make -C fastpath/lambdas), or fix fastpath.module"
         c.error(hpath, f"folder {resolved} has no {needs}", fix)
         return None
     return resolved
@@ -389,6 +397,14 @@ def _parse_function(name: str, raw: Any, base_dir: Path,
         c.error(join_path(path, "lang"), f"{what}; supported: {', '.join(SUPPORTED_LANGS)}",
                 "use lang: python3-http (handler.py defines handle(event, context)), or lang: wasm with x-nearfaas target: fastpath")
     needs = fast["module"] if fast else (stream.get("module") if stream is not None else "handler.py")
+    if lang == "python3-lambda" and not image_only:  # the module _HANDLER names (runtime/lambda_style.py)
+        try:
+            raw_env = fn.get("environment") if isinstance(fn.get("environment"), dict) else {}
+            needs = entry_point(raw_env)[0]
+            event_shape(raw_env)
+        except ValueError as exc:
+            c.error(join_path(join_path(path, "environment"), "_HANDLER" if "_HANDLER" in str(exc) else "LAMBDA_EVENT"), str(exc),
+                    "write _HANDLER: lambda_function.lambda_handler (module.function), LAMBDA_EVENT: invoke or http")
     handler_dir = IMAGE_ONLY_HANDLER if image_only else _handler(fn, name, path, base_dir, c, needs=needs)
     if image is not None and not isinstance(image, str):
         c.error(join_path(path, "image"), f"must be a string, got {type_name(image)}")

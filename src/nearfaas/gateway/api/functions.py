@@ -135,6 +135,8 @@ class FunctionsAPI:
             # nearfaas's own fields, for functions it runs from code: an image function has neither
             **({} if spec.handler_dir == IMAGE_ONLY_HANDLER else {"handler": str(spec.handler_dir), "lang": spec.lang}),
             "x-nearfaas": state.spec.get("x"), "lambdaId": self.fastpath.ids.get(name),
+            # why it has no instance, when a cold start failed (a build, an import): read by `nearfaas deploy`
+            **({"coldStartError": state.start_error} if state.start_error and not state.instances else {}),
             # A stream function: where to connect, and the ID to send (docs/fastpath.md, "Stream functions").
             **({"stream": {"id": self.fastpath.ids.get(name), "address": ":".join(map(str, self.fastpath.stream_addr))}}
                if (state.spec.get("x") or {}).get("target") == "stream" and self.fastpath.stream_addr else {}),
