@@ -104,3 +104,51 @@ def test_conditions_that_could_race_or_go_unchecked_are_refused(s3, cluster):
     assert resp.status_code == 501 and "x-amz-if-match-initiated-time" in resp.text
     assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket="conds-plain", Prefix=key).get("Uploads", [])] == [upload]
     s3.abort_multipart_upload(Bucket="conds-plain", Key=key, UploadId=upload)
+
+
+def _upload_in_two_parts(s3, key: str, checksum_type: str) -> tuple[str, list[dict], bytes]:
+    """A CRC32 multipart upload of 5 MiB + 1 KiB, as boto3's checksum helpers make one."""
+    data = bytes(range(256)) * (5 * 4096 + 4)
+    upload = s3.create_multipart_upload(Bucket="conds-plain", Key=key, ChecksumAlgorithm="CRC32", ChecksumType=checksum_type)["UploadId"]
+    parts = []
+    for number, chunk in ((1, data[:5 << 20]), (2, data[5 << 20:])):
+        answer = s3.upload_part(Bucket="conds-plain", Key=key, UploadId=upload, PartNumber=number, Body=chunk, ChecksumAlgorithm="CRC32")
+        parts.append({"PartNumber": number, "ETag": answer["ETag"], "ChecksumCRC32": answer["ChecksumCRC32"]})
+    return upload, parts, data
+
+
+def test_a_completion_names_the_objects_full_checksum_and_a_wrong_one_writes_nothing(s3):
+    """The completion's x-amz-checksum-crc32 is the object's CRC (FULL_OBJECT), checked before the
+    write; it was checked against the CRC of the request's XML (BadDigest for every right value)."""
+    import base64
+    import zlib
+
+    upload, parts, data = _upload_in_two_parts(s3, "full-crc", "FULL_OBJECT")
+    right = base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+    wrong = base64.b64encode((zlib.crc32(data) ^ 1).to_bytes(4, "big")).decode()
+    assert "BadDigest" == _fails(400, lambda: s3.complete_multipart_upload(Bucket="conds-plain", Key="full-crc", UploadId=upload,
+                                                             MultipartUpload={"Parts": parts}, ChecksumCRC32=wrong,
+                                                             ChecksumType="FULL_OBJECT"))
+    _fails(404, lambda: s3.head_object(Bucket="conds-plain", Key="full-crc"))  # nothing written
+    done = s3.complete_multipart_upload(Bucket="conds-plain", Key="full-crc", UploadId=upload, MultipartUpload={"Parts": parts},
+                                        ChecksumCRC32=right, ChecksumType="FULL_OBJECT")
+    assert done["ChecksumCRC32"] == right and done["ChecksumType"] == "FULL_OBJECT"
+    assert s3.get_object(Bucket="conds-plain", Key="full-crc")["Body"].read() == data
+
+
+def test_a_completion_may_name_the_composite_checksum_with_its_part_count(s3):
+    """A COMPOSITE value, <base64>-<parts>, was refused as 'not valid base64'."""
+    upload, parts, data = _upload_in_two_parts(s3, "composite-crc", "COMPOSITE")
+    import base64
+    import zlib
+
+    raw = b"".join(base64.b64decode(p["ChecksumCRC32"]) for p in parts)
+    composite = base64.b64encode(zlib.crc32(raw).to_bytes(4, "big")).decode() + "-2"
+    assert "BadDigest" == _fails(400, lambda: s3.complete_multipart_upload(Bucket="conds-plain", Key="composite-crc", UploadId=upload,
+                                                             MultipartUpload={"Parts": parts}, ChecksumCRC32="AAAAAA==-2"))
+    assert "InvalidRequest" == _fails(400, lambda: s3.complete_multipart_upload(Bucket="conds-plain", Key="composite-crc", UploadId=upload,
+                                                                  MultipartUpload={"Parts": parts}, ChecksumCRC32="not base64"))
+    done = s3.complete_multipart_upload(Bucket="conds-plain", Key="composite-crc", UploadId=upload,
+                                        MultipartUpload={"Parts": parts}, ChecksumCRC32=composite)
+    assert done["ChecksumCRC32"] == composite and done["ChecksumType"] == "COMPOSITE"
+    assert s3.get_object(Bucket="conds-plain", Key="composite-crc")["Body"].read() == data

@@ -16,6 +16,7 @@ SHA1 / SHA256 from hashlib.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import zlib
 
@@ -221,12 +222,73 @@ def checksum_response(stored: dict) -> dict[str, str]:
     return {k: v for k, v in stored.items() if k.startswith(CHECKSUM_PREFIX) and k != "x-amz-checksum-algorithm"}
 
 
+# part_checksums[WHOLE_OBJECT]: the checksum a CompleteMultipartUpload names for the object itself
+# (its x-amz-checksum-<kind> header, and x-amz-checksum-type), carried beside the parts' (whose
+# numbers start at 1) so every layer between the gateway and the node that writes passes it on.
+WHOLE_OBJECT = 0
+
+
+def completion_checksum(request_headers) -> dict[str, str]:
+    """The object checksum a CompleteMultipartUpload names (boto3's ChecksumCRC32=..., etc.):
+    a FULL_OBJECT value (base64 of the digest) or a COMPOSITE one (``<base64>-<parts>``). It is
+    the checksum of the object the parts make, never of the request's XML body."""
+    found = {}
+    for kind in KINDS:
+        value = request_headers.get(CHECKSUM_PREFIX + kind)
+        if value is None:
+            continue
+        value = value.strip()
+        digest, dash, count = value.partition("-")
+        try:
+            raw = base64.b64decode(digest, validate=True)
+        except (ValueError, binascii.Error):
+            raw = b""
+        if len(raw) != len(Checksum(kind).digest()) or (dash and not count.isdigit()):
+            raise S3Error("InvalidRequest", f"Value for {CHECKSUM_PREFIX}{kind} is not the base64 of a {kind.upper()} "
+                          "digest, or such a value followed by -<number of parts> (a COMPOSITE checksum).")
+        found[CHECKSUM_PREFIX + kind] = value
+    kind_of_type = (request_headers.get(CHECKSUM_TYPE) or "").strip().upper()
+    if found and kind_of_type:
+        if kind_of_type not in _TYPES:
+            raise S3Error("InvalidRequest", f"{CHECKSUM_TYPE} {kind_of_type!r} is not COMPOSITE or FULL_OBJECT.")
+        found[CHECKSUM_TYPE] = kind_of_type
+    return found
+
+
+def _check_completion(expected: dict, stored: dict, kind: str) -> None:
+    """The completion's own checksum (``expected``) against the object's, before it is written."""
+    named = [h for h in expected if header_kind(h)]
+    if not named:
+        return
+    if not kind:
+        raise S3Error("InvalidRequest", f"The completion names {named[0]}, but the upload was created without a checksum "
+                      "algorithm, so its object has none to compare; create the upload with x-amz-checksum-algorithm "
+                      "(boto3: ChecksumAlgorithm=...), or complete it without the checksum.")
+    header = CHECKSUM_PREFIX + kind
+    if named != [header]:
+        raise S3Error("InvalidRequest", f"The completion names {', '.join(named)}, but the upload's checksum algorithm is "
+                      f"{kind.upper()}; name {header}.")
+    actual_type = stored.get(CHECKSUM_TYPE)
+    if expected.get(CHECKSUM_TYPE, actual_type) != actual_type:
+        raise S3Error("InvalidRequest", f"The completion says {CHECKSUM_TYPE} {expected[CHECKSUM_TYPE]}, but the upload "
+                      f"was created as {actual_type}.")
+    value, actual = expected[header], stored[header]
+    # A COMPOSITE checksum may be named with or without its -<parts> suffix; FULL_OBJECT has none.
+    same = value == actual or (actual_type == "COMPOSITE" and "-" not in value and actual.partition("-")[0] == value)
+    if not same:
+        raise S3Error("BadDigest", f"The {kind.upper()} you specified in {header} ({value}) did not match the "
+                      f"{actual_type} checksum of the object the parts make ({actual}).")
+
+
 def multipart_headers(upload_headers: dict, parts: list[tuple[int, str]], part_fields: list[dict],
                       part_checksums: dict) -> dict:
     """The stored headers of a completed multipart object: the upload's, and when the upload named a
     checksum algorithm, its parts' checksums combined as S3 does: COMPOSITE, the checksum of the
     parts' raw checksums with "-<n>"; FULL_OBJECT, the CRC of the whole object. The checksums the
-    completion lists (``part_checksums``: part number -> {header: value}) must be the parts'."""
+    completion lists (``part_checksums``: part number -> {header: value}) must be the parts', and
+    the object's own (``part_checksums[WHOLE_OBJECT]``) the object's: BadDigest before anything is
+    written if not."""
+    expected = part_checksums.get(WHOLE_OBJECT) or {}
     stored = {k: v for k, v in upload_headers.items() if k not in ("x-amz-checksum-algorithm", CHECKSUM_TYPE)}
     for (number, _), fields in zip(parts, part_fields, strict=True):
         have = fields.get("checksums") or {}
@@ -236,6 +298,7 @@ def multipart_headers(upload_headers: dict, parts: list[tuple[int, str]], part_f
                               "checksums that UploadPart returned.")
     kind = (upload_headers.get("x-amz-checksum-algorithm") or "").lower()
     if not kind:
+        _check_completion(expected, stored, kind)
         return stored
     header, raw = CHECKSUM_PREFIX + kind, []
     for (number, _), fields in zip(parts, part_fields, strict=True):
@@ -253,6 +316,7 @@ def multipart_headers(upload_headers: dict, parts: list[tuple[int, str]], part_f
     else:
         stored[header] = composite(kind, raw)
         stored[CHECKSUM_TYPE] = "COMPOSITE"
+    _check_completion(expected, stored, kind)
     return stored
 
 

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import parse_qsl, quote, unquote
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from nearfaas.bitar import transfer
 from nearfaas.s3 import actions as s3actions
@@ -461,9 +462,12 @@ class S3Frontend(ListingHandlers):
         return self._xml(request, s3xml.initiate_multipart_xml(bucket, key, upload_id), checksums.upload_response(stored))
 
     async def _complete_multipart(self, request, bucket: str, key: str, upload_id: str) -> web.StreamResponse:
-        body = self._body(request, require_length=False)
+        # Its x-amz-checksum-<kind> header is the object's checksum, not the XML body's.
+        body = self._body(request, require_length=False, checksum_headers=False)
         document = await body.read_all(MAX_XML_BODY)
         parts, part_checksums = s3xml.parse_complete_multipart(document), checksums.parse_part_checksums(document)
+        if whole := checksums.completion_checksum(request.headers):
+            part_checksums[checksums.WHOLE_OBJECT] = whole
         version = self._version(request)
         extra = {"version": version, **s3versioning.versioned_write(self, request)} if version is not None else {}
         if version is None:
@@ -536,10 +540,13 @@ class S3Frontend(ListingHandlers):
             raise S3Error("InvalidArgument", f"{VERSION_TRAILER_HEADER} must be the version's length (18-81), not {raw!r}.")
         return VersionTrailer(length)
 
-    def _body(self, request: web.Request, *, require_length: bool = True) -> RequestBody:
-        """The request's body, checked against what its signature covers as it streams."""
+    def _body(self, request: web.Request, *, require_length: bool = True, checksum_headers: bool = True) -> RequestBody:
+        """The request's body, checked against what its signature covers as it streams (and
+        against its x-amz-checksum-* headers, unless they describe something else)."""
         context = request.get(_AUTH_CONTEXT)
-        return RequestBody(request.content, request.headers, max_body=self.max_body, require_length=require_length,
+        headers = request.headers if checksum_headers else \
+            CIMultiDict((k, v) for k, v in request.headers.items() if not checksums.header_kind(k))
+        return RequestBody(request.content, headers, max_body=self.max_body, require_length=require_length,
                            signing=context.streaming if context is not None else None)
 
     # -- responses -------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from nearfaas.s3.copy import SOURCE_VERSION_HEADER
 from nearfaas.s3.versioning import VERSIONED_HEADER
 from nearfaas.s3.errors import S3Error
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
-from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, part_checksums_xml
+from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, WHOLE_OBJECT, part_checksums_xml
 from nearfaas.s3.parts import PART_SIZES
 from nearfaas.s3.object_headers import COPY_CHECKSUMS_HEADER, COPY_ETAG_HEADER, COPY_LAST_MODIFIED_HEADER
 from nearfaas.s3.validation import format_range
@@ -383,7 +383,7 @@ class NodeClient:
         document = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>\"{escape(etag.strip(chr(34)))}\"</ETag>"
                            f"{part_checksums_xml(sums.get(n, {}))}</Part>" for n, etag in parts)
         body = f'<CompleteMultipartUpload xmlns="{s3xml.S3_NS}">{document}</CompleteMultipartUpload>'.encode()
-        headers = {"Content-Type": "application/xml"}
+        headers = {"Content-Type": "application/xml", **sums.get(WHOLE_OBJECT, {})}  # the object's own checksum, if named
         if version is not None:
             headers[VERSION_HEADER] = version
         if versioned:
