@@ -167,7 +167,7 @@ def test_oversized_body_is_rejected_before_it_is_read(cluster, bucket):
 
 
 def test_unsupported_subresource_is_501_not_500(cluster, bucket):
-    resp = requests.get(f"{cluster.url}/{bucket}?policy", headers=cluster.signed_headers("GET", f"{cluster.url}/{bucket}?policy"))
+    resp = requests.get(f"{cluster.url}/{bucket}?lifecycle", headers=cluster.signed_headers("GET", f"{cluster.url}/{bucket}?lifecycle"))
     assert resp.status_code == 501 and "<Code>NotImplemented</Code>" in resp.text
 
 

@@ -184,3 +184,67 @@ def test_keys_over_the_admin_api(keyed):
     assert keyed.http.delete(f"{keyed.url}/system/keys/api", timeout=10).status_code == 204
     assert refused(api.get_object, Bucket="kp-a", Key="private/1") == ("InvalidAccessKeyId", 403)
     assert keyed.http.delete(f"{keyed.url}/system/keys/api", timeout=10).status_code == 404
+
+
+EVERYTHING = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+
+
+def test_a_keys_bucket_is_its_own_and_its_bucket_policy_lets_others_in(keyed, tmp_path):
+    """Buckets have owners (the key that made them) and bucket policies (PutBucketPolicy, as
+    aws-cli, Terraform and boto3 manage them). Catches: a second key with a broad policy of its
+    own reading another key's bucket (no owners), a bucket policy ignored or honoured from a
+    non-owner, a policy naming resources outside its bucket stored, the policy leaking in HEAD."""
+    alice = keyed.s3(**add_key(keyed, tmp_path, "alice", EVERYTHING))
+    bob_keys = add_key(keyed, tmp_path, "bob", EVERYTHING)
+    bob = keyed.s3(**bob_keys)
+    admin = keyed.s3()
+    try:
+        alice.create_bucket(Bucket="kp-alice")
+        alice.put_object(Bucket="kp-alice", Key="photo", Body=b"alice's")
+        # bob's own policy allows everything, but kp-alice is alice's and no bucket policy lets him in
+        assert refused(bob.get_object, Bucket="kp-alice", Key="photo") == ("AccessDenied", 403)
+        assert refused(bob.list_objects_v2, Bucket="kp-alice") == ("AccessDenied", 403)
+        assert refused(bob.put_object, Bucket="kp-alice", Key="x", Body=b"x") == ("AccessDenied", 403)
+        assert "kp-alice" not in [b["Name"] for b in bob.list_buckets()["Buckets"]]
+        assert refused(bob.create_bucket, Bucket="kp-alice") == ("BucketAlreadyExists", 409)
+        assert refused(bob.copy_object, Bucket="kp-b", Key="stolen", CopySource={"Bucket": "kp-alice", "Key": "photo"}) \
+            == ("AccessDenied", 403)
+        assert refused(alice.get_bucket_policy, Bucket="kp-alice") == ("NoSuchBucketPolicy", 404)
+        # only the owner (or the admin) sets the policy; a bad one is refused, naming the field
+        grant = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": [bob_keys["access_key"]]}, "Action": "s3:GetObject",
+             "Resource": "arn:aws:s3:::kp-alice/*"}]}
+        assert refused(bob.put_bucket_policy, Bucket="kp-alice", Policy=json.dumps(grant)) == ("AccessDenied", 403)
+        outside = {"Version": "2012-10-17", "Statement": [dict(grant["Statement"][0], Resource="arn:aws:s3:::kp-a/*")]}
+        code, status = refused(alice.put_bucket_policy, Bucket="kp-alice", Policy=json.dumps(outside))
+        assert (code, status) == ("MalformedPolicy", 400)
+        alice.put_bucket_policy(Bucket="kp-alice", Policy=json.dumps(grant))
+        assert json.loads(alice.get_bucket_policy(Bucket="kp-alice")["Policy"]) == grant
+        assert alice.get_bucket_policy_status(Bucket="kp-alice")["PolicyStatus"]["IsPublic"] is False
+        # bob may now read, and only read
+        assert bob.get_object(Bucket="kp-alice", Key="photo")["Body"].read() == b"alice's"
+        assert refused(bob.put_object, Bucket="kp-alice", Key="x", Body=b"x") == ("AccessDenied", 403)
+        assert refused(bob.delete_bucket_policy, Bucket="kp-alice") == ("AccessDenied", 403)
+        # a HEAD of the bucket shows neither owner nor policy
+        head = alice.head_bucket(Bucket="kp-alice")["ResponseMetadata"]["HTTPHeaders"]
+        assert "policy" not in head.get("x-nearfaas-bucket-options", "") and "owner" not in head.get("x-nearfaas-bucket-options", "")
+        # a Deny in the bucket's policy binds its owner too; the admin is above it
+        deny = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Deny", "Principal": "*", "Action": "s3:DeleteObject", "Resource": "arn:aws:s3:::kp-alice/*"},
+            {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::kp-alice/*"}]}
+        alice.put_bucket_policy(Bucket="kp-alice", Policy=json.dumps(deny))
+        assert alice.get_bucket_policy_status(Bucket="kp-alice")["PolicyStatus"]["IsPublic"] is True
+        assert refused(alice.delete_object, Bucket="kp-alice", Key="photo") == ("AccessDenied", 403)
+        assert bob.get_object(Bucket="kp-alice", Key="photo")["Body"].read() == b"alice's"
+        admin.delete_bucket_policy(Bucket="kp-alice")
+        assert refused(bob.get_object, Bucket="kp-alice", Key="photo") == ("AccessDenied", 403)
+        alice.delete_object(Bucket="kp-alice", Key="photo")
+        # unauthenticated: refused before any policy is read
+        assert requests.get(f"{keyed.url}/kp-alice?policy", timeout=10).status_code == 403
+    finally:
+        admin.delete_bucket_policy(Bucket="kp-alice")
+        for obj in admin.list_objects_v2(Bucket="kp-alice").get("Contents", []):
+            admin.delete_object(Bucket="kp-alice", Key=obj["Key"])
+        admin.delete_bucket(Bucket="kp-alice")
+        keys_cli(keyed, "revoke", "alice")
+        keys_cli(keyed, "revoke", "bob")

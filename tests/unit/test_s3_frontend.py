@@ -394,7 +394,7 @@ def test_aws_chunked_bodies(server, s3, bucket):
 
 def test_not_implemented_subresources(s3, bucket, server):
     for call in (lambda: s3.get_bucket_acl(Bucket=bucket), lambda: s3.get_bucket_lifecycle_configuration(Bucket=bucket),
-                 lambda: s3.get_bucket_policy(Bucket=bucket), lambda: s3.get_bucket_tagging(Bucket=bucket)):
+                 lambda: s3.get_bucket_cors(Bucket=bucket), lambda: s3.get_bucket_tagging(Bucket=bucket)):
         with pytest.raises(ClientError) as e:
             call()
         assert code_of(e) == ("NotImplemented", 501)

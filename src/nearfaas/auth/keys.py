@@ -224,14 +224,18 @@ class KeyStore:
         return list(self._entries.values())
 
 
-def resolver(store: KeyStore, fallback=None):
-    """An S3Auth resolver: keys of the keys file (with their policies), then ``fallback``."""
+def resolver(store: KeyStore, fallback=None, buckets=None):
+    """An S3Auth resolver: keys of the keys file (with their policies), then ``fallback``.
+    ``buckets``: the gateway's BucketAccessCache (auth/bucket_policy.py): with it, a key's
+    requests also answer to each bucket's owner and policy, and the buckets it creates are its own."""
     from nearfaas.s3.sigv4 import Principal
 
     def resolve(access: str):
         entry = store.lookup(access)
         if entry is not None:
-            return Principal(f"key {entry.name}", entry.secret_key, authorizer=entry.policy.authorize)
+            authorizer = buckets.authorizer(entry.policy, access) if buckets is not None else entry.policy.authorize
+            return Principal(f"key {entry.name}", entry.secret_key, authorizer=authorizer,
+                             account=access if buckets is not None else None)
         return fallback(access) if fallback is not None else None
 
     return resolve

@@ -15,8 +15,14 @@ too) and ``?`` one character, in actions (case-insensitive, as in IAM) and in re
 ``arn:aws:s3:::bucket``, and ListAllMyBuckets is checked on ``arn:aws:s3:::*``.
 
 Not supported (refused on load, with the statement's index, so a policy never means less than
-its author thinks): ``Condition``, ``NotAction``, ``NotResource``, and a ``Principal`` other than
-``*`` (the policy is attached to a key: the key is the principal).
+its author thinks): ``Condition``, ``NotAction``, ``NotResource``, and in a key's policy a
+``Principal`` other than ``*`` (the policy is attached to a key: the key is the principal).
+
+A **bucket policy** (``Policy.parse(..., bucket=NAME)``, PutBucketPolicy; auth/bucket_policy.py
+says how it combines with a key's own policy and the bucket's owner) has the same shape, but
+each statement names whom it is about: ``"Principal": "*"`` (every key of this cluster) or
+``{"AWS": "<access key>"}`` / ``{"AWS": ["<access key>", ...]}``, and its resources must lie in
+that bucket (``arn:aws:s3:::NAME`` or ``arn:aws:s3:::NAME/...``), as S3 requires.
 
 Which S3 operation needs which action: :mod:`nearfaas.s3.actions`.
 """
@@ -63,8 +69,11 @@ class Statement:
     actions: tuple[str, ...]
     resources: tuple[str, ...]
     sid: str = ""
+    principals: tuple[str, ...] | None = None  # a bucket policy's: access keys, or "*"; None: a key's own
 
-    def matches(self, action: str, resource: str) -> bool:
+    def matches(self, action: str, resource: str, principal: str | None = None) -> bool:
+        if self.principals is not None and "*" not in self.principals and principal not in self.principals:
+            return False
         return _matches(self.actions, action, True) and _matches(self.resources, resource, False)
 
 
@@ -72,11 +81,12 @@ class Statement:
 class Policy:
     statements: tuple[Statement, ...]
 
-    def decide(self, action: str, resource: str) -> str | None:
-        """"Deny", "Allow", or None when no statement matches (an implicit deny)."""
+    def decide(self, action: str, resource: str, principal: str | None = None) -> str | None:
+        """"Deny", "Allow", or None when no statement matches (an implicit deny). ``principal``:
+        the access key asking, for a bucket policy's statements."""
         allowed = False
         for statement in self.statements:
-            if statement.matches(action, resource):
+            if statement.matches(action, resource, principal):
                 if statement.effect == "Deny":
                     return "Deny"
                 allowed = True
@@ -89,9 +99,15 @@ class Policy:
         """The S3 front end's question (``Principal.authorize``): may this key do ``action``?"""
         return self.allows(action, resource_arn(bucket, key))
 
+    @property
+    def is_public(self) -> bool:
+        """A bucket policy that allows something to every key (S3's PolicyStatus.IsPublic)."""
+        return any(s.effect == "Allow" and s.principals is not None and "*" in s.principals for s in self.statements)
+
     @classmethod
-    def parse(cls, document: Any, where: str = "policy") -> Policy:
-        """A policy from its JSON text or the already-parsed document; PolicyError if unusable."""
+    def parse(cls, document: Any, where: str = "policy", bucket: str | None = None) -> Policy:
+        """A policy from its JSON text or the already-parsed document; PolicyError if unusable.
+        ``bucket``: a bucket policy for that bucket (principals named, resources inside it)."""
         if isinstance(document, (str, bytes)):
             try:
                 document = json.loads(document)
@@ -113,10 +129,23 @@ class Policy:
         if not isinstance(raw, list) or not raw:
             raise PolicyError(f"{where}.Statement: must be a non-empty list of statements, e.g. "
                               '[{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::bucket/*"}]')
-        return cls(tuple(_statement(s, f"{where}.Statement[{i}]") for i, s in enumerate(raw)))
+        return cls(tuple(_statement(s, f"{where}.Statement[{i}]", bucket) for i, s in enumerate(raw)))
 
 
-def _statement(raw: Any, where: str) -> Statement:
+def _principals(raw: Any, where: str) -> tuple[str, ...]:
+    """A bucket policy statement's Principal: "*", {"AWS": "*"}, {"AWS": KEY} or {"AWS": [KEY, ...]}."""
+    value = raw.get("AWS") if isinstance(raw, dict) and set(raw) == {"AWS"} else raw
+    if value == "*":
+        return ("*",)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise PolicyError(f'{where}.Principal: must be "*" (every key of this cluster) or {{"AWS": "<access key>"}} or '
+                          '{"AWS": ["<access key>", ...]}')
+    return tuple(value)
+
+
+def _statement(raw: Any, where: str, bucket: str | None = None) -> Statement:
     if not isinstance(raw, dict):
         raise PolicyError(f"{where}: must be an object with Effect, Action and Resource")
     for name, why in _UNSUPPORTED.items():
@@ -125,7 +154,13 @@ def _statement(raw: Any, where: str) -> Statement:
     unknown = sorted(set(raw) - _STATEMENT_KEYS)
     if unknown:
         raise PolicyError(f"{where}: unknown field {unknown[0]!r}; a statement has Sid, Effect, Action and Resource")
-    if "Principal" in raw and raw["Principal"] not in ("*", {"AWS": "*"}):
+    principals = None
+    if bucket is not None:
+        if "Principal" not in raw:
+            raise PolicyError(f'{where}.Principal: a bucket policy names whom each statement is about: "*" or '
+                              '{"AWS": ["<access key>", ...]}')
+        principals = _principals(raw["Principal"], where)
+    elif "Principal" in raw and raw["Principal"] not in ("*", {"AWS": "*"}):
         raise PolicyError(f"{where}.Principal: the policy is attached to a key, which is its principal; remove "
                           "Principal (or write \"*\")")
     effect = raw.get("Effect")
@@ -147,7 +182,10 @@ def _statement(raw: Any, where: str) -> Statement:
         if resource != "*" and not resource.startswith("arn:aws:s3:::"):
             raise PolicyError(f"{where}.Resource: {resource!r} is not an S3 ARN; write arn:aws:s3:::bucket for a "
                               "bucket, arn:aws:s3:::bucket/prefix* for objects, or *")
-    return Statement(effect, actions, resources, str(raw.get("Sid", "")))
+        if bucket is not None and resource != f"arn:aws:s3:::{bucket}" and not resource.startswith(f"arn:aws:s3:::{bucket}/"):
+            raise PolicyError(f"{where}.Resource: {resource!r} is outside bucket {bucket!r}; a bucket policy may name "
+                              f"arn:aws:s3:::{bucket} and arn:aws:s3:::{bucket}/... only")
+    return Statement(effect, actions, resources, str(raw.get("Sid", "")), principals)
 
 
 _KNOWN_LOWER = frozenset(a.lower() for a in ACTIONS)

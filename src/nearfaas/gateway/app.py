@@ -17,6 +17,7 @@ from aiohttp import web
 
 from nearfaas.auth import function_keys
 from nearfaas.auth.admin import AdminGuard
+from nearfaas.auth.bucket_policy import BucketAccessCache
 from nearfaas.auth.internal import INTERNAL_ACCESS_KEY
 from nearfaas.egress import EgressClient, EgressPolicy
 from nearfaas.gateway.api import OpenFaaSAPI, on_prepare, stamp_calls
@@ -162,6 +163,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api.queue.egress = EgressClient(egress)    # async callbacks
     api.fastpath.egress = egress               # fast-path lambdas' external addresses
     auth = key_store = None
+    buckets = BucketAccessCache(backend.head_bucket)  # owners and bucket policies (auth/bucket_policy.py)
     if layout.get("auth"):
         from nearfaas.s3.sigv4 import S3Auth
 
@@ -171,9 +173,9 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
         key_store = access_keys.KeyStore(access_keys.keys_path(layout["auth"], state_dir),
                                          reserved={layout["auth"]["access_key"], INTERNAL_ACCESS_KEY})
         auth = S3Auth({layout["auth"]["access_key"]: layout["auth"]["secret_key"]},
-                      resolver=access_keys.resolver(key_store, _function_key_resolver(invoker, layout["internal_secret"])))
+                      resolver=access_keys.resolver(key_store, _function_key_resolver(invoker, layout["internal_secret"]), buckets))
     s3 = S3Frontend(backend, auth=auth, max_body=int(layout.get("s3_max_body", 5 * 1024**3)), on_created=api.object_created,
-                    hidden_buckets={INTERMEDIATE_BUCKET})
+                    hidden_buckets={INTERMEDIATE_BUCKET}, buckets=buckets)
     s3.transfer = transfer.Server()  # compressed GETs for clients that opt in (bitar/transfer.py)
     metrics.add_collector(BitarCollector(s3.transfer.counters))
     guard = AdminGuard(layout.get("auth"), auth, protected=api.requires_auth)

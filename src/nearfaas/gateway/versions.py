@@ -65,6 +65,19 @@ class ClusterVersions:
         finally:
             self._bucket_options.pop(bucket, None)
 
+    async def put_bucket_policy(self, bucket: str, text: str | None) -> None:
+        """A bucket's policy (None: none), on every storage node as its versioning is (its owner
+        is set when it is made): auth/bucket_policy.py decides requests with both."""
+        try:
+            await self._all_nodes(lambda c: c.put_bucket_policy(bucket, text))
+        except S3Error as exc:
+            if not unavailable(exc):
+                raise
+            raise S3Error("ServiceUnavailable", "Changing a bucket's policy needs every storage node, and one cannot be "
+                          f"reached ({exc.message}); retry once it is back.") from None
+        finally:
+            self._bucket_options.pop(bucket, None)
+
     async def _versioned(self, bucket: str) -> dict:
         """The keyword a write passes its replicas: made while versioning was Enabled."""
         return {"versioned": True} if await self.versioning_status(bucket) == "Enabled" else {}

@@ -15,6 +15,7 @@ from typing import TypeVar
 from collections.abc import AsyncIterator, Callable
 
 from nearfaas.node.objectstore import ObjectStore, OpenObject
+from nearfaas.s3.bucket_policy_api import POLICY_OPTION
 from nearfaas.s3.checksums import CHECKSUM_PREFIX, COMPUTE_HEADER
 from nearfaas.s3.backend import (BucketInfo, DeleteResult, ListResult, ObjectInfo, ObjectStream, SelectResult, UploadListResult,
                                  VersionListResult)
@@ -96,6 +97,9 @@ class LocalBackend:
 
     async def put_bucket_versioning(self, name: str, status: str) -> None:
         await self._run(self.store.set_versioning, name, status)
+
+    async def put_bucket_policy(self, name: str, text: str | None) -> None:
+        await self._run(self.store.set_option, name, POLICY_OPTION, text)
 
     # -- objects --------------------------------------------------------------------------------
 

@@ -274,11 +274,15 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
 
     def set_versioning(self, name: str, status: str) -> BucketInfo:
         """Record the bucket's versioning status ("Enabled" / "Suspended"), durably."""
+        return self.set_option(name, VERSIONING_OPTION, status)
+
+    def set_option(self, name: str, option: str, value) -> BucketInfo:
+        """Record one of the bucket's options (its versioning, its policy; None removes it), durably."""
         validate_bucket_name(name)
         with self._bucket_ops_lock:
             with self._lock:
                 info = self._require_bucket(name)
-            options = {**info.options, VERSIONING_OPTION: status}
+            options = {k: v for k, v in {**info.options, option: value}.items() if v is not None}
             meta = json.dumps({"name": name, "created": info.created, "options": options}).encode()
             atomic.write_bytes(bucket_dir(self.root, name) / ".bucket.json", meta, FILE_MODE)
             with self._lock:

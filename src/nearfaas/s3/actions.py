@@ -15,6 +15,10 @@ GET /b?uploads                             s3:ListBucketMultipartUploads     arn
 GET /b?versions (ListObjectVersions)       s3:ListBucketVersions             arn:aws:s3:::b
 GET /b?versioning                          s3:GetBucketVersioning            arn:aws:s3:::b
 PUT /b?versioning                          s3:PutBucketVersioning            arn:aws:s3:::b
+GET /b?policy                              s3:GetBucketPolicy                arn:aws:s3:::b
+PUT /b?policy                              s3:PutBucketPolicy                arn:aws:s3:::b
+DELETE /b?policy                           s3:DeleteBucketPolicy             arn:aws:s3:::b
+GET /b?policyStatus                        s3:GetBucketPolicyStatus          arn:aws:s3:::b
 PUT /b                                     s3:CreateBucket                   arn:aws:s3:::b
 DELETE /b                                  s3:DeleteBucket                   arn:aws:s3:::b
 POST /b?delete (DeleteObjects)             s3:DeleteObject, for each key     arn:aws:s3:::b/key
@@ -61,11 +65,16 @@ GET_BUCKET_VERSIONING = "s3:GetBucketVersioning"
 PUT_BUCKET_VERSIONING = "s3:PutBucketVersioning"
 GET_OBJECT_VERSION = "s3:GetObjectVersion"
 DELETE_OBJECT_VERSION = "s3:DeleteObjectVersion"
+GET_BUCKET_POLICY = "s3:GetBucketPolicy"
+PUT_BUCKET_POLICY = "s3:PutBucketPolicy"
+DELETE_BUCKET_POLICY = "s3:DeleteBucketPolicy"
+GET_BUCKET_POLICY_STATUS = "s3:GetBucketPolicyStatus"
 
 ACTIONS = frozenset({
     LIST_ALL_MY_BUCKETS, LIST_BUCKET, GET_BUCKET_LOCATION, LIST_BUCKET_MULTIPART_UPLOADS, CREATE_BUCKET, DELETE_BUCKET,
     GET_OBJECT, GET_OBJECT_ATTRIBUTES, GET_OBJECT_VERSION_ATTRIBUTES, LIST_MULTIPART_UPLOAD_PARTS, PUT_OBJECT, DELETE_OBJECT, ABORT_MULTIPART_UPLOAD,
     LIST_BUCKET_VERSIONS, GET_BUCKET_VERSIONING, PUT_BUCKET_VERSIONING, GET_OBJECT_VERSION, DELETE_OBJECT_VERSION,
+    GET_BUCKET_POLICY, PUT_BUCKET_POLICY, DELETE_BUCKET_POLICY, GET_BUCKET_POLICY_STATUS,
 })
 
 
@@ -82,6 +91,10 @@ def action_for(method: str, bucket: str | None, key: str, q: dict) -> str | None
     if bucket is None:
         return LIST_ALL_MY_BUCKETS if method in ("GET", "HEAD") else None
     if not key:
+        if "policyStatus" in q:
+            return GET_BUCKET_POLICY_STATUS if method == "GET" else None
+        if "policy" in q:
+            return {"GET": GET_BUCKET_POLICY, "PUT": PUT_BUCKET_POLICY, "DELETE": DELETE_BUCKET_POLICY}.get(method)
         if method == "GET":
             if "location" in q:
                 return GET_BUCKET_LOCATION

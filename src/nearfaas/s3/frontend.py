@@ -41,6 +41,7 @@ shows it only the buckets it may list (s3:ListBucket). Signed streaming bodies a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -55,6 +56,7 @@ from nearfaas.bitar import transfer
 from nearfaas.s3 import actions as s3actions
 from nearfaas.s3 import checksums
 from nearfaas.s3 import attributes as s3attributes, parts as s3parts, post_object as s3post  # issue 22's last three
+from nearfaas.s3 import bucket_policy_api as s3policy
 from nearfaas.s3 import copy as s3copy
 from nearfaas.s3 import versioning as s3versioning
 from nearfaas.s3 import xml as s3xml
@@ -83,7 +85,7 @@ UPLOAD_ID_HEADER = "x-nearfaas-upload-id"
 UNSUPPORTED_SUBRESOURCES = frozenset({
     "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
     "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification", "object-lock",
-    "ownershipControls", "policy", "policyStatus", "publicAccessBlock", "replication", "requestPayment",
+    "ownershipControls", "publicAccessBlock", "replication", "requestPayment",
     "restore", "retention", "tagging", "torrent", "website",
 })
 _RESPONSE_OVERRIDES = {
@@ -97,7 +99,8 @@ class S3Frontend(ListingHandlers):
     def __init__(self, backend: StorageBackend | Callable[[], StorageBackend], *, auth: S3Auth | None = None,
                  max_body: int = DEFAULT_MAX_BODY, virtual_host_suffixes: Iterable[str] = ("localhost",),
                  on_created: Callable[[web.Request, str, str, ObjectInfo], None] | None = None,
-                 version_writer: Callable[[Principal | None], bool] | None = None, hidden_buckets: Iterable[str] = ()):
+                 version_writer: Callable[[Principal | None], bool] | None = None, hidden_buckets: Iterable[str] = (),
+                 buckets=None):
         # A backend, or a zero-argument callable returning one (for hosts that build it late).
         self._backend_getter = (lambda: backend) if hasattr(backend, "put_object") else backend
         self.auth = auth or S3Auth()
@@ -111,6 +114,9 @@ class S3Frontend(ListingHandlers):
         self.transfer = None
         # The platform's own buckets (chain intermediates): reachable by name, never listed.
         self.hidden_buckets = frozenset(hidden_buckets)
+        # Bucket owners and policies (auth/bucket_policy.BucketAccessCache, the gateway's; None on a
+        # node): filled before a keys-file key's request is decided (s3/bucket_policy_api.py).
+        self.buckets = buckets
 
     @property
     def backend(self) -> StorageBackend:
@@ -207,6 +213,9 @@ class S3Frontend(ListingHandlers):
             raise _outside_scope(principal, bucket)
         q = dict(query)
         method = request.method
+        if bucket is not None:  # its owner and policy, for a key they apply to (and a copy's source's)
+            source = request.headers.get("x-amz-copy-source")
+            await self.prepare_buckets(principal, bucket, *([s3copy.copy_source(source)[0]] if source and key else []))
         # The key's policy (s3/actions.py names the action each request needs; auth/policy.py decides).
         action = s3actions.action_for(method, bucket, key, q)
         if action is not None:
@@ -220,6 +229,7 @@ class S3Frontend(ListingHandlers):
         if bucket is None:
             if method in ("GET", "HEAD"):
                 buckets = [b for b in await self.backend.list_buckets() if b.name not in self.hidden_buckets]
+                await self.prepare_buckets(principal, *(b.name for b in buckets))  # whose each is, for the filter below
                 if principal is not None and (principal.buckets is not None or principal.authorizer is not None):
                     buckets = [b for b in buckets if principal.authorize(s3actions.LIST_BUCKET, b.name)]
                 return self._xml(request, s3xml.list_buckets_page(buckets, q))
@@ -231,7 +241,22 @@ class S3Frontend(ListingHandlers):
             return await self._bucket_operation(request, method, bucket, q)
         return await self._object_operation(request, method, bucket, key, q)
 
+    def _bucket_headers(self, request, info) -> dict[str, str]:
+        """A bucket's headers: its owner and policy only for the gateway asking a node."""
+        context = request.get(_AUTH_CONTEXT)
+        if context is not None and self.version_writer(context.principal):
+            return bucket_headers(info)
+        return bucket_headers(dataclasses.replace(info, options=s3policy.public_options(info.options)))
+
+    async def prepare_buckets(self, principal: Principal | None, *buckets: str) -> None:
+        """Load the owners and policies of ``buckets`` when they decide ``principal``'s request."""
+        if self.buckets is not None and principal is not None and principal.account is not None:
+            for name in buckets:
+                await self.buckets.prepare(name)
+
     async def _bucket_operation(self, request, method: str, bucket: str, q: dict):
+        if "policy" in q or "policyStatus" in q:
+            return await s3policy.bucket_policy(self, request, method, bucket, q, request[_AUTH_CONTEXT].principal)
         if method == "GET":
             if "location" in q:
                 await self.backend.head_bucket(bucket)
@@ -251,15 +276,18 @@ class S3Frontend(ListingHandlers):
             body = self._body(request, require_length=False)
             s3xml.parse_create_bucket(await body.read_all(MAX_XML_BODY))  # validated, then ignored
             options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
+            options = s3policy.creation_options(self, request, bucket, options, request[_AUTH_CONTEXT].principal)
             info = await self.backend.create_bucket(bucket, options)
             # Creating a bucket you already own answers 200, as S3 does in us-east-1.
-            headers = {"Location": f"/{bucket}", **bucket_headers(info)}
+            headers = {"Location": f"/{bucket}", **self._bucket_headers(request, info)}
             return self._empty(request, 200, headers)
         if method == "HEAD":
             info = await self.backend.head_bucket(bucket)
-            return self._empty(request, 200, {"x-amz-bucket-region": "us-east-1", **bucket_headers(info)})
+            return self._empty(request, 200, {"x-amz-bucket-region": "us-east-1", **self._bucket_headers(request, info)})
         if method == "DELETE":
             await self.backend.delete_bucket(bucket)
+            if self.buckets is not None:
+                self.buckets.forget(bucket)  # a bucket made anew under this name has a new owner
             return self._empty(request, 204)
         if method == "POST":
             if "delete" in q:

@@ -34,6 +34,7 @@ from nearfaas.s3.backend import (BucketInfo, DeleteResult, ListResult, ObjectInf
 from nearfaas.s3.copy import SOURCE_VERSION_HEADER
 from nearfaas.s3.versioning import VERSIONED_HEADER
 from nearfaas.s3.errors import S3Error
+from nearfaas.s3.bucket_policy_api import OPTIONS_HEADER
 from nearfaas.s3.frontend import DSCS_REPLICA_HEADER, UPLOAD_ID_HEADER
 from nearfaas.s3.checksums import CHECKSUM_MODE, CHECKSUM_PREFIX, COMPUTE_HEADER, STORED_HEADERS, WHOLE_OBJECT, part_checksums_xml
 from nearfaas.s3.parts import PART_SIZES
@@ -222,6 +223,8 @@ class NodeClient:
 
     async def create_bucket(self, name: str, options: dict | None = None) -> BucketInfo:
         headers = {DSCS_REPLICA_HEADER: "true"} if (options or {}).get("dscs_replica") else {}
+        if options:  # all of them (its owner too): a node takes them from the gateway only (s3/bucket_policy_api.py)
+            headers[OPTIONS_HEADER] = json.dumps(options, separators=(",", ":"))
         response = await self._request("PUT", name, headers=headers)
         return _bucket_from_headers(name, response.headers)
 
@@ -236,6 +239,13 @@ class NodeClient:
         response = await self._request("GET", name, params=[("versioning", "")])
         root = s3xml.parse_xml(await response.read(), "VersioningConfiguration")
         return (s3xml._child_text(root, "Status") or "").strip()
+
+    async def put_bucket_policy(self, name: str, text: str | None) -> None:
+        if text is None:
+            await self._request("DELETE", name, params=[("policy", "")], ok=(204, 200))
+        else:
+            await self._request("PUT", name, params=[("policy", "")], data=text.encode(), headers={"Content-Type": "application/json"},
+                                ok=(204, 200))
 
     async def put_bucket_versioning(self, name: str, status: str) -> None:
         body = versioning_xml.versioning_configuration_xml(status)

@@ -75,6 +75,9 @@ class Principal:
     # A policy (auth/policy.py) as a callable: may this principal do `action` (an S3 policy action,
     # s3/actions.py) on bucket/key? None: every action on the buckets it may use.
     authorizer: Callable[[str, str | None, str | None], bool] | None = field(default=None, repr=False, compare=False)
+    # The access key buckets it creates are owned by, when bucket ownership applies to it (a key of
+    # the keys file, auth/bucket_policy.py); None: the admin and function keys.
+    account: str | None = None
 
     def may_use(self, bucket: str) -> bool:
         return self.buckets is None or bucket in self.buckets
