@@ -4,6 +4,7 @@ copies (CopyObject; UploadPartCopy above the CLI's 8 MiB multipart threshold).""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -89,3 +90,18 @@ def test_aws_s3_cp_keeps_the_object_headers_it_is_given(aws, tmp_path):
     aws("s3", "cp", "s3://cli-a/page.html", "s3://cli-b/page.html")
     copied = json.loads(aws("s3api", "head-object", "--bucket", "cli-b", "--key", "page.html").stdout)
     assert (copied["ContentEncoding"], copied["CacheControl"]) == ("gzip", "max-age=60")
+
+
+def test_aws_s3api_manages_a_bucket_policy(aws, tmp_path):
+    """put-/get-/delete-bucket-policy and get-bucket-policy-status as aws-cli 1.x sends them (they answered 501)."""
+    policy = {"Version": "2012-10-17", "Statement": [{"Sid": "everyone-reads", "Effect": "Allow", "Principal": "*",
+                                                      "Action": "s3:GetObject", "Resource": "arn:aws:s3:::cli-a/*"}]}
+    aws("s3api", "put-bucket-policy", "--bucket", "cli-a", "--policy", json.dumps(policy))
+    assert json.loads(json.loads(aws("s3api", "get-bucket-policy", "--bucket", "cli-a").stdout)["Policy"]) == policy
+    status = json.loads(aws("s3api", "get-bucket-policy-status", "--bucket", "cli-a").stdout)
+    assert status["PolicyStatus"]["IsPublic"] is True
+    bad = aws("s3api", "put-bucket-policy", "--bucket", "cli-a", "--policy", '{"Statement": []}', check=False)
+    assert bad.returncode != 0 and "MalformedPolicy" in bad.stderr, bad.stderr
+    aws("s3api", "delete-bucket-policy", "--bucket", "cli-a")
+    gone = aws("s3api", "get-bucket-policy", "--bucket", "cli-a", check=False)
+    assert gone.returncode != 0 and "NoSuchBucketPolicy" in gone.stderr, gone.stderr
