@@ -324,3 +324,20 @@ def test_update_lets_calls_in_flight_finish(cluster, functions_dir):
         assert resp.status_code == 200 and resp.text.startswith("{"), f"an instance of the old version answered: {resp.text!r}"
         answer = resp.json()  # echo's answer, not slow's "slept 0.0"
         assert answer["greeting"] == "v2" and answer["function"] == "draining" and answer["body"] == "new", answer
+
+
+def test_a_compressed_call_body_reaches_the_handler_as_sent(cluster, functions_dir):
+    """Content-Encoding passes through, as OpenFaaS's watchdogs pass it: the worker decompressed
+    it, so 20 KB of gzip became a 20 MiB body past invoke_max_body, and bad gzip a 500 (red team)."""
+    import gzip
+
+    cluster.deploy("echo-encoded", functions_dir / "echo")
+    try:
+        bomb = gzip.compress(b"0" * (20 << 20), 9)
+        call = requests.post(f"{cluster.url}/function/echo-encoded", data=bomb, headers={"Content-Encoding": "gzip"}, timeout=60)
+        assert call.status_code == 200 and len(call.json()["body"]) <= len(bomb), len(call.text)
+        bad = requests.post(f"{cluster.url}/function/echo-encoded", data=b"not gzip", headers={"Content-Encoding": "gzip"},
+                            timeout=60)
+        assert bad.status_code == 200 and bad.json()["body"] == "not gzip", bad.text
+    finally:
+        cluster.http.delete(f"{cluster.url}/system/functions", json={"functionName": "echo-encoded"}, timeout=30)

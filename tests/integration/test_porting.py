@@ -79,6 +79,13 @@ def test_tmp_is_lambdas_size_and_an_instance_whose_tmp_is_full_is_replaced(clust
     assert after.status_code == 200, after.text
     assert after.headers["X-Nearfaas-Instance"] != first.headers["X-Nearfaas-Instance"]
     assert after.json()["free"] > 4 << 20  # a fresh, nearly empty /tmp
+    # A call that succeeds but leaves /tmp full retires its instance too (red team: the next
+    # caller got the 502 instead).
+    exact = requests.post(url, data=b"5", timeout=60)  # 3 + 5 MiB: all of its 8
+    assert exact.status_code == 200 and exact.json()["free"] == 0, exact.text
+    assert "/tmp is full" in exact.headers["X-Nearfaas-Retiring"]
+    fresh = requests.post(url, data=b"1", timeout=60)
+    assert fresh.status_code == 200 and fresh.headers["X-Nearfaas-Instance"] != exact.headers["X-Nearfaas-Instance"], fresh.text
 
 
 def test_a_requirements_file_that_cannot_install_is_reported_at_once(cluster, tmp_path):

@@ -248,3 +248,35 @@ def test_a_keys_bucket_is_its_own_and_its_bucket_policy_lets_others_in(keyed, tm
         admin.delete_bucket(Bucket="kp-alice")
         keys_cli(keyed, "revoke", "alice")
         keys_cli(keyed, "revoke", "bob")
+
+
+def test_two_keys_creating_one_bucket_at_once_get_one_owner_and_one_409(keyed, tmp_path):
+    """Red team: both were told 200 though one owned it (and, without one creation at a time,
+    the nodes could disagree on the owner)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    clients = [keyed.s3(**add_key(keyed, tmp_path, name, EVERYTHING)) for name in ("racer-a", "racer-b")]
+    admin = keyed.s3()
+    try:
+        for round_ in range(5):
+            name = f"kp-race-{round_}"
+            with ThreadPoolExecutor(2) as pool:
+                outcomes = list(pool.map(lambda c: _create_outcome(c, name), clients))
+            assert sorted(outcomes) == [200, 409], outcomes
+            winner = clients[outcomes.index(200)]
+            winner.put_object(Bucket=name, Key="k", Body=b"mine")
+            loser = clients[outcomes.index(409)]
+            assert refused(loser.get_object, Bucket=name, Key="k") == ("AccessDenied", 403)
+            admin.delete_object(Bucket=name, Key="k")
+            admin.delete_bucket(Bucket=name)
+    finally:
+        keys_cli(keyed, "revoke", "racer-a")
+        keys_cli(keyed, "revoke", "racer-b")
+
+
+def _create_outcome(client, name: str) -> int:
+    try:
+        return client.create_bucket(Bucket=name)["ResponseMetadata"]["HTTPStatusCode"]
+    except ClientError as exc:
+        assert exc.response["Error"]["Code"] == "BucketAlreadyExists", exc.response
+        return exc.response["ResponseMetadata"]["HTTPStatusCode"]

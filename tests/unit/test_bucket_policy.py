@@ -75,3 +75,21 @@ def test_an_unprepared_bucket_is_refused_and_a_missing_one_answers_to_the_keys_o
     asyncio.run(cache.prepare("missing"))
     assert authorize("s3:GetObject", "b", "k") is False  # alice's, no bucket policy
     assert cache.get("missing") is None
+
+
+def test_a_policy_that_reads_one_way_and_means_another_is_refused():
+    """Red team: a statement naming Effect twice ("Deny" ... "Allow") was read as the last, and
+    principals that can never match (wildcards, ARNs, bare strings) were stored silently."""
+    doubled = '{"Statement": [{"Effect": "Deny", "Principal": "*", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::b/*", "Effect": "Allow"}]}'
+    with pytest.raises(PolicyError, match="twice"):
+        Policy.parse(doubled, bucket="b")
+    with pytest.raises(PolicyError, match="twice"):
+        Policy.parse('{"Statement": [], "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}')
+    for principal in ("NKBOB0123", ["*"], {"AWS": "NK937*"}, {"AWS": "arn:aws:iam::123:user/bob"}, {"AWS": " NKBOB0123"},
+                      {"AWS": []}, {"AWS": "*", "Service": "x"}):
+        with pytest.raises(PolicyError, match="Principal"):
+            Policy.parse({"Statement": [{"Effect": "Deny", "Principal": principal, "Action": "s3:GetObject",
+                                         "Resource": "arn:aws:s3:::b/*"}]}, bucket="b")
+    ok = Policy.parse({"Statement": [{"Effect": "Deny", "Principal": {"AWS": ["NKBOB0123", "*"]}, "Action": "s3:GetObject",
+                                      "Resource": "arn:aws:s3:::b/*"}]}, bucket="b")
+    assert ok.decide("s3:GetObject", "arn:aws:s3:::b/k", principal="NKANY") == "Deny"

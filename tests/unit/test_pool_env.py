@@ -110,7 +110,7 @@ def test_pip_installs_beside_the_runtime_without_conflict_noise():
 
 
 def test_the_tmp_size_reaches_the_jail_plan(pools, tmp_path):
-    assert pools._tmp_size(_spec(tmp_path)) == DEFAULT_TMP_SIZE == 64 << 20
+    assert pools._tmp_size(_spec(tmp_path)) == DEFAULT_TMP_SIZE == 512 << 20  # AWS Lambda's default
     assert pools._tmp_size(_spec(tmp_path, x={"tmp_size": 2 << 20})) == 2 << 20
     assert pools._tmp_size(_spec(tmp_path, x={"tmp_size": "256Mi"})) == 256 << 20
     with pytest.raises(PoolError, match="tmp_size") as info:

@@ -124,7 +124,7 @@ class AdminGuard:
             except S3Error as exc:
                 return f"SigV4: {exc.code}: {exc.message}"
             if ctx.access_key != self.keys["access_key"]:
-                return "only the cluster's own key may use the /system API (a function's key may not)"
+                return "only the cluster's own key may use the /system API (not a function's key, nor a key of the keys file)"
             signed = ctx.payload_hash
             if signed and signed != "UNSIGNED-PAYLOAD" and signed != hashlib.sha256(await request.read()).hexdigest():
                 return "SigV4: the body does not match x-amz-content-sha256"

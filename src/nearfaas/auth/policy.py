@@ -110,7 +110,7 @@ class Policy:
         ``bucket``: a bucket policy for that bucket (principals named, resources inside it)."""
         if isinstance(document, (str, bytes)):
             try:
-                document = json.loads(document)
+                document = json.loads(document, object_pairs_hook=_no_duplicates)
             except ValueError as e:
                 raise PolicyError(f"{where}: not valid JSON ({e}); write the policy as a JSON object with "
                                   f'"Version" and "Statement"') from None
@@ -132,17 +132,38 @@ class Policy:
         return cls(tuple(_statement(s, f"{where}.Statement[{i}]", bucket) for i, s in enumerate(raw)))
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """json's object hook: a policy whose text names a field twice is refused, not read as the
+    last one (a statement reading "Deny ... Allow" would otherwise allow; red team, issue 42)."""
+    seen: dict = {}
+    for name, value in pairs:
+        if name in seen:
+            raise ValueError(f"the field {name!r} appears twice in one object")
+        seen[name] = value
+    return seen
+
+
+_ACCESS_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{2,127}$")  # auth/keys.py's rule for access keys
+
+
 def _principals(raw: Any, where: str) -> tuple[str, ...]:
-    """A bucket policy statement's Principal: "*", {"AWS": "*"}, {"AWS": KEY} or {"AWS": [KEY, ...]}."""
-    value = raw.get("AWS") if isinstance(raw, dict) and set(raw) == {"AWS"} else raw
-    if value == "*":
+    """A bucket policy statement's Principal: "*", or {"AWS": "*" | KEY | [KEY, ...]}: nothing else,
+    and no value that could never match a key (a wildcard, an ARN, a space), which would make a
+    Deny silently do nothing."""
+    fix = '"*" (every key of this cluster), {"AWS": "<access key>"} or {"AWS": ["<access key>", ...]}'
+    if raw == "*":
         return ("*",)
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise PolicyError(f'{where}.Principal: must be "*" (every key of this cluster) or {{"AWS": "<access key>"}} or '
-                          '{"AWS": ["<access key>", ...]}')
-    return tuple(value)
+    if not isinstance(raw, dict) or set(raw) != {"AWS"}:
+        raise PolicyError(f"{where}.Principal: must be {fix}")
+    value = raw["AWS"]
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+        raise PolicyError(f"{where}.Principal.AWS: must be {fix}")
+    for v in values:
+        if v != "*" and not _ACCESS_KEY.match(v):
+            raise PolicyError(f"{where}.Principal.AWS: {v!r} is not an access key of this cluster (no wildcards, ARNs or "
+                              "names: `nearfaas keys list` shows the access keys); write one, or \"*\"")
+    return tuple(values)
 
 
 def _statement(raw: Any, where: str, bucket: str | None = None) -> Statement:

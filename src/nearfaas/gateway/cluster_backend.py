@@ -84,6 +84,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         self.replication = replication
         self.dscs_replica = dscs_replica
         self._bucket_options: dict[str, dict] = {}
+        self._creating: dict[str, asyncio.Lock] = {}  # bucket names being created (create_bucket)
         self._gates: dict[str, Gate] = {}
         self.clock = HybridClock("gw")
         self.order = AckOrder()
@@ -475,6 +476,17 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
     async def create_bucket(self, name, options=None) -> BucketInfo:
         if name in RESERVED_BUCKETS:
             raise S3Error("InvalidBucketName", f"bucket name {name!r} is reserved by the gateway's API; choose another name")
+        # One creation of a name at a time: two at once could leave the nodes disagreeing on its
+        # options (its owner: s3/bucket_policy_api.py); the later one finds the bucket made.
+        lock = self._creating.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._create_bucket(name, options)
+        finally:
+            if not lock.locked() and self._creating.get(name) is lock:
+                del self._creating[name]
+
+    async def _create_bucket(self, name, options=None) -> BucketInfo:
         names = [n.name for n in self.nodes.storage_nodes()]
         results = await asyncio.gather(*(self.client_for(n).create_bucket(name, options) for n in names), return_exceptions=True)
         made = settle(names, results, unavailable, "CreateBucket")

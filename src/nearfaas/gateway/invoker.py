@@ -253,7 +253,7 @@ class Invoker:
                 state.notify()
                 if instance.draining and not instance.inflight:
                     self.pool.retire(instance, stop=True)
-        if reply_headers.get("X-Nearfaas-Error") in ("exec-timeout", "instance-fault"):
+        if reply_headers.get("X-Nearfaas-Error") in ("exec-timeout", "instance-fault") or "X-Nearfaas-Retiring" in reply_headers:
             self.pool.drop_instance(state, instance, stop=False)  # it is exiting (runtime/worker.py); the node reaps it
         report = self._report(state, decision, reply_headers, time.perf_counter() - started, cold_seconds)
         if status < 400:

@@ -196,6 +196,7 @@ class Worker:
         self.is_async = inspect.iscoroutinefunction(self.handle)
         self.classic = spec.get("lang") in CLASSIC_LANGS
         self.dying = False
+        self.private_tmp = False  # set by _run when the instance has a tmpfs /tmp of its own
 
     def _start_s3_endpoint(self) -> S3Endpoint | None:
         """Point the AWS SDKs at this worker's S3 endpoint, before the handler creates a client.
@@ -298,7 +299,7 @@ class Worker:
             # caller has no business seeing; the answer says where to read it.
             print(traceback.format_exc(), file=sys.stderr, flush=True)
             fix = f"the traceback is in the function's log: nearfaas logs {self.name}"
-            fault = persistent_fault(exc)
+            fault = persistent_fault(exc, "/tmp" if self.private_tmp else None)
             if fault is not None:  # every later call here would fail the same way: a fresh instance serves them
                 print(f"this instance is replaced: {fault}", file=sys.stderr, flush=True)
                 self._die_after_reply()
@@ -313,6 +314,11 @@ class Worker:
         # A handler may not speak for the platform: its own X-Nearfaas-* headers are dropped.
         out = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("x-nearfaas-"))
         out.update(stats.call_headers(time.perf_counter() - started, self.link.profile.name, self.instance, objects.wrote_output))
+        spent = tmp_spent() if self.private_tmp else None
+        if spent is not None:  # the call worked, but left no room for the next: it goes to a fresh instance
+            print(f"this instance is replaced after this call: {spent}", file=sys.stderr, flush=True)
+            self._die_after_reply()
+            out[RETIRING_HEADER] = spent
         try:
             return web.Response(status=status, headers=out, body=payload)
         except (ValueError, TypeError) as exc:  # e.g. statusCode 1000 or a header value with a newline
@@ -331,13 +337,15 @@ class Worker:
 # instance's end empties) or its file descriptors. Kept warm, it would fail every later call.
 EXHAUSTED = {errno.ENOSPC: "its /tmp (or another of its file systems) is full", errno.EDQUOT: "its disk quota is spent",
              errno.EMFILE: "it has no file descriptor left (a leak)"}
-TMP_NEARLY_FULL = 0.01  # free share of /tmp under which a failed call is blamed on /tmp
+TMP_NEARLY_FULL = 0.01  # free share of /tmp under which the instance is spent
+RETIRING_HEADER = "X-Nearfaas-Retiring"  # on an answer after which the instance exits (why); the gateway drops it
 
 
-def persistent_fault(exc: BaseException, tmp: str = "/tmp") -> str | None:
+def persistent_fault(exc: BaseException, tmp: str | None = "/tmp") -> str | None:
     """Why the instance that raised ``exc`` cannot serve another call, or None (the call's own
     failure: the instance stays warm). Looks through the exception's causes, and at /tmp: a
-    library may wrap ENOSPC in its own error, but a failed call with /tmp full is the same fault.
+    library may wrap ENOSPC in its own error, but a failed call with /tmp full is the same fault
+    (``tmp`` None: the instance has no /tmp of its own to blame, as with isolation off).
 
     Worked example (SeBS's compression function, 19.4 MB left in /tmp per call, tmp_size 64Mi):
     the fourth call's write raises OSError(ENOSPC) -> "its /tmp ... is full (... tmp_size)"; the
@@ -349,6 +357,11 @@ def persistent_fault(exc: BaseException, tmp: str = "/tmp") -> str | None:
         if isinstance(exc, OSError) and exc.errno in EXHAUSTED:
             return f"{EXHAUSTED[exc.errno]} (x-nearfaas.tmp_size sets /tmp's size; delete what a call leaves there)"
         exc = exc.__cause__ or exc.__context__
+    return tmp_spent(tmp) if tmp is not None else None
+
+
+def tmp_spent(tmp: str = "/tmp") -> str | None:
+    """Why /tmp leaves no room for another call (under TMP_NEARLY_FULL of it free), or None."""
     try:
         fs = os.statvfs(tmp)
     except OSError:
@@ -373,7 +386,10 @@ def _prepare(args, spec: dict) -> Worker:
 async def _serve(worker: Worker, ready_fd: int) -> None:
     """On the event-loop thread: answer calls until the process ends."""
     # The gateway pools connections to this worker; keep them open (it closes idle ones first).
-    server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600)
+    # auto_decompress off: a call's body reaches the handler as sent, with its Content-Encoding
+    # header, as OpenFaaS's watchdogs pass it. Decompressed here, 100 KB of gzip became a 100 MiB
+    # body past the gateway's invoke_max_body, and a bad one a 500 (red team, issue 42).
+    server = web.Server(worker.serve, access_log=None, keepalive_timeout=3600, auto_decompress=False)
     runner = web.ServerRunner(server, handle_signals=False)  # signals reach the main thread, not this one
     await runner.setup()
     if netns.serving is not None:  # jailed: a unix socket the gateway calls (node/netrelay.py)
@@ -391,6 +407,7 @@ async def _serve(worker: Worker, ready_fd: int) -> None:
 def _run(args, spec: dict) -> None:
     """Serve calls on a loop thread while the main thread runs sync handlers (see the module doc)."""
     worker = _prepare(args, spec)
+    worker.private_tmp = bool(getattr(args, "jail", None))  # its own tmpfs /tmp (node/jail.py), whose fill is its own
     failed: list[str] = []
 
     def loop_thread() -> None:

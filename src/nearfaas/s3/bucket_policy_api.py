@@ -57,6 +57,13 @@ def creation_options(frontend, request: web.Request, bucket: str, options: dict 
     return options
 
 
+def check_created(principal, bucket: str, info) -> None:
+    """After a CreateBucket: a bucket another key made first (a concurrent create) is theirs."""
+    owner = info.options.get(OWNER_OPTION)
+    if principal is not None and principal.account is not None and owner not in (None, principal.account):
+        raise S3Error("BucketAlreadyExists", f"The bucket {bucket!r} is owned by another key; choose another name.")
+
+
 def _may_administer(frontend, bucket: str, principal, internal: bool) -> None:
     if internal:
         return

@@ -273,6 +273,9 @@ def _check_completion(expected: dict, stored: dict, kind: str) -> None:
         raise S3Error("InvalidRequest", f"The completion says {CHECKSUM_TYPE} {expected[CHECKSUM_TYPE]}, but the upload "
                       f"was created as {actual_type}.")
     value, actual = expected[header], stored[header]
+    if actual_type == "FULL_OBJECT" and "-" in value:
+        raise S3Error("InvalidRequest", f"{header} {value!r} is a COMPOSITE value (<base64>-<parts>), but this upload's "
+                      "checksum is FULL_OBJECT: name the CRC of the whole object.")
     # A COMPOSITE checksum may be named with or without its -<parts> suffix; FULL_OBJECT has none.
     same = value == actual or (actual_type == "COMPOSITE" and "-" not in value and actual.partition("-")[0] == value)
     if not same:

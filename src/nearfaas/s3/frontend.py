@@ -278,6 +278,7 @@ class S3Frontend(ListingHandlers):
             options = {"dscs_replica": True} if is_true(request.headers.get(DSCS_REPLICA_HEADER)) else None
             options = s3policy.creation_options(self, request, bucket, options, request[_AUTH_CONTEXT].principal)
             info = await self.backend.create_bucket(bucket, options)
+            s3policy.check_created(request[_AUTH_CONTEXT].principal, bucket, info)  # another key's, made just before
             # Creating a bucket you already own answers 200, as S3 does in us-east-1.
             headers = {"Location": f"/{bucket}", **self._bucket_headers(request, info)}
             return self._empty(request, 200, headers)
