@@ -157,6 +157,18 @@ functions:
             time.sleep(0.2)
         assert len(forks) >= 2, logs
         assert len({r["timestamp"] for r in records}) > 1, records  # each line its own time, not the file's
+        # A new deployment of the name (another environment) has a log of its own: no lines of the last one's
+        stack.write_text(stack.read_text().replace("greeting: hello", "greeting: hi"))
+        faas("deploy", "-f", str(stack))
+        assert faas("invoke", "cli-shout", stdin="anew").stdout.strip() == "ANEW"
+        deadline = time.monotonic() + 30
+        while True:
+            texts = [json.loads(line)["text"] for line in faas("logs", "cli-shout", "--tail=false", "--output", "json").stdout.splitlines()
+                     if line.strip()]
+            if any("Wrote 4 Bytes" in t for t in texts) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert sum("Forking fprocess." in t for t in texts) == 1, texts
         faas("remove", "cli-shout")
         assert "cli-shout" not in faas("list").stdout
         assert requests.post(f"{cluster.url}/function/cli-shout", data=b"x", timeout=30).status_code == 404

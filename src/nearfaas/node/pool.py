@@ -23,6 +23,7 @@ hides the host's /tmp.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import secrets
@@ -105,6 +106,7 @@ class WorkerPools:
         self.link = link
         self.workers_max = workers_max
         self._starting = 0
+        self._log_versions: dict[str, str] = {}  # function -> the spec digest its log is of (_log_per_deployment)
         self.state_dir = state_dir
         self.node_dir = state_dir / "nodes" / node
         self.gateway_url = gateway_url
@@ -165,6 +167,7 @@ class WorkerPools:
                             f"remove or scale down functions, or raise nodes[].workers_max in the cluster file", status=429)
         self._starting += 1
         try:
+            self._log_per_deployment(spec)
             if self.files is not None:
                 spec = await self._localise(spec)
             if is_image_function(spec):  # an image-only OpenFaaS function: a container behind the same contract (node/oci/)
@@ -416,8 +419,25 @@ class WorkerPools:
         ids = [w.id for w in self.workers.values() if w.function == name]
         self._builds.stop(name)  # a build nobody will use: its process group now, its cgroups as it ends
         await asyncio.gather(*(self.stop(i) for i in ids))
-        self.log_path(name).unlink(missing_ok=True)  # a removed function's log goes with it
+        for path in (self.log_path(name), worker_logs.previous(self.log_path(name))):
+            path.unlink(missing_ok=True)  # a removed function's log goes with it
+        self._log_versions.pop(name, None)
         return len(ids)
+
+    def _log_per_deployment(self, spec: dict) -> None:
+        """A new deployment of a function (another spec: new code, image, environment...) starts a
+        log of its own, as a new OpenFaaS deployment's pods do: the last one's is set aside
+        (worker_logs.previous; its instances still draining write there), so `faas-cli logs`
+        shows no lines of an earlier deployment of the name. A secret's restart keeps the spec."""
+        name = spec["name"]
+        version = hashlib.sha256(json.dumps({k: v for k, v in spec.items() if k != "credentials"}, sort_keys=True,
+                                            default=str).encode()).hexdigest()
+        last, self._log_versions[name] = self._log_versions.get(name), version
+        if last is not None and last != version:
+            try:
+                os.replace(self.log_path(name), worker_logs.previous(self.log_path(name)))
+            except FileNotFoundError:
+                pass
 
     async def shutdown(self) -> None:
         if getattr(self, "_log_trimmer", None) is not None:

@@ -141,6 +141,12 @@ def log_path(node_dir: Path, name: str) -> Path:
     return node_dir / "logs" / f"{name}.log"
 
 
+def previous(path: Path) -> Path:
+    """Where a function's log goes when a new deployment starts one (node/pool.py): kept, trimmed,
+    not read by /system/logs, deleted with the function."""
+    return path.with_name(path.name + ".previous")
+
+
 def _newest(path: Path, limit: int | None = None) -> str:
     """The last ``limit`` (READ_BYTES) bytes of the file as text, starting at a whole line."""
     limit = READ_BYTES if limit is None else limit
@@ -163,7 +169,7 @@ def trim(logs_dir: Path, max_bytes: int = MAX_BYTES, keep: int = KEEP_BYTES) -> 
     """Cut every log in ``logs_dir`` larger than ``max_bytes`` to its last ``keep`` bytes, in
     place (its writers hold it open with O_APPEND, so they go on at the new end); the names cut."""
     cut = []
-    for path in logs_dir.glob("*.log"):
+    for path in [*logs_dir.glob("*.log"), *logs_dir.glob("*.log.previous")]:
         try:
             if path.stat().st_size <= max_bytes:
                 continue
