@@ -435,7 +435,7 @@ class WorkerPools:
         last, self._log_versions[name] = self._log_versions.get(name), version
         if last is not None and last != version:
             try:
-                os.replace(self.log_path(name), worker_logs.previous(self.log_path(name)))
+                atomic.move(self.log_path(name), worker_logs.previous(self.log_path(name)))
             except FileNotFoundError:
                 pass
 

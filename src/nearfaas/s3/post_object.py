@@ -229,6 +229,7 @@ async def post_object(frontend, request: web.Request, bucket: str) -> web.Stream
         length_range = check_policy(decode_policy(fields["policy"]), {**fields, "key": key}, bucket, now)
     if principal is not None and not principal.may_use(bucket):
         raise S3Error("AccessDenied", f"Access Denied: {principal.name} may not use the bucket {bucket}.")
+    await frontend.prepare_buckets(principal, bucket)  # its owner and policy (auth/bucket_policy.py)
     s3actions.require(principal, s3actions.PUT_OBJECT, bucket, key)
     stored = checksums.stored_request_headers({n: v for n, v in fields.items() if n != "content-type"})
     metadata = {n[11:]: v for n, v in fields.items() if n.startswith("x-amz-meta-")}
