@@ -8,6 +8,7 @@ AWSCLI_VENV ?= .venv-awscli
 AWSCLI_VERSION := 1.45.11
 PYTHON ?= python3
 # Debian packages the project uses (installed by `make setup` when run as root):
+#   faketime — libfaketime, to start a gateway with its clock behind (tests/integration/test_gateway_clock.py)
 #   wrk — the C load generator of benchmarks/invoke_overhead.py
 #   clang, lld, wasi-libc, libclang-rt-14-dev-wasm32 — compile the fast path's C lambdas to WebAssembly
 #   memcached — the key-value store the fast path's memcached lambda talks to (tests, benchmarks)
@@ -17,7 +18,7 @@ PYTHON ?= python3
 #     first, runc where crun cannot run (Debian 12's crun refuses hybrid cgroup hosts); umoci unpacks,
 #     skopeo imports archives and registry images; busybox-static builds the tests' small images;
 #     docker-registry is the local registry the image tests push to and pull from
-DEB_PACKAGES := wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng fuse3 crun runc umoci skopeo busybox-static docker-registry libseccomp2
+DEB_PACKAGES := faketime wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng fuse3 crun runc umoci skopeo busybox-static docker-registry libseccomp2
 # The fast path's Rust build lives outside the clone, so a fresh clone (CI) reuses it: a clean
 # wasmtime build takes about 5 minutes on 2 cores, an up-to-date check about a second.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target

@@ -315,3 +315,27 @@ def test_a_node_whose_polls_fail_is_given_up_on_unless_it_keeps_answering_other_
             await ticker
 
     asyncio.run(main())
+
+
+def test_a_clock_with_a_ceiling_file_never_stamps_below_what_it_handed_out_before_a_restart(tmp_path):
+    """Restarted with its wall clock two minutes behind (issue 43), it starts from the ceiling it
+    kept, so the next stamp is above every earlier one; the file is rewritten once per reserve."""
+    import os
+
+    from nearfaas.replication.version import RESERVE_MS, HybridClock
+
+    now = [1_700_000_000.0]
+    clock = HybridClock("gw", wall=lambda: now[0], ceiling_file=tmp_path / "clock")
+    stamps = [clock.now() for _ in range(100)]
+    written = os.stat(tmp_path / "clock").st_mtime_ns
+    now[0] += RESERVE_MS / 2000  # half the reserve later: no new write
+    stamps.append(clock.now())
+    assert os.stat(tmp_path / "clock").st_mtime_ns == written
+    restarted = HybridClock("gw", wall=lambda: now[0] - 120, ceiling_file=tmp_path / "clock")
+    assert restarted.now() > max(stamps)
+    fresh = HybridClock("gw", wall=lambda: now[0] - 120)  # no ceiling: only observing can help it
+    fresh.observe(restarted.high_water())
+    assert fresh.now() > max(stamps)
+    garbled = tmp_path / "garbled"
+    garbled.write_text("not hex")
+    assert HybridClock("gw", wall=lambda: now[0], ceiling_file=garbled).now()  # unreadable: starts from the wall

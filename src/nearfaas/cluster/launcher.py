@@ -246,8 +246,8 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         # The gateway faces every client: after a flood of connections, pymalloc's arenas stay
         # pinned by a few survivors (+16 MiB for good after 20,000 idle sockets), while glibc's
         # malloc hands freed memory back when serving.py trims it (+4 MiB).
-        started.append(_spawn("gateway", [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)],
-                              state_dir, {**env, "PYTHONMALLOC": "malloc"}, f"{gateway_url}/healthz", umask=0o077))
+        started.append(_spawn("gateway", _gateway_command(state_dir), state_dir, {**env, "PYTHONMALLOC": "malloc"},
+                              f"{gateway_url}/healthz", umask=0o077))
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
         _write_layout(state_dir, layout)
         name, proc, url, log = started[-1]
@@ -443,6 +443,29 @@ def restart_node(state_dir: Path, name: str) -> int:
     layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
     _write_layout(state_dir, layout)
     _wait_ready(url, proc, name, log, node.get("cpus"))
+    return proc.pid
+
+
+def _gateway_command(state_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)]
+
+
+def restart_gateway(state_dir: Path, env: dict | None = None) -> int:
+    """Start the gateway again (after a crash, say) on its old port; returns its pid. ``env`` adds
+    to its environment (the tests' libfaketime, to start it with its clock behind)."""
+    state_dir = state_dir.resolve()
+    layout = read_layout(state_dir)
+    if layout is None:
+        raise ClusterError(f"no cluster in {state_dir}")
+    for proc in layout["processes"]:
+        if proc["name"] == "gateway" and alive(proc["pid"]):
+            raise ClusterError(f"the gateway is still running (pid {proc['pid']})")
+    _, proc, url, log = _spawn("gateway", _gateway_command(state_dir), state_dir,
+                               {**_child_env(layout), "PYTHONMALLOC": "malloc", **(env or {})}, f"{layout['gateway_url']}/healthz",
+                               umask=0o077)
+    layout["processes"] = [p for p in layout["processes"] if p["name"] != "gateway"] + [{"name": "gateway", "pid": proc.pid}]
+    _write_layout(state_dir, layout)
+    _wait_ready(url, proc, "gateway", log)
     return proc.pid
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from nearfaas import atomic
 from nearfaas.auth import function_keys
 from nearfaas.auth.admin import AdminGuard
 from nearfaas.auth.bucket_policy import BucketAccessCache
@@ -29,6 +30,7 @@ from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
 from nearfaas.replication.hints import HintLog, replay_forever
+from nearfaas.replication.version import HybridClock
 from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
@@ -86,7 +88,7 @@ async def _object_sizes(backend: ClusterBackend, bucket: str, prefix: str, limit
     return [(info.key, info.size) for info in listed.contents]
 
 
-def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme) -> ClusterBackend:
+def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme, clock_file: Path) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
@@ -96,7 +98,10 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintL
             clients[name] = NodeClient(name, url, session=nodes.session, credentials=credentials)
         return clients[name]
 
-    return ClusterBackend(nodes, client_for, factor, dscs, hints=hints, scheme=scheme)
+    # Its ceiling on disk: a gateway restarted with its clock behind stamps above it (replication/version.py).
+    atomic.private_dir(clock_file.parent)
+    clock = HybridClock("gw", ceiling_file=clock_file)
+    return ClusterBackend(nodes, client_for, factor, dscs, hints=hints, scheme=scheme, clock=clock)
 
 
 def _stage_profiles():
@@ -147,7 +152,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment,
                       scheme=scheme)
-    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"), scheme)
+    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"), scheme, state_dir / "gateway" / "clock")
     invoker.inputs.lister = functools.partial(_object_sizes, backend)
     backend.planner = SelectPlanner(nodes, layout.get("link_profile", "local"), load_models(), metrics.registry)
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),

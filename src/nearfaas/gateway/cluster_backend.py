@@ -77,7 +77,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
     atomic_conditions = True
 
     def __init__(self, nodes: NodeDirectory, client_for: Callable[[str], StorageBackend], replication: int, dscs_replica: bool,
-                 *, hints: HintLog | None = None, scheme: Scheme = RENDEZVOUS):
+                 *, hints: HintLog | None = None, scheme: Scheme = RENDEZVOUS, clock: HybridClock | None = None):
         self.nodes = nodes
         self.scheme = scheme
         self._client_for = client_for
@@ -86,7 +86,9 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         self._bucket_options: dict[str, dict] = {}
         self._creating: dict[str, asyncio.Lock] = {}  # bucket names being created (create_bucket)
         self._gates: dict[str, Gate] = {}
-        self.clock = HybridClock("gw")
+        self.clock = clock or HybridClock("gw")  # the gateway's persists its ceiling (replication/version.py)
+        # Every storage node's high-water mark, as its health answers say it: stamps go past them.
+        nodes.on_poll.append(lambda node: self.clock.observe(node.status.get("clock") or "") if node.healthy else None)
         self.order = AckOrder()
         self.conditions = WriteConditions(self.order, self.head_object)  # gateway/write_conditions.py
         self.hints = hints if hints is not None else HintLog(None)

@@ -122,7 +122,9 @@ class NodeAgent:
                 "workers": [w.describe() for w in self.pools.workers.values()], "store": store,
                 "cold_starts": self.pools.stats.cold_starts, "capacity": self.capacity.describe(),
                 "tabular_stats": self.stats.describe() if self.stats is not None else None,
-                "prewarm": self.pools.prewarm.describe() | {"prewarmed_starts": self.pools.stats.prewarmed_starts}}
+                "prewarm": self.pools.prewarm.describe() | {"prewarmed_starts": self.pools.stats.prewarmed_starts},
+                # the newest version it holds or stamped: a gateway's clock goes past it (replication/version.py)
+                "clock": self.store.clock.high_water() if self.store is not None else ""}
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(self.describe())

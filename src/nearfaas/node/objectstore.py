@@ -337,6 +337,7 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         if self.versioning(info.bucket) and not self._versions_dir(info.bucket, info.key).is_dir():
             make_versions_dir(self._versions_dir(info.bucket, info.key))  # fsyncs: not under the lock
         entry = Entry(info.version, versioned or bool(info.version_id), deleted, info.last_modified, None if deleted else info)
+        self.clock.observe(info.version)  # the node's high-water mark, which its health reports to gateways
         with self._lock:
             self._require_bucket(info.bucket)
             dirs = self._install_entry(info.bucket, info.key, entry, file, path)

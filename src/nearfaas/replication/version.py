@@ -18,11 +18,24 @@ Worked example: the gateway's clock reads 1,700,000,000,000 ms twice in a row; t
 gets ``0000018bcfe56800 0000.gw`` (without the space), the second ``...6800 0001.gw``; a node
 that restarts and sees the second first, then the first (a retry), keeps the second.
 
+A clock stepped back, or a process restarted with its host clock behind, must not stamp
+versions below ones it already handed out: the gateway's clock keeps a **ceiling** on disk
+(``ceiling_file``), always above every version it has stamped, raised ``RESERVE_MS`` at a time
+(one small fsynced write per ``RESERVE_MS`` of clock, not one per write), and starts from it
+again; and it ``observe``s each storage node's high-water mark (their health answers), so even a
+gateway with a fresh state directory stamps past every version the nodes hold.
+
+Worked example: the gateway stamps up to 12:00:00.500 and its ceiling file says 12:00:10.000;
+it is killed and restarted with its host clock at 11:58:00. It starts from 12:00:10.000, so its
+next PUT of an acknowledged key gets a version above the old one and wins, instead of being a
+no-op on every replica (the restart lost acknowledged overwrites and deletes, issue 43).
+
 Known caveats:
 - The wall-clock part trusts the host clock within the skew the gateway has observed: the
-  clock only moves forward (``observe`` pulls it past any version seen on a node), so a clock
-  stepped back cannot make new writes lose to old ones, but two gateways with skewed clocks
-  would order their concurrent writes by that skew (there is one gateway today).
+  clock only moves forward, so a clock stepped back cannot make new writes lose to old ones,
+  but two gateways with skewed clocks would order their concurrent writes by that skew (there
+  is one gateway today).
+- A restart costs the clock up to ``RESERVE_MS`` of lead over the wall clock, which is harmless.
 - 16 bits of logical counter allow 65,536 versions per millisecond before the clock borrows
   from the next millisecond, which is harmless: the order stays total.
 """
@@ -32,9 +45,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from pathlib import Path
+
+from nearfaas import atomic
 
 
 _LOGICAL_BITS = 16
+RESERVE_MS = 10_000  # how far above the last stamp the persisted ceiling is set
 
 
 def clock_of(version: str) -> int:
@@ -48,9 +65,10 @@ def wall_seconds(version: str) -> float:
 
 
 class HybridClock:
-    """Stamps versions that are unique, increasing, and close to wall-clock time."""
+    """Stamps versions that are unique, increasing, and close to wall-clock time; with a
+    ``ceiling_file``, also across restarts (see the module's comment)."""
 
-    def __init__(self, origin: str, *, wall=time.time):
+    def __init__(self, origin: str, *, wall=time.time, ceiling_file: Path | str | None = None):
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", origin):
             raise ValueError(f"clock origin {origin!r} must be 1-64 characters of A-Z a-z 0-9 _ -")
         self.origin = origin
@@ -58,15 +76,37 @@ class HybridClock:
         self._wall = wall
         self._last = 0
         self._lock = threading.Lock()
+        self._ceiling_file = Path(ceiling_file) if ceiling_file is not None else None
+        self._ceiling = 0
+        if self._ceiling_file is not None:
+            self._last = self._ceiling = _read_ceiling(self._ceiling_file)
 
     def now(self) -> str:
         physical = int(self._wall() * 1000) << _LOGICAL_BITS
         with self._lock:
             self._last = max(physical, self._last + 1)
+            if self._ceiling_file is not None and self._last >= self._ceiling:
+                # Durable before the version is handed out: a restart starts above it.
+                self._ceiling = self._last + (RESERVE_MS << _LOGICAL_BITS)
+                atomic.write_text(self._ceiling_file, f"{self._ceiling:016x}\n")
             return f"{self._last:016x}.{self.origin}"
+
+    def high_water(self) -> str:
+        """The newest clock value stamped or observed (a version's clock part; "" for none)."""
+        with self._lock:
+            return f"{self._last:016x}" if self._last else ""
 
     def observe(self, version: str) -> None:
         """Move past a version seen elsewhere, so that what is stamped next is newer than it."""
         if version:
             with self._lock:
                 self._last = max(self._last, clock_of(version))
+
+
+def _read_ceiling(path: Path) -> int:
+    """The clock value a persisted ceiling names (0: none yet, or unreadable: the nodes' high-water
+    marks, observed before the first write, bound it instead)."""
+    try:
+        return int(path.read_text().strip(), 16)
+    except (OSError, ValueError):
+        return 0

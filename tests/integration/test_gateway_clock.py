@@ -1,0 +1,81 @@
+"""A gateway restarted with its clock behind must not undo acknowledged writes (issue 43).
+
+Its versions are hybrid-logical-clock stamps (replication/version.py); replicas keep the newest.
+Restarted with its host clock 120 s back, the gateway used to stamp overwrites and deletes below
+the versions it had already acknowledged: every replica ignored them, all agreed, and nothing ever
+repaired it. It now starts from a ceiling it keeps on disk, and observes the storage nodes'
+high-water marks, so its next stamps are above anything acknowledged. The clock is set back
+with libfaketime (Debian's faketime), on a real gateway process.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+from conftest import running_cluster
+
+from nearfaas.cluster import launcher
+
+pytestmark = pytest.mark.integration
+
+# libfaketime, preloaded into the gateway alone (the faketime wrapper would run it as its child)
+FAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), None)
+N = 20
+
+
+@pytest.fixture(scope="module")
+def clocked(tmp_path_factory):
+    if FAKETIME is None:
+        pytest.skip("faketime is not installed (make setup installs it: apt-get install faketime)")
+    with running_cluster(tmp_path_factory.mktemp("clock") / "state") as c:
+        yield c
+
+
+def _restart_behind(cluster, seconds: int, forget_ceiling: bool = False) -> None:
+    gateway = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == "gateway")
+    os.kill(gateway, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while launcher.alive(gateway) and time.monotonic() < deadline:  # the kernel reaps it: wait for that
+        time.sleep(0.02)
+    if forget_ceiling:  # a gateway with a state directory of its own: only the nodes can tell it
+        (cluster.state_dir / "gateway" / "clock").unlink()
+    # the offset for time() only: the event loop's monotonic clock runs on unfaked
+    launcher.restart_gateway(cluster.state_dir, env={"LD_PRELOAD": FAKETIME, "FAKETIME": f"-{seconds}s",
+                                                     "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+
+
+@pytest.mark.parametrize("forget_ceiling", [False, True], ids=["its-ceiling", "the-nodes-high-water"])
+def test_overwrites_and_deletes_after_a_restart_with_the_clock_behind_take_effect(clocked, forget_ceiling):
+    bucket = f"clock-{int(forget_ceiling)}"
+    s3 = clocked.s3()
+    s3.create_bucket(Bucket=bucket)
+    for i in range(N):
+        s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"before")
+    _restart_behind(clocked, 120, forget_ceiling)
+    s3 = clocked.s3()
+    for i in range(N // 2):
+        s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"after")
+    for i in range(N // 2, N):
+        s3.delete_object(Bucket=bucket, Key=f"k{i}")
+    stale = [i for i in range(N // 2) if s3.get_object(Bucket=bucket, Key=f"k{i}")["Body"].read() != b"after"]
+    resurrected = []
+    for i in range(N // 2, N):
+        try:
+            s3.head_object(Bucket=bucket, Key=f"k{i}")
+            resurrected.append(i)
+        except ClientError as exc:
+            assert exc.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert not stale and not resurrected, f"acknowledged overwrites undone: {stale}; acknowledged deletes undone: {resurrected}"
+    # and on every replica, not only the one a read happens to reach
+    for node in (n for n in clocked.layout["nodes"] if n["kind"] == "storage"):
+        direct = clocked.s3_at(node["url"])
+        for i in range(N // 2):
+            try:
+                assert direct.get_object(Bucket=bucket, Key=f"k{i}")["Body"].read() == b"after", (node["name"], i)
+            except ClientError as exc:
+                assert exc.response["Error"]["Code"] == "NoSuchKey"  # not a replica of this key
