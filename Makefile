@@ -8,7 +8,7 @@ AWSCLI_VENV ?= .venv-awscli
 AWSCLI_VERSION := 1.45.11
 PYTHON ?= python3
 # Debian packages the project uses (installed by `make setup` when run as root):
-#   faketime — libfaketime, to start a gateway with its clock behind (tests/integration/test_gateway_clock.py)
+#   faketime — libfaketime, to start a gateway with its clock behind (tests/integration/test_gateway_restart.py)
 #   wrk — the C load generator of benchmarks/invoke_overhead.py
 #   clang, lld, wasi-libc, libclang-rt-14-dev-wasm32 — compile the fast path's C lambdas to WebAssembly
 #   memcached — the key-value store the fast path's memcached lambda talks to (tests, benchmarks)

@@ -15,6 +15,7 @@ Known caveats:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -163,6 +164,8 @@ class InstancePool:
         # their function's name: they hold worker slots until then, so they count too (red team
         # round 8 redeployed a function while its old instances were busy and went past its share).
         self.draining: dict[str, tuple[str, Instance]] = {}
+        # Nodes whose workers this gateway has looked over since it started (_sweep_orphans).
+        self._swept: set[str] = set()
         nodes.on_poll.append(self._reconcile_node)
 
     def namespace_instances(self, namespace: str, node: str) -> int:
@@ -291,6 +294,8 @@ class InstancePool:
         anyway, and its instances are dropped when a call to them fails or when it answers again."""
         if not node.healthy:
             return
+        if node.name not in self._swept:
+            self._sweep_orphans(node)
         workers = {w["id"]: w for w in node.status.get("workers", [])}
         settled = time.monotonic() - 2 * HEALTH_INTERVAL_S  # a poll sent before a worker registered says nothing of it
         for state in self.functions.values():
@@ -305,6 +310,20 @@ class InstancePool:
                     if inst.cpu_seconds is not None and used > inst.cpu_seconds:
                         state.cpu_seconds += used - inst.cpu_seconds
                     inst.cpu_seconds = used
+
+    def _sweep_orphans(self, node) -> None:
+        """At this gateway's first answer from ``node``, stop the workers it runs for nobody: an
+        earlier gateway process started them and died (a restart leaked one worker per function
+        each time, issue 43). None of this gateway's own can be among them yet, bar one it is
+        starting there right now, whose function is left alone."""
+        self._swept.add(node.name)
+        known = {i.id for st in self.functions.values() for i in st.instances.values()}
+        starting = {st.name for st in self.functions.values() if node.name in st.starting}
+        for worker in node.status.get("workers", []):
+            if worker.get("id") not in known and worker.get("function") not in starting:
+                print(json.dumps({"event": "orphan-worker-stopped", "node": node.name, "worker": worker.get("id"),
+                                  "function": worker.get("function")}), flush=True)
+                asyncio.get_running_loop().create_task(self.nodes.stop_worker(node.name, worker["id"]))
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, spec: dict) -> FunctionState:
