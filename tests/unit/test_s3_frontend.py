@@ -403,3 +403,25 @@ def test_not_implemented_subresources(s3, bucket, server):
     assert (status, xml_code(body)) == (400, "InvalidArgument")
     status, _, body = raw(server, "PATCH", f"/{bucket}/k", b"")
     assert (status, xml_code(body)) == (405, "MethodNotAllowed")
+
+
+def test_a_full_disk_is_507_insufficient_storage_not_a_500(s3, bucket, server, monkeypatch):
+    """A write that meets ENOSPC past the floor check stored nothing: it says so as the floor's
+    refusal does (507), which the gateway treats as a missed write it owes the node (issue 43)."""
+    import errno as errno_
+
+    async def full(*args, **kwargs):
+        raise OSError(errno_.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(server.backend, "put_object", full)
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert code_of(e) == ("InsufficientStorage", 507)
+
+    async def broken(*args, **kwargs):
+        raise OSError(errno_.EIO, "I/O error")
+
+    monkeypatch.setattr(server.backend, "put_object", broken)
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="k", Body=b"x")
+    assert code_of(e) == ("InternalError", 500)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import functools
 import hashlib
 import logging
@@ -162,6 +163,16 @@ class S3Frontend(ListingHandlers):
             return await self._dispatch(request)
         except S3Error as error:
             return self._error_response(request, error, request_id)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                log.exception("S3 %s %s failed (request %s)", request.method, request.raw_path, request_id)
+                return self._error_response(request, S3Error("InternalError"), request_id)
+            # The disk filled past the floor check (writes at once, another writer): a write that
+            # stored nothing, as the floor's refusal says (507), so the gateway owes it to this node
+            # (a hint) rather than counting a 500 that may have landed elsewhere (issue 43).
+            return self._error_response(request, S3Error("InsufficientStorage", "This storage node's disk is full: the write "
+                                                         "was refused and nothing stored. Free space or add a node, then retry."),
+                                        request_id)
         except Exception:
             log.exception("S3 %s %s failed (request %s)", request.method, request.raw_path, request_id)
             return self._error_response(request, S3Error("InternalError"), request_id)
