@@ -105,3 +105,38 @@ def test_a_restarted_gateway_leaves_no_worker_of_the_last_one_running(clocked, f
             time.sleep(0.1)
         assert len(ours) == 1, json.dumps(ours)[:500]
     assert clocked.http.post(f"{clocked.url}/function/restart-echo", data=b"x", timeout=30).status_code == 200
+
+
+def test_a_storage_node_with_its_clock_ahead_stays_healthy_and_in_repair(clocked):
+    """A node 400 s ahead took S3 writes (SigV4 allows 900 s) but failed every signed health
+    poll (300 s), so the gateway marked it down for good and anti-entropy stopped."""
+    if FAKETIME is None:
+        pytest.skip("libfaketime is not installed (make setup installs it: apt-get install faketime)")
+    node = next(n for n in clocked.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
+    pid = next(p["pid"] for p in launcher.read_layout(clocked.state_dir)["processes"] if p["name"] == node["name"])
+
+    def restart(env: dict | None) -> None:
+        current = next(p["pid"] for p in launcher.read_layout(clocked.state_dir)["processes"] if p["name"] == node["name"])
+        os.kill(current, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while launcher.alive(current) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        launcher.restart_node(clocked.state_dir, node["name"], env=env)
+
+    def healthy() -> bool:
+        nodes = clocked.http.get(f"{clocked.url}/system/nodes", timeout=10).json()
+        return next(n for n in nodes if n["name"] == node["name"])["healthy"]
+
+    assert pid
+    try:
+        restart({"LD_PRELOAD": FAKETIME, "FAKETIME": "+400s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        deadline = time.monotonic() + 15  # a few health polls
+        while not healthy() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert healthy(), "a node 400 s ahead is marked down"
+        s3 = clocked.s3()
+        s3.create_bucket(Bucket="clock-ahead")
+        s3.put_object(Bucket="clock-ahead", Key="k", Body=b"v")
+        assert clocked.s3_at(node["url"]).get_object(Bucket="clock-ahead", Key="k")["Body"].read() == b"v"
+    finally:
+        restart(None)

@@ -14,6 +14,8 @@ Known caveats:
   flight needs a position on the loopback path, which only root has, and root owns the cluster.
 - A captured signature can be replayed within the skew window for the same method and path.
   Capturing loopback traffic needs root as well.
+- A node whose clock is more than ``MAX_SKEW_S`` off is unreachable (health and S3 alike): it
+  is down to the gateway, which owes it what it misses, until its clock is fixed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ HEADER = "X-Nearfaas-Signature"
 # its instance's random token, which the node tells the gateway alone (node/pool.py).
 WORKER_TOKEN_HEADER = "X-Nearfaas-Worker-Token"
 INTERNAL_ACCESS_KEY = "nearfaas-internal"
-MAX_SKEW_S = 300.0
+# The same window as the nodes' S3 port allows a SigV4 signature (s3/sigv4.py): a node whose
+# clock is off by less than it is reachable on both or, past it, on neither. With 300 s here, a
+# node 400 s ahead took S3 writes but failed every health poll, so anti-entropy stopped for good
+# (issue 43).
+MAX_SKEW_S = 900.0
 
 
 def new_secret() -> str:

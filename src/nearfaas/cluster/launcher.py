@@ -429,8 +429,9 @@ def _node_command(layout: dict, node: dict) -> list[str]:
         (["--files-from-gateway"] if layout.get("backend") == "ray" else [])
 
 
-def restart_node(state_dir: Path, name: str) -> int:
-    """Start one node again on its old port (after a crash, say); returns its pid."""
+def restart_node(state_dir: Path, name: str, env: dict | None = None) -> int:
+    """Start one node again on its old port (after a crash, say); returns its pid. ``env`` adds to
+    its environment (the tests' libfaketime, to start it with its clock off)."""
     state_dir = state_dir.resolve()
     layout = read_layout(state_dir)
     node = next((n for n in (layout or {}).get("nodes", []) if n["name"] == name), None)
@@ -439,7 +440,8 @@ def restart_node(state_dir: Path, name: str) -> int:
     for proc in layout["processes"]:
         if proc["name"] == name and alive(proc["pid"]):
             raise ClusterError(f"node {name} is still running (pid {proc['pid']})")
-    _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, _child_env(layout), f"{node['url']}/_nearfaas/health")
+    _, proc, url, log = _spawn(name, _node_command(layout, node), state_dir, {**_child_env(layout), **(env or {})},
+                               f"{node['url']}/_nearfaas/health")
     layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
     _write_layout(state_dir, layout)
     _wait_ready(url, proc, name, log, node.get("cpus"))
