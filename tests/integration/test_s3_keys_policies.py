@@ -261,7 +261,7 @@ def test_two_keys_creating_one_bucket_at_once_get_one_owner_and_one_409(keyed, t
         for round_ in range(5):
             name = f"kp-race-{round_}"
             with ThreadPoolExecutor(2) as pool:
-                outcomes = list(pool.map(lambda c: _create_outcome(c, name), clients))
+                outcomes = list(pool.map(_create_outcome, clients, [name] * len(clients)))
             assert sorted(outcomes) == [200, 409], outcomes
             winner = clients[outcomes.index(200)]
             winner.put_object(Bucket=name, Key="k", Body=b"mine")
