@@ -32,7 +32,7 @@ N = 20
 
 
 @pytest.fixture(scope="module")
-def clocked(tmp_path_factory):
+def restartable(tmp_path_factory):
     with running_cluster(tmp_path_factory.mktemp("clock") / "state") as c:
         yield c
 
@@ -55,16 +55,16 @@ def _restart_behind(cluster, seconds: int, forget_ceiling: bool = False) -> None
 
 
 @pytest.mark.parametrize("forget_ceiling", [False, True], ids=["its-ceiling", "the-nodes-high-water"])
-def test_overwrites_and_deletes_after_a_restart_with_the_clock_behind_take_effect(clocked, forget_ceiling):
+def test_overwrites_and_deletes_after_a_restart_with_the_clock_behind_take_effect(restartable, forget_ceiling):
     if FAKETIME is None:
         pytest.skip("libfaketime is not installed (make setup installs it: apt-get install faketime)")
     bucket = f"clock-{int(forget_ceiling)}"
-    s3 = clocked.s3()
+    s3 = restartable.s3()
     s3.create_bucket(Bucket=bucket)
     for i in range(N):
         s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"before")
-    _restart_behind(clocked, 120, forget_ceiling)
-    s3 = clocked.s3()
+    _restart_behind(restartable, 120, forget_ceiling)
+    s3 = restartable.s3()
     for i in range(N // 2):
         s3.put_object(Bucket=bucket, Key=f"k{i}", Body=b"after")
     for i in range(N // 2, N):
@@ -79,8 +79,8 @@ def test_overwrites_and_deletes_after_a_restart_with_the_clock_behind_take_effec
             assert exc.response["ResponseMetadata"]["HTTPStatusCode"] == 404
     assert not stale and not resurrected, f"acknowledged overwrites undone: {stale}; acknowledged deletes undone: {resurrected}"
     # and on every replica, not only the one a read happens to reach
-    for node in (n for n in clocked.layout["nodes"] if n["kind"] == "storage"):
-        direct = clocked.s3_at(node["url"])
+    for node in (n for n in restartable.layout["nodes"] if n["kind"] == "storage"):
+        direct = restartable.s3_at(node["url"])
         for i in range(N // 2):
             try:
                 assert direct.get_object(Bucket=bucket, Key=f"k{i}")["Body"].read() == b"after", (node["name"], i)
@@ -92,39 +92,39 @@ def _workers(cluster) -> list[dict]:
     return [w for n in cluster.layout["nodes"] for w in cluster.node_health(n["url"])["workers"]]
 
 
-def test_a_restarted_gateway_leaves_no_worker_of_the_last_one_running(clocked, functions_dir):
+def test_a_restarted_gateway_leaves_no_worker_of_the_last_one_running(restartable, functions_dir):
     """Each restart left one more worker on the compute node (25 processes after 12 restarts,
     while the API said 1 replica): the new gateway stops those nobody owns."""
-    assert clocked.deploy("restart-echo", functions_dir / "echo").status_code == 202
+    assert restartable.deploy("restart-echo", functions_dir / "echo").status_code == 202
     for _ in range(3):
-        _kill_gateway(clocked)
-        launcher.restart_gateway(clocked.state_dir)
-        clocked.wait_warm("restart-echo")
+        _kill_gateway(restartable)
+        launcher.restart_gateway(restartable.state_dir)
+        restartable.wait_warm("restart-echo")
         deadline = time.monotonic() + 20
-        while len(ours := [w for w in _workers(clocked) if w["function"] == "restart-echo"]) > 1 and time.monotonic() < deadline:
+        while len(ours := [w for w in _workers(restartable) if w["function"] == "restart-echo"]) > 1 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(ours) == 1, json.dumps(ours)[:500]
-    assert clocked.http.post(f"{clocked.url}/function/restart-echo", data=b"x", timeout=30).status_code == 200
+    assert restartable.http.post(f"{restartable.url}/function/restart-echo", data=b"x", timeout=30).status_code == 200
 
 
-def test_a_storage_node_with_its_clock_ahead_stays_healthy_and_in_repair(clocked):
+def test_a_storage_node_with_its_clock_ahead_stays_healthy_and_in_repair(restartable):
     """A node 400 s ahead took S3 writes (SigV4 allows 900 s) but failed every signed health
     poll (300 s), so the gateway marked it down for good and anti-entropy stopped."""
     if FAKETIME is None:
         pytest.skip("libfaketime is not installed (make setup installs it: apt-get install faketime)")
-    node = next(n for n in clocked.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
-    pid = next(p["pid"] for p in launcher.read_layout(clocked.state_dir)["processes"] if p["name"] == node["name"])
+    node = next(n for n in restartable.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
+    pid = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
 
     def restart(env: dict | None) -> None:
-        current = next(p["pid"] for p in launcher.read_layout(clocked.state_dir)["processes"] if p["name"] == node["name"])
+        current = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
         os.kill(current, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while launcher.alive(current) and time.monotonic() < deadline:
             time.sleep(0.02)
-        launcher.restart_node(clocked.state_dir, node["name"], env=env)
+        launcher.restart_node(restartable.state_dir, node["name"], env=env)
 
     def healthy() -> bool:
-        nodes = clocked.http.get(f"{clocked.url}/system/nodes", timeout=10).json()
+        nodes = restartable.http.get(f"{restartable.url}/system/nodes", timeout=10).json()
         return next(n for n in nodes if n["name"] == node["name"])["healthy"]
 
     assert pid
@@ -134,9 +134,37 @@ def test_a_storage_node_with_its_clock_ahead_stays_healthy_and_in_repair(clocked
         while not healthy() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert healthy(), "a node 400 s ahead is marked down"
-        s3 = clocked.s3()
+        s3 = restartable.s3()
         s3.create_bucket(Bucket="clock-ahead")
         s3.put_object(Bucket="clock-ahead", Key="k", Body=b"v")
-        assert clocked.s3_at(node["url"]).get_object(Bucket="clock-ahead", Key="k")["Body"].read() == b"v"
+        assert restartable.s3_at(node["url"]).get_object(Bucket="clock-ahead", Key="k")["Body"].read() == b"v"
     finally:
         restart(None)
+
+
+def test_an_upload_completed_or_aborted_while_a_replica_was_down_is_aborted_there_when_it_returns(restartable):
+    """It kept the upload and its parts (24 h, and ListMultipartUploads listed it): 36 stale
+    uploads after one fault run (issue 43). Now the node is owed the abort, as a hint."""
+    s3 = restartable.s3()
+    s3.create_bucket(Bucket="uploads-down")
+    node = next(n for n in restartable.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
+    uploads = {}
+    for key in ("done", "dropped"):
+        uploads[key] = s3.create_multipart_upload(Bucket="uploads-down", Key=key)["UploadId"]
+    part = s3.upload_part(Bucket="uploads-down", Key="done", UploadId=uploads["done"], PartNumber=1, Body=b"p" * 100)
+    pid = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while launcher.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    s3.complete_multipart_upload(Bucket="uploads-down", Key="done", UploadId=uploads["done"],
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    s3.abort_multipart_upload(Bucket="uploads-down", Key="dropped", UploadId=uploads["dropped"])
+    launcher.restart_node(restartable.state_dir, node["name"])
+    direct = restartable.s3_at(node["url"])
+    deadline = time.monotonic() + 20  # the hint replayer runs every 0.5 s once the node is healthy
+    while (left := direct.list_multipart_uploads(Bucket="uploads-down").get("Uploads", [])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], [u["UploadId"] for u in left]
+    assert s3.list_multipart_uploads(Bucket="uploads-down").get("Uploads", []) == []
+    assert s3.get_object(Bucket="uploads-down", Key="done")["Body"].read() == b"p" * 100

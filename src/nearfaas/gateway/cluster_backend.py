@@ -227,7 +227,15 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         # A replica that missed a part keeps its half of the upload: drop it (best effort).
         stale = [n for n, r in zip(targets, results, strict=True) if isinstance(r, S3Error) and r.code == "InvalidPart"]
         await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in stale), return_exceptions=True)
+        await self._owe_abort(bucket, key, upload_id, targets, results)
         return info
+
+    async def _owe_abort(self, bucket, key, upload_id, targets, results) -> None:
+        """A replica that was down while an upload ended still holds it and its parts (for 24 h,
+        and listed by ListMultipartUploads): it is owed the abort, as a hint (issue 43)."""
+        for node, result in zip(targets, results, strict=True):
+            if isinstance(result, BaseException) and unavailable(result):
+                await self.hints.add(node, bucket, key, upload=upload_id)
 
     async def list_parts(self, bucket, key, upload_id, max_parts=1000, part_number_marker=0):
         """From the first replica that holds the upload (every replica got every acknowledged part)."""
@@ -248,6 +256,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         results = await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in targets),
                                        return_exceptions=True)
         self._check(targets, results, missed=missed_upload)
+        await self._owe_abort(bucket, key, upload_id, targets, results)
 
     def _check(self, targets, results, missed=unavailable) -> list:
         return settle(targets, results, missed, "multipart call")

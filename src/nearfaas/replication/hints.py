@@ -3,7 +3,9 @@
 When a write, delete or CreateBucket is acknowledged without one of its replicas (the node was
 down, hung past the patience, or missed the bucket), the gateway first appends a *hint* to
 ``<state>/gateway/hints.journal`` (nearfaas/journal.py, fsynced before the client's answer):
-"node N is owed key K of bucket B at version V or newer" (or "bucket B with these options").
+"node N is owed key K of bucket B at version V or newer" (or "bucket B with these options", or
+"upload U of key K is over": a multipart upload completed or aborted while N was down, which N
+still holds with its parts, aborted there once it is back).
 The replayer (``replay_forever``) looks every ``interval_s`` for nodes that are healthy again and
 repairs each hinted key there from a replica that has it (replication/repair.py); a hint is done
 once the node holds version V or newer. Hints for one (node, bucket, key) collapse into the
@@ -46,10 +48,11 @@ class Hint:
     version: str = ""
     options: dict = field(default_factory=dict)  # the bucket's options, for a bucket hint
     created: float = 0.0
+    upload: str | None = None  # a multipart upload id the node is to abort (its upload is over)
 
     def record(self) -> dict:
         return {"t": "a", "k": self.key, "n": self.node, "b": self.bucket, "o": self.object_key, "v": self.version,
-                "opt": self.options, "ts": self.created}
+                "opt": self.options, "ts": self.created, **({"u": self.upload} if self.upload else {})}
 
     @classmethod
     def from_records(cls, records: list[dict]) -> Hint | None:
@@ -57,11 +60,11 @@ class Hint:
         if r is None:
             return None
         return cls(int(r["k"]), str(r["n"]), str(r["b"]), None if r["o"] is None else str(r["o"]), str(r.get("v", "")),
-                   dict(r.get("opt") or {}), float(r.get("ts", 0.0)))
+                   dict(r.get("opt") or {}), float(r.get("ts", 0.0)), str(r["u"]) if r.get("u") else None)
 
     @property
-    def slot(self) -> tuple[str, str, str | None]:
-        return self.node, self.bucket, self.object_key
+    def slot(self) -> tuple[str, str, str | None, str | None]:
+        return self.node, self.bucket, self.object_key, self.upload
 
 
 class HintLog:
@@ -84,13 +87,15 @@ class HintLog:
             if old is None or old.version <= hint.version:
                 self._put(hint)
 
-    async def add(self, node: str, bucket: str, object_key: str | None, version: str = "", options: dict | None = None) -> None:
-        """Remember (durably: fsynced on return) that ``node`` is owed this key or bucket."""
-        slot = (node, bucket, object_key)
+    async def add(self, node: str, bucket: str, object_key: str | None, version: str = "", options: dict | None = None,
+                  upload: str | None = None) -> None:
+        """Remember (durably: fsynced on return) that ``node`` is owed this key or bucket, or the
+        abort of ``upload`` (of this key)."""
+        slot = (node, bucket, object_key, upload)
         old = self._hints.get(slot)
         if old is not None and old.version >= version:
             return
-        hint = Hint(self._new_key(), node, bucket, object_key, version, dict(options or {}), time.time())
+        hint = Hint(self._new_key(), node, bucket, object_key, version, dict(options or {}), time.time(), upload)
         self._put(hint)
         if self.journal is not None:
             await self.journal.append(hint.record())
@@ -105,7 +110,7 @@ class HintLog:
 
     def _put(self, hint: Hint) -> None:
         self._hints[hint.slot] = hint
-        if hint.object_key is not None:
+        if hint.object_key is not None and hint.upload is None:
             self._by_key.setdefault((hint.bucket, hint.object_key), {})[hint.node] = hint.version
 
     async def done(self, hint: Hint) -> None:
@@ -125,7 +130,7 @@ class HintLog:
     def owes_bucket(self, node: str, bucket: str) -> bool:
         """``node`` missed the bucket's creation and has not been given it yet: its NoSuchBucket
         is not an answer about the bucket."""
-        return (node, bucket, None) in self._hints
+        return (node, bucket, None, None) in self._hints
 
     def newest(self, bucket: str, object_key: str) -> str:
         """The newest version some replica is owed for this key ("" when none): no read may
@@ -155,6 +160,8 @@ async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.
             try:
                 if hint.object_key is None:
                     ok = await repairer.ensure_bucket(hint.node, hint.bucket, hint.options)
+                elif hint.upload is not None:
+                    ok = await repairer.abort_upload(hint.node, hint.bucket, hint.object_key, hint.upload)
                 else:
                     ok = await repairer.repair(hint.bucket, hint.object_key, via="hint", at_least=hint.version,
                                                targets=[hint.node])

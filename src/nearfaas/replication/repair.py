@@ -75,6 +75,16 @@ class Repairer:
         self.repaired: dict[str, int] = {"read": 0, "hint": 0, "anti_entropy": 0}  # replica copies made, by cause
         self._running: dict[tuple[str, str], asyncio.Future] = {}
 
+    async def abort_upload(self, node: str, bucket: str, key: str, upload_id: str) -> bool:
+        """Abort on ``node`` an upload that was completed or aborted while it was down (a hint):
+        its parts go. Done when it is gone, whoever removed it."""
+        try:
+            await self.cluster.client_for(node).abort_multipart_upload(bucket, key, upload_id)
+        except S3Error as exc:
+            if exc.code not in ("NoSuchUpload", "NoSuchBucket"):
+                raise
+        return True
+
     async def states(self, bucket: str, key: str, names: list[str]) -> dict[str, ReplicaState]:
         answers = await asyncio.gather(*(self.cluster.client_for(n).head_object(bucket, key) for n in names),
                                        return_exceptions=True)
