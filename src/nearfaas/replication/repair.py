@@ -121,15 +121,47 @@ class Repairer:
         if any(t not in states for t in targets):
             return False
         stale = [states[t] for t in targets if states[t].version < best.version]
-        if not stale:
-            return True
         results = await asyncio.gather(*(self._bring(bucket, key, s, best) for s in stale), return_exceptions=True)
         done = sum(1 for r in results if r is True)
         self.repaired[via] = self.repaired.get(via, 0) + done
         for state, r in zip(stale, results, strict=True):
             if r is not True:
                 log.warning("repair of s3://%s/%s on %s failed: %r", bucket, ascii(key), state.node, r)
-        return done == len(stale)
+        if done != len(stale):
+            return False
+        if via == "hint" and await self.cluster.versioning_status(bucket):
+            # A node that missed writes of a versioned key missed versions, not only the newest:
+            # a hint brings them all (GET ?versionId= of an acknowledged one answered
+            # NoSuchVersion once the other replica died, until an anti-entropy pass; issue 43).
+            return await self._bring_versions(bucket, key, [s for s in states if s not in targets and states[s].version], targets)
+        return True
+
+    async def _bring_versions(self, bucket: str, key: str, sources: list[str], targets: list[str]) -> bool:
+        """Copy every version and delete marker of ``key`` that a source holds to the targets that lack it."""
+        held: dict[str, dict[str, object]] = {}  # version -> node -> entry
+        for name in [*sources, *targets]:
+            client, key_marker, id_marker = self.cluster.client_for(name), "", ""
+            while True:
+                page = await client.list_object_versions(bucket, prefix=key, max_keys=1000, key_marker=key_marker,
+                                                         version_id_marker=id_marker)
+                for entry in page.versions:
+                    if entry.key == key:
+                        held.setdefault(entry.version, {})[name] = entry
+                if not page.is_truncated or not page.versions:
+                    break
+                key_marker, id_marker = page.next_key_marker or "", page.next_version_id_marker or ""
+        for version, where in held.items():
+            source = next((n for n in where if n in sources), None)
+            if source is None:
+                continue
+            entry = where[source]
+            for node in (t for t in targets if t not in where):
+                if entry.delete_marker:
+                    await self._mark(bucket, key, node, version, entry.version_id == version)
+                else:
+                    await self._copy(bucket, key, source, node, entry.version_id)
+                self.repaired["hint"] += 1
+        return True
 
     async def _bring(self, bucket: str, key: str, stale: ReplicaState, best: ReplicaState) -> bool:
         if stale.bucket_missing:
