@@ -311,7 +311,9 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             except S3Error as exc:
                 if exc.code == "NoSuchKey" and exc.headers.get(DELETED_HEADER) == "true":
                     raise
-                if exc.code not in ("NoSuchKey", "ServiceUnavailable"):
+                # NoSuchBucket too: a replica whose disk was replaced (empty) is not the last word on
+                # a bucket the others hold (it answered NoSuchBucket for acknowledged keys; issue 43).
+                if exc.code not in ("NoSuchKey", "NoSuchBucket", "ServiceUnavailable"):
                     raise
                 if exc.code == "ServiceUnavailable":  # ask it again last, if at all
                     asked = asked[1:] + asked[:1] if len(asked) > 1 else asked
