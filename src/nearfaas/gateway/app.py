@@ -223,6 +223,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
             await located.locate_all()
         await nodes.start()
         backend.hints.load()  # what replicas were owed when the gateway last stopped
+        backend.clock.observe(backend.hints.newest_version())  # owed versions may sit only on nodes that are down
         await api.restore()
         loop = asyncio.get_running_loop()
         app["background"] = [loop.create_task(invoker.reap_idle_forever()),

@@ -87,11 +87,15 @@ class AntiEntropy:
     async def _buckets(self, names: list[str]) -> bool:
         """Create on every node the buckets some node lacks (one created while it was down)."""
         listings = await asyncio.gather(*(self.cluster.client_for(n).list_buckets() for n in names))
-        known = {b.name: b for listing in listings for b in listing}
-        missing = [(node, known[name]) for node, listing in zip(names, listings, strict=True)
-                   for name in sorted(set(known) - {b.name for b in listing})]
-        for node, info in missing:
-            await self.repairer.ensure_bucket(node, info.name, info.options)
+        holder = {b.name: node for node, listing in zip(names, listings, strict=True) for b in listing}
+        missing = [(node, name) for node, listing in zip(names, listings, strict=True)
+                   for name in sorted(set(holder) - {b.name for b in listing})]
+        for node, name in missing:
+            # Its options from a node that has it (a HEAD: a listing carries none): made with the
+            # listing's, a replaced disk got its buckets back without versioning, owner or policy,
+            # and then kept a versioned key's delete marker as a plain delete (issue 43).
+            info = await self.cluster.client_for(holder[name]).head_bucket(name)
+            await self.repairer.ensure_bucket(node, name, info.options)
         return not missing
 
     async def _digests(self, bucket: str, names: list[str]) -> list[dict]:

@@ -137,6 +137,11 @@ class HintLog:
         answer anything older."""
         return max(self._by_key.get((bucket, object_key), {}).values(), default="")
 
+    def newest_version(self) -> str:
+        """The newest version any hint owes ("" when none): a restarted gateway's clock goes past
+        it, even when the nodes that hold it are down (replication/version.py)."""
+        return max((h.version for h in self._hints.values()), default="")
+
     def pending(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for hint in self._hints.values():

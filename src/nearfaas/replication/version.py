@@ -23,7 +23,8 @@ versions below ones it already handed out: the gateway's clock keeps a **ceiling
 (``ceiling_file``), always above every version it has stamped, raised ``RESERVE_MS`` at a time
 (one small fsynced write per ``RESERVE_MS`` of clock, not one per write), and starts from it
 again; and it ``observe``s each storage node's high-water mark (their health answers), so even a
-gateway with a fresh state directory stamps past every version the nodes hold.
+gateway with a fresh state directory stamps past every version the nodes hold, and the versions
+its hint journal owes (which may sit only on nodes that are down).
 
 Worked example: the gateway stamps up to 12:00:00.500 and its ceiling file says 12:00:10.000;
 it is killed and restarted with its host clock at 11:58:00. It starts from 12:00:10.000, so its
@@ -36,6 +37,8 @@ Known caveats:
   but two gateways with skewed clocks would order their concurrent writes by that skew (there
   is one gateway today).
 - A restart costs the clock up to ``RESERVE_MS`` of lead over the wall clock, which is harmless.
+- A gateway that lost its ceiling file and its hint journal, started with its clock behind while
+  every node holding the newest versions is down, can stamp below them until it sees those nodes.
 - 16 bits of logical counter allow 65,536 versions per millisecond before the clock borrows
   from the next millisecond, which is harmless: the order stays total.
 """
