@@ -285,7 +285,7 @@ def test_a_replaced_disk_gets_its_buckets_back_with_their_options(restartable):
     while time.monotonic() < deadline:
         try:
             markers = direct.list_object_versions(Bucket="options-back").get("DeleteMarkers", [])
-        except Exception:  # noqa: BLE001 - the bucket is not back yet
+        except ClientError:  # the bucket is not back yet
             markers = []
         if markers:
             break
