@@ -134,6 +134,19 @@ async def _forward_all() -> None:
     await asyncio.Event().wait()
 
 
+def _loopback_socket_other_than(port: int) -> socket.socket:
+    """A TCP socket bound on loopback to any port but ``port``. A new namespace may hand out the
+    host listener's number, and a connection from it to that number is TCP's simultaneous open
+    to itself, which succeeds: a CI run read that as "still reaches a host port"."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    if sock.getsockname()[1] == port:
+        sock.close()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", port - 1 if port > 1024 else port + 1))
+    return sock
+
+
 def probe() -> list[str]:
     """In the probe's forked child (root): can a worker get a namespace of its own with ``lo``
     up, in which a host port is unreachable? One sentence per problem."""
@@ -143,8 +156,7 @@ def probe() -> list[str]:
         outside.listen(1)
         port = outside.getsockname()[1]
         enter({"forward": []})
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as inside:
-            inside.bind(("127.0.0.1", 0))  # loopback works inside
+        with _loopback_socket_other_than(port) as inside:  # loopback works inside
             code = inside.connect_ex(("127.0.0.1", port))
         outside.close()
         if code != errno.ECONNREFUSED:
