@@ -262,8 +262,8 @@ class S3Frontend(ListingHandlers):
     async def prepare_buckets(self, principal: Principal | None, *buckets: str) -> None:
         """Load the owners and policies of ``buckets`` when they decide ``principal``'s request."""
         if self.buckets is not None and principal is not None and principal.account is not None:
-            for name in buckets:
-                await self.buckets.prepare(name)
+            # at once: a ListBuckets by such a key asks every bucket's (each cached for a few seconds)
+            await asyncio.gather(*(self.buckets.prepare(name) for name in dict.fromkeys(buckets)))
 
     async def _bucket_operation(self, request, method: str, bucket: str, q: dict):
         if "policy" in q or "policyStatus" in q:
