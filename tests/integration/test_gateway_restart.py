@@ -41,16 +41,26 @@ def restartable(tmp_path_factory):
         yield c
 
 
-def _kill_gateway(cluster) -> None:
-    gateway = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == "gateway")
-    os.kill(gateway, signal.SIGKILL)
+def _kill(cluster, name: str) -> None:
+    """SIGKILL one of the cluster's processes (the gateway, a node) and wait until it is gone."""
+    pid = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == name)
+    os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while launcher.alive(gateway) and time.monotonic() < deadline:  # the kernel reaps it: wait for that
+    while launcher.alive(pid) and time.monotonic() < deadline:  # the kernel reaps it: wait for that
         time.sleep(0.02)
 
 
+def _replace_disk(cluster, name: str) -> None:
+    """The node killed, its store emptied (a replaced disk), and the node started again."""
+    _kill(cluster, name)
+    store = cluster.state_dir / "nodes" / name / "store"
+    shutil.rmtree(store)
+    store.mkdir()
+    launcher.restart_node(cluster.state_dir, name)
+
+
 def _restart_behind(cluster, seconds: int, forget_ceiling: bool = False) -> None:
-    _kill_gateway(cluster)
+    _kill(cluster, "gateway")
     if forget_ceiling:  # a gateway with a state directory of its own: only the nodes can tell it
         (cluster.state_dir / "gateway" / "clock").unlink()
     # the offset for time() only: the event loop's monotonic clock runs on unfaked
@@ -101,7 +111,7 @@ def test_a_restarted_gateway_leaves_no_worker_of_the_last_one_running(restartabl
     while the API said 1 replica): the new gateway stops those nobody owns."""
     assert restartable.deploy("restart-echo", functions_dir / "echo").status_code == 202
     for _ in range(3):
-        _kill_gateway(restartable)
+        _kill(restartable, "gateway")
         launcher.restart_gateway(restartable.state_dir)
         restartable.wait_warm("restart-echo")
         deadline = time.monotonic() + 20
@@ -117,21 +127,15 @@ def test_a_storage_node_with_its_clock_ahead_stays_healthy_and_in_repair(restart
     if FAKETIME is None:
         pytest.skip("libfaketime is not installed (make setup installs it: apt-get install faketime)")
     node = next(n for n in restartable.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
-    pid = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
 
     def restart(env: dict | None) -> None:
-        current = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
-        os.kill(current, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while launcher.alive(current) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        _kill(restartable, node["name"])
         launcher.restart_node(restartable.state_dir, node["name"], env=env)
 
     def healthy() -> bool:
         nodes = restartable.http.get(f"{restartable.url}/system/nodes", timeout=10).json()
         return next(n for n in nodes if n["name"] == node["name"])["healthy"]
 
-    assert pid
     try:
         restart({"LD_PRELOAD": FAKETIME, "FAKETIME": "+400s", "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
         deadline = time.monotonic() + 15  # a few health polls
@@ -156,11 +160,7 @@ def test_an_upload_completed_or_aborted_while_a_replica_was_down_is_aborted_ther
     for key in ("done", "dropped"):
         uploads[key] = s3.create_multipart_upload(Bucket="uploads-down", Key=key)["UploadId"]
     part = s3.upload_part(Bucket="uploads-down", Key="done", UploadId=uploads["done"], PartNumber=1, Body=b"p" * 100)
-    pid = next(p["pid"] for p in launcher.read_layout(restartable.state_dir)["processes"] if p["name"] == node["name"])
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while launcher.alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _kill(restartable, node["name"])
     s3.complete_multipart_upload(Bucket="uploads-down", Key="done", UploadId=uploads["done"],
                                  MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
     s3.abort_multipart_upload(Bucket="uploads-down", Key="dropped", UploadId=uploads["dropped"])
@@ -174,14 +174,6 @@ def test_an_upload_completed_or_aborted_while_a_replica_was_down_is_aborted_ther
     assert s3.get_object(Bucket="uploads-down", Key="done")["Body"].read() == b"p" * 100
 
 
-def _kill_node(cluster, name: str) -> None:
-    pid = next(p["pid"] for p in launcher.read_layout(cluster.state_dir)["processes"] if p["name"] == name)
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while launcher.alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
 def test_a_hint_brings_every_version_a_node_missed_not_only_the_newest(restartable):
     """Replayed hints copied only a versioned key's current version: with the other replica
     then killed, GET ?versionId= of an acknowledged older version answered NoSuchVersion."""
@@ -190,7 +182,7 @@ def test_a_hint_brings_every_version_a_node_missed_not_only_the_newest(restartab
     s3.put_bucket_versioning(Bucket="versions-owed", VersioningConfiguration={"Status": "Enabled"})
     storage = [n for n in restartable.layout["nodes"] if n["kind"] == "storage"]
     away, stays = storage[1]["name"], storage[0]["name"]
-    _kill_node(restartable, away)
+    _kill(restartable, away)
     ids = [s3.put_object(Bucket="versions-owed", Key="k", Body=f"v{i}".encode())["VersionId"] for i in range(3)]
     launcher.restart_node(restartable.state_dir, away)
     direct = restartable.s3_at(storage[1]["url"])
@@ -200,7 +192,7 @@ def test_a_hint_brings_every_version_a_node_missed_not_only_the_newest(restartab
         if set(ids) <= held:
             break
         time.sleep(0.2)
-    _kill_node(restartable, stays)
+    _kill(restartable, stays)
     try:
         for i, version in enumerate(ids):
             body = s3.get_object(Bucket="versions-owed", Key="k", VersionId=version)["Body"].read()
@@ -218,11 +210,7 @@ def test_a_replica_back_with_an_empty_disk_does_not_answer_for_the_keys_it_lost(
     for i in range(10):
         s3.put_object(Bucket="disk-replaced", Key=f"k{i}", Body=f"v{i}".encode())
     node = next(n for n in restartable.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
-    _kill_node(restartable, node["name"])
-    store = restartable.state_dir / "nodes" / node["name"] / "store"
-    shutil.rmtree(store)
-    store.mkdir()
-    launcher.restart_node(restartable.state_dir, node["name"])
+    _replace_disk(restartable, node["name"])
     deadline = time.monotonic() + 15  # until the gateway polls it healthy: then it is asked first for half the keys
     while time.monotonic() < deadline and not next(n for n in restartable.http.get(f"{restartable.url}/system/nodes", timeout=10).json()
                                                   if n["name"] == node["name"])["healthy"]:
@@ -242,10 +230,10 @@ def test_a_gateway_that_lost_its_ceiling_stamps_past_the_versions_its_hints_owe(
     s3.create_bucket(Bucket="hinted-clock")
     storage = [n["name"] for n in restartable.layout["nodes"] if n["kind"] == "storage"]
     s3.put_object(Bucket="hinted-clock", Key="k", Body=b"v0")
-    _kill_node(restartable, storage[0])
+    _kill(restartable, storage[0])
     s3.put_object(Bucket="hinted-clock", Key="k", Body=b"v1")  # on storage[1] only: storage[0] is owed it
-    _kill_gateway(restartable)
-    _kill_node(restartable, storage[1])
+    _kill(restartable, "gateway")
+    _kill(restartable, storage[1])
     (restartable.state_dir / "gateway" / "clock").unlink()
     launcher.restart_node(restartable.state_dir, storage[0])
     launcher.restart_gateway(restartable.state_dir, env={"LD_PRELOAD": FAKETIME, "FAKETIME": "-120s",
@@ -274,11 +262,7 @@ def test_a_replaced_disk_gets_its_buckets_back_with_their_options(restartable):
     s3.put_object(Bucket="options-back", Key="c", Body=b"old")
     s3.delete_object(Bucket="options-back", Key="c")
     node = next(n for n in restartable.layout["nodes"] if n["kind"] == "storage" and n["class"] != "dscs")
-    _kill_node(restartable, node["name"])
-    store = restartable.state_dir / "nodes" / node["name"] / "store"
-    shutil.rmtree(store)
-    store.mkdir()
-    launcher.restart_node(restartable.state_dir, node["name"])
+    _replace_disk(restartable, node["name"])
     direct = restartable.s3_at(node["url"])
     deadline = time.monotonic() + 30  # a few anti-entropy passes (one a second here)
     markers = []

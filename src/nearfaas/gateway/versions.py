@@ -55,25 +55,22 @@ class ClusterVersions:
         return str((await self.head_bucket(bucket)).options.get("versioning", ""))
 
     async def put_bucket_versioning(self, bucket: str, status: str) -> None:
-        try:
-            await self._all_nodes(lambda c: c.put_bucket_versioning(bucket, status))
-        except S3Error as exc:
-            if not unavailable(exc):
-                raise
-            raise S3Error("ServiceUnavailable", "Changing a bucket's versioning needs every storage node, and one cannot be "
-                          f"reached ({exc.message}); retry once it is back.") from None
-        finally:
-            self._bucket_options.pop(bucket, None)
+        await self._set_option_everywhere(bucket, "versioning", lambda c: c.put_bucket_versioning(bucket, status))
 
     async def put_bucket_policy(self, bucket: str, text: str | None) -> None:
         """A bucket's policy (None: none), on every storage node as its versioning is (its owner
         is set when it is made): auth/bucket_policy.py decides requests with both."""
+        await self._set_option_everywhere(bucket, "policy", lambda c: c.put_bucket_policy(bucket, text))
+
+    async def _set_option_everywhere(self, bucket: str, what: str, call) -> None:
+        """``call(client)`` on every storage node (one that missed a bucket option would act on
+        the old one), and the cached options dropped either way."""
         try:
-            await self._all_nodes(lambda c: c.put_bucket_policy(bucket, text))
+            await self._all_nodes(call)
         except S3Error as exc:
             if not unavailable(exc):
                 raise
-            raise S3Error("ServiceUnavailable", "Changing a bucket's policy needs every storage node, and one cannot be "
+            raise S3Error("ServiceUnavailable", f"Changing a bucket's {what} needs every storage node, and one cannot be "
                           f"reached ({exc.message}); retry once it is back.") from None
         finally:
             self._bucket_options.pop(bucket, None)
