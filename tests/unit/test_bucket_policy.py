@@ -93,3 +93,23 @@ def test_a_policy_that_reads_one_way_and_means_another_is_refused():
     ok = Policy.parse({"Statement": [{"Effect": "Deny", "Principal": {"AWS": ["NKBOB0123", "*"]}, "Action": "s3:GetObject",
                                       "Resource": "arn:aws:s3:::b/*"}]}, bucket="b")
     assert ok.decide("s3:GetObject", "arn:aws:s3:::b/k", principal="NKANY") == "Deny"
+
+
+def test_a_forgotten_bucket_is_asked_again_but_never_reads_unknown_meanwhile():
+    """A concurrent request prepared just before another one's change still reads a value."""
+    import asyncio
+
+    from nearfaas.s3.backend import BucketInfo
+
+    heads = []
+
+    async def head(name):
+        heads.append(name)
+        return BucketInfo(name, 0.0, {"owner": "AKALICE"})
+
+    cache = BucketAccessCache(head)
+    asyncio.run(cache.prepare("b"))
+    cache.forget("b")
+    assert cache.get("b") is not UNKNOWN and cache.get("b").owner == "AKALICE"
+    asyncio.run(cache.prepare("b"))
+    assert heads == ["b", "b"]

@@ -141,4 +141,10 @@ class BucketAccessCache:
         return authorize
 
     def forget(self, bucket: str) -> None:
-        self._entries.pop(bucket, None)
+        """The bucket changed (made, deleted, a new policy): the next ``prepare`` asks again. The
+        last value stays readable meanwhile: dropping it made a concurrent request, prepared a
+        moment before, read UNKNOWN and be refused (a second key's CreateBucket racing the first
+        got AccessDenied instead of 409)."""
+        found = self._entries.get(bucket)
+        if found is not None:
+            self._entries[bucket] = (float("-inf"), found[1])
