@@ -18,7 +18,7 @@ PYTHON ?= python3
 #     first, runc where crun cannot run (Debian 12's crun refuses hybrid cgroup hosts); umoci unpacks,
 #     skopeo imports archives and registry images; busybox-static builds the tests' small images;
 #     docker-registry is the local registry the image tests push to and pull from
-DEB_PACKAGES := faketime wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng fuse3 crun runc umoci skopeo busybox-static docker-registry libseccomp2
+DEB_PACKAGES := faketime haproxy wrk clang lld wasi-libc libclang-rt-14-dev-wasm32 memcached stress-ng fuse3 crun runc umoci skopeo busybox-static docker-registry libseccomp2
 # The fast path's Rust build lives outside the clone, so a fresh clone (CI) reuses it: a clean
 # wasmtime build takes about 5 minutes on 2 cores, an up-to-date check about a second.
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/nearfaas/cargo-target

@@ -40,6 +40,7 @@ Known caveats:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
@@ -136,3 +137,29 @@ def move(src: Path | str, dst: Path | str) -> None:
     """A rename that is not a write: a file or folder moved aside (into a graveyard, onto a
     version shelf). The caller fsyncs what it needs."""
     os.rename(src, dst)
+
+
+@contextlib.contextmanager
+def locked(path: Path | str) -> Iterator[None]:
+    """Hold an exclusive flock on ``<path>.lock`` for a read-modify-write of ``path`` that other
+    processes (another gateway, a CLI) may make at the same time; the kernel drops it if the
+    holder dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def signature(path: Path | str) -> tuple | None:
+    """What changes whenever a file written by ``write_text`` (replaced, never edited) is written
+    again, by this process or another; None while there is none. One stat: cheap enough to ask
+    on every request."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size

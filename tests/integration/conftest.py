@@ -176,6 +176,8 @@ def start_cluster(state_dir: Path, **overrides) -> Cluster:
     for key, value in overrides.items():
         if key == "namespaces":  # the gateway's function namespaces; the first is the default
             spec.gateway.namespaces = list(value)
+        elif key == "gateway_replicas":  # many gateways behind HAProxy (gateway/peers.py)
+            spec.gateway.replicas = int(value)
         else:
             setattr(spec, key, value)
     layout = launcher.up(spec, state_dir, ray_address=ray_address)

@@ -27,15 +27,13 @@ The cluster's own key keeps full access and is never in this file; function keys
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import re
 import secrets
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,17 +242,6 @@ def resolver(store: KeyStore, fallback=None, buckets=None):
 # -- editing (the CLI) -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _raw_entries(path: Path) -> list[dict]:
     try:
         document = _parse_text(path.read_text(), path)
@@ -293,7 +280,7 @@ def add_key(path: Path, name: str, policy: dict, *, access_key: str | None = Non
     """Add a key (its access key and secret made here unless given); KeysFileError or PolicyError
     when it cannot be added (a name in use, a bad policy)."""
     Policy.parse(policy, f"policy of key {name}")
-    with _locked(path):
+    with atomic.locked(path):
         entries = _raw_entries(path)
         if any(e.get("name", e.get("access_key")) == name for e in entries if isinstance(e, dict)):
             raise KeysFileError(f"a key named {name!r} exists; revoke it first or pick another name")
@@ -307,7 +294,7 @@ def add_key(path: Path, name: str, policy: dict, *, access_key: str | None = Non
 
 def revoke_key(path: Path, name_or_access: str) -> str:
     """Remove a key by name or access key; the name removed. KeysFileError when there is none."""
-    with _locked(path):
+    with atomic.locked(path):
         entries = _raw_entries(path)
         keep = [e for e in entries if not (isinstance(e, dict) and name_or_access in (e.get("name"), e.get("access_key")))]
         if len(keep) == len(entries):

@@ -129,7 +129,10 @@ def put_version(client, key: str, value: str) -> str | None:
     return answer["ResponseMetadata"]["HTTPHeaders"].get("x-nearfaas-version", "")
 
 
-def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int) -> dict:
+def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int, gateway_faults: bool = False) -> dict:
+    """``faults`` storage-node faults (SIGKILL and restart, or SIGSTOP and SIGCONT) during the run;
+    with ``gateway_faults`` and a cluster of several gateways (behind its balancer, which every
+    client uses), also one gateway SIGKILLed and restarted and one SIGSTOPped and resumed."""
     rng = random.Random(seed)
     names = [f"k{i:03d}" for i in range(keys)]
     history: list[Op] = []
@@ -159,18 +162,27 @@ def faults_run(cluster: Cluster, ops: int, keys: int, faults: int, seed: int) ->
             with lock:
                 history.append(op)
 
+    gateways = [g["id"] for g in cluster.layout.get("gateways") or ()] if gateway_faults else []
+    # (fault, process name, gateway id or None for a storage node)
+    plan = [(rng.choice(["kill", "stop"]), rng.choice(cluster.storage)["name"], None) for _ in range(faults)]
+    if len(gateways) > 1:  # one gateway killed, another stopped
+        killed, stopped = rng.sample(gateways, 2)
+        plan[1:1] = [("kill", launcher.gateway_process_name(killed), killed)]
+        plan.append(("stop", launcher.gateway_process_name(stopped), stopped))
+
     def nemesis():
-        for _ in range(faults):
+        for kind, node, gateway in plan:
             time.sleep(rng.uniform(0.8, 1.6))
-            node = rng.choice(cluster.storage)["name"]
-            kind = rng.choice(["kill", "stop"])
             pid = cluster.pid(node)
             t0 = time.monotonic()
             began = round(t0 - started, 3)
             if kind == "kill":
                 os.kill(pid, signal.SIGKILL)
                 time.sleep(rng.uniform(0.5, 1.5))
-                launcher.restart_node(cluster.state, node)
+                if gateway is not None:
+                    launcher.restart_gateway(cluster.state, gateway_id=gateway)
+                else:
+                    launcher.restart_node(cluster.state, node)
             else:
                 os.kill(pid, signal.SIGSTOP)
                 time.sleep(rng.uniform(1.0, 3.0))

@@ -157,6 +157,11 @@ def status(state, as_json):
         return
     console.print(f"gateway {info['gateway_url']}  {'[green]healthy[/]' if info['gateway']['healthy'] else '[red]down[/]'}  "
                   f"placement {info.get('placement') or '-'}  link {info.get('link_profile') or '-'}")
+    if len(info["gateway"].get("gateways") or ()) > 1:  # many gateways behind HAProxy (gateway.replicas)
+        gateways = Table("gateway", "health", "pid", "url", title=f"gateways (HAProxy on {info['gateway_url']})")
+        for g in info["gateway"]["gateways"]:
+            gateways.add_row(g["id"], "[green]up[/]" if g["healthy"] else "[red]down[/]", str(g.get("pid") or "-"), g["url"])
+        console.print(gateways)
     on_ray = info.get("backend") == "ray"
     nodes = Table("node", "kind", "class", "health", "workers", "objects", "url", *(["Ray node"] if on_ray else []), title="nodes")
     for n in info["nodes"]:

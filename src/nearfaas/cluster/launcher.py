@@ -25,6 +25,8 @@ from pathlib import Path
 from nearfaas import atomic
 from nearfaas.auth import internal
 from nearfaas.cgroups import MemoryGroup
+from nearfaas.cluster import balancer
+from nearfaas.gateway.peers import FIRST_ID, gateway_ids
 from nearfaas.spec.budgets import budgets_dict
 from nearfaas.spec.cluster import ClusterSpec
 from nearfaas.spec.fastpath import FastpathSpec
@@ -120,7 +122,8 @@ def said_ready(log: Path, pid: int) -> bool:
     return any(b'"event": "ready"' in line and line.rstrip().endswith(mine) for line in tail.splitlines())
 
 
-def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path, cpus: float | None = None) -> None:
+def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path, cpus: float | None = None,
+                said=said_ready) -> None:
     """Until ``url`` answers and the process has said it is ready (a Path: until that ready file
     exists), or the process dies. An answer at the URL alone is not enough: another server (another
     cluster's, whose random port pick was the same at the same moment) may hold the port, and our
@@ -146,7 +149,7 @@ def _wait_ready(url: str | Path, process: subprocess.Popen, name: str, log: Path
             answered = True
         except OSError:
             answered = False
-        if answered and said_ready(log, process.pid):
+        if answered and said(log, process.pid):
             return
         time.sleep(0.05)
     raise ClusterError(f"{name} did not answer {url} within {timeout:g}s; see {log}")
@@ -172,7 +175,21 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     if not on_ray and spec.gateway.port and _port_in_use(host, gateway_port):
         raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
     gateway_url = f"http://{host}:{gateway_port}"
-    fastpath = None if on_ray else _fastpath_layout(spec, host, state_dir, taken)
+    # One gateway listens on gateway.port itself; many listen on ports of their own behind HAProxy
+    # on gateway.port (cluster/balancer.py, gateway/peers.py).
+    many = spec.gateway.replicas > 1
+    gateways = [{"id": gid, "port": _free_port(host, taken) if many else gateway_port} for gid in gateway_ids(spec.gateway.replicas)]
+    for g in gateways:
+        g["url"] = f"http://{host}:{g['port']}"
+    balancer_binary = balancer.haproxy_binary() if many else None
+    if many and balancer_binary is None:
+        raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, which needs HAProxy in front of the gateways, and "
+                           "haproxy is not installed; run `make setup` (it installs it) or `apt-get install haproxy`, "
+                           "or set gateway.replicas: 1")
+    # The fast-path executor answers one gateway (its misses, its control port): off with many.
+    fastpath = None if on_ray or many else _fastpath_layout(spec, host, state_dir, taken)
+    if many and spec.fastpath.enabled == "auto":
+        on_step(f"fast path off: gateway.replicas is {spec.gateway.replicas} (the executor answers one gateway)")
     # The host's budget adds up: the executor's cgroup limit comes out of what the nodes'
     # workers get by default (red team round 5, N2).
     node_default = None if all(n.workers_memory for n in spec.nodes) else \
@@ -186,7 +203,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
-        "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "nodes": nodes,
+        "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "gateways": gateways, "nodes": nodes,
         "replication": spec.replication.to_dict(),
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,
@@ -242,17 +259,29 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         if layout["fastpath"]:
             _record_fastpath_ports(layout["fastpath"])
             _write_layout(state_dir, layout)
-        on_step(f"starting gateway on {gateway_url}")
         # The gateway faces every client: after a flood of connections, pymalloc's arenas stay
         # pinned by a few survivors (+16 MiB for good after 20,000 idle sockets), while glibc's
         # malloc hands freed memory back when serving.py trims it (+4 MiB).
-        started.append(_spawn("gateway", _gateway_command(state_dir), state_dir, {**env, "PYTHONMALLOC": "malloc"},
-                              f"{gateway_url}/healthz", umask=0o077))
+        first = len(started)
+        for g in gateways:
+            on_step(f"starting gateway {g['id']} on {g['url']}")
+            started.append(_spawn(gateway_process_name(g["id"]), _gateway_command(state_dir, g["id"]), state_dir,
+                                  {**env, "PYTHONMALLOC": "malloc"}, f"{g['url']}/healthz", umask=0o077))
         layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
         _write_layout(state_dir, layout)
-        name, proc, url, log = started[-1]
-        _wait_ready(url, proc, name, log)
-        on_step("gateway is ready")
+        for name, proc, url, log in started[first:]:
+            _wait_ready(url, proc, name, log)
+            on_step(f"{name} is ready")
+        if many:
+            on_step(f"starting HAProxy on {gateway_url} in front of {len(gateways)} gateways")
+            cfg = balancer.write_config(state_dir, host, gateway_port, gateways, spec.gateway.read_timeout)
+            started.append(_spawn("balancer", balancer.command(balancer_binary, cfg), state_dir, env, f"{gateway_url}/healthz",
+                                  umask=0o077))
+            layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
+            _write_layout(state_dir, layout)
+            # HAProxy prints no ready line; its port was free (or checked) and it exits if it cannot bind it.
+            _wait_ready(f"{gateway_url}/healthz", started[-1][1], "balancer", started[-1][3], said=lambda log, pid: True)
+            on_step("balancer is ready")
     except BaseException:
         _stop_groups([proc.pid for _, proc, _, _ in started])
         _remove_fastpath_group(layout, state_dir)
@@ -448,26 +477,41 @@ def restart_node(state_dir: Path, name: str, env: dict | None = None) -> int:
     return proc.pid
 
 
-def _gateway_command(state_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir)]
+def _gateway_command(state_dir: Path, gateway_id: str = FIRST_ID) -> list[str]:
+    return [sys.executable, "-m", "nearfaas.gateway.app", "--state", str(state_dir), "--id", gateway_id]
 
 
-def restart_gateway(state_dir: Path, env: dict | None = None) -> int:
-    """Start the gateway again (after a crash, say) on its old port; returns its pid. ``env`` adds
+def gateway_process_name(gateway_id: str) -> str:
+    """Its name in cluster.json's processes and its log's: ``gateway`` for the first (one gateway's
+    name, as it always was), ``gateway-gw1`` ... for the others."""
+    return "gateway" if gateway_id == FIRST_ID else f"gateway-{gateway_id}"
+
+
+def gateways_of(layout: dict) -> list[dict]:
+    """The cluster's gateways (``id``, ``port``, ``url``); a layout from before there were many has one."""
+    return layout.get("gateways") or [{"id": FIRST_ID, "port": layout["gateway_port"], "url": layout["gateway_url"]}]
+
+
+def restart_gateway(state_dir: Path, env: dict | None = None, gateway_id: str = FIRST_ID) -> int:
+    """Start a gateway again (after a crash, say) on its old port; returns its pid. ``env`` adds
     to its environment (the tests' libfaketime, to start it with its clock behind)."""
     state_dir = state_dir.resolve()
     layout = read_layout(state_dir)
     if layout is None:
         raise ClusterError(f"no cluster in {state_dir}")
+    gateway = next((g for g in gateways_of(layout) if g["id"] == gateway_id), None)
+    if gateway is None:
+        raise ClusterError(f"this cluster has no gateway {gateway_id!r}; it has {', '.join(g['id'] for g in gateways_of(layout))}")
+    name = gateway_process_name(gateway_id)
     for proc in layout["processes"]:
-        if proc["name"] == "gateway" and alive(proc["pid"]):
-            raise ClusterError(f"the gateway is still running (pid {proc['pid']})")
-    _, proc, url, log = _spawn("gateway", _gateway_command(state_dir), state_dir,
-                               {**_child_env(layout), "PYTHONMALLOC": "malloc", **(env or {})}, f"{layout['gateway_url']}/healthz",
+        if proc["name"] == name and alive(proc["pid"]):
+            raise ClusterError(f"gateway {gateway_id} is still running (pid {proc['pid']})")
+    _, proc, url, log = _spawn(name, _gateway_command(state_dir, gateway_id), state_dir,
+                               {**_child_env(layout), "PYTHONMALLOC": "malloc", **(env or {})}, f"{gateway['url']}/healthz",
                                umask=0o077)
-    layout["processes"] = [p for p in layout["processes"] if p["name"] != "gateway"] + [{"name": "gateway", "pid": proc.pid}]
+    layout["processes"] = [p for p in layout["processes"] if p["name"] != name] + [{"name": name, "pid": proc.pid}]
     _write_layout(state_dir, layout)
-    _wait_ready(url, proc, "gateway", log)
+    _wait_ready(url, proc, name, log)
     return proc.pid
 
 
@@ -599,10 +643,11 @@ def down(state_dir: Path) -> int:
             stopped += ray_backend.down(layout)
         except ray_backend.RayClusterError as exc:
             raise ClusterError(f"{exc}; the cluster's actors (namespace {layout['ray']['namespace']}) could not be stopped") from None
-    # The gateway first, so nothing new is routed to nodes that are going away; then the rest
-    # side by side.
+    # The balancer and the gateways first, so nothing new is routed to nodes that are going away;
+    # then the rest side by side.
     running = [p for p in layout.get("processes", []) if alive(p["pid"])]
-    for group in ([p["pid"] for p in running if p["name"] == "gateway"], [p["pid"] for p in running if p["name"] != "gateway"]):
+    front = {"balancer", *(gateway_process_name(g["id"]) for g in gateways_of(layout))} if layout else set()
+    for group in ([p["pid"] for p in running if p["name"] in front], [p["pid"] for p in running if p["name"] not in front]):
         if group:
             _stop_groups(group)
     stopped += len(running)
@@ -618,6 +663,14 @@ def down(state_dir: Path) -> int:
         layout["processes"] = []
         _write_layout(state_dir, layout)
     return stopped
+
+
+def _answers(url: str) -> bool:
+    try:
+        _get(url, timeout=1.0)
+        return True
+    except OSError:
+        return False
 
 
 def status(state_dir: Path) -> dict:
@@ -662,6 +715,11 @@ def status(state_dir: Path) -> dict:
     gateway = {"pid": (actors.get("gateway") or {}).get("pid", pids.get("gateway")), "healthy": gateway_ok}
     if layout.get("backend") == "ray":
         gateway["ray_node_id"] = (actors.get("gateway") or {}).get("ray_node_id")
+    else:  # each gateway on its own port (behind the balancer when there are many)
+        gateway["gateways"] = [{"id": g["id"], "url": g["url"], "pid": pids.get(gateway_process_name(g["id"])),
+                                "healthy": _answers(f"{g['url']}/healthz")} for g in gateways_of(layout)]
+        if "balancer" in pids:
+            gateway["balancer"] = {"pid": pids["balancer"], "url": layout["gateway_url"], "healthy": gateway_ok}
     return {"running": gateway_ok or any(n["healthy"] for n in nodes), "gateway_url": layout["gateway_url"],
             "backend": layout.get("backend", "local"), "gateway": gateway, "state_dir": str(state_dir),
             # the cluster file's choices a function's timing depends on (a layout from before they were kept: null)

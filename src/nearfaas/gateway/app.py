@@ -30,7 +30,7 @@ from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
 from nearfaas.replication.hints import HintLog, replay_forever
-from nearfaas.replication.version import HybridClock
+from nearfaas.replication.version import RESERVE_MS, HybridClock
 from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
@@ -38,7 +38,8 @@ from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.keys_api import KeysAPI
 from nearfaas.gateway.webhooks import WebhookSink
 from nearfaas.gateway.worker_client import MAX_RESPONSE
-from nearfaas.gateway.async_queue import DEFAULT_MAX_BYTES as ASYNC_MAX_BYTES
+from nearfaas.gateway import peers
+from nearfaas.gateway.async_queue import DEFAULT_MAX_BYTES as ASYNC_MAX_BYTES, AsyncQueue
 from nearfaas.gateway.client_identity import identify
 from nearfaas.link.profiles import get_profile
 from nearfaas.placement.policy import make_policy
@@ -88,7 +89,8 @@ async def _object_sizes(backend: ClusterBackend, bucket: str, prefix: str, limit
     return [(info.key, info.size) for info in listed.contents]
 
 
-def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme, clock_file: Path) -> ClusterBackend:
+def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintLog, scheme: Scheme, clock_file: Path,
+                     origin: str = peers.FIRST_ID) -> ClusterBackend:
     clients: dict[str, NodeClient] = {}
     credentials = (INTERNAL_ACCESS_KEY, nodes.secret) if nodes.secret else None  # nodes answer only the gateway
 
@@ -100,7 +102,7 @@ def _cluster_backend(nodes: NodeDirectory, factor: int, dscs: bool, hints: HintL
 
     # Its ceiling on disk: a gateway restarted with its clock behind stamps above it (replication/version.py).
     atomic.private_dir(clock_file.parent)
-    clock = HybridClock("gw", ceiling_file=clock_file)
+    clock = HybridClock(origin, ceiling_file=clock_file)  # the gateway's id breaks ties between gateways
     return ClusterBackend(nodes, client_for, factor, dscs, hints=hints, scheme=scheme, clock=clock)
 
 
@@ -139,9 +141,11 @@ def _function_key_resolver(invoker: Invoker, secret: str):
     return resolve
 
 
-def build_app(layout: dict, state_dir: Path) -> web.Application:
+def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -> web.Application:
+    own = peers.own_dir(state_dir, gateway_id)  # its clock ceiling and journals (gateway/peers.py)
+    atomic.private_dir(own)
     nodes = NodeDirectory([Node(n["name"], n["kind"], n["class"], n["url"]) for n in layout["nodes"]],
-                          secret=layout.get("internal_secret"))
+                          secret=layout.get("internal_secret"), owner=gateway_id)
     metrics = GatewayMetrics()
     metrics.add_collector(_StoreCollector(nodes))
     connections = GuardCollector("gateway")  # filled in once the gateway listens (serve below)
@@ -152,7 +156,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     invoker = Invoker(nodes, make_policy(layout.get("placement", "near-data")), metrics, factor, dscs,
                       link=get_profile(layout.get("link_profile", "local")), profiled_compute_s=_stage_profiles().for_deployment,
                       scheme=scheme)
-    backend = _cluster_backend(nodes, factor, dscs, HintLog(state_dir / "gateway"), scheme, state_dir / "gateway" / "clock")
+    backend = _cluster_backend(nodes, factor, dscs, HintLog(own), scheme, own / "clock", gateway_id)
     invoker.inputs.lister = functools.partial(_object_sizes, backend)
     backend.planner = SelectPlanner(nodes, layout.get("link_profile", "local"), load_models(), metrics.registry)
     anti_entropy = AntiEntropy(backend, backend.repairer, nodes, interval_s=float(replication.get("anti_entropy", 30.0)),
@@ -163,7 +167,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),
                       fastpath_layout={**layout["fastpath"], "host": layout["host"]} if layout.get("fastpath") else None,
-                      handler_roots=layout.get("handler_roots") or [], namespaces=layout.get("namespaces"))
+                      handler_roots=layout.get("handler_roots") or [], namespaces=layout.get("namespaces"), journal_dir=own)
     egress = EgressPolicy.from_layout(layout)  # egress_allow and the cluster's own ports
     api.queue.egress = EgressClient(egress)    # async callbacks
     api.fastpath.egress = egress               # fast-path lambdas' external addresses
@@ -185,7 +189,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
     metrics.add_collector(BitarCollector(s3.transfer.counters))
     guard = AdminGuard(layout.get("auth"), auth, protected=api.requires_auth)
 
-    app = web.Application(middlewares=[guard.middleware, stamp_calls], client_max_size=1024**3)
+    app = web.Application(middlewares=[guard.middleware, stamp_calls, api.follow], client_max_size=1024**3)
     app.on_response_prepare.append(on_prepare)
     api.routes(app)
     QueryAPI(backend, nodes).routes(app.router)
@@ -217,13 +221,31 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
 
         located = RayNodes(nodes, layout["ray"]["address"], layout["ray"]["namespace"])
 
+    owner_lock = peers.OwnerLock(own)
+    watch = None
+    if len(gateways := [g["id"] for g in layout.get("gateways") or ()]) > 1:
+        def queue_for(folder: Path):
+            queue = AsyncQueue(api.queue.calls, metrics, folder, egress=EgressClient(egress))
+            queue.max_bytes = api.queue.max_bytes
+            return queue
+
+        watch = peers.PeerWatch(state_dir, gateway_id, gateways, backend.hints, backend.clock, queue_for,
+                                invoker.pool.stop_workers_of)
+
     async def startup(app):
+        # Its journals are its own only once it holds their lock: a peer may still be running them.
+        await owner_lock.acquire(on_wait=lambda: print(json.dumps({"event": "waiting-for-adopter", "gateway": gateway_id}),
+                                                        flush=True))
         if located is not None:
             located.connect()  # blocking (about a second), before the gateway serves; Ray wants its main thread
             await located.locate_all()
         await nodes.start()
         backend.hints.load()  # what replicas were owed when the gateway last stopped
         backend.clock.observe(backend.hints.newest_version())  # owed versions may sit only on nodes that are down
+        if watch is not None and 0 < (lead := backend.clock.lead_s()) <= 2 * RESERVE_MS / 1000:
+            # Restarted from its ceiling, ahead of the wall clock its peers stamp by: wait the lead
+            # out, or its next writes would order above their later ones (replication/version.py).
+            await asyncio.sleep(lead)
         await api.restore()
         loop = asyncio.get_running_loop()
         app["background"] = [loop.create_task(invoker.reap_idle_forever()),
@@ -232,6 +254,9 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
                              loop.create_task(anti_entropy.run_forever())]
         if located is not None:
             app["background"].append(loop.create_task(located.run_forever()))
+        if watch is not None:
+            app["background"].append(loop.create_task(watch.run_forever()))
+        app["background"].append(loop.create_task(api.functions.follow_forever()))
 
     async def cleanup(app):
         for task in app["background"]:
@@ -242,6 +267,7 @@ def build_app(layout: dict, state_dir: Path) -> web.Application:
         await api.fastpath.stop()
         await nodes.stop()
         s3.transfer.close()
+        owner_lock.release()
 
     app.on_startup.append(startup)
     app.on_cleanup.append(cleanup)
@@ -257,21 +283,22 @@ async def unknown_system_path(request: web.Request) -> web.Response:
 async def serve(args) -> None:
     state_dir = Path(args.state)
     layout = json.loads((state_dir / "cluster.json").read_text())
-    app = build_app(layout, state_dir)
+    app = build_app(layout, state_dir, args.id)
+    me = next((g for g in layout.get("gateways") or () if g["id"] == args.id), {"port": layout["gateway_port"], "url": layout["gateway_url"]})
     # Bodies pass as sent: an S3 PUT with Content-Encoding: gzip is stored as those bytes (S3's
     # semantics), and a Bitar-compressed one is decoded by the S3 frontend (bitar/transfer.py).
     runner = web.AppRunner(app, access_log=None, handle_signals=False, keepalive_timeout=KEEPALIVE_TIMEOUT_S,
                            auto_decompress=False)
     await runner.setup()
     # A connection cap and a deadline for each connection's first request (serving.py).
-    server, guard = await serve_guarded(runner, layout["host"], layout["gateway_port"], backlog=2048, name="gateway",
+    server, guard = await serve_guarded(runner, layout["host"], me["port"], backlog=2048, name="gateway",
                                         max_connections=int(layout.get("max_connections", MAX_CONNECTIONS)))
     app["connections"].guard = guard
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(json.dumps({"event": "ready", "gateway": layout["gateway_url"], "pid": os.getpid()}), flush=True)  # last: launcher.said_ready
+    print(json.dumps({"event": "ready", "gateway": me["url"], "id": args.id, "pid": os.getpid()}), flush=True)  # last: launcher.said_ready
     await stop.wait()
     # Running async calls may still use the gateway (their functions' S3 calls): let them finish
     # (or hand them back to the journal) before the listener closes.
@@ -283,6 +310,7 @@ async def serve(args) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description="nearfaas gateway (started by `nearfaas up`)")
     parser.add_argument("--state", required=True, help="state directory holding cluster.json")
+    parser.add_argument("--id", default=peers.FIRST_ID, help="which of the cluster's gateways this is (cluster.json's gateways)")
     args = parser.parse_args(argv)
     try:
         import uvloop

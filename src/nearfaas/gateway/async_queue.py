@@ -188,6 +188,7 @@ class AsyncQueue:
         self.max_bytes = max_bytes  # gateway.async_max_bytes; a client may hold a quarter of it
         self.bytes = 0
         self.client_bytes: dict[str, int] = {}
+        self._left: asyncio.Event | None = None  # set when a call leaves ``pending`` (settled)
 
     @property
     def max_client_bytes(self) -> int:
@@ -237,7 +238,15 @@ class AsyncQueue:
         else:
             self.ready.put_nowait(call.key)  # only a durable call may run
 
+    async def settled(self) -> None:
+        """Wait until some pending call is done (or dropped): how a gateway that runs a dead
+        peer's journal knows when it has run dry (gateway/peers.py)."""
+        self._left = asyncio.Event()
+        await self._left.wait()
+
     def _forget(self, call: Call) -> None:
+        if self._left is not None:
+            self._left.set()
         if self.pending.pop(call.key, None) is not None:
             self.metrics.async_queue.dec()
             self.bytes -= len(call.body)

@@ -313,17 +313,33 @@ class InstancePool:
 
     def _sweep_orphans(self, node) -> None:
         """At this gateway's first answer from ``node``, stop the workers it runs for nobody: an
-        earlier gateway process started them and died (a restart leaked one worker per function
-        each time, issue 43). None of this gateway's own can be among them yet, bar one it is
-        starting there right now, whose function is left alone."""
+        earlier process of this gateway started them and died (a restart leaked one worker per
+        function each time, issue 43). None of this gateway's own can be among them yet, bar one
+        it is starting there right now, whose function is left alone. Workers another gateway
+        started are that gateway's (``stop_workers_of`` when it is dead)."""
         self._swept.add(node.name)
         known = {i.id for st in self.functions.values() for i in st.instances.values()}
         starting = {st.name for st in self.functions.values() if node.name in st.starting}
         for worker in node.status.get("workers", []):
-            if worker.get("id") not in known and worker.get("function") not in starting:
-                print(json.dumps({"event": "orphan-worker-stopped", "node": node.name, "worker": worker.get("id"),
-                                  "function": worker.get("function")}), flush=True)
-                asyncio.get_running_loop().create_task(self.nodes.stop_worker(node.name, worker["id"]))
+            if worker.get("owner", "") in ("", self.nodes.owner) and worker.get("id") not in known \
+                    and worker.get("function") not in starting:
+                self._stop_leftover(node.name, worker, self.nodes.owner)
+
+    def stop_workers_of(self, owner: str) -> int:
+        """Stop every worker a dead gateway ``owner`` left on the nodes (as their last polls list
+        them): nobody routes calls to them any more. Returns how many were asked to stop."""
+        stopped = 0
+        for node in self.nodes.nodes.values():
+            for worker in (node.status or {}).get("workers", []) if node.healthy else ():
+                if worker.get("owner") == owner:
+                    self._stop_leftover(node.name, worker, owner)
+                    stopped += 1
+        return stopped
+
+    def _stop_leftover(self, node: str, worker: dict, owner: str) -> None:
+        print(json.dumps({"event": "orphan-worker-stopped", "node": node, "worker": worker.get("id"), "owner": owner,
+                          "function": worker.get("function")}), flush=True)
+        asyncio.get_running_loop().create_task(self.nodes.stop_worker(node, worker["id"]))
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, spec: dict) -> FunctionState:

@@ -50,8 +50,9 @@ class NodeError(Exception):
 
 
 class NodeDirectory:
-    def __init__(self, nodes: list[Node], secret: str | None = None):
+    def __init__(self, nodes: list[Node], secret: str | None = None, owner: str = "gw"):
         self.nodes = {n.name: n for n in nodes}
+        self.owner = owner  # this gateway's identity, given to the workers it starts (gateway/peers.py)
         self.secret = secret  # the cluster secret: signs every internal call (auth/internal.py)
         self.session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task | None = None
@@ -151,7 +152,8 @@ class NodeDirectory:
     async def start_worker(self, node_name: str, spec: dict, timeout: float) -> dict:
         if self.secret and "uid" in spec:  # the worker's own S3 key, scoped to its function (never the cluster's)
             spec = spec | {"credentials": function_keys.credentials(self.secret, spec["name"], spec["uid"])}
-        return await self.call(node_name, "POST", f"/_nearfaas/functions/{spec['name']}/workers", json=spec, timeout=timeout)
+        return await self.call(node_name, "POST", f"/_nearfaas/functions/{spec['name']}/workers?owner={self.owner}", json=spec,
+                               timeout=timeout)
 
     async def stop_worker(self, node_name: str, worker_id: str) -> None:
         try:

@@ -147,6 +147,9 @@ class NodeAgent:
                                       "node": self.name}, status=400)
         try:
             worker = await self.pools.start(spec)
+            # Which gateway asked (many gateways share the nodes): a restarted one, or one taking
+            # over a dead peer's duties, stops only the leftovers of that gateway (gateway/peers.py).
+            worker.owner = request.query.get("owner", "")[:64]
         except PoolError as exc:
             return web.json_response({"error": str(exc), "layer": "cold-start", "node": self.name}, status=exc.status)
         except Exception as exc:  # e.g. the handler folder vanished after deploy: still an answer, not a 500

@@ -76,11 +76,13 @@ class WorkerProcess:
     tmp_dir: Path | None = None      # its private /tmp on the host, when unjailed (removed when reaped)
     cpu_cgroup: str | None = None    # the cgroup that meters its CPU time (a container's), when not among ``cgroups``
     relay: netrelay.Relay | None = None  # its only ways in and out of its network namespace, when jailed
+    owner: str = ""                  # the gateway that started it: a restarted one stops only its own leftovers
 
     def describe(self) -> dict:
         return {"id": self.id, "function": self.function, "port": self.port, "pid": self.process.pid,
                 "started": self.started, "cold_start_seconds": self.cold_start_seconds, "prewarmed": self.prewarmed,
                 "spawn_reason": self.spawn_reason, "uid": self.uid, "token": self.token, "cpu_seconds": self.cpu_seconds(),
+                "owner": self.owner,
                 # jailed: the socket it answers on, which the gateway (root, this host) calls directly
                 **({"socket": self.relay.serve_path} if self.relay is not None else {})}
 

@@ -124,6 +124,9 @@ class HintLog:
         if self.journal is not None:
             await self.journal.append({"t": "d", "k": hint.key}, sync=False)
 
+    def all(self) -> list[Hint]:
+        return list(self._hints.values())
+
     def for_node(self, node: str) -> list[Hint]:
         return sorted((h for h in self._hints.values() if h.node == node), key=lambda h: (h.object_key is not None, h.key))
 

@@ -26,7 +26,8 @@ again; and it ``observe``s each storage node's high-water mark (their health ans
 gateway with a fresh state directory stamps past every version the nodes hold, and the versions
 its hint journal owes (which may sit only on nodes that are down).
 
-Worked example: the gateway stamps up to 12:00:00.500 and its ceiling file says 12:00:10.000;
+Worked example (with a 10 s reserve, for round numbers): the gateway stamps up to 12:00:00.500
+and its ceiling file says 12:00:10.000;
 it is killed and restarted with its host clock at 11:58:00. It starts from 12:00:10.000, so its
 next PUT of an acknowledged key gets a version above the old one and wins, instead of being a
 no-op on every replica (the restart lost acknowledged overwrites and deletes, issue 43).
@@ -34,9 +35,10 @@ no-op on every replica (the restart lost acknowledged overwrites and deletes, is
 Known caveats:
 - The wall-clock part trusts the host clock within the skew the gateway has observed: the
   clock only moves forward, so a clock stepped back cannot make new writes lose to old ones,
-  but two gateways with skewed clocks would order their concurrent writes by that skew (there
-  is one gateway today).
-- A restart costs the clock up to ``RESERVE_MS`` of lead over the wall clock, which is harmless.
+  but gateways with skewed clocks order their concurrent writes by that skew (gateway/peers.py).
+- A restart costs the clock up to ``RESERVE_MS`` of lead over the wall clock. Harmless for one
+  gateway; with several, a restarted one waits that lead out before it serves, or its writes
+  would order above a peer's later ones (seen as stale reads in the consistency harness).
 - A gateway that lost its ceiling file and its hint journal, started with its clock behind while
   every node holding the newest versions is down, can stamp below them until it sees those nodes.
 - 16 bits of logical counter allow 65,536 versions per millisecond before the clock borrows
@@ -54,7 +56,10 @@ from nearfaas import atomic
 
 
 _LOGICAL_BITS = 16
-RESERVE_MS = 10_000  # how far above the last stamp the persisted ceiling is set
+# How far above the last stamp the persisted ceiling is set: one fsynced 17-byte write per second
+# of stamping, and at most a second of lead over the wall clock after a restart (which a gateway
+# among several waits out before it serves: gateway/app.py).
+RESERVE_MS = 1_000
 
 
 def clock_of(version: str) -> int:
@@ -98,6 +103,11 @@ class HybridClock:
         """The newest clock value stamped or observed (a version's clock part; "" for none)."""
         with self._lock:
             return f"{self._last:016x}" if self._last else ""
+
+    def lead_s(self) -> float:
+        """How far this clock is ahead of the wall clock, in seconds (0.0 when it is not)."""
+        with self._lock:
+            return max(0.0, ((self._last >> _LOGICAL_BITS) / 1000.0) - self._wall())
 
     def observe(self, version: str) -> None:
         """Move past a version seen elsewhere, so that what is stamped next is newer than it."""

@@ -36,9 +36,10 @@ NODE_CLASSES = ("dscs", "standard", "cpu")
 CLASSES_FOR_KIND = {"storage": ("dscs", "standard"), "compute": ("cpu",)}
 PLACEMENT_POLICIES = tuple(POLICIES)
 
+MAX_GATEWAYS = 8
 TOP_KEYS = {"state_dir", "host", "gateway", "nodes", "replication", "placement", "auth", "link", "fastpath", "isolation", "backend", "ray"}
 GATEWAY_KEYS = {"port", "s3_max_body", "invoke_max_body", "max_inflight", "read_timeout", "handler_roots", "namespaces",
-                "egress_allow"}
+                "egress_allow", "replicas"}
 GATEWAY_KEYS |= BUDGET_KEYS  # budgets against floods (spec/budgets.py)
 NODE_KEYS = {"name", "kind", "class", "cls", "port", "workers_max", "prewarm", "cpus", "workers_memory", "ray_resource"}
 REPLICATION_KEYS = {"factor", "dscs_replica", "anti_entropy", "tombstone_grace", "scheme", "scatter_width"}
@@ -48,6 +49,9 @@ AUTH_KEYS = {"access_key", "secret_key", "region", "keys_file"}
 @dataclass
 class GatewaySpec:
     port: int = 8080                 # 0 = pick a free port (tests run several clusters at once)
+    # Gateway processes; past 1, HAProxy listens on `port` and spreads clients over them, each on
+    # a port of its own (docs/replication.md, "Many gateways").
+    replicas: int = 1
     s3_max_body: int = 5 * GiB       # largest single PUT, as in S3
     invoke_max_body: int = 8 * MiB   # largest /function/ request body; big data goes by object reference
     max_inflight: int = 32           # invocations forwarded at once, all functions together; 0 = unlimited
@@ -185,7 +189,7 @@ class ClusterSpec:
         g = self.gateway
         return {
             "state_dir": self.state_dir, "host": self.host,
-            "gateway": {**budgets_dict(g), "port": g.port, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
+            "gateway": {**budgets_dict(g), "port": g.port, "replicas": g.replicas, "s3_max_body": g.s3_max_body, "invoke_max_body": g.invoke_max_body,
                         "max_inflight": g.max_inflight, "read_timeout": g.read_timeout, "handler_roots": list(g.handler_roots),
                         "namespaces": list(g.namespaces), "egress_allow": list(g.egress_allow)},
             "nodes": [n.to_dict() for n in self.nodes],
@@ -218,6 +222,7 @@ def _gateway(value: Any, c: Collector) -> GatewaySpec:
     check_unknown_keys(m, GATEWAY_KEYS, "gateway", c, error=True)
     g.port = _int(m, "port", "gateway", c, g.port, 0, 65535, "8080 (0 picks a free port)")
     g.max_inflight = _int(m, "max_inflight", "gateway", c, g.max_inflight, 0, None, "32 (0 means unlimited)")
+    g.replicas = _int(m, "replicas", "gateway", c, g.replicas, 1, MAX_GATEWAYS, "1, or 2-8 behind HAProxy")
     read_sizes(m, ("s3_max_body", "invoke_max_body"), g, "gateway", c, '"5Gi" or "8Mi"')
     if "read_timeout" in m:
         try:
@@ -508,6 +513,13 @@ def parse_cluster(data: Any) -> ClusterSpec:
     spec.fastpath = read_fastpath(m.get("fastpath"), c)
     spec.backend = parse_backend(m.get("backend"), c)
     spec.ray = parse_ray(m.get("ray"), c)
+    if spec.gateway.replicas > 1:
+        if spec.backend == "ray":
+            c.error("gateway.replicas", f"is {spec.gateway.replicas}, but the Ray backend runs one gateway actor",
+                    "leave replicas at 1 with backend: ray; many gateways share a state folder on one host (backend: local)")
+        if spec.fastpath.enabled == "true":
+            c.error("fastpath.enabled", f"is true, but gateway.replicas is {spec.gateway.replicas}: the fast-path executor "
+                    "answers one gateway", "write enabled: auto (off with many gateways) or gateway.replicas: 1")
     c.raise_if_any()
     return spec
 

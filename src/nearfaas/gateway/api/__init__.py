@@ -26,17 +26,21 @@ from nearfaas.gateway.api.system import SystemAPI
 from nearfaas.gateway.async_queue import AsyncQueue
 from nearfaas.gateway.fastpath import FastPath
 
+# Requests that name deployed functions (the S3 API's and the metrics' do not).
+_FOLLOWING_PATHS = ("/function/", "/async-function/", "/system/")
+
 __all__ = ["FunctionsAPI", "OpenFaaSAPI", "UidAllocator", "new_call_id", "on_prepare", "stamp_calls"]
 
 
 class OpenFaaSAPI:
     def __init__(self, calls, nodes, metrics, state_dir: Path, invoke_max_body: int, max_inflight: int = 0,
                  read_timeout: float = 60.0, fastpath_layout: dict | None = None, handler_roots: list[str] = (),
-                 namespaces: list[str] | None = None):
+                 namespaces: list[str] | None = None, journal_dir: Path | None = None):
         self.invoker = calls.invoker
         self.namespaces = Namespaces(namespaces, state_dir)  # gateway/api/namespaces.py
         # Callbacks go out on the queue's own plain session, never the nodes' signing one (async_queue.py).
-        self.queue = AsyncQueue(calls, metrics, state_dir / "gateway")  # journal: async_queue.py
+        # journal: async_queue.py, in this gateway's own folder (gateway/peers.py)
+        self.queue = AsyncQueue(calls, metrics, journal_dir or state_dir / "gateway")
         self.invocations = InvokeAPI(calls, None, self.queue, metrics, invoke_max_body, max_inflight, read_timeout)
         self.invocations.namespaces = self.namespaces
         self.fastpath = self.invocations.fastpath = FastPath(fastpath_layout, self.invocations._run_for_host, self.invocations.requires_auth)
@@ -66,6 +70,14 @@ class OpenFaaSAPI:
                 self.invoker.pool.deploy(state.spec)  # the pool's: the learned compute times stay
                 restarted.append(name)
         return restarted
+
+    @web.middleware
+    async def follow(self, request: web.Request, handler):
+        """Middleware: a request that names functions first sees what other gateways of the
+        cluster deployed, updated or removed (one stat while nothing changed; functions.sync)."""
+        if request.path.startswith(_FOLLOWING_PATHS):
+            await self.functions.sync()
+        return await handler(request)
 
     def routes(self, app: web.Application) -> None:
         for part in (self.system, self.memory, self.functions, self.secrets, self.invocations, self.namespaces):

@@ -32,7 +32,9 @@ from nearfaas.spec.stack import IMAGE_ONLY_HANDLER, LABEL_SCALE_MAX, LABEL_SCALE
 
 
 class FunctionStore:
-    """Deployed function specs, persisted so a restarted gateway knows what it was running."""
+    """Deployed function specs, persisted so a restarted gateway knows what it was running, and
+    shared by every gateway of the cluster (gateway/peers.py): each change is a locked
+    read-modify-write of the one file, and each gateway follows the file (``FunctionsAPI.sync``)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -44,7 +46,18 @@ class FunctionStore:
         except (FileNotFoundError, ValueError):
             return []
 
-    def save(self, specs: list[dict]) -> None:
+    def signature(self) -> tuple | None:
+        return atomic.signature(self.path)
+
+    def put(self, spec: dict) -> None:
+        with atomic.locked(self.path):
+            self._save([s for s in self.load() if s.get("name") != spec["name"]] + [spec])
+
+    def remove(self, name: str) -> None:
+        with atomic.locked(self.path):
+            self._save([s for s in self.load() if s.get("name") != name])
+
+    def _save(self, specs: list[dict]) -> None:
         atomic.write_text(self.path, json.dumps(specs))  # 0600: it names every function and its uid
 
 
@@ -64,13 +77,14 @@ class UidAllocator:
         self.path = path
 
     def next(self, in_use: list[int]) -> int:
-        try:
-            last = int(self.path.read_text())
-        except (FileNotFoundError, ValueError):
-            last = self.FIRST + 1000 * secrets.randbelow(self.BLOCKS) - 1
-        uid = max([last, *in_use]) + 1
-        atomic.write_text(self.path, str(uid))
-        return uid
+        with atomic.locked(self.path):  # two gateways deploying at once get two uids
+            try:
+                last = int(self.path.read_text())
+            except (FileNotFoundError, ValueError):
+                last = self.FIRST + 1000 * secrets.randbelow(self.BLOCKS) - 1
+            uid = max([last, *in_use]) + 1
+            atomic.write_text(self.path, str(uid))
+            return uid
 
 
 
@@ -84,6 +98,8 @@ class FunctionsAPI:
         self.handler_roots = [Path(r) for r in handler_roots]
         self.secrets = SecretsAPI(state_dir, self.namespaces)  # to check a deployment's secrets exist (secrets.py)
         self.max_scale = GatewaySpec.max_scale  # instances one function may have (gateway.max_scale, spec/budgets.py)
+        self._seen: tuple | None = None  # the function file as this gateway last followed it (sync)
+        self._changing = asyncio.Lock()
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -95,6 +111,7 @@ class FunctionsAPI:
 
     async def restore(self) -> None:
         """Deploy again what was deployed when the gateway stopped."""
+        self._seen = self.store.signature()
         for spec in self.store.load():
             try:
                 await self.fastpath.deploy(spec, self._spec_of)
@@ -103,12 +120,35 @@ class FunctionsAPI:
                 continue
             self.invoker.deploy(spec)
 
+    async def sync(self) -> None:
+        """Follow the shared function file: deploy here what another gateway deployed or updated,
+        remove what it removed. A no-op (one stat) while the file is unchanged."""
+        signature = self.store.signature()
+        if signature == self._seen:
+            return
+        async with self._changing:
+            self._seen = signature
+            specs = {s["name"]: s for s in self.store.load() if isinstance(s, dict) and isinstance(s.get("name"), str)}
+            for name, spec in specs.items():
+                current = self.invoker.functions.get(name)
+                if current is None or current.spec != spec:
+                    self.invoker.deploy(spec)
+            for name in [n for n in self.invoker.functions if n not in specs]:
+                await self.invoker.remove(name)
+
+    async def follow_forever(self, interval_s: float = 0.2) -> None:
+        """Keep up with the other gateways' deployments (a call for a function this gateway has
+        not seen yet syncs at once: ``Invoker.on_unknown``)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.sync()
+            except Exception as exc:  # an unreadable file now is readable later; keep following
+                print(json.dumps({"event": "functions-sync-failed", "error": repr(exc)}), flush=True)
+
     def _spec_of(self, name: str) -> dict | None:
         state = self.invoker.functions.get(name)
         return state.spec if state is not None else None
-
-    def _persist(self) -> None:
-        self.store.save([s.spec for s in self.invoker.functions.values()])
 
     def _status(self, internal: str) -> dict:
         """A FunctionStatus as faas-provider's Go type marshals it: ``omitempty`` fields left out
@@ -211,7 +251,8 @@ class FunctionsAPI:
         # Echoed as deployed (GET /system/function/NAME), whatever the runtime makes of them.
         spec["openfaas"] = {k: body[k] for k in ("envProcess", "readOnlyRootFilesystem")
                             if isinstance(body.get(k), str | bool) and body[k]}
-        return spec
+        # As the shared function file gives it back: another gateway's sync compares the two.
+        return json.loads(json.dumps(spec))
 
     def _check_image_path(self, source: str) -> None:
         """An image read from the nodes' disk must lie under gateway.handler_roots, like a handler
@@ -290,7 +331,9 @@ class FunctionsAPI:
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer)
         self.invoker.deploy(spec)
-        self._persist()
+        # No await since the deploy: a sync cannot see the file without it. The next sync reads
+        # what other gateways changed meanwhile (and finds this spec as deployed here).
+        self.store.put(spec)
         return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
 
     def _namespace_floor_refused(self, spec: dict) -> web.Response | None:
@@ -332,9 +375,10 @@ class FunctionsAPI:
             print(json.dumps({"event": "fastpath-remove-failed", "function": name, "error": str(exc)}), flush=True)
             return error(503, f"function {name!r} is still deployed: the fast-path executor did not confirm its removal "
                               f"({exc}); retry the removal", "fastpath")
-        if not await self.invoker.remove(name):
-            return error(404, f"function {name!r} not found")
-        self._persist()
+        async with self._changing:  # a sync meanwhile must not deploy it again from the file
+            self.store.remove(name)
+            if not await self.invoker.remove(name):
+                return error(404, f"function {name!r} not found")
         return web.Response(status=202, text=f"removed {name}\n")
 
     async def scale(self, request):

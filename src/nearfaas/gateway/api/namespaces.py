@@ -31,6 +31,7 @@ faas-cli adds it, and nearfaas neither requires nor strips it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable
@@ -52,15 +53,29 @@ class Namespaces:
         self.configured = list(names or [DEFAULT_NAMESPACE])  # the cluster file's (gateway.namespaces)
         self.default = self.configured[0]
         self.file = state_dir / "gateway" / "namespaces.json" if state_dir is not None else None
-        self.meta: dict[str, dict] = {n: {"labels": {}, "annotations": {}} for n in self.configured}
-        self.names = list(self.configured)
         # What a namespace still holds (function and secret names), set by OpenFaaSAPI.
         self.holdings: Callable[[str], list[str]] = lambda namespace: []
-        if self.file is not None and self.file.is_file():
+        self._seen: tuple | None = ()
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Follow the namespaces file, which every gateway of the cluster shares (and changes
+        under its lock): one stat while it is unchanged."""
+        signature = atomic.signature(self.file) if self.file is not None else None
+        if signature == self._seen:
+            return
+        self._seen = signature
+        self.meta: dict[str, dict] = {n: {"labels": {}, "annotations": {}} for n in self.configured}
+        self.names = list(self.configured)
+        if signature is not None:
             for name, meta in json.loads(self.file.read_text()).items():
                 self.meta[name] = meta if name not in self.configured else self.meta[name] | meta
                 if name not in self.names:
                     self.names.append(name)
+
+    def _changing(self):
+        """The lock for a change: other gateways' changes are read first, ours saved before it ends."""
+        return atomic.locked(self.file) if self.file is not None else contextlib.nullcontext()
 
     def unknown(self, namespace: str) -> web.Response:
         return error(404, f"namespace {namespace!r} not found; this cluster's function namespaces are: {', '.join(self.names)} "
@@ -69,6 +84,7 @@ class Namespaces:
     def requested(self, request: web.Request, body: dict | None = None) -> str | web.Response:
         """The namespace a request names (its query string, else its JSON body, else the
         default), or the 404 for one the cluster does not have."""
+        self.refresh()
         for namespace in (request.query.get("namespace"), (body or {}).get("namespace")):
             if namespace not in (None, ""):
                 return str(namespace) if namespace in self.names else self.unknown(str(namespace))
@@ -87,12 +103,14 @@ class Namespaces:
         """The internal name for ``NAME`` or ``NAME.NAMESPACE`` (a URL's), the namespace taken from
         the target, else the request; or the 404 for an unknown namespace."""
         name, dot, namespace = target.partition(".")
+        self.refresh()
         if dot:
             return self.qualify(name, namespace) if namespace in self.names else self.unknown(namespace)
         namespace = self.requested(request, body) if request is not None else self.default
         return namespace if isinstance(namespace, web.Response) else self.qualify(name, namespace)
 
     async def list_namespaces(self, request: web.Request) -> web.Response:
+        self.refresh()
         return web.json_response(self.names)
 
     # -- managing them: /system/namespace[/NAME] -----------------------------------------------
@@ -110,6 +128,7 @@ class Namespaces:
             return
         atomic.private_dir(self.file.parent)
         atomic.write_text(self.file, json.dumps({n: self.meta[n] for n in self.names}, sort_keys=True))
+        self._seen = atomic.signature(self.file)
 
     @staticmethod
     def _labels(body: dict) -> dict | web.Response:
@@ -131,13 +150,18 @@ class Namespaces:
         name = body.get("name")
         if not isinstance(name, str) or not NAMESPACE_NAME.fullmatch(name):
             return error(400, f"name: {name!r} is not a namespace name; {NAME_FIX}")
+        meta = self._labels(body)
+        if isinstance(meta, web.Response):
+            return meta
+        with self._changing():
+            self.refresh()
+            return self._create(name, meta)
+
+    def _create(self, name: str, meta: dict) -> web.Response:
         if name in self.names:
             return error(409, f"namespace {name!r} already exists; PUT /system/namespace/{name} changes its labels and annotations")
         if len(self.names) >= MAX_NAMESPACES:
             return error(400, f"this gateway holds at most {MAX_NAMESPACES} namespaces; remove one first")
-        meta = self._labels(body)
-        if isinstance(meta, web.Response):
-            return meta
         self.meta[name] = meta
         self.names.append(name)
         self._save()
@@ -145,24 +169,31 @@ class Namespaces:
 
     async def get(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        self.refresh()
         return web.json_response(self._shape(name)) if name in self.names else self.unknown(name)
 
     async def update(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        if name not in self.names:
-            return self.unknown(name)
         body = await json_body(request)
         if body.get("name") not in (None, "", name):
             return error(400, f"name: {body['name']!r} differs from the path's {name!r}; a namespace cannot be renamed")
         meta = self._labels(body)
         if isinstance(meta, web.Response):
             return meta
-        self.meta[name] = meta
-        self._save()
+        with self._changing():
+            self.refresh()
+            if name not in self.names:
+                return self.unknown(name)
+            self.meta[name] = meta
+            self._save()
         return web.json_response(self._shape(name))
 
     async def remove(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
+        with self._changing():
+            self.refresh()
+            return self._remove(request.match_info["name"])
+
+    def _remove(self, name: str) -> web.Response:
         if name not in self.names:
             return self.unknown(name)
         if name in self.configured:

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""One gateway against two behind HAProxy, side by side in one run (issue 43; all measured here).
+
+Two clusters run at once (3 nodes each, replication factor 2, no client auth so that `wrk` can
+drive S3 unsigned), one with ``gateway.replicas: 1`` and one with 2. Rounds alternate between
+them; each round measures, per cluster:
+
+  s3-get     GET of a 4 KiB object, closed loop
+  s3-put     PUT of 4 KiB to one key, closed loop (fsynced on both replicas before each answer)
+  invoke     warm POST /function/hello (examples/hello)
+
+and reports throughput and latency medians over the rounds with the ratio 2 gateways / 1.
+Then, on the two-gateway cluster, ``failover``: client threads PUT through the balancer (boto3,
+standard retries) while one gateway is SIGKILLed; the time from the kill until every client has
+had a request issued after it succeed (goal: <= 2 s), and how many requests failed.
+
+The machine's core count is in the result: with 2 cores the gateways, the nodes and the load
+generator share them, so a second gateway adds parallel Python but no core of its own.
+
+    python benchmarks/gateways.py [--rounds 3] [--seconds 4] [--clients 16] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))  # this checkout's nearfaas, whatever the venv installed
+import requests  # noqa: E402
+
+from nearfaas.bench.cluster import s3_client, scratch_cluster  # noqa: E402
+from nearfaas.bench.load import generator, http_load  # noqa: E402
+from nearfaas.bench.results import machine_facts, write_result  # noqa: E402
+from nearfaas.cluster import launcher  # noqa: E402
+from nearfaas.spec.bundle import pack  # noqa: E402
+from nearfaas.stats import median  # noqa: E402
+
+BODY = os.urandom(4096)
+TESTS = ("s3-get", "s3-put", "invoke")
+
+
+def _prepare(url: str) -> None:
+    requests.put(f"{url}/bench", timeout=30).raise_for_status()
+    requests.put(f"{url}/bench/obj", data=BODY, timeout=30).raise_for_status()
+    resp = requests.post(f"{url}/system/functions", json={"service": "hello", "lang": "python3-http", "bundle": pack(ROOT / "examples" / "hello"),
+                                                          "labels": {"com.openfaas.scale.min": "1"}}, timeout=60)
+    resp.raise_for_status()
+    deadline = time.monotonic() + 60
+    while requests.post(f"{url}/function/hello", timeout=30).status_code != 200:
+        assert time.monotonic() < deadline, "hello never answered"
+        time.sleep(0.1)
+
+
+def _measure(url: str, test: str, clients: int, seconds: float) -> dict:
+    if test == "s3-get":
+        return http_load(f"{url}/bench/obj", clients, seconds)
+    if test == "s3-put":
+        return http_load(f"{url}/bench/put", clients, seconds, method="PUT", body=BODY)
+    return http_load(f"{url}/function/hello", clients, seconds, method="POST", body=b"")
+
+
+def _failover(layout: dict, state: Path, clients: int = 4) -> dict:
+    """Time from one gateway's SIGKILL until every client thread had a request it issued after
+    the kill succeed; failures counted (boto3 retries as configured by default: standard, 3)."""
+    import boto3
+    from botocore.config import Config
+
+    url = layout["gateway_url"]
+    done, killed = threading.Event(), threading.Event()
+    kill_at = [0.0]
+    recovered: list[float] = []
+    failures: list[str] = []
+    ops = [0]
+
+    def client(_):
+        s3 = boto3.client("s3", endpoint_url=url, aws_access_key_id="x", aws_secret_access_key="y", region_name="us-east-1",
+                          config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3}))
+        mine = None
+        while not done.is_set():
+            issued = time.monotonic()
+            try:
+                s3.put_object(Bucket="bench", Key=f"fo-{uuid.uuid4().hex}", Body=BODY)
+                ops[0] += 1
+                if mine is None and killed.is_set() and issued >= kill_at[0]:
+                    mine = time.monotonic() - kill_at[0]
+                    recovered.append(mine)
+            except Exception as exc:  # noqa: BLE001 - counted
+                failures.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    pid = next(p["pid"] for p in launcher.read_layout(state)["processes"] if p["name"] == "gateway-gw1")
+    kill_at[0] = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    killed.set()
+    deadline = time.monotonic() + 30
+    while len(recovered) < clients and time.monotonic() < deadline:
+        time.sleep(0.01)
+    done.set()
+    for t in threads:
+        t.join()
+    launcher.restart_gateway(state, gateway_id="gw1")
+    return {"clients": clients, "recovered_all_s": round(max(recovered), 3) if len(recovered) == clients else None,
+            "recovered_s": sorted(round(r, 3) for r in recovered), "failed_requests": len(failures), "failures": failures[:5],
+            "operations": ops[0], "goal_s": 2.0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per test, per cluster, per round")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round of 2 s")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds = 1, 2.0
+    from nearfaas.spec.cluster import GatewaySpec
+
+    runs: dict[int, dict[str, list[dict]]] = {1: {t: [] for t in TESTS}, 2: {t: [] for t in TESTS}}
+    with scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=1)) as (one, _), \
+            scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=2)) as (two, two_state):
+        urls = {1: one["gateway_url"], 2: two["gateway_url"]}
+        for url in urls.values():
+            _prepare(url)
+        for r in range(args.rounds):
+            order = (1, 2) if r % 2 == 0 else (2, 1)  # interleaved: neither always goes first
+            for test in TESTS:
+                for n in order:
+                    result = _measure(urls[n], test, args.clients, args.seconds)
+                    runs[n][test].append(result)
+                    print(f"round {r + 1} {test:7} {n} gateway(s): {result['rps']:8.0f} req/s  p50 {result['p50_s'] * 1e3:6.2f} ms  "
+                          f"p99 {result['p99_s'] * 1e3:6.2f} ms  errors {result['errors']} (measured)", flush=True)
+        failover = _failover(two, two_state)
+    summary = {}
+    for test in TESTS:
+        row = {n: {"rps": median([x["rps"] for x in runs[n][test]]), "p50_ms": median([x["p50_s"] * 1e3 for x in runs[n][test]]),
+                   "p99_ms": median([x["p99_s"] * 1e3 for x in runs[n][test]]), "errors": sum(x["errors"] for x in runs[n][test])}
+               for n in (1, 2)}
+        row["ratio_rps_2_over_1"] = round(row[2]["rps"] / row[1]["rps"], 3) if row[1]["rps"] else None
+        summary[test] = row
+        print(f"{test:7}: 1 gateway {row[1]['rps']:.0f} req/s, 2 gateways {row[2]['rps']:.0f} req/s: "
+              f"x{row['ratio_rps_2_over_1']} (measured, medians of {args.rounds} rounds)")
+    print(f"failover: every client succeeded again {failover['recovered_all_s']} s after a gateway's SIGKILL "
+          f"(goal <= 2 s), {failover['failed_requests']} failed requests of {failover['operations']} (measured)")
+    machine = machine_facts()
+    path = write_result("gateways", {"benchmark": "gateways", "label": "measured", "machine": machine, "cores": os.cpu_count(),
+                                     "generator": generator(), "args": vars(args), "summary": summary, "failover": failover,
+                                     "rounds": {str(n): runs[n] for n in runs}})
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
