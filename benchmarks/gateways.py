@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))  # this checkout's nearfaas, whatever the venv installed
 import requests  # noqa: E402
 
-from nearfaas.bench.cluster import s3_client, scratch_cluster  # noqa: E402
+from nearfaas.bench.cluster import scratch_cluster  # noqa: E402
 from nearfaas.bench.load import generator, http_load  # noqa: E402
 from nearfaas.bench.results import machine_facts, write_result  # noqa: E402
 from nearfaas.cluster import launcher  # noqa: E402
@@ -91,7 +91,7 @@ def _failover(layout: dict, state: Path, clients: int = 4) -> dict:
                 if mine is None and killed.is_set() and issued >= kill_at[0]:
                     mine = time.monotonic() - kill_at[0]
                     recovered.append(mine)
-            except Exception as exc:  # noqa: BLE001 - counted
+            except Exception as exc:
                 failures.append(repr(exc)[:200])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]

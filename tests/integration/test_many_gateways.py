@@ -171,8 +171,6 @@ def test_a_gateway_killed_under_load_costs_clients_of_the_balancer_nothing(two):
     errors: list[str] = []
     done = threading.Event()
     acked: dict[str, bytes] = {}
-    failures_after_kill: list[float] = []
-    killed_at: list[float] = []
 
     def writer(w):
         client = _s3(two, two.url, retries=3)
@@ -182,17 +180,14 @@ def test_a_gateway_killed_under_load_costs_clients_of_the_balancer_nothing(two):
             try:
                 client.put_object(Bucket="load", Key=key, Body=body)
                 acked[key] = body
-            except Exception as exc:  # noqa: BLE001 - every failure is counted
+            except Exception as exc:
                 errors.append(repr(exc))
-                if killed_at:
-                    failures_after_kill.append(time.monotonic() - killed_at[0])
             i += 1
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
     for t in threads:
         t.start()
     _wait(lambda: len(acked) >= 40, message="no load through the balancer")
-    killed_at.append(time.monotonic())
     _kill(two, "gateway-gw1")
     before = len(acked)
     _wait(lambda: len(acked) >= before + 80, message="clients did not get through after the kill")
@@ -229,7 +224,7 @@ def test_a_dead_gateways_hints_and_async_calls_are_taken_over(two):
     def holds_all():
         try:
             return all(store.get_object(Bucket="adopt", Key=k)["Body"].read() == b for k, b in owed.items())
-        except Exception:  # noqa: BLE001 - not there yet
+        except Exception:
             return False
 
     _wait(holds_all, timeout=30, message="storage-1 did not get what it missed")
