@@ -9,7 +9,9 @@ them; each round measures, per cluster:
   s3-put     PUT of 4 KiB to one key, closed loop (fsynced on both replicas before each answer)
   invoke     warm POST /function/hello (examples/hello)
 
-and reports throughput and latency medians over the rounds with the ratio 2 gateways / 1.
+and reports throughput and latency medians over the rounds with the ratio 2 gateways / 1. The
+twin then projects a 200-node rack behind 1, 4 and 16 gateways of the measured warm-call
+capacity (twin/gateway_tier.py; labelled modelled).
 Then, on the two-gateway cluster, ``failover``: client threads PUT through the balancer (boto3,
 standard retries) while one gateway is SIGKILLed; the time from the kill until every client has
 had a request issued after it succeed (goal: <= 2 s), and how many requests failed.
@@ -149,11 +151,21 @@ def main() -> int:
         summary[test] = row
         print(f"{test:7}: 1 gateway {row[1]['rps']:.0f} req/s, 2 gateways {row[2]['rps']:.0f} req/s: "
               f"x{row['ratio_rps_2_over_1']} (measured, medians of {args.rounds} rounds)")
+    # The twin's projection: a 200-node rack behind 1, 4 and 16 gateways of the measured capacity.
+    from nearfaas.twin.gateway_tier import project
+
+    stages_per_s = summary["invoke"][1]["rps"]  # one warm call is one routed stage
+    print(f"rack projection with one gateway routing {stages_per_s:.0f} stages/s (measured above; the rest modelled):")
+    projection = project(stages_per_s, on_case=lambda c: print(
+        f"  {c['offered_calls_per_s']:>8.1f} calls/s, {c['gateways']:>2} gateway(s): utilisation {c['gateway_utilisation']:.2f}, "
+        f"gateway wait {c['gateway_wait_ms_mean']:.1f} ms, p99 {c['latency_ms']['p99']:.0f} ms, bottleneck {c['bottleneck']} (modelled)",
+        flush=True))
     print(f"failover: every client succeeded again {failover['recovered_all_s']} s after a gateway's SIGKILL "
           f"(goal <= 2 s), {failover['failed_requests']} failed requests of {failover['operations']} (measured)")
     machine = machine_facts()
     path = write_result("gateways", {"benchmark": "gateways", "label": "measured", "machine": machine, "cores": os.cpu_count(),
                                      "generator": generator(), "args": vars(args), "summary": summary, "failover": failover,
+                                     "rack_projection": projection,
                                      "rounds": {str(n): runs[n] for n in runs}})
     print(f"written to {path}")
     return 0

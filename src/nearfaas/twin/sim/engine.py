@@ -105,6 +105,11 @@ class SimConfig:
     accel_down: tuple = ()  # dscs node names whose accelerator an operator marked unavailable
     storage_memory_mb: float | None = None  # memory per storage node for calls' footprints (None: unlimited)
     compute_memory_mb: float | None = None  # memory per compute node (None: unlimited)
+    # The gateway tier (0: not modelled, every call reaches placement at once): that many gateway
+    # processes, each serving one request at a time for an exponential time of mean
+    # gateway_service_s per stage (one over a gateway's measured capacity: benchmarks/gateways.py).
+    gateways: int = 0
+    gateway_service_s: float = 0.0
 
 
 class Simulator:
@@ -115,6 +120,8 @@ class Simulator:
                 raise ValueError(f"{name} must be >= 0")
         if c.compute_slots < 1 or c.storage_cpu_slots < 1:
             raise ValueError("compute_slots and storage_cpu_slots must be >= 1")
+        if c.gateways < 0 or c.gateway_service_s < 0 or (c.gateways and not c.gateway_service_s > 0):
+            raise ValueError("gateways must be >= 0, and with gateways a gateway_service_s > 0 (one over a gateway's capacity)")
         if c.queue_depth < 0 or c.keep_alive_s < 0 or c.bin_s <= 0:
             raise ValueError("queue_depth and keep_alive_s must be >= 0, bin_s > 0")
         for name in ("storage_memory_mb", "compute_memory_mb"):

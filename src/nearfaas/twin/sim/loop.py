@@ -10,6 +10,7 @@ part of that contract (the golden files in tests/golden/twin/ pin it). See docs/
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from array import array
 from collections import Counter, deque
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from nearfaas.twin.sim.engine import Simulator
 
 INTERMEDIATES = "nearfaas-intermediates"
-ARRIVAL, FINISH, EXPIRE = 0, 1, 2
+ARRIVAL, FINISH, EXPIRE, ROUTED = 0, 1, 2, 3
 # A job is a list: arrival time, chain (function indices), stage, refs, node, target, queued-at,
 # waited, app, the call's own duration (None: the service samplers), its memory footprint (MB).
 _ARRIVED, _CHAIN, _STAGE, _REFS, _NODE, _TARGET, _QUEUED_AT, _WAITED, _APP, _SVC, _MEM = range(11)
@@ -47,6 +48,7 @@ class SimResult:
     placements: dict  # "target;reason" -> count
     series: dict  # t, queue_len, instances_busy, instances_alive, latency_mean, latency_p95 per bin
     memory: dict | None = None  # memory occupancy and memory rejections, where calls have footprints or nodes a limit
+    gateway: dict | None = None  # the gateway tier's utilisation and queueing, when it is modelled (SimConfig.gateways)
 
     @property
     def events_per_s(self) -> float:
@@ -57,7 +59,7 @@ class SimResult:
         return self.completed / self.sim_time_s if self.sim_time_s > 0 else 0.0
 
     def summary(self) -> dict:
-        return ({k: v for k, v in self.__dict__.items() if k != "series" and not (k == "memory" and v is None)}
+        return ({k: v for k, v in self.__dict__.items() if k != "series" and not (k in ("memory", "gateway") and v is None)}
                 | {"events_per_s": self.events_per_s})
 
 
@@ -96,6 +98,9 @@ class EventLoop:
         self.run_id = 0
         self.arrivals = self.completed = self.events = 0
         self.it = iter(workload)
+        # The gateway tier (SimConfig.gateways): free gateways, calls waiting for one, accounting.
+        self.gw_free, self.gw_queue = c.gateways, deque()
+        self.gw = {"busy_s": 0.0, "wait_s": 0.0, "routed": 0, "max_queue": 0}
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -113,8 +118,10 @@ class EventLoop:
                 finish(a, now)
             elif kind == ARRIVAL:
                 arrive(a, b, now)
-            else:
+            elif kind == EXPIRE:
                 expire(a, b, now)
+            else:
+                self._routed(a, now)
         self.events = events
         return self._result(time.perf_counter() - wall0)
 
@@ -181,6 +188,40 @@ class EventLoop:
         if mb:
             self.mem["calls"] += 1
         self._next_arrival()
+        if self.config.gateways:
+            self._to_gateway(job, now)
+        else:
+            self._place(job, now, None)
+
+    # -- the gateway tier (SimConfig.gateways) ---------------------------------------------------
+    def _to_gateway(self, job: list, now: float) -> None:
+        """A call reaches the gateways: a free one routes it, else it waits its turn (FIFO). A
+        chain's stages are each routed by a gateway (the chain runner lives there); their work is
+        charged at the call's entry, one service draw per stage."""
+        if self.gw_free > 0:
+            self.gw_free -= 1
+            self._gateway_serve(job, now)
+        else:
+            self.gw_queue.append((job, now))
+            self.gw["max_queue"] = max(self.gw["max_queue"], len(self.gw_queue))
+
+    def _gateway_serve(self, job: list, now: float) -> None:
+        mean, rand = self.config.gateway_service_s, self.rand
+        busy = sum(-mean * math.log(1.0 - rand()) for _ in job[_CHAIN])
+        self.gw["busy_s"] += busy
+        self._push(now + busy, ROUTED, job, None)
+
+    def _routed(self, job: list, now: float) -> None:
+        """A gateway is done routing ``job``: it takes the next waiting call; the job is placed."""
+        self.gw["routed"] += 1
+        if self.gw_queue:
+            nxt, since = self.gw_queue.popleft()
+            self.gw["wait_s"] += now - since
+            self.st["wait"] += now - since
+            nxt[_WAITED] += now - since
+            self._gateway_serve(nxt, now)
+        else:
+            self.gw_free += 1
         self._place(job, now, None)
 
     def _finish(self, job: list, now: float) -> None:
@@ -439,7 +480,15 @@ class EventLoop:
                      "p99": float(pct[2])},
             mean_wait_s=st["wait"] / completed if completed else float("nan"),
             time_avg_in_system=self.area_sys / end if end > 0 else 0.0, cold_starts=st["cold"],
-            placements=dict(self.placements), series=self._series(lv, lt), memory=self._memory(end))
+            placements=dict(self.placements), series=self._series(lv, lt), memory=self._memory(end), gateway=self._gateway(end))
+
+    def _gateway(self, end: float) -> dict | None:
+        c, g = self.config, self.gw
+        if not c.gateways:
+            return None
+        return {"gateways": c.gateways, "service_s_per_stage": c.gateway_service_s, "routed": g["routed"],
+                "utilisation": g["busy_s"] / (c.gateways * end) if end > 0 else 0.0,
+                "mean_wait_s": g["wait_s"] / g["routed"] if g["routed"] else 0.0, "max_queue": g["max_queue"]}
 
     def _memory(self, end: float) -> dict | None:
         """Memory occupancy (calls' footprints while they run), where calls had footprints or
