@@ -39,11 +39,12 @@ Known caveats:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -163,3 +164,30 @@ def signature(path: Path | str) -> tuple | None:
     except FileNotFoundError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+@contextlib.asynccontextmanager
+async def locked_async(path: Path | str, timeout: float = 5.0) -> AsyncIterator[None]:
+    """``locked`` for an event loop: it never blocks the loop while another process holds the
+    lock, and gives up after ``timeout`` seconds with TimeoutError. A holder that is stopped
+    (SIGSTOP) keeps its lock; waiting on it in the loop froze a second gateway whole, health
+    checks included (fault injection, issue 43)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+    try:
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + timeout, 0.002
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if loop.time() >= deadline:
+                    raise TimeoutError(f"{path.name} is locked by another process (a gateway that is stopped or slow) "
+                                       f"for more than {timeout:g}s") from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        yield
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ import boto3
 import pytest
 import requests
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from conftest import running_cluster
 
 from nearfaas.cluster import launcher
@@ -80,6 +81,18 @@ def _events(cluster, process: str) -> list[dict]:
             except ValueError:
                 pass
     return out
+
+
+def _wait_node(cluster, gateway_url: str, node: str, healthy: bool) -> None:
+    _wait(lambda: next(n for n in cluster.http.get(f"{gateway_url}/system/nodes", timeout=5).json()
+                       if n["name"] == node)["healthy"] is healthy, message=f"{node} healthy={healthy} not seen at {gateway_url}")
+
+
+def _read_or_none(client, bucket: str, key: str) -> bytes | None:
+    try:
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError:
+        return None
 
 
 def _wait(what, timeout: float = 30.0, message: str = ""):
@@ -207,8 +220,7 @@ def test_a_dead_gateways_hints_and_async_calls_are_taken_over(two):
     gw1.create_bucket(Bucket="adopt")
     assert two.deploy("recorder", FUNCTIONS / "recorder", **{"x-nearfaas": {"buckets": ["adopt"]}}).status_code == 202
     _kill(two, "storage-1")
-    _wait(lambda: not next(n for n in two.http.get(f"{urls['gw1']}/system/nodes", timeout=5).json()
-                           if n["name"] == "storage-1")["healthy"])
+    _wait_node(two, urls["gw1"], "storage-1", healthy=False)
     owed = {f"k{i}": os.urandom(64) for i in range(10)}
     for key, body in owed.items():  # acknowledged with storage-1 down: gw1 journals a hint each
         gw1.put_object(Bucket="adopt", Key=key, Body=body)
@@ -263,3 +275,62 @@ def test_a_randomised_run_with_a_gateway_killed_and_another_stopped_loses_nothin
     assert [f["node"] for f in run["faults"] if f["node"].startswith("gateway")], run["faults"]
     assert (run["lost"], run["stale"], run["resurrected"], run["diverged"]) == (0, 0, 0, 0), \
         {"examples": run["examples"], "faults": run["faults"], "histories": run["flagged_histories"]}
+
+
+def test_a_read_through_one_gateway_never_answers_older_than_a_write_another_acknowledged(two):
+    """Fault injection found it: gw1 acknowledged writes with storage-1 down (its hints say
+    storage-1 is behind); with storage-0 then down and storage-1 back, gw answered the old values,
+    deleted keys included. A gateway reads what the others owe too (HintTail): a 503, never old."""
+    urls = _urls(two)
+    gw, gw1 = _s3(two, urls["gw"]), _s3(two, urls["gw1"])
+    gw1.create_bucket(Bucket="behind")
+    keys = [f"k{i}" for i in range(6)]
+    for key in keys:
+        gw1.put_object(Bucket="behind", Key=key, Body=b"old")
+    _kill(two, "storage-1")
+    _wait_node(two, urls["gw1"], "storage-1", healthy=False)
+    for key in keys[:3]:
+        gw1.put_object(Bucket="behind", Key=key, Body=b"new")
+    for key in keys[3:]:
+        gw1.delete_object(Bucket="behind", Key=key)
+    _kill(two, "storage-0")
+    launcher.restart_node(two.state_dir, "storage-1")
+    _wait_node(two, urls["gw"], "storage-1", healthy=True)
+    _wait_node(two, urls["gw"], "storage-0", healthy=False)
+    for key in keys:
+        try:
+            got = gw.get_object(Bucket="behind", Key=key)["Body"].read()
+        except ClientError as exc:
+            assert exc.response["ResponseMetadata"]["HTTPStatusCode"] == 503, exc.response
+            continue
+        pytest.fail(f"{key}: read {got!r} through gw, older than what gw1 acknowledged")
+    launcher.restart_node(two.state_dir, "storage-0")
+    _wait_node(two, urls["gw"], "storage-0", healthy=True)
+    for key in keys[:3]:
+        assert _wait(lambda key=key: _read_or_none(gw, "behind", key) == b"new")
+
+
+def test_a_gateway_waiting_on_a_stopped_peers_lock_keeps_serving_and_says_503(two):
+    """Fault injection found it: a gateway SIGSTOPped while it held the function file's lock froze
+    the other gateway whole (a blocking flock in its event loop), health checks included, and the
+    balancer answered 503 to everything. The lock is held here by the test, as a stopped gateway
+    would hold it: the deploy is refused with 503 after a few seconds, everything else answers."""
+    import fcntl
+
+    urls = _urls(two)
+    fd = os.open(two.state_dir / "gateway" / "functions.json.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        body = {"service": "locked-out", "lang": "python3-http", "handler": str(FUNCTIONS / "echo"), "x-nearfaas": {"buckets": ["*"]}}
+        with ThreadPoolExecutor(1) as pool:
+            deploying = pool.submit(two.http.post, f"{urls['gw1']}/system/functions", json=body, timeout=30)
+            started = time.monotonic()
+            while not deploying.done():  # meanwhile the gateway answers its health checks at once
+                assert requests.get(f"{urls['gw1']}/healthz", timeout=1).status_code == 200
+                time.sleep(0.2)
+            resp = deploying.result()
+        assert resp.status_code == 503 and "locked" in resp.text and time.monotonic() - started < 15, resp.text
+    finally:
+        os.close(fd)
+    assert two.http.post(f"{urls['gw1']}/system/functions", json=body, timeout=30).status_code == 202
+    assert two.http.delete(f"{urls['gw']}/system/functions", json={"functionName": "locked-out"}, timeout=30).status_code == 202

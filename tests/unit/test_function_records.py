@@ -79,8 +79,8 @@ def test_two_clusters_give_their_functions_different_uids(tmp_path):
     for n in range(3):
         (tmp_path / f"c{n}").mkdir()
         alloc = UidAllocator(tmp_path / f"c{n}" / "last_uid")
-        first = alloc.next([])
+        first = asyncio.run(alloc.next([]))
         assert MIN_UID <= first < DERIVED_UID_BASE and (first - MIN_UID) % 1000 == 0
-        assert UidAllocator(tmp_path / f"c{n}" / "last_uid").next([]) == first + 1  # kept in the state dir
+        assert asyncio.run(UidAllocator(tmp_path / f"c{n}" / "last_uid").next([])) == first + 1  # kept in the state dir
         firsts.append(first)
     assert len(set(firsts)) == 3, firsts  # (a 1-in-800,000 chance that two draw the same block)

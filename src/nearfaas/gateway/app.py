@@ -29,7 +29,7 @@ from nearfaas.gateway.api.node_files import NodeFiles
 from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
-from nearfaas.replication.hints import HintLog, replay_forever
+from nearfaas.replication.hints import HintLog, HintTail, replay_forever
 from nearfaas.replication.version import RESERVE_MS, HybridClock
 from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
@@ -231,6 +231,9 @@ def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -
 
         watch = peers.PeerWatch(state_dir, gateway_id, gateways, backend.hints, backend.clock, queue_for,
                                 invoker.pool.stop_workers_of)
+        # What the others owe counts for reads here: a write acknowledged through one of them with a
+        # replica down is not read older through this one (fault injection, issue 43).
+        backend.hints.peers = [HintTail(peers.own_dir(state_dir, p)) for p in gateways if p != gateway_id]
 
     async def startup(app):
         # Its journals are its own only once it holds their lock: a peer may still be running them.

@@ -9,8 +9,9 @@ Mechanism. A cluster runs ``gateway.replicas`` gateway processes named ``gw``, `
   files: ``FunctionsAPI.sync``, ``Namespaces.refresh``), the secrets folder, the keys file.
   **Shared, on the storage nodes**: objects, buckets, their options, owners and policies.
 - **Owned, in ``own_dir(state, id)``**: the clock's ceiling (versions carry the gateway's id, so
-  last-writer-wins stays one total order: replication/version.py), the hint journal, the
-  async-call journal. A gateway holds an exclusive flock on ``owner.lock`` there for as long as
+  last-writer-wins stays one total order: replication/version.py), the hint journal (which the
+  others read too, ``HintTail``: no read through any gateway answers older than a version some
+  replica is owed), the async-call journal. A gateway holds an exclusive flock on ``owner.lock`` there for as long as
   it lives; the kernel lets go of it when the process dies, SIGKILL included.
 - **Its own, in memory**: warm instances (each worker is tagged with the id of the gateway that
   started it, node/agent.py), autoscaling, in-flight calls.
@@ -37,9 +38,9 @@ Known caveats:
 - The shared state is a folder every gateway can reach: one host (``backend: local``). Gateways
   on several hosts would need it on the storage nodes or in a consensus store; the Ray backend
   runs one gateway.
-- Reads use the hints of the gateway that serves them: between a peer's death and its hints'
-  adoption (``interval_s``), a read through another gateway that can reach only a replica a hint
-  says is behind answers from it instead of 503.
+- A gateway waiting on a peer's lock on the shared files (a peer stopped mid-change) gives up
+  after a few seconds: that deploy, removal or namespace change is a 503 to retry
+  (``atomic.locked_async``); nothing else waits.
 - Each gateway scales its own instances of a function (``POST /system/scale-function`` and the
   autoscaler act on the gateway that gets them), so a function may run up to N times the
   replicas one gateway would give it; a secret's new value restarts the instances of the

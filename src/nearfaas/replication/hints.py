@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nearfaas.journal import Journal
+from nearfaas.journal import Journal, decode
 
 log = logging.getLogger("nearfaas.replication.hints")
 JOURNAL_NAME = "hints.journal"
@@ -78,6 +78,7 @@ class HintLog:
         self._hints: dict[tuple[str, str, str | None], Hint] = {}
         self._by_key: dict[tuple[str, str], dict[str, str]] = {}  # (bucket, key) -> node -> version owed
         self.handed_off = 0  # hints replayed since start-up
+        self.peers: list[HintTail] = []  # other gateways' journals, read for reads (gateway/peers.py)
 
     def load(self) -> None:
         if self.journal is None:
@@ -133,12 +134,13 @@ class HintLog:
     def owes_bucket(self, node: str, bucket: str) -> bool:
         """``node`` missed the bucket's creation and has not been given it yet: its NoSuchBucket
         is not an answer about the bucket."""
-        return (node, bucket, None, None) in self._hints
+        return (node, bucket, None, None) in self._hints or any(p.owes_bucket(node, bucket) for p in self.peers)
 
     def newest(self, bucket: str, object_key: str) -> str:
         """The newest version some replica is owed for this key ("" when none): no read may
-        answer anything older."""
-        return max(self._by_key.get((bucket, object_key), {}).values(), default="")
+        answer anything older. With many gateways, what the others owe counts too (``peers``)."""
+        mine = max(self._by_key.get((bucket, object_key), {}).values(), default="")
+        return max([mine, *(p.newest(bucket, object_key) for p in self.peers)]) if self.peers else mine
 
     def newest_version(self) -> str:
         """The newest version any hint owes ("" when none): a restarted gateway's clock goes past
@@ -157,6 +159,59 @@ class HintLog:
     async def close(self) -> None:
         if self.journal is not None:
             await self.journal.close()
+
+
+class HintTail:
+    """Another gateway's hint journal, followed read-only: what it owes, so that a read through
+    this gateway never answers older than a write acknowledged through that one (with the node
+    holding it down). Brought up to date at each question by reading what was appended since
+    (one stat when nothing was); a compacted or removed file is read again from the start."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / JOURNAL_NAME
+        self._inode: int | None = None
+        self._offset = 0
+        self._hints: dict[int, Hint] = {}
+        self._by_key: dict[tuple[str, str], dict[int, str]] = {}
+
+    def _refresh(self) -> None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if st is None or st.st_ino != self._inode or st.st_size < self._offset:
+            self._inode, self._offset = (st.st_ino if st else None), 0
+            self._hints.clear()
+            self._by_key.clear()
+        if st is None or st.st_size == self._offset:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read(st.st_size - self._offset)
+        whole = data.rfind(b"\n") + 1  # a line being appended now is read next time
+        self._offset += whole
+        for line in data[:whole].splitlines():
+            record = decode(line)
+            if record is None or "k" not in record:
+                continue
+            if record["t"] == "a":
+                hint = Hint.from_records([record])
+                self._hints[hint.key] = hint
+                if hint.object_key is not None and hint.upload is None:
+                    self._by_key.setdefault((hint.bucket, hint.object_key), {})[hint.key] = hint.version
+            elif record["t"] == "d" and (gone := self._hints.pop(int(record["k"]), None)) is not None:
+                owed = self._by_key.get((gone.bucket, gone.object_key), {})
+                owed.pop(gone.key, None)
+                if not owed:
+                    self._by_key.pop((gone.bucket, gone.object_key), None)
+
+    def newest(self, bucket: str, object_key: str) -> str:
+        self._refresh()
+        return max(self._by_key.get((bucket, object_key), {}).values(), default="")
+
+    def owes_bucket(self, node: str, bucket: str) -> bool:
+        self._refresh()
+        return any(h.node == node and h.bucket == bucket and h.object_key is None for h in self._hints.values())
 
 
 async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.5, concurrency: int = 8) -> None:

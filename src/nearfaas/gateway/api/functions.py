@@ -49,12 +49,13 @@ class FunctionStore:
     def signature(self) -> tuple | None:
         return atomic.signature(self.path)
 
-    def put(self, spec: dict) -> None:
-        with atomic.locked(self.path):
+    async def put(self, spec: dict) -> None:
+        """TimeoutError when another gateway holds the file's lock for long (it is stopped)."""
+        async with atomic.locked_async(self.path):
             self._save([s for s in self.load() if s.get("name") != spec["name"]] + [spec])
 
-    def remove(self, name: str) -> None:
-        with atomic.locked(self.path):
+    async def remove(self, name: str) -> None:
+        async with atomic.locked_async(self.path):
             self._save([s for s in self.load() if s.get("name") != name])
 
     def _save(self, specs: list[dict]) -> None:
@@ -76,8 +77,8 @@ class UidAllocator:
     def __init__(self, path: Path):
         self.path = path
 
-    def next(self, in_use: list[int]) -> int:
-        with atomic.locked(self.path):  # two gateways deploying at once get two uids
+    async def next(self, in_use: list[int]) -> int:
+        async with atomic.locked_async(self.path):  # two gateways deploying at once get two uids
             try:
                 last = int(self.path.read_text())
             except (FileNotFoundError, ValueError):
@@ -124,7 +125,7 @@ class FunctionsAPI:
         """Follow the shared function file: deploy here what another gateway deployed or updated,
         remove what it removed. A no-op (one stat) while the file is unchanged."""
         signature = self.store.signature()
-        if signature == self._seen:
+        if signature == self._seen or self._changing.locked():  # a change here is under way: the next sync
             return
         async with self._changing:
             self._seen = signature
@@ -241,8 +242,8 @@ class FunctionsAPI:
             raise SpecErrorResponse(missing)
         name = spec["name"]
         current = self.invoker.functions.get(name)
-        spec["uid"] = current.spec["uid"] if current is not None and "uid" in current.spec else \
-            self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
+        if current is not None and "uid" in current.spec:  # an update keeps it; a new function gets one (deploy)
+            spec["uid"] = current.spec["uid"]
         options = NearfaasOptions.from_dict(spec["x"])
         if ungranted := options.ungranted_triggers():
             raise SpecErrorResponse("; ".join(ungranted))
@@ -325,15 +326,24 @@ class FunctionsAPI:
             return error(404, f"function {spec['name']!r} not found; deploy it with POST /system/functions")
         was_fast = exists and on_executor(self.invoker.functions[spec["name"]].spec)
         try:
+            if "uid" not in spec:
+                spec["uid"] = await self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
+        except TimeoutError as exc:
+            return error(503, f"function {spec['name']!r} was not deployed: {exc}; retry", "gateway", {"Retry-After": "1"})
+        try:
             if was_fast and not on_executor(spec):
                 await self.fastpath.remove(spec["name"], fastpath=True)
             await self.fastpath.deploy(spec, self._spec_of)
         except CallError as exc:
             return error(exc.status, str(exc), exc.layer)
-        self.invoker.deploy(spec)
-        # No await since the deploy: a sync cannot see the file without it. The next sync reads
-        # what other gateways changed meanwhile (and finds this spec as deployed here).
-        self.store.put(spec)
+        # Recorded for every gateway first, then deployed here; a sync meanwhile waits (it would
+        # find the file without it). The next sync reads what other gateways changed meanwhile.
+        async with self._changing:
+            try:
+                await self.store.put(spec)
+            except TimeoutError as exc:
+                return error(503, f"function {spec['name']!r} was not deployed: {exc}; retry", "gateway", {"Retry-After": "1"})
+            self.invoker.deploy(spec)
         return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
 
     def _namespace_floor_refused(self, spec: dict) -> web.Response | None:
@@ -376,7 +386,10 @@ class FunctionsAPI:
             return error(503, f"function {name!r} is still deployed: the fast-path executor did not confirm its removal "
                               f"({exc}); retry the removal", "fastpath")
         async with self._changing:  # a sync meanwhile must not deploy it again from the file
-            self.store.remove(name)
+            try:
+                await self.store.remove(name)
+            except TimeoutError as exc:
+                return error(503, f"function {name!r} is still deployed: {exc}; retry the removal", "gateway", {"Retry-After": "1"})
             if not await self.invoker.remove(name):
                 return error(404, f"function {name!r} not found")
         return web.Response(status=202, text=f"removed {name}\n")

@@ -74,8 +74,13 @@ class Namespaces:
                     self.names.append(name)
 
     def _changing(self):
-        """The lock for a change: other gateways' changes are read first, ours saved before it ends."""
-        return atomic.locked(self.file) if self.file is not None else contextlib.nullcontext()
+        """The lock for a change: other gateways' changes are read first, ours saved before it ends
+        (TimeoutError past a few seconds: another gateway holds it and is stopped)."""
+        return atomic.locked_async(self.file) if self.file is not None else contextlib.nullcontext()
+
+    @staticmethod
+    def _locked_out(exc: TimeoutError) -> web.Response:
+        return error(503, f"namespaces unchanged: {exc}; retry", "gateway", {"Retry-After": "1"})
 
     def unknown(self, namespace: str) -> web.Response:
         return error(404, f"namespace {namespace!r} not found; this cluster's function namespaces are: {', '.join(self.names)} "
@@ -153,9 +158,12 @@ class Namespaces:
         meta = self._labels(body)
         if isinstance(meta, web.Response):
             return meta
-        with self._changing():
-            self.refresh()
-            return self._create(name, meta)
+        try:
+            async with self._changing():
+                self.refresh()
+                return self._create(name, meta)
+        except TimeoutError as exc:
+            return self._locked_out(exc)
 
     def _create(self, name: str, meta: dict) -> web.Response:
         if name in self.names:
@@ -180,18 +188,24 @@ class Namespaces:
         meta = self._labels(body)
         if isinstance(meta, web.Response):
             return meta
-        with self._changing():
-            self.refresh()
-            if name not in self.names:
-                return self.unknown(name)
-            self.meta[name] = meta
-            self._save()
+        try:
+            async with self._changing():
+                self.refresh()
+                if name not in self.names:
+                    return self.unknown(name)
+                self.meta[name] = meta
+                self._save()
+        except TimeoutError as exc:
+            return self._locked_out(exc)
         return web.json_response(self._shape(name))
 
     async def remove(self, request: web.Request) -> web.Response:
-        with self._changing():
-            self.refresh()
-            return self._remove(request.match_info["name"])
+        try:
+            async with self._changing():
+                self.refresh()
+                return self._remove(request.match_info["name"])
+        except TimeoutError as exc:
+            return self._locked_out(exc)
 
     def _remove(self, name: str) -> web.Response:
         if name not in self.names:
