@@ -2,14 +2,16 @@
 """One gateway against two behind HAProxy, side by side in one run (issue 43; all measured here).
 
 Two clusters run at once (3 nodes each, replication factor 2, no client auth so that `wrk` can
-drive S3 unsigned), one with ``gateway.replicas: 1`` and one with 2. Rounds alternate between
-them; each round measures, per cluster:
+drive S3 unsigned), one with ``gateway.replicas: 1`` and one with 2 (behind HAProxy, as
+`nearfaas up` starts them). The one-gateway cluster is measured twice: clients straight to its
+gateway, and through HAProxy configured the same way, so that the balancer's own cost is apart
+from what the second gateway adds. Rounds rotate the three; each round measures, per setup:
 
   s3-get     GET of a 4 KiB object, closed loop
   s3-put     PUT of 4 KiB to one key, closed loop (fsynced on both replicas before each answer)
   invoke     warm POST /function/hello (examples/hello)
 
-and reports throughput and latency medians over the rounds with the ratio 2 gateways / 1. The
+and reports throughput and latency medians over the rounds with the ratios 2 gateways / 1. The
 twin then projects a 200-node rack behind 1, 4 and 16 gateways of the measured warm-call
 capacity (twin/gateway_tier.py; labelled modelled).
 Then, on the two-gateway cluster, ``failover``: client threads PUT through the balancer (boto3,
@@ -25,8 +27,10 @@ generator share them, so a second gateway adds parallel Python but no core of it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -66,6 +70,34 @@ def _measure(url: str, test: str, clients: int, seconds: float) -> dict:
     if test == "s3-put":
         return http_load(f"{url}/bench/put", clients, seconds, method="PUT", body=BODY)
     return http_load(f"{url}/function/hello", clients, seconds, method="POST", body=b"")
+
+
+@contextlib.contextmanager
+def _balanced(layout: dict, scratch: Path):
+    """HAProxy, configured as `nearfaas up` configures it for many gateways, in front of a
+    one-gateway cluster: the balancer's own cost, apart from the second gateway's gain."""
+    from nearfaas.cluster import balancer
+    from nearfaas.cluster.launcher import _free_port, gateways_of
+
+    port = _free_port(layout["host"])
+    cfg = scratch / "haproxy.cfg"
+    cfg.write_text(balancer.config(layout["host"], port, gateways_of(layout), 60.0))
+    proc = subprocess.Popen(balancer.command(balancer.haproxy_binary(), cfg), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    url = f"http://{layout['host']}:{port}"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if requests.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "HAProxy did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _failover(layout: dict, state: Path, clients: int = 4) -> dict:
@@ -127,37 +159,43 @@ def main() -> int:
         args.rounds, args.seconds = 1, 2.0
     from nearfaas.spec.cluster import GatewaySpec
 
-    runs: dict[int, dict[str, list[dict]]] = {1: {t: [] for t in TESTS}, 2: {t: [] for t in TESTS}}
-    with scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=1)) as (one, _), \
-            scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=2)) as (two, two_state):
-        urls = {1: one["gateway_url"], 2: two["gateway_url"]}
-        for url in urls.values():
-            _prepare(url)
+    # 1: one gateway, clients straight to it; "1+lb": the same gateway behind HAProxy; 2: two
+    # gateways behind HAProxy (what `nearfaas up` starts for gateway.replicas: 2).
+    configs = (1, "1+lb", 2)
+    runs: dict = {n: {t: [] for t in TESTS} for n in configs}
+    with scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=1)) as (one, one_state), \
+            scratch_cluster(auth=None, gateway=GatewaySpec(port=0, replicas=2)) as (two, two_state), \
+            _balanced(one, one_state.parent) as one_balanced:
+        urls = {1: one["gateway_url"], "1+lb": one_balanced, 2: two["gateway_url"]}
+        for n in (1, 2):
+            _prepare(urls[n])
         for r in range(args.rounds):
-            order = (1, 2) if r % 2 == 0 else (2, 1)  # interleaved: neither always goes first
+            order = configs[r % 3:] + configs[:r % 3]  # interleaved: none always goes first
             for test in TESTS:
                 for n in order:
                     result = _measure(urls[n], test, args.clients, args.seconds)
                     runs[n][test].append(result)
-                    print(f"round {r + 1} {test:7} {n} gateway(s): {result['rps']:8.0f} req/s  p50 {result['p50_s'] * 1e3:6.2f} ms  "
+                    print(f"round {r + 1} {test:7} {n!s:>4} gateway(s): {result['rps']:8.0f} req/s  p50 {result['p50_s'] * 1e3:6.2f} ms  "
                           f"p99 {result['p99_s'] * 1e3:6.2f} ms  errors {result['errors']} (measured)", flush=True)
         failover = _failover(two, two_state)
     summary = {}
     for test in TESTS:
-        row = {n: {"rps": median([x["rps"] for x in runs[n][test]]), "p50_ms": median([x["p50_s"] * 1e3 for x in runs[n][test]]),
-                   "p99_ms": median([x["p99_s"] * 1e3 for x in runs[n][test]]), "errors": sum(x["errors"] for x in runs[n][test])}
-               for n in (1, 2)}
-        row["ratio_rps_2_over_1"] = round(row[2]["rps"] / row[1]["rps"], 3) if row[1]["rps"] else None
+        row = {str(n): {"rps": median([x["rps"] for x in runs[n][test]]), "p50_ms": median([x["p50_s"] * 1e3 for x in runs[n][test]]),
+                        "p99_ms": median([x["p99_s"] * 1e3 for x in runs[n][test]]), "errors": sum(x["errors"] for x in runs[n][test])}
+               for n in configs}
+        row["ratio_rps_2_over_1"] = round(row["2"]["rps"] / row["1"]["rps"], 3) if row["1"]["rps"] else None
+        row["ratio_rps_2_over_1_behind_haproxy"] = round(row["2"]["rps"] / row["1+lb"]["rps"], 3) if row["1+lb"]["rps"] else None
         summary[test] = row
-        print(f"{test:7}: 1 gateway {row[1]['rps']:.0f} req/s, 2 gateways {row[2]['rps']:.0f} req/s: "
-              f"x{row['ratio_rps_2_over_1']} (measured, medians of {args.rounds} rounds)")
+        print(f"{test:7}: 1 gateway {row['1']['rps']:.0f} req/s (behind HAProxy {row['1+lb']['rps']:.0f}), 2 gateways "
+              f"{row['2']['rps']:.0f} req/s: x{row['ratio_rps_2_over_1']} (x{row['ratio_rps_2_over_1_behind_haproxy']} against "
+              f"one behind HAProxy; measured, medians of {args.rounds} rounds)")
     # The twin's projection: a 200-node rack behind 1, 4 and 16 gateways of the measured capacity.
     from nearfaas.twin.gateway_tier import project
 
-    stages_per_s = summary["invoke"][1]["rps"]  # one warm call is one routed stage
+    stages_per_s = summary["invoke"]["1"]["rps"]  # one warm call is one routed stage
     print(f"rack projection with one gateway routing {stages_per_s:.0f} stages/s (measured above; the rest modelled):")
     projection = project(stages_per_s, on_case=lambda c: print(
-        f"  {c['offered_calls_per_s']:>8.1f} calls/s, {c['gateways']:>2} gateway(s): utilisation {c['gateway_utilisation']:.2f}, "
+        f"  {c['offered_calls_per_s']:>8.1f} calls/s, {c['gateways']:>2} gateway(s): offered utilisation {c['gateway_offered_utilisation']:.2f}, "
         f"gateway wait {c['gateway_wait_ms_mean']:.1f} ms, p99 {c['latency_ms']['p99']:.0f} ms, bottleneck {c['bottleneck']} (modelled)",
         flush=True))
     print(f"failover: every client succeeded again {failover['recovered_all_s']} s after a gateway's SIGKILL "
@@ -166,7 +204,7 @@ def main() -> int:
     path = write_result("gateways", {"benchmark": "gateways", "label": "measured", "machine": machine, "cores": os.cpu_count(),
                                      "generator": generator(), "args": vars(args), "summary": summary, "failover": failover,
                                      "rack_projection": projection,
-                                     "rounds": {str(n): runs[n] for n in runs}})
+                                     "rounds": {str(n): runs[n] for n in configs}})
     print(f"written to {path}")
     return 0
 

@@ -39,12 +39,11 @@ LABEL = ("modelled: the rack simulation (twin/sim) with a gateway tier whose per
 
 
 def _bottleneck(result, tier: dict) -> str:
-    """Where calls wait: the gateways (their queue), the nodes (their queues, or calls rejected
-    past the queue depth), or nowhere to speak of (under 10 ms a call)."""
+    """Where calls wait 10 ms or more on average: "gateways" (their queue), "nodes" (their
+    queues, or calls rejected past the queue depth), both ("gateways+nodes"), or "none"."""
     node_wait = result.mean_wait_s - tier["mean_wait_s"]
-    if tier["mean_wait_s"] >= max(node_wait, 0.01):
-        return "gateways"
-    return "nodes" if result.rejected or node_wait >= 0.01 else "none"
+    where = (["gateways"] if tier["mean_wait_s"] >= 0.01 else []) + (["nodes"] if result.rejected or node_wait >= 0.01 else [])
+    return "+".join(where) or "none"
 
 
 def project(stages_per_s: float, requests: int = 20_000, seed: int = 1, counts=GATEWAY_COUNTS,
@@ -61,7 +60,9 @@ def project(stages_per_s: float, requests: int = 20_000, seed: int = 1, counts=G
             r = simulate(poisson([(0, load)], 1e9, seed=seed, apps=APP_KEYS, max_requests=requests), cfg)
             tier = r.gateway
             case = {"offered_calls_per_s": round(load, 1), "gateways": gateways,
-                    "gateway_utilisation": round(tier["utilisation"], 3),
+                    # rho: the work offered to the tier over what it can do (past 1 its queue only grows)
+                    "gateway_offered_utilisation": round(load * STAGES / (gateways * stages_per_s), 3),
+                    "gateway_utilisation": round(tier["utilisation"], 3),  # busy share over the whole run, drain included
                     "gateway_wait_ms_mean": round(tier["mean_wait_s"] * 1e3, 2), "gateway_queue_max": tier["max_queue"],
                     "latency_ms": {k: round(v * 1e3, 1) for k, v in r.latency.items()},
                     "completed": r.completed, "rejected": r.rejected,
