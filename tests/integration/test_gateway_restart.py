@@ -220,6 +220,51 @@ def test_a_replica_back_with_an_empty_disk_does_not_answer_for_the_keys_it_lost(
         assert s3.head_object(Bucket="disk-replaced", Key=f"k{i}")["ContentLength"] == 2
 
 
+def test_a_replaced_disk_is_not_the_last_word_until_it_is_refilled(restartable):
+    """With the other replica down, a node back on an empty disk was the only one asked, and
+    answered 404 for acknowledged keys (issue 43: "an empty store is refilled before it answers
+    reads as authoritative"). Its store's identity changed, so its absent answers count for
+    nothing until anti-entropy has refilled it: a 503 to retry, then the values."""
+    s3 = restartable.s3()
+    s3.create_bucket(Bucket="refill")
+    for i in range(20):
+        s3.put_object(Bucket="refill", Key=f"k{i}", Body=f"v{i}".encode())
+    storage = [n for n in restartable.layout["nodes"] if n["kind"] == "storage"]
+    other, replaced = storage[0]["name"], storage[1]["name"]
+    _kill(restartable, other)  # no anti-entropy pass while a node is down: nothing refills it yet
+    _replace_disk(restartable, replaced)
+    _wait_healthy(restartable, replaced)
+    try:
+        for i in range(20):
+            with pytest.raises(ClientError) as caught:
+                s3.get_object(Bucket="refill", Key=f"k{i}")
+            assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503, caught.value.response
+    finally:
+        launcher.restart_node(restartable.state_dir, other)
+    _wait_healthy(restartable, other)
+    direct = restartable.s3_at(next(n["url"] for n in storage if n["name"] == replaced))
+    deadline = time.monotonic() + 10  # a pass starts as soon as the replaced store is seen, not an interval later
+    while time.monotonic() < deadline:
+        try:
+            if all(direct.get_object(Bucket="refill", Key=f"k{i}")["Body"].read() == f"v{i}".encode() for i in range(20)):
+                break
+        except ClientError:
+            pass
+        time.sleep(0.1)
+    for i in range(20):
+        assert s3.get_object(Bucket="refill", Key=f"k{i}")["Body"].read() == f"v{i}".encode()
+    events = [json.loads(line) for line in (restartable.state_dir / "logs" / "gateway.log").read_text().splitlines()
+              if line.startswith('{"event": "store-replaced"')]
+    assert events and events[-1]["node"] == replaced, events
+
+
+def _wait_healthy(cluster, name: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not next(n for n in cluster.http.get(f"{cluster.url}/system/nodes", timeout=10).json() if n["name"] == name)["healthy"]:
+        assert time.monotonic() < deadline, f"{name} not healthy after {timeout:g}s"
+        time.sleep(0.1)
+
+
 def test_a_gateway_that_lost_its_ceiling_stamps_past_the_versions_its_hints_owe(restartable):
     """Fault injector: with the ceiling file gone and the only node holding the newest versions
     down, the restarted gateway (clock 120 s behind) reused their stamps: two writes with one

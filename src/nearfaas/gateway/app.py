@@ -29,6 +29,7 @@ from nearfaas.gateway.api.node_files import NodeFiles
 from nearfaas.gateway.api.query import QueryAPI
 from nearfaas.gateway.cluster_backend import ClusterBackend
 from nearfaas.replication.antientropy import AntiEntropy
+from nearfaas.replication.replaced import ReplacedStores
 from nearfaas.replication.hints import HintLog, HintTail, replay_forever
 from nearfaas.replication.version import RESERVE_MS, HybridClock
 from nearfaas.replication.metrics import ReplicationCollector
@@ -163,6 +164,9 @@ def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -
                                tombstone_grace_s=float(replication.get("tombstone_grace", 600.0)),
                                local_buckets=frozenset({INTERMEDIATE_BUCKET}))
     metrics.add_collector(ReplicationCollector(backend, anti_entropy))
+    # A node back on an empty disk is not the last word until anti-entropy has refilled it.
+    backend.replaced = anti_entropy.replaced = ReplacedStores(state_dir / "gateway" / "stores.json", wake=anti_entropy.wake)
+    nodes.on_poll.append(backend.replaced.on_poll)
     chains = ChainRunner(invoker, backend)
     api = OpenFaaSAPI(chains, nodes, metrics, state_dir, int(layout.get("invoke_max_body", 8 * 1024 * 1024)),
                       max_inflight=int(layout.get("gateway_max_inflight", 0)), read_timeout=float(layout.get("read_timeout", 60.0)),

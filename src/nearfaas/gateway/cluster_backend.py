@@ -92,6 +92,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         self.order = AckOrder()
         self.conditions = WriteConditions(self.order, self.head_object)  # gateway/write_conditions.py
         self.hints = hints if hints is not None else HintLog(None)
+        self.replaced = None  # storage nodes on a replaced disk, not refilled yet (replication/replaced.py)
         self.repairer = Repairer(self)
         self.stale_reads_refused = 0  # reads answered 503 because only replicas behind a hint were reachable
         self.planner = None  # where S3 Selects run (gateway/select_planner.py); None: always offload
@@ -327,7 +328,10 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             if states[name] is None and not unavailable(answer):
                 await close_answer(got)
                 raise answer if isinstance(answer, S3Error) else S3Error("InternalError", f"storage node {name} failed: {answer!r}")
-        reachable = {n: s for n, s in states.items() if s is not None}
+        # A node on a replaced disk that has not been refilled yet knows nothing of what it lacks:
+        # its "no such key" is no answer (replication/replaced.py).
+        refilling = self.replaced.refilling if self.replaced is not None else ()
+        reachable = {n: s for n, s in states.items() if s is not None and not (n in refilling and s.deleted and not s.version)}
         best = newest(reachable.values())
         owed = self.hints.newest(bucket, key)
         if best is None or best.version < owed:

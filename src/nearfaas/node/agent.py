@@ -124,7 +124,9 @@ class NodeAgent:
                 "tabular_stats": self.stats.describe() if self.stats is not None else None,
                 "prewarm": self.pools.prewarm.describe() | {"prewarmed_starts": self.pools.stats.prewarmed_starts},
                 # the newest version it holds or stamped: a gateway's clock goes past it (replication/version.py)
-                "clock": self.store.clock.high_water() if self.store is not None else ""}
+                "clock": self.store.clock.high_water() if self.store is not None else "",
+                # its store's identity: a new one after a replaced disk (replication/replaced.py)
+                "store_id": self.store.store_id if self.store is not None else ""}
 
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response(self.describe())

@@ -3,6 +3,7 @@
 Layout under ``root``::
 
     .lock                               flock: one ObjectStore per root at a time
+    store_id                            this store's identity, made with it (a replaced disk has a new one)
     tmp/                                files being written; emptied at start-up
     buckets/<bucket>/.bucket.json       {"name", "created", "options"}
     buckets/<bucket>/objects/<h[:2]>/<h>  one file per object, h = sha256(key) (objectfile.py)
@@ -32,6 +33,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import shutil
 import threading
 import time
@@ -146,9 +148,22 @@ class ObjectStore(VersionedStore):  # bucket versioning: node/versions.py
         except BlockingIOError:
             os.close(self._lock_fd)
             raise RuntimeError(f"another ObjectStore already holds {self.root}; close it first") from None
+        self.store_id = self._store_id()
         self._clear_tmp()
         self._load_buckets()
         self.uploads = MultipartUploads(self, self.root / "uploads", min_part_size=min_part_size)
+
+    def _store_id(self) -> str:
+        """This store's identity, made once with the store: a node back on an empty (replaced)
+        disk shows a new one, so the gateways do not take its empty answers as the truth before it
+        is refilled (replication/replaced.py)."""
+        path = self.root / "store_id"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            made = secrets.token_hex(8)
+            atomic.write_text(path, made + "\n", FILE_MODE)
+            return made
 
     def close(self) -> None:
         """Release the root. Every committed write is already durable; nothing is flushed."""

@@ -55,21 +55,41 @@ class AntiEntropy:
         self.passes = 0
         self.skipped = 0  # passes skipped because a storage node was down
         self.tombstones_purged = 0
+        self.skipped_last = False
         self.diverged_since: float | None = None  # when a pass first found replicas differing
         self.last_converged: float | None = None
+        # Nodes on a replaced disk (replication/replaced.py): told when a pass found every node
+        # identical; while any is refilling, passes follow each other without the interval.
+        self.replaced = None
+        self._woken = asyncio.Event()
+
+    def wake(self) -> None:
+        """Start the next pass now (a node came back on an empty disk)."""
+        self._woken.set()
 
     async def run_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.interval_s)
             try:
-                await self.run_once()
+                await asyncio.wait_for(self._woken.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+            self._woken.clear()
+            try:
+                converged = await self.run_once()
             except Exception as exc:  # a node dying mid-pass: the next pass starts over
                 log.warning("anti-entropy pass failed: %r", exc)
+                continue
+            if self.replaced is not None and self.replaced.refilling:
+                if converged:
+                    self.replaced.refilled(self.nodes.storage_nodes())
+                elif self.passes and not self.skipped_last:
+                    self._woken.set()  # it repaired: check again at once, so the node is trusted soon
 
     async def run_once(self) -> bool:
         """One pass; True when every bucket was found (or made) identical on every node."""
         storage = self.nodes.storage_nodes()
-        if not storage or any(not n.healthy for n in storage):
+        self.skipped_last = not storage or any(not n.healthy for n in storage)
+        if self.skipped_last:
             self.skipped += 1
             return False
         names = [n.name for n in storage]
