@@ -334,3 +334,20 @@ def test_a_gateway_waiting_on_a_stopped_peers_lock_keeps_serving_and_says_503(tw
         os.close(fd)
     assert two.http.post(f"{urls['gw1']}/system/functions", json=body, timeout=30).status_code == 202
     assert two.http.delete(f"{urls['gw']}/system/functions", json={"functionName": "locked-out"}, timeout=30).status_code == 202
+
+
+def test_a_secret_changed_through_one_gateway_reaches_the_instances_of_the_other(two):
+    """Each gateway runs instances of its own; a new value stored through one restarted only its
+    instances, and calls through the other read the old value until its instances went."""
+    urls = _urls(two)
+    assert two.http.post(f"{urls['gw']}/system/secrets", json={"name": "shared-token", "value": "first"}, timeout=10).status_code == 201
+    body = {"service": "reads-shared", "lang": "python3-http", "handler": str(FUNCTIONS / "readsecret"), "secrets": ["shared-token"],
+            "x-nearfaas": {"buckets": ["*"]}}
+    assert two.http.post(f"{urls['gw']}/system/functions", json=body, timeout=30).status_code == 202
+    for url in urls.values():  # an instance on each gateway
+        assert requests.post(f"{url}/function/reads-shared", data=b"shared-token", timeout=60).text == "first"
+    assert two.http.put(f"{urls['gw']}/system/secrets", json={"name": "shared-token", "value": "second"}, timeout=10).status_code == 200
+    for url in urls.values():
+        _wait(lambda url=url: requests.post(f"{url}/function/reads-shared", data=b"shared-token", timeout=60).text == "second",
+              timeout=20, message=f"{url} still serves the old secret")
+    assert two.http.delete(f"{urls['gw']}/system/functions", json={"functionName": "reads-shared"}, timeout=30).status_code == 202

@@ -263,7 +263,7 @@ def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -
             app["background"].append(loop.create_task(located.run_forever()))
         if watch is not None:
             app["background"].append(loop.create_task(watch.run_forever()))
-        app["background"].append(loop.create_task(api.functions.follow_forever()))
+        app["background"].append(loop.create_task(api.follow_forever()))  # the other gateways' changes
 
     async def cleanup(app):
         for task in app["background"]:

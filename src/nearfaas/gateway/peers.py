@@ -43,8 +43,9 @@ Known caveats:
   (``atomic.locked_async``); nothing else waits.
 - Each gateway scales its own instances of a function (``POST /system/scale-function`` and the
   autoscaler act on the gateway that gets them), so a function may run up to N times the
-  replicas one gateway would give it; a secret's new value restarts the instances of the
-  gateway that stored it, the others' on their next restart or update.
+  replicas one gateway would give it. A secret's new value restarts the instances of the
+  gateway that stored it at once, the others' within their next follow (0.2 s), when they notice
+  the file changed (``SecretsAPI.noticed_changes``).
 - A restarted gateway waits for an adopter still running its async calls (at most their
   timeouts and retries).
 """

@@ -12,6 +12,9 @@ info, nodes, logs), ``invoke`` (calls, async calls, triggers, the fast path's ta
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from pathlib import Path
 
 from aiohttp import web
@@ -70,6 +73,24 @@ class OpenFaaSAPI:
                 self.invoker.pool.deploy(state.spec)  # the pool's: the learned compute times stay
                 restarted.append(name)
         return restarted
+
+    async def follow_forever(self, interval_s: float = 0.2) -> None:
+        """Keep up with the other gateways of the cluster: their deployments (a request that names
+        functions syncs at once: ``follow``), and new values of the secrets this gateway's
+        functions mount, whose instances here hold the old value (the gateway that stored it
+        restarted its own)."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.functions.sync()
+                mounted = {(self.namespaces.of(name)[1], secret) for name, state in self.invoker.functions.items()
+                           for secret in state.spec.get("secrets") or []}
+                for namespace, secret in self.secrets.noticed_changes(mounted):
+                    restarted = self._restart_mounting(namespace, secret)
+                    print(json.dumps({"event": "secret-changed-elsewhere", "namespace": namespace, "secret": secret,
+                                      "restarted": restarted}), flush=True)
+            except Exception as exc:  # an unreadable file now is readable later; keep following
+                print(json.dumps({"event": "follow-failed", "error": repr(exc)}), flush=True)
 
     @web.middleware
     async def follow(self, request: web.Request, handler):

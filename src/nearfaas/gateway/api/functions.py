@@ -137,16 +137,6 @@ class FunctionsAPI:
             for name in [n for n in self.invoker.functions if n not in specs]:
                 await self.invoker.remove(name)
 
-    async def follow_forever(self, interval_s: float = 0.2) -> None:
-        """Keep up with the other gateways' deployments (a call for a function this gateway has
-        not seen yet syncs at once: ``Invoker.on_unknown``)."""
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await self.sync()
-            except Exception as exc:  # an unreadable file now is readable later; keep following
-                print(json.dumps({"event": "functions-sync-failed", "error": repr(exc)}), flush=True)
-
     def _spec_of(self, name: str) -> dict | None:
         state = self.invoker.functions.get(name)
         return state.spec if state is not None else None

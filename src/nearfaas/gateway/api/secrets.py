@@ -47,6 +47,9 @@ class SecretsAPI:
         # Called with (namespace, name) when a secret's value changes; answers the functions it
         # restarted (OpenFaaSAPI sets it: running instances hold a copy made when they started).
         self.changed: Callable[[str, str], list[str]] = lambda namespace, name: []
+        # Each mounted secret's file as this gateway last saw it: another gateway of the cluster
+        # that stores a new value restarts only its own instances (noticed_changes).
+        self._seen: dict[tuple[str, str], tuple | None] = {}
 
     def folder(self, namespace: str) -> Path:
         if namespace == self.namespaces.default:
@@ -74,6 +77,18 @@ class SecretsAPI:
                         f"POST /system/secrets {{\"name\": {json.dumps(name)}, \"value\": ..., \"namespace\": \"{namespace}\"}} "
                         "(secrets belong to a namespace: another namespace's secret of that name does not count)")
         return None
+
+    def noticed_changes(self, mounted: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The (namespace, name) of ``mounted`` whose file was rewritten (by another gateway)
+        since this gateway last looked; the first look only notes each file."""
+        changed = []
+        for namespace, name in mounted:
+            folder = self.secrets_dir if namespace == self.namespaces.default else secrets_folder(self.state_dir, namespace)
+            signature = atomic.signature(folder / name) if SECRET_NAME.match(name) else None
+            if (namespace, name) in self._seen and signature is not None and self._seen[(namespace, name)] != signature:
+                changed.append((namespace, name))
+            self._seen[(namespace, name)] = signature
+        return changed
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/secrets", self.list_secrets)
@@ -108,6 +123,7 @@ class SecretsAPI:
             return error(400, "value: required, the secret as a string (or rawValue: base64 of its bytes)")
         changed = (folder / name).is_file() and (folder / name).read_bytes() != value
         atomic.write_bytes(folder / name, value, 0o600)
+        self._seen[(namespace, name)] = atomic.signature(folder / name)  # restarted here, below
         restarted = self.changed(namespace, name) if changed else []
         note = f"; restarted {len(restarted)} function(s) that mount it: {', '.join(restarted)}" if restarted else ""
         return web.Response(status=201 if request.method == "POST" else 200, text=f"stored secret {name}{note}\n")
