@@ -179,7 +179,23 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             raise
         if not box and isinstance(tee.error, S3Error):  # refused when stamped (a lost condition): nothing was written
             raise tee.error
-        return (await self._ordered(bucket, key, box, targets, results, missed_write))[0]
+        try:
+            return (await self._ordered(bucket, key, box, targets, results, missed_write))[0]
+        except S3Error as exc:
+            await self._void_failed(bucket, key, box, exc)
+            raise
+
+    async def _void_failed(self, bucket: str, key: str, box: list, exc: S3Error) -> None:
+        """A stamped write or delete answered 5xx may have landed on some replica: a void hint,
+        fsynced before the answer, keeps every read from answering it and has repair put back
+        what the key held before (Repairer.resolve_void), so it cannot replace, later, a value
+        reads were given after it failed. Buckets that have had versioning keep such a write as
+        S3 does (indeterminate: docs/replication.md)."""
+        if box and exc.status >= 500 and await self.versioning_status(bucket) == "":
+            try:
+                await self.hints.void(bucket, key, box[0])
+            except Exception as failed:  # the client gets the 5xx either way
+                log.warning("could not record the failed write %s of s3://%s/%s: %r", box[0], bucket, ascii(key), failed)
 
     async def create_multipart_upload(self, bucket, key, *, content_type=None, metadata=None, upload_id=None, headers=None) -> str:
         upload_id = upload_id or uuid.uuid4().hex
@@ -287,10 +303,16 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
                 name, exc = refused[0]
                 raise exc if isinstance(exc, S3Error) else S3Error(
                     "InternalError", f"storage node {name} failed to delete the key: {exc!r}")
-        except BaseException:
+        except BaseException as exc:
             self.order.end(bucket, key, version)
+            if isinstance(exc, S3Error):
+                await self._void_failed(bucket, key, box, exc)
             raise
-        await self._ordered(bucket, key, box, names, results, missed_write)
+        try:
+            await self._ordered(bucket, key, box, names, results, missed_write)
+        except S3Error as exc:
+            await self._void_failed(bucket, key, box, exc)
+            raise
         return DeleteResult(version_id=version if versioned else "null", delete_marker=True) if status else None
 
     # -- reads -------------------------------------------------------------------------------------
@@ -306,7 +328,8 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         behind are repaired in the background."""
         order = self._read_order(await self.replica_names(bucket, key))
         asked = [n for n in order if not is_down(self.nodes.nodes[n])] or order
-        if not self.hints.newest(bucket, key):
+        voided = self.hints.voided(bucket, key)  # failed writes not undone yet: never an answer
+        if not self.hints.newest(bucket, key) and not voided:
             try:
                 return await fetch(self.client_for(asked[0]))
             except S3Error as exc:
@@ -331,7 +354,8 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         # A node on a replaced disk that has not been refilled yet knows nothing of what it lacks:
         # its "no such key" is no answer (replication/replaced.py).
         refilling = self.replaced.refilling if self.replaced is not None else ()
-        reachable = {n: s for n, s in states.items() if s is not None and not (n in refilling and s.deleted and not s.version)}
+        reachable = {n: s for n, s in states.items() if s is not None and not (n in refilling and s.deleted and not s.version)
+                     and s.version not in voided}
         best = newest(reachable.values())
         owed = self.hints.newest(bucket, key)
         if best is None or best.version < owed:

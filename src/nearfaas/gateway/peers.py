@@ -159,7 +159,10 @@ class PeerWatch:
         owed = theirs.all()
         self.clock.observe(theirs.newest_version())
         for hint in owed:  # each fsynced into our journal before theirs goes
-            await self.hints.add(hint.node, hint.bucket, hint.object_key, hint.version, hint.options, upload=hint.upload)
+            if hint.void:
+                await self.hints.void(hint.bucket, hint.object_key, hint.version)
+            else:
+                await self.hints.add(hint.node, hint.bucket, hint.object_key, hint.version, hint.options, upload=hint.upload)
         await theirs.close()
         journal.unlink()
         return len(owed)

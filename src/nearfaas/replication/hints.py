@@ -11,6 +11,10 @@ repairs each hinted key there from a replica that has it (replication/repair.py)
 once the node holds version V or newer. Hints for one (node, bucket, key) collapse into the
 newest.
 
+A *void* (``HintLog.void``) is kept for a write or delete answered 5xx after it was stamped: it
+may sit on some replica, so no read answers that version and the replayer, once every storage
+node answers, puts back what the key held before it (replication/repair.py, ``resolve_void``).
+
 Reads use hints too: a key with a pending hint has a known newest version, and a read that can
 only reach replicas older than it answers 503 rather than stale data (gateway/cluster_backend.py).
 
@@ -49,10 +53,14 @@ class Hint:
     options: dict = field(default_factory=dict)  # the bucket's options, for a bucket hint
     created: float = 0.0
     upload: str | None = None  # a multipart upload id the node is to abort (its upload is over)
+    # A void: the write or delete of ``version`` was answered 5xx and may have landed on some
+    # replica; repair puts back what the key held before it (Repairer.resolve_void). Node "".
+    void: bool = False
 
     def record(self) -> dict:
         return {"t": "a", "k": self.key, "n": self.node, "b": self.bucket, "o": self.object_key, "v": self.version,
-                "opt": self.options, "ts": self.created, **({"u": self.upload} if self.upload else {})}
+                "opt": self.options, "ts": self.created, **({"u": self.upload} if self.upload else {}),
+                **({"void": 1} if self.void else {})}
 
     @classmethod
     def from_records(cls, records: list[dict]) -> Hint | None:
@@ -60,11 +68,12 @@ class Hint:
         if r is None:
             return None
         return cls(int(r["k"]), str(r["n"]), str(r["b"]), None if r["o"] is None else str(r["o"]), str(r.get("v", "")),
-                   dict(r.get("opt") or {}), float(r.get("ts", 0.0)), str(r["u"]) if r.get("u") else None)
+                   dict(r.get("opt") or {}), float(r.get("ts", 0.0)), str(r["u"]) if r.get("u") else None, bool(r.get("void")))
 
     @property
     def slot(self) -> tuple[str, str, str | None, str | None]:
-        return self.node, self.bucket, self.object_key, self.upload
+        # A void is one per failed write: its version takes the place an upload id has.
+        return self.node, self.bucket, self.object_key, f"void {self.version}" if self.void else self.upload
 
 
 class HintLog:
@@ -77,6 +86,7 @@ class HintLog:
         self._next = 1
         self._hints: dict[tuple[str, str, str | None], Hint] = {}
         self._by_key: dict[tuple[str, str], dict[str, str]] = {}  # (bucket, key) -> node -> version owed
+        self._voids: dict[tuple[str, str], set[str]] = {}  # (bucket, key) -> versions of writes answered 5xx
         self.handed_off = 0  # hints replayed since start-up
         self.peers: list[HintTail] = []  # other gateways' journals, read for reads (gateway/peers.py)
 
@@ -109,13 +119,37 @@ class HintLog:
         self._next += 1
         return self._next - 1
 
+    async def void(self, bucket: str, object_key: str, version: str) -> None:
+        """Remember (fsynced on return) that the write of ``version`` failed: no read answers it,
+        and repair puts back what the key held before it (replication/repair.py)."""
+        hint = Hint(self._new_key(), "", bucket, object_key, version, {}, time.time(), None, True)
+        self._put(hint)
+        if self.journal is not None:
+            await self.journal.append(hint.record())
+
+    def voided(self, bucket: str, object_key: str) -> set[str]:
+        """Versions of the key whose writes failed and are not yet undone (every gateway's)."""
+        mine = self._voids.get((bucket, object_key), set())
+        return mine.union(*(p.voided(bucket, object_key) for p in self.peers)) if self.peers else mine
+
+    def voids(self) -> list[Hint]:
+        return [h for h in self._hints.values() if h.void]
+
     def _put(self, hint: Hint) -> None:
         self._hints[hint.slot] = hint
-        if hint.object_key is not None and hint.upload is None:
+        if hint.void:
+            self._voids.setdefault((hint.bucket, hint.object_key), set()).add(hint.version)
+        elif hint.object_key is not None and hint.upload is None:
             self._by_key.setdefault((hint.bucket, hint.object_key), {})[hint.node] = hint.version
 
     async def done(self, hint: Hint) -> None:
-        if self._hints.get(hint.slot) is hint:
+        if self._hints.get(hint.slot) is hint and hint.void:
+            del self._hints[hint.slot]
+            versions = self._voids.get((hint.bucket, hint.object_key), set())
+            versions.discard(hint.version)
+            if not versions:
+                self._voids.pop((hint.bucket, hint.object_key), None)
+        elif self._hints.get(hint.slot) is hint:
             del self._hints[hint.slot]
             owed = self._by_key.get((hint.bucket, hint.object_key), {})
             owed.pop(hint.node, None)
@@ -150,7 +184,8 @@ class HintLog:
     def pending(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for hint in self._hints.values():
-            counts[hint.node] = counts.get(hint.node, 0) + 1
+            node = hint.node or "(void)"  # failed writes to undo belong to no one node
+            counts[node] = counts.get(node, 0) + 1
         return counts
 
     def oldest(self) -> float | None:
@@ -173,6 +208,7 @@ class HintTail:
         self._offset = 0
         self._hints: dict[int, Hint] = {}
         self._by_key: dict[tuple[str, str], dict[int, str]] = {}
+        self._voids: dict[tuple[str, str], dict[int, str]] = {}
 
     def _refresh(self) -> None:
         try:
@@ -183,6 +219,7 @@ class HintTail:
             self._inode, self._offset = (st.st_ino if st else None), 0
             self._hints.clear()
             self._by_key.clear()
+            self._voids.clear()
         if st is None or st.st_size == self._offset:
             return
         with open(self.path, "rb") as f:
@@ -197,17 +234,23 @@ class HintTail:
             if record["t"] == "a":
                 hint = Hint.from_records([record])
                 self._hints[hint.key] = hint
+                table = self._voids if hint.void else self._by_key
                 if hint.object_key is not None and hint.upload is None:
-                    self._by_key.setdefault((hint.bucket, hint.object_key), {})[hint.key] = hint.version
+                    table.setdefault((hint.bucket, hint.object_key), {})[hint.key] = hint.version
             elif record["t"] == "d" and (gone := self._hints.pop(int(record["k"]), None)) is not None:
-                owed = self._by_key.get((gone.bucket, gone.object_key), {})
+                table = self._voids if gone.void else self._by_key
+                owed = table.get((gone.bucket, gone.object_key), {})
                 owed.pop(gone.key, None)
                 if not owed:
-                    self._by_key.pop((gone.bucket, gone.object_key), None)
+                    table.pop((gone.bucket, gone.object_key), None)
 
     def newest(self, bucket: str, object_key: str) -> str:
         self._refresh()
         return max(self._by_key.get((bucket, object_key), {}).values(), default="")
+
+    def voided(self, bucket: str, object_key: str) -> set[str]:
+        self._refresh()
+        return set(self._voids.get((bucket, object_key), {}).values())
 
     def owes_bucket(self, node: str, bucket: str) -> bool:
         self._refresh()
@@ -234,8 +277,20 @@ async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.
             if ok:
                 await hints.done(hint)
 
+    async def undo(hint: Hint) -> None:
+        async with gate:
+            try:
+                ok = await repairer.resolve_void(hint.bucket, hint.object_key, hint.version)
+            except Exception as exc:  # a node that fails mid-way: try again next round
+                log.warning("undoing the failed write %s of %s failed: %r", hint.version, (hint.bucket, hint.object_key), exc)
+                return
+            if ok:
+                await hints.done(hint)
+
     while True:
         await asyncio.sleep(interval_s)
+        if (voids := hints.voids()) and all(n.healthy for n in nodes.storage_nodes()):
+            await asyncio.gather(*(undo(h) for h in voids))
         for node in nodes.storage_nodes(healthy_only=True):
             owed = hints.for_node(node.name)
             # Buckets first: an object can only land in a bucket the node has.

@@ -72,7 +72,8 @@ class Repairer:
     def __init__(self, cluster):
         # cluster: the gateway's ClusterBackend (client_for, replica_names, nodes)
         self.cluster = cluster
-        self.repaired: dict[str, int] = {"read": 0, "hint": 0, "anti_entropy": 0}  # replica copies made, by cause
+        # replica copies made, by cause; "void": failed writes undone where they had landed
+        self.repaired: dict[str, int] = {"read": 0, "hint": 0, "anti_entropy": 0, "void": 0}
         self._running: dict[tuple[str, str], asyncio.Future] = {}
 
     async def abort_upload(self, node: str, bucket: str, key: str, upload_id: str) -> bool:
@@ -116,6 +117,8 @@ class Repairer:
         best = newest(states.values())
         if best is None or best.version < at_least:
             return False  # the version owed is on no reachable node (yet)
+        if best.version in self.cluster.hints.voided(bucket, key):
+            return False  # a failed write, to be undone (resolve_void), not spread
         if targets is None:
             targets = sorted(set(await self.cluster.replica_names(bucket, key)) | {n for n, s in states.items() if s.version})
         if any(t not in states for t in targets):
@@ -174,18 +177,59 @@ class Repairer:
         await self._copy(bucket, key, best.node, stale.node)
         return True
 
+    async def resolve_void(self, bucket: str, key: str, void: str) -> bool:
+        """Undo the write (or delete) of version ``void``, answered 5xx, where it landed: every
+        replica that holds it gets back what the key held before it, as version ``void + "-"``,
+        which sorts right above ``void`` and below every other version (the origin alphabet's
+        smallest character, and no gateway's id is another's with "-" after it), so it can
+        replace nothing but the failed write. True when that is done, or nothing is to undo.
+
+        Needs every storage node (the value before it may be on any): False until they answer.
+        Nothing to undo when no node holds ``void`` (it never landed, or was undone), or a later
+        write superseded it somewhere (repair brings the rest up to that), or every copy holds it
+        and nothing older is left to go back to (it stands, the same everywhere)."""
+        names = [n.name for n in self.cluster.nodes.storage_nodes()]
+        states = await self.states(bucket, key, names)
+        if len(states) < len(names):
+            return False
+        holders = [s for s in states.values() if s.version == void]
+        if not holders:
+            return True
+        if any(s.version > void for s in states.values()):
+            return await self.repair(bucket, key, via="void")
+        replicas = set(await self.cluster.replica_names(bucket, key))
+        # What the key held before: a replica's answer, or any node's older copy (a node outside
+        # the replica set that lacks the key says nothing about it).
+        before = newest([s for s in states.values() if s.version < void and (s.node in replicas or s.version)])
+        if before is None:
+            return True
+        restored = void + "-"
+        targets = sorted(replicas | {s.node for s in holders})
+        for node in targets:
+            if before.deleted:  # it had no value (never written, or deleted): a tombstone above the failed write
+                await self._mark(bucket, key, node, restored, False)
+            else:
+                await self._copy(bucket, key, before.node, node, as_version=restored)
+            self.repaired["void"] += 1
+        log.warning("undid the failed write %s of s3://%s/%s on %s: the key holds what it held before (%s)", void, bucket,
+                    ascii(key), ", ".join(s.node for s in holders), before.version or "nothing")
+        return True
+
     async def _mark(self, bucket: str, key: str, node: str, version: str, versioned: bool) -> None:
         """A tombstone (or a delete marker) of ``version`` on ``node``."""
         await self.cluster.client_for(node).delete_object(bucket, key, version=version, **({"versioned": True} if versioned else {}))
 
-    async def _copy(self, bucket: str, key: str, source_node: str, target_node: str, version_id: str | None = None) -> None:
-        """Copy the key's current object (or the version named) from one node to another, as it is."""
+    async def _copy(self, bucket: str, key: str, source_node: str, target_node: str, version_id: str | None = None,
+                    as_version: str | None = None) -> None:
+        """Copy the key's current object (or the version named) from one node to another, as it is
+        (``as_version``: as a write of that version, undoing a failed one: resolve_void)."""
         stream = await self.cluster.client_for(source_node).get_object(bucket, key, **({"version_id": version_id} if version_id else {}))
         source = stream.info  # may be newer than the HEAD said: copy what is read, with its version
+        version = as_version or source.version
         try:
             await self.cluster.client_for(target_node).put_object(
-                bucket, key, with_trailer(stream.body, source.version), content_type=source.content_type,
-                metadata=source.metadata, version_trailer=len(source.version), copy_of=source,
+                bucket, key, with_trailer(stream.body, version), content_type=source.content_type,
+                metadata=source.metadata, version_trailer=len(version), copy_of=source,
                 headers=source.headers,  # Cache-Control ... and the checksums, as they are
                 **({"versioned": True} if source.version_id == source.version else {}))
         finally:
