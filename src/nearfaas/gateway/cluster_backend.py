@@ -369,7 +369,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             said = answers[asked.index(best.node)]  # its 404, with a delete marker's x-amz-* headers
             raise said if isinstance(said, S3Error) else S3Error("NoSuchKey", f"The key {key!r} does not exist in bucket "
                                                                  f"{bucket!r}.", resource=key)
-        if states[first] is not None and states[first].version >= best.version:
+        if first in reachable and reachable[first].version >= best.version:  # (a failed write it holds is not)
             return got
         await close_answer(got)
         return await fetch(self.client_for(best.node))
