@@ -346,6 +346,9 @@ def test_a_secret_changed_through_one_gateway_reaches_the_instances_of_the_other
     assert two.http.post(f"{urls['gw']}/system/functions", json=body, timeout=30).status_code == 202
     for url in urls.values():  # an instance on each gateway
         assert requests.post(f"{url}/function/reads-shared", data=b"shared-token", timeout=60).text == "first"
+    for url in urls.values():  # each gateway's describe counts both (the nodes list every gateway's workers)
+        _wait(lambda url=url: two.http.get(f"{url}/system/function/reads-shared", timeout=10).json()["availableReplicas"] >= 2,
+              timeout=10, message=f"{url} does not count the other gateway's instance")
     assert two.http.put(f"{urls['gw']}/system/secrets", json={"name": "shared-token", "value": "second"}, timeout=10).status_code == 200
     for url in urls.values():
         _wait(lambda url=url: requests.post(f"{url}/function/reads-shared", data=b"shared-token", timeout=60).text == "second",

@@ -101,6 +101,7 @@ class FunctionsAPI:
         self.max_scale = GatewaySpec.max_scale  # instances one function may have (gateway.max_scale, spec/budgets.py)
         self._seen: tuple | None = None  # the function file as this gateway last followed it (sync)
         self._changing = asyncio.Lock()
+        self.counts_every_gateway = False  # set with many gateways: availableReplicas counts them all (_available)
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -137,6 +138,17 @@ class FunctionsAPI:
             for name in [n for n in self.invoker.functions if n not in specs]:
                 await self.invoker.remove(name)
 
+    def _available(self, name: str, state) -> int:
+        """Warm instances: this gateway's, or with many gateways every gateway's, as the nodes
+        listed them at their last health poll (so that faas-cli describe says the same through
+        any gateway)."""
+        mine = len(state.instances)
+        if not self.counts_every_gateway:
+            return mine
+        listed = sum(1 for node in self.invoker.nodes.nodes.values() if node.healthy
+                     for worker in (node.status or {}).get("workers", []) if worker.get("function") == name)
+        return max(mine, listed)
+
     def _spec_of(self, name: str) -> dict | None:
         state = self.invoker.functions.get(name)
         return state.spec if state is not None else None
@@ -161,7 +173,7 @@ class FunctionsAPI:
             "labels": {**spec.labels, "faas_function": short}, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
-               else {"replicas": state.desired, "availableReplicas": len(state.instances)}),
+               else {"replicas": state.desired, "availableReplicas": self._available(name, state)}),
             "createdAt": rfc3339(state.created),
             # nearfaas's own fields, for functions it runs from code: an image function has neither
             **({} if spec.handler_dir == IMAGE_ONLY_HANDLER else {"handler": str(spec.handler_dir), "lang": spec.lang}),
