@@ -240,7 +240,11 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
         version = self._stamp(bucket, key, box, seen)
         results = await asyncio.gather(*(self.client_for(n).complete_multipart_upload(bucket, key, upload_id, parts, version=version, **extra)
                                          for n in targets), return_exceptions=True)
-        info = (await self._ordered(bucket, key, box, targets, results, missed_upload))[0]
+        try:
+            info = (await self._ordered(bucket, key, box, targets, results, missed_upload))[0]
+        except S3Error as exc:
+            await self._void_failed(bucket, key, box, exc)
+            raise
         # A replica that missed a part keeps its half of the upload: drop it (best effort).
         stale = [n for n, r in zip(targets, results, strict=True) if isinstance(r, S3Error) and r.code == "InvalidPart"]
         await asyncio.gather(*(self.client_for(n).abort_multipart_upload(bucket, key, upload_id) for n in stale), return_exceptions=True)
