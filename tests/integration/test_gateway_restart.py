@@ -239,6 +239,16 @@ def test_a_replaced_disk_is_not_the_last_word_until_it_is_refilled(restartable):
             with pytest.raises(ClientError) as caught:
                 s3.get_object(Bucket="refill", Key=f"k{i}")
             assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503, caught.value.response
+        # A gateway started now knows the store is new from the shared record, and the bucket's
+        # own lookups (its options, a listing) are not the empty node's to answer either: fault
+        # injection found a restarted gateway answering NoSuchBucket for every key.
+        _kill(restartable, "gateway")
+        launcher.restart_gateway(restartable.state_dir)
+        for call in (lambda: s3.get_object(Bucket="refill", Key="k0"), lambda: s3.head_object(Bucket="refill", Key="k1"),
+                     lambda: s3.list_objects_v2(Bucket="refill"), lambda: s3.head_bucket(Bucket="refill")):
+            with pytest.raises(ClientError) as caught:
+                call()
+            assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503, caught.value.response
     finally:
         launcher.restart_node(restartable.state_dir, other)
     _wait_healthy(restartable, other)

@@ -441,7 +441,7 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             raise S3Error("ServiceUnavailable", "no storage node is reachable")
         pages = await asyncio.gather(*(op(self.client_for(n)) for n in names), return_exceptions=True)
         for name, p in zip(names, pages, strict=True):
-            if isinstance(p, S3Error) and not unavailable(p):
+            if isinstance(p, S3Error) and not unavailable(p) and not self._says_nothing(name, p):
                 raise p
             if isinstance(p, BaseException) and not isinstance(p, S3Error):
                 log.warning("listing on storage node %s failed, its entries are missing: %r", name, p)
@@ -548,10 +548,17 @@ class ClusterBackend(ClusterVersions):  # bucket versioning: gateway/versions.py
             try:
                 return await self.client_for(node).head_bucket(name)
             except S3Error as exc:
-                if not unavailable(exc):
+                if not unavailable(exc) and not self._says_nothing(node, exc):
                     raise
-                last = exc
+                last = exc if unavailable(exc) else S3Error("ServiceUnavailable", f"storage node {node} is being refilled "
+                                                            "(a replaced disk) and no other answered; retry shortly")
         raise last or S3Error("ServiceUnavailable", "no storage node is reachable")
+
+    def _says_nothing(self, node: str, exc: BaseException) -> bool:
+        """A node on a replaced disk, not refilled yet, that says a bucket does not exist: it may
+        just not have it back yet (replication/replaced.py)."""
+        return (isinstance(exc, S3Error) and exc.code == "NoSuchBucket" and self.replaced is not None
+                and node in self.replaced.refilling)
 
     async def delete_bucket(self, name) -> None:
         """Needs every storage node: a node that is down would keep the bucket (and its objects)."""

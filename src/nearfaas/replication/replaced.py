@@ -6,8 +6,10 @@ gateway, changed under its lock), the identity each storage node had when an ant
 last found every node identical. A node that answers its health poll with another identity is on
 a new disk: it joins ``refilling``, and an anti-entropy pass is started at once rather than at the
 next interval. While a node is refilling, its "no such key" and "no such bucket" answers say
-nothing (gateway/cluster_backend.py treats them as no answer): a read that can reach no other
-replica is a 503 to retry, not a 404 for a key that was acknowledged. A pass that finds every
+nothing (gateway/cluster_backend.py treats them as no answer, for keys and for the bucket's own
+lookups: its options, HeadBucket, listings): a read that can reach no other replica is a 503
+to retry, not a 404 for a key or bucket that was acknowledged. A gateway started meanwhile
+knows it from the shared record at its first poll, before it serves. A pass that finds every
 node identical records the new identities, and the node is authoritative again. A node first
 seen (a new cluster, a node added) is recorded as it is: an empty store there is the truth.
 
