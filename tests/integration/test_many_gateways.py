@@ -354,3 +354,28 @@ def test_a_secret_changed_through_one_gateway_reaches_the_instances_of_the_other
         _wait(lambda url=url: requests.post(f"{url}/function/reads-shared", data=b"shared-token", timeout=60).text == "second",
               timeout=20, message=f"{url} still serves the old secret")
     assert two.http.delete(f"{urls['gw']}/system/functions", json={"functionName": "reads-shared"}, timeout=30).status_code == 202
+
+
+def test_a_count_set_by_hand_through_either_gateway_is_the_clusters(two):
+    """faas-cli scale through the balancer reaches one gateway; it scaled only that gateway's
+    instances, so the cluster ran the count plus the other's. The count is shared out now."""
+    urls = _urls(two)
+    body = {"service": "scaled", "lang": "python3-http", "handler": str(FUNCTIONS / "echo"), "x-nearfaas": {"buckets": ["*"]},
+            "labels": {"com.openfaas.scale.max": "6"}}
+    assert two.http.post(f"{urls['gw']}/system/functions", json=body, timeout=30).status_code == 202
+
+    def mine(url: str) -> int:
+        return len(two.http.get(f"{url}/system/function/scaled", timeout=10).json()["instances"])
+
+    resp = two.http.post(f"{urls['gw1']}/system/scale-function/scaled", json={"replicas": 3}, timeout=10)
+    assert resp.status_code == 202, resp.text
+    _wait(lambda: (mine(urls["gw"]), mine(urls["gw1"])) == (2, 1), timeout=60,
+          message=f"not shared out as 2 + 1: {(mine(urls['gw']), mine(urls['gw1']))}")
+    for url in urls.values():  # each gateway says the cluster's count
+        _wait(lambda url=url: (two.http.get(f"{url}/system/function/scaled", timeout=10).json()["replicas"],
+                               two.http.get(f"{url}/system/function/scaled", timeout=10).json()["availableReplicas"]) == (3, 3),
+              timeout=20, message=f"{url} does not say 3 of 3")
+    assert two.http.post(f"{urls['gw']}/system/scale-function/scaled", json={"replicas": 1}, timeout=10).status_code == 202
+    _wait(lambda: (mine(urls["gw"]), mine(urls["gw1"])) == (1, 0), timeout=60,
+          message=f"not shared out as 1 + 0: {(mine(urls['gw']), mine(urls['gw1']))}")
+    assert two.http.delete(f"{urls['gw']}/system/functions", json={"functionName": "scaled"}, timeout=30).status_code == 202

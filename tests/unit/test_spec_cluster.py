@@ -140,3 +140,14 @@ def test_gateway_namespaces_default_to_openfaas_fn_and_keep_their_order() -> Non
     spec = parse_cluster({"gateway": {"namespaces": ["team-a", "openfaas-fn"]}})
     assert spec.gateway.namespaces == ["team-a", "openfaas-fn"]
     assert parse_cluster(spec.to_dict()).gateway.namespaces == ["team-a", "openfaas-fn"]
+
+
+def test_many_gateways_are_refused_where_they_cannot_share_their_state() -> None:
+    assert parse_cluster({"gateway": {"replicas": 3}}).gateway.replicas == 3
+    assert parse_cluster(parse_cluster({"gateway": {"replicas": 2}}).to_dict()).gateway.replicas == 2  # round trip
+    for data, path, text in (({"gateway": {"replicas": 0}}, "gateway.replicas", "between 1 and 8"),
+                             ({"gateway": {"replicas": 9}}, "gateway.replicas", "between 1 and 8"),
+                             ({"gateway": {"replicas": 2}, "backend": "ray"}, "gateway.replicas", "one gateway actor"),
+                             ({"gateway": {"replicas": 2}, "fastpath": {"enabled": True}}, "fastpath.enabled", "answers one gateway")):
+        problem = problem_at(cluster_problems(data), path)
+        assert text in problem.message, problem

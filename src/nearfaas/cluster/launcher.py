@@ -178,6 +178,9 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     # One gateway listens on gateway.port itself; many listen on ports of their own behind HAProxy
     # on gateway.port (cluster/balancer.py, gateway/peers.py).
     many = spec.gateway.replicas > 1
+    if many and on_ray:
+        raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, but on Ray the cluster runs one gateway actor; "
+                           "set gateway.replicas: 1 to start it on Ray")
     gateways = [{"id": gid, "port": _free_port(host, taken) if many else gateway_port} for gid in gateway_ids(spec.gateway.replicas)]
     for g in gateways:
         g["url"] = f"http://{host}:{g['port']}"
@@ -203,7 +206,9 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     layout = {
         "internal_secret": internal.new_secret(),  # signs gateway -> node calls (auth/internal.py)
         "isolation": spec.isolation,
-        "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url, "gateways": gateways, "nodes": nodes,
+        "host": host, "gateway_port": gateway_port, "gateway_url": gateway_url,
+        # Each gateway's own address (many behind HAProxy); on Ray the one gateway actor picks its port.
+        "gateways": None if on_ray else gateways, "nodes": nodes,
         "replication": spec.replication.to_dict(),
         "placement": spec.placement, "s3_max_body": spec.gateway.s3_max_body,
         "invoke_max_body": spec.gateway.invoke_max_body, "gateway_max_inflight": spec.gateway.max_inflight,

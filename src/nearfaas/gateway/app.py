@@ -35,6 +35,7 @@ from nearfaas.replication.version import RESERVE_MS, HybridClock
 from nearfaas.replication.metrics import ReplicationCollector
 from nearfaas.gateway.invoker import Invoker
 from nearfaas.gateway.nodes import Node, NodeDirectory
+from nearfaas.gateway.shared_scale import SharedScale
 from nearfaas.gateway.select_planner import SelectPlanner, load_models
 from nearfaas.gateway.keys_api import KeysAPI
 from nearfaas.gateway.webhooks import WebhookSink
@@ -239,6 +240,7 @@ def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -
         # replica down is not read older through this one (fault injection, issue 43).
         backend.hints.peers = [HintTail(peers.own_dir(state_dir, p)) for p in gateways if p != gateway_id]
         api.functions.counts_every_gateway = True
+        api.functions.shared_scale = SharedScale(state_dir / "gateway" / "scale.json", gateways.index(gateway_id), len(gateways))
 
     async def startup(app):
         # Its journals are its own only once it holds their lock: a peer may still be running them.

@@ -41,9 +41,9 @@ Known caveats:
 - A gateway waiting on a peer's lock on the shared files (a peer stopped mid-change) gives up
   after a few seconds: that deploy, removal or namespace change is a 503 to retry
   (``atomic.locked_async``); nothing else waits.
-- Each gateway scales its own instances of a function (``POST /system/scale-function`` and the
-  autoscaler act on the gateway that gets them), so a function may run up to N times the
-  replicas one gateway would give it. A secret's new value restarts the instances of the
+- Each gateway keeps its own instances of a function (``scale.min`` and the autoscaler act per
+  gateway), so a function may run up to N times the replicas one gateway would give it; a count
+  set by hand is the cluster's, shared out (gateway/shared_scale.py). A secret's new value restarts the instances of the
   gateway that stored it at once, the others' within their next follow (0.2 s), when they notice
   the file changed (``SecretsAPI.noticed_changes``).
 - A restarted gateway waits for an adopter still running its async calls (at most their

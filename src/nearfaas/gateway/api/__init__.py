@@ -83,6 +83,7 @@ class OpenFaaSAPI:
             await asyncio.sleep(interval_s)
             try:
                 await self.functions.sync()
+                self.functions.follow_scale()
                 mounted = {(self.namespaces.of(name)[1], secret) for name, state in self.invoker.functions.items()
                            for secret in state.spec.get("secrets") or []}
                 for namespace, secret in self.secrets.noticed_changes(mounted):

@@ -102,6 +102,7 @@ class FunctionsAPI:
         self._seen: tuple | None = None  # the function file as this gateway last followed it (sync)
         self._changing = asyncio.Lock()
         self.counts_every_gateway = False  # set with many gateways: availableReplicas counts them all (_available)
+        self.shared_scale = None  # with many gateways: counts set by hand are the cluster's (gateway/shared_scale.py)
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -138,6 +139,12 @@ class FunctionsAPI:
             for name in [n for n in self.invoker.functions if n not in specs]:
                 await self.invoker.remove(name)
 
+    def _replicas(self, name: str, state) -> int:
+        """The count asked for: this gateway's, or with many gateways one set by hand for the
+        cluster (gateway/shared_scale.py)."""
+        shared = self.shared_scale.target(name, state.created) if self.shared_scale is not None else None
+        return state.desired if shared is None else shared
+
     def _available(self, name: str, state) -> int:
         """Warm instances: this gateway's, or with many gateways every gateway's, as the nodes
         listed them at their last health poll (so that faas-cli describe says the same through
@@ -173,7 +180,7 @@ class FunctionsAPI:
             "labels": {**spec.labels, "faas_function": short}, "invocationCount": state.invocations,
             # A fast-path lambda has no workers: the executor's one installed version serves it.
             **({"replicas": 1, "availableReplicas": 1} if on_executor(state.spec) and name in self.fastpath.ids
-               else {"replicas": state.desired, "availableReplicas": self._available(name, state)}),
+               else {"replicas": self._replicas(name, state), "availableReplicas": self._available(name, state)}),
             "createdAt": rfc3339(state.created),
             # nearfaas's own fields, for functions it runs from code: an image function has neither
             **({} if spec.handler_dir == IMAGE_ONLY_HANDLER else {"handler": str(spec.handler_dir), "lang": spec.lang}),
@@ -410,6 +417,22 @@ class FunctionsAPI:
         limit = int(state.spec.get("scale_max", 5))
         if replicas > limit:
             return error(400, f"replicas: {replicas} exceeds com.openfaas.scale.max={limit} of {name!r}")
+        mine = replicas
+        if self.shared_scale is not None:  # many gateways: the count is the cluster's, shared out (gateway/shared_scale.py)
+            try:
+                mine = await self.shared_scale.record(name, replicas)
+            except TimeoutError as exc:
+                return error(503, f"{name!r} was not scaled: {exc}; retry", "gateway", {"Retry-After": "1"})
         state.scaled_by_hand = time.monotonic()  # the autoscaler judges the load from now on
-        asyncio.get_running_loop().create_task(self.invoker.scale(name, replicas))
-        return web.Response(status=202, text=f"scaling {name} to {replicas}\n")
+        asyncio.get_running_loop().create_task(self.invoker.scale(name, mine))
+        shared = f" ({mine} on this gateway, the rest on the others)" if self.shared_scale is not None else ""
+        return web.Response(status=202, text=f"scaling {name} to {replicas}{shared}\n")
+
+    def follow_scale(self) -> None:
+        """Apply this gateway's share of counts other gateways set by hand (gateway/shared_scale.py)."""
+        if self.shared_scale is None:
+            return
+        deployed = {name: state.created for name, state in self.invoker.functions.items()}
+        for name, share in self.shared_scale.changes(deployed):
+            self.invoker.functions[name].scaled_by_hand = time.monotonic()
+            asyncio.get_running_loop().create_task(self.invoker.scale(name, share))
