@@ -4,15 +4,18 @@ Mechanism. A cluster runs ``gateway.replicas`` gateway processes named ``gw``, `
 (``gateway_ids``), every one serving the whole S3 and OpenFaaS API behind HAProxy
 (cluster/balancer.py). What they share and what each owns:
 
-- **Shared, on disk in ``<state>/gateway/``**: the function file, the namespaces file and the uid
-  counter (each change a locked read-modify-write, ``atomic.locked``; each gateway follows the
-  files: ``FunctionsAPI.sync``, ``Namespaces.refresh``), the secrets folder, the keys file.
-  **Shared, on the storage nodes**: objects, buckets, their options, owners and policies.
+- **Shared, on disk in ``<state>/gateway/``**: the function file, the namespaces file, the uid
+  counter, counts set by hand (``scale.json``) and the storage nodes' store identities
+  (``stores.json``): each change a locked read-modify-write that never blocks the event loop
+  (``atomic.locked_async``), each file followed by every gateway (``FunctionsAPI.sync``,
+  ``Namespaces.refresh``, ``OpenFaaSAPI.follow_forever``). Also the secrets folder and the keys
+  file. **Shared, on the storage nodes**: objects, buckets, their options, owners and policies.
 - **Owned, in ``own_dir(state, id)``**: the clock's ceiling (versions carry the gateway's id, so
   last-writer-wins stays one total order: replication/version.py), the hint journal (which the
   others read too, ``HintTail``: no read through any gateway answers older than a version some
-  replica is owed), the async-call journal. A gateway holds an exclusive flock on ``owner.lock`` there for as long as
-  it lives; the kernel lets go of it when the process dies, SIGKILL included.
+  replica is owed), the async-call journal. A gateway holds an exclusive flock on
+  ``owner.lock`` there for as long as it lives; the kernel lets go of it when the process dies,
+  SIGKILL included.
 - **Its own, in memory**: warm instances (each worker is tagged with the id of the gateway that
   started it, node/agent.py), autoscaling, in-flight calls.
 
@@ -43,9 +46,9 @@ Known caveats:
   (``atomic.locked_async``); nothing else waits.
 - Each gateway keeps its own instances of a function (``scale.min`` and the autoscaler act per
   gateway), so a function may run up to N times the replicas one gateway would give it; a count
-  set by hand is the cluster's, shared out (gateway/shared_scale.py). A secret's new value restarts the instances of the
-  gateway that stored it at once, the others' within their next follow (0.2 s), when they notice
-  the file changed (``SecretsAPI.noticed_changes``).
+  set by hand is the cluster's, shared out (gateway/shared_scale.py). A secret's new value
+  restarts the instances of the gateway that stored it at once, the others' within their next
+  follow (0.2 s), when they notice the file changed (``SecretsAPI.noticed_changes``).
 - A restarted gateway waits for an adopter still running its async calls (at most their
   timeouts and retries).
 """
