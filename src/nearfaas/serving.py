@@ -39,10 +39,12 @@ Known caveats:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import json
+import os
 import resource
 import time
 from collections import OrderedDict
@@ -228,3 +230,14 @@ async def serve(runner: web.AppRunner, host: str, port: int, *, backlog: int = 1
     loop = asyncio.get_running_loop()
     server = await loop.create_server(lambda: _Guarded(runner.server(), guard), host, port, backlog=backlog, reuse_address=True)
     return server, guard
+
+
+async def serve_unix(runner: web.AppRunner, path: str, guard: ConnectionGuard) -> asyncio.AbstractServer:
+    """The same application on a Unix socket (mode 0600, in the platform's 0700 state folder):
+    the balancer's way in, which no other process can take (cluster/balancer.py). Shares the TCP
+    listener's connection guard."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a socket a killed process left
+    server = await asyncio.get_running_loop().create_unix_server(lambda: _Guarded(runner.server(), guard), path=path)
+    os.chmod(path, 0o600)
+    return server

@@ -109,6 +109,10 @@ def test_the_cluster_lists_its_gateways_and_their_health(two):
     assert [g["id"] for g in gateways] == ["gw", "gw1"] and all(g["healthy"] for g in gateways)
     assert info["gateway"]["balancer"]["healthy"] and info["gateway"]["balancer"]["url"] == two.url
     assert len({g["url"] for g in gateways} | {two.url}) == 3  # each on a port of its own
+    # HAProxy reaches each over its Unix socket, where the client address it passes is believed
+    config = (two.state_dir / "balancer" / "haproxy.cfg").read_text()
+    for g in launcher.read_layout(two.state_dir)["gateways"]:
+        assert f"unix@{g['socket']}" in config and Path(g["socket"]).is_socket()
 
 
 def test_what_one_gateway_stores_or_deploys_the_other_serves_at_once(two):

@@ -2,7 +2,8 @@
 
 Mechanism. ``nearfaas up`` writes ``<state>/balancer/haproxy.cfg`` and starts ``haproxy -db``
 (foreground, in its own process group like every other part) listening on ``gateway.port``;
-each gateway listens on a port of its own (``cluster.json``'s ``gateways`` list, which clients
+it reaches each gateway on that gateway's Unix socket, and each gateway also listens on a port of
+its own (``cluster.json``'s ``gateways`` list, which clients
 that balance themselves may use directly). HAProxy checks every gateway's ``/healthz`` every
 ``CHECK_INTERVAL_MS`` and takes one out after ``FALL`` failed checks; a request whose connection
 to a gateway fails (the gateway is dead) is sent to another one (``retry-on conn-failure`` with
@@ -17,9 +18,11 @@ Known caveats:
 - Only connection failures are retried by HAProxy: a request that reached a gateway that then
   died is answered 502 or reset, and the client retries it (for a POST /function/ call, the
   function may then run twice, as with any lost answer).
-- Gateways see HAProxy's address as the peer: an anonymous caller's per-client budgets
-  (``gateway.max_inflight_per_client``, the async byte share) are shared by every anonymous
-  caller behind the balancer; callers with keys are told apart by their verified identity.
+- HAProxy reaches each gateway over a Unix socket in the state folder (0600 in a 0700 folder:
+  no function or other user reaches it) and tells it the client's address
+  (``X-Nearfaas-Client``), which a gateway believes only there, for anonymous callers'
+  per-client budgets. Where the socket's path would be too long (over ``MAX_SOCKET_PATH``), that
+  gateway is reached over TCP and every anonymous caller behind the balancer shares one budget.
 - A SIGSTOPped gateway holds the requests it had until HAProxy's server timeout; new ones go
   elsewhere once its checks time out (``CHECK_TIMEOUT_MS``).
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 from nearfaas import atomic
 
 CHECK_INTERVAL_MS = 250
+MAX_SOCKET_PATH = 100  # a Unix socket's path must fit sun_path (108 bytes)
 CHECK_TIMEOUT_MS = 500
 FALL, RISE = 2, 2
 
@@ -42,8 +46,7 @@ def haproxy_binary() -> str | None:
 
 def config(host: str, port: int, gateways: list[dict], read_timeout_s: float) -> str:
     """The HAProxy configuration for ``gateways`` (each ``{"id", "port"}``) behind ``host:port``."""
-    servers = "\n".join(f"    server {g['id']} {host}:{g['port']} check inter {CHECK_INTERVAL_MS} fall {FALL} rise {RISE}"
-                        for g in gateways)
+    servers = "\n".join(_server(g, host) for g in gateways)
     # A function call may run for as long as its exec_timeout and a body may stream for
     # read_timeout: the server-side timeout is generous, the checks are not.
     server_timeout_s = max(300, int(read_timeout_s * 2))
@@ -66,6 +69,9 @@ defaults
 
 frontend nearfaas
     bind {host}:{port}
+    # The client's address, for the gateways' per-client budgets; replaces any a client sent,
+    # and a gateway believes it only over its Unix socket (gateway/client_identity.py).
+    http-request set-header X-Nearfaas-Client %[src]
     default_backend gateways
 
 backend gateways
@@ -74,6 +80,12 @@ backend gateways
     http-check expect status 200
 {servers}
 """
+
+
+def _server(gateway: dict, host: str) -> str:
+    """Its backend line: its Unix socket when it has one (the address it may believe), else TCP."""
+    where = f"unix@{gateway['socket']}" if gateway.get("socket") else f"{host}:{gateway['port']}"
+    return f"    server {gateway['id']} {where} check inter {CHECK_INTERVAL_MS} fall {FALL} rise {RISE}"
 
 
 def write_config(state_dir: Path, host: str, port: int, gateways: list[dict], read_timeout_s: float) -> Path:

@@ -26,7 +26,7 @@ from nearfaas import atomic
 from nearfaas.auth import internal
 from nearfaas.cgroups import MemoryGroup
 from nearfaas.cluster import balancer
-from nearfaas.gateway.peers import FIRST_ID, gateway_ids
+from nearfaas.gateway.peers import FIRST_ID, gateway_ids, own_dir
 from nearfaas.spec.budgets import budgets_dict
 from nearfaas.spec.cluster import ClusterSpec
 from nearfaas.spec.fastpath import FastpathSpec
@@ -184,6 +184,12 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     gateways = [{"id": gid, "port": _free_port(host, taken) if many else gateway_port} for gid in gateway_ids(spec.gateway.replicas)]
     for g in gateways:
         g["url"] = f"http://{host}:{g['port']}"
+        # HAProxy reaches each gateway over a Unix socket in the state folder, so the gateway may
+        # believe the client address HAProxy tells it (gateway/client_identity.py); a path too
+        # long for a socket falls back to TCP, where every caller looks like the balancer.
+        socket_path = own_dir(state_dir, g["id"]) / "balancer.sock"
+        if many and len(str(socket_path)) <= balancer.MAX_SOCKET_PATH:
+            g["socket"] = str(socket_path)
     balancer_binary = balancer.haproxy_binary() if many else None
     if many and balancer_binary is None:
         raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, which needs HAProxy in front of the gateways, and "

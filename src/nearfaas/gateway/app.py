@@ -51,7 +51,7 @@ from nearfaas.bitar import transfer
 from nearfaas.s3.frontend import S3Frontend
 from nearfaas.s3.node_client import NodeClient
 from nearfaas.serving import KEEPALIVE_TIMEOUT_S, MAX_CONNECTIONS, GuardCollector
-from nearfaas.serving import serve as serve_guarded
+from nearfaas.serving import serve as serve_guarded, serve_unix
 from nearfaas.spec.options import INTERMEDIATE_BUCKET
 from nearfaas.telemetry.metrics import BitarCollector, GatewayMetrics
 
@@ -304,6 +304,7 @@ async def serve(args) -> None:
     server, guard = await serve_guarded(runner, layout["host"], me["port"], backlog=2048, name="gateway",
                                         max_connections=int(layout.get("max_connections", MAX_CONNECTIONS)))
     app["connections"].guard = guard
+    balancer_way = await serve_unix(runner, me["socket"], guard) if me.get("socket") else None  # HAProxy's (cluster/balancer.py)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -314,6 +315,8 @@ async def serve(args) -> None:
     # (or hand them back to the journal) before the listener closes.
     await app["api"].queue.drain()
     server.close()
+    if balancer_way is not None:
+        balancer_way.close()
     await runner.cleanup()
 
 

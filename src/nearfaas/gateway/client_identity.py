@@ -31,6 +31,20 @@ from urllib.parse import parse_qsl
 
 from nearfaas.s3.errors import S3Error
 
+# Set by the balancer (HAProxy replaces whatever a client sent) to the client's address; believed
+# only on a request that came over the balancer's Unix socket, which no one else can reach.
+CLIENT_HEADER = "X-Nearfaas-Client"
+
+
+def peer_address(request) -> str | None:
+    """The caller's address: the TCP peer's, or behind the balancer (its Unix socket: no TCP
+    peer) the address HAProxy saw. Behind it every caller came from one address, so an anonymous
+    flood spent every other anonymous caller's budget (gateway/api/invoke.py)."""
+    transport = getattr(request, "transport", None)
+    if transport is not None and isinstance(transport.get_extra_info("sockname"), str):  # AF_UNIX
+        return request.headers.get(CLIENT_HEADER) or None
+    return request.remote
+
 
 async def identify(guard, request) -> str | None:
     """The verified identity the request's headers prove, or None (anonymous). ``guard`` is the

@@ -22,6 +22,7 @@ from nearfaas.gateway.api.common import error, is_fastpath, new_call_id
 from nearfaas.gateway.stream import is_stream
 from nearfaas.gateway.stream import status_name as stream_status
 from nearfaas.gateway.fastpath import STATUS_HTTP, STATUS_NAMES
+from nearfaas.gateway.client_identity import peer_address
 from nearfaas.gateway.errors import CallError
 
 # The share of gateway.max_inflight that calls without verified credentials may hold at once.
@@ -118,7 +119,7 @@ class InvokeAPI:
             who = await self.identify(request)
             if who:
                 return who, who == "admin"
-        return anonymous_client(request.remote), False
+        return anonymous_client(peer_address(request)), False
 
     def anon_limit(self) -> int:
         """Forwarding slots anonymous calls may hold at once (max_inflight when nobody is identified)."""
@@ -140,7 +141,7 @@ class InvokeAPI:
     def _client_slot(self, request: web.Request, client: str | None = None, verified: bool = True):
         """One of the calling client's slots for the whole request, body included; 429 when it has
         its limit open (``per_client_limit``). ``client`` defaults to the peer address."""
-        client = client or anonymous_client(request.remote)
+        client = client or anonymous_client(peer_address(request))
         held = self.per_client.get(client, 0)
         limit = self.per_client_limit(verified)
         if limit and held >= limit:
