@@ -42,9 +42,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -191,3 +192,34 @@ async def locked_async(path: Path | str, timeout: float = 5.0) -> AsyncIterator[
         yield
     finally:
         os.close(fd)
+
+
+class SharedJson:
+    """A JSON value in one file that several processes (the gateways) change, each change a
+    locked read-modify-write (``update``), and that each follows: ``read`` parses it again only
+    when its signature changed. Missing or unreadable, it is ``empty()``."""
+
+    def __init__(self, path: Path | str, empty: Callable[[], object] = dict):
+        self.path, self._empty = Path(path), empty
+        self._seen: tuple | None = ()  # the signature last read (() before any read)
+        self._value = empty()
+
+    def read(self):
+        signature_now = signature(self.path)
+        if signature_now != self._seen:
+            self._seen = signature_now
+            try:
+                self._value = json.loads(self.path.read_text()) if signature_now is not None else self._empty()
+            except (OSError, ValueError):
+                self._value = self._empty()
+        return self._value
+
+    async def update(self, change: Callable[[object], object]):
+        """``change(current)`` written back under the file's lock; returns what was written.
+        TimeoutError when another process holds the lock for long (it is stopped)."""
+        async with locked_async(self.path):
+            self._seen = ()  # read what the others wrote, under the lock
+            value = change(self.read())
+            write_text(self.path, json.dumps(value, sort_keys=True))
+            self._value, self._seen = value, signature(self.path)
+        return value

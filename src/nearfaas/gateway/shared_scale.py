@@ -23,7 +23,6 @@ Known caveats:
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -32,34 +31,22 @@ from nearfaas import atomic
 
 class SharedScale:
     def __init__(self, path: Path, rank: int, count: int):
-        self.path, self.rank, self.count = path, rank, count
-        self._seen: tuple | None = ()
-        self._table: dict[str, dict] = {}
+        self.file, self.rank, self.count = atomic.SharedJson(path), rank, count
         self._applied: dict[str, float] = {}  # function -> "at" of the record this gateway applied
 
     def share(self, replicas: int) -> int:
         return replicas // self.count + (1 if self.rank < replicas % self.count else 0)
 
     def _load(self) -> dict[str, dict]:
-        signature = atomic.signature(self.path)
-        if signature != self._seen:
-            self._seen = signature
-            try:
-                data = json.loads(self.path.read_text()) if signature is not None else {}
-            except (OSError, ValueError):
-                data = {}
-            self._table = {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("replicas"), int)} \
-                if isinstance(data, dict) else {}
-        return self._table
+        data = self.file.read()
+        return {k: v for k, v in data.items() if isinstance(v, dict) and isinstance(v.get("replicas"), int)} \
+            if isinstance(data, dict) else {}
 
     async def record(self, name: str, replicas: int) -> int:
         """Record a hand-set count for every gateway (TimeoutError: a stopped peer holds the
         file); returns this gateway's share, which the caller applies now."""
         at = time.time()
-        async with atomic.locked_async(self.path):
-            self._seen = None
-            table = {**self._load(), name: {"replicas": replicas, "at": at}}
-            atomic.write_text(self.path, json.dumps(table, sort_keys=True))
+        await self.file.update(lambda table: {**(table if isinstance(table, dict) else {}), name: {"replicas": replicas, "at": at}})
         self._applied[name] = at
         return self.share(replicas)
 

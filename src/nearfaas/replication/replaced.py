@@ -40,23 +40,15 @@ log = logging.getLogger("nearfaas.replication.replaced")
 
 class ReplacedStores:
     def __init__(self, path: Path | None, wake=lambda: None):
-        self.path = path  # None: in memory (tests)
+        self.file = atomic.SharedJson(path) if path is not None else None  # None: in memory (tests)
         self.wake = wake  # starts an anti-entropy pass now
         self.refilling: set[str] = set()
         self._known: dict[str, str] = {}
-        self._seen: tuple | None = ()
         self._tasks: set[asyncio.Task] = set()
 
     def _load(self) -> dict[str, str]:
-        if self.path is None:
-            return self._known
-        signature = atomic.signature(self.path)
-        if signature != self._seen:
-            self._seen = signature
-            try:
-                data = json.loads(self.path.read_text()) if signature is not None else {}
-            except (OSError, ValueError):
-                data = {}
+        if self.file is not None:
+            data = self.file.read()
             self._known = {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
         return self._known
 
@@ -87,7 +79,7 @@ class ReplacedStores:
 
     def _record(self, identities: dict[str, str]) -> None:
         self._known = {**self._known, **identities}
-        if self.path is None:
+        if self.file is None:
             return
         task = asyncio.get_running_loop().create_task(self._write(identities))
         self._tasks.add(task)
@@ -95,10 +87,6 @@ class ReplacedStores:
 
     async def _write(self, identities: dict[str, str]) -> None:
         try:
-            async with atomic.locked_async(self.path):
-                self._seen = None  # read what other gateways wrote, under the lock
-                merged = {**self._load(), **identities}
-                atomic.write_text(self.path, json.dumps(merged, sort_keys=True))
-                self._known, self._seen = merged, atomic.signature(self.path)
+            await self.file.update(lambda known: {**(known if isinstance(known, dict) else {}), **identities})
         except (OSError, TimeoutError) as exc:  # written at the next pass or poll
             log.warning("cannot record store identities %s: %r", identities, exc)
