@@ -239,7 +239,6 @@ def build_app(layout: dict, state_dir: Path, gateway_id: str = peers.FIRST_ID) -
         # What the others owe counts for reads here: a write acknowledged through one of them with a
         # replica down is not read older through this one (fault injection, issue 43).
         backend.hints.peers = [HintTail(peers.own_dir(state_dir, p)) for p in gateways if p != gateway_id]
-        api.functions.counts_every_gateway = True
         api.functions.shared_scale = SharedScale(state_dir / "gateway" / "scale.json", gateways.index(gateway_id), len(gateways))
 
     async def startup(app):

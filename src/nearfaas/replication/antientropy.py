@@ -82,7 +82,7 @@ class AntiEntropy:
             if self.replaced is not None and self.replaced.refilling:
                 if converged:
                     self.replaced.refilled(self.nodes.storage_nodes())
-                elif self.passes and not self.skipped_last:
+                elif not self.skipped_last:
                     self._woken.set()  # it repaired: check again at once, so the node is trusted soon
 
     async def run_once(self) -> bool:

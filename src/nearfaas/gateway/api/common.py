@@ -22,6 +22,12 @@ def error(status: int, message: str, layer: str = "gateway", headers: dict | Non
     return web.Response(status=status, text=message + "\n", headers={"X-Nearfaas-Layer": layer, **(headers or {})})
 
 
+def locked_out(what: str, exc: TimeoutError, retry: str = "retry") -> web.Response:
+    """The 503 of a change to a file the gateways share whose lock a stopped gateway holds
+    (atomic.locked_async): nothing was changed; try again."""
+    return error(503, f"{what}: {exc}; {retry}", "gateway", {"Retry-After": "1"})
+
+
 async def json_body(request: web.Request) -> dict:
     try:
         body = await request.json()

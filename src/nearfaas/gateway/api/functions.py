@@ -20,7 +20,7 @@ from aiohttp import web
 from nearfaas import atomic
 from nearfaas.gateway import autoscale
 from nearfaas.gateway.api.namespaces import Namespaces
-from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, on_executor, rfc3339
+from nearfaas.gateway.api.common import SpecErrorResponse, error, json_body, locked_out, on_executor, rfc3339
 from nearfaas.gateway.api.secrets import SecretsAPI
 from nearfaas.gateway.errors import CallError
 from nearfaas.gateway.instances import namespace_of
@@ -101,8 +101,9 @@ class FunctionsAPI:
         self.max_scale = GatewaySpec.max_scale  # instances one function may have (gateway.max_scale, spec/budgets.py)
         self._seen: tuple | None = None  # the function file as this gateway last followed it (sync)
         self._changing = asyncio.Lock()
-        self.counts_every_gateway = False  # set with many gateways: availableReplicas counts them all (_available)
-        self.shared_scale = None  # with many gateways: counts set by hand are the cluster's (gateway/shared_scale.py)
+        # Set with many gateways: counts set by hand are the cluster's (gateway/shared_scale.py), and
+        # availableReplicas counts every gateway's instances (_available).
+        self.shared_scale = None
 
     def routes(self, r: web.UrlDispatcher) -> None:
         r.add_get("/system/functions", self.list_functions)
@@ -150,7 +151,7 @@ class FunctionsAPI:
         listed them at their last health poll (so that faas-cli describe says the same through
         any gateway)."""
         mine = len(state.instances)
-        if not self.counts_every_gateway:
+        if self.shared_scale is None:  # one gateway
             return mine
         listed = sum(1 for node in self.invoker.nodes.nodes.values() if node.healthy
                      for worker in (node.status or {}).get("workers", []) if worker.get("function") == name)
@@ -338,7 +339,7 @@ class FunctionsAPI:
             if "uid" not in spec:
                 spec["uid"] = await self.uids.next([s.spec.get("uid", 0) for s in self.invoker.functions.values()])
         except TimeoutError as exc:
-            return error(503, f"function {spec['name']!r} was not deployed: {exc}; retry", "gateway", {"Retry-After": "1"})
+            return locked_out(f"function {spec['name']!r} was not deployed", exc)
         try:
             if was_fast and not on_executor(spec):
                 await self.fastpath.remove(spec["name"], fastpath=True)
@@ -351,7 +352,7 @@ class FunctionsAPI:
             try:
                 await self.store.put(spec)
             except TimeoutError as exc:
-                return error(503, f"function {spec['name']!r} was not deployed: {exc}; retry", "gateway", {"Retry-After": "1"})
+                return locked_out(f"function {spec['name']!r} was not deployed", exc)
             self.invoker.deploy(spec)
         return web.Response(status=202 if not update else 200, text=f"deployed {spec['name']}\n")
 
@@ -398,7 +399,7 @@ class FunctionsAPI:
             try:
                 await self.store.remove(name)
             except TimeoutError as exc:
-                return error(503, f"function {name!r} is still deployed: {exc}; retry the removal", "gateway", {"Retry-After": "1"})
+                return locked_out(f"function {name!r} is still deployed", exc, "retry the removal")
             if not await self.invoker.remove(name):
                 return error(404, f"function {name!r} not found")
         return web.Response(status=202, text=f"removed {name}\n")
@@ -422,7 +423,7 @@ class FunctionsAPI:
             try:
                 mine = await self.shared_scale.record(name, replicas)
             except TimeoutError as exc:
-                return error(503, f"{name!r} was not scaled: {exc}; retry", "gateway", {"Retry-After": "1"})
+                return locked_out(f"{name!r} was not scaled", exc)
         state.scaled_by_hand = time.monotonic()  # the autoscaler judges the load from now on
         asyncio.get_running_loop().create_task(self.invoker.scale(name, mine))
         shared = f" ({mine} on this gateway, the rest on the others)" if self.shared_scale is not None else ""

@@ -40,7 +40,7 @@ from pathlib import Path
 from aiohttp import web
 
 from nearfaas import atomic
-from nearfaas.gateway.api.common import error, json_body
+from nearfaas.gateway.api.common import error, json_body, locked_out
 
 DEFAULT_NAMESPACE = "openfaas-fn"
 NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label: no dot (NAME.NAMESPACE)
@@ -78,9 +78,15 @@ class Namespaces:
         (TimeoutError past a few seconds: another gateway holds it and is stopped)."""
         return atomic.locked_async(self.file) if self.file is not None else contextlib.nullcontext()
 
-    @staticmethod
-    def _locked_out(exc: TimeoutError) -> web.Response:
-        return error(503, f"namespaces unchanged: {exc}; retry", "gateway", {"Retry-After": "1"})
+    async def _change(self, apply: Callable[[], web.Response]) -> web.Response:
+        """``apply()`` under the file's lock, on what every gateway has written (refreshed first);
+        it saves what it changes. A 503 when a stopped gateway holds the lock."""
+        try:
+            async with self._changing():
+                self.refresh()
+                return apply()
+        except TimeoutError as exc:
+            return locked_out("namespaces unchanged", exc)
 
     def unknown(self, namespace: str) -> web.Response:
         return error(404, f"namespace {namespace!r} not found; this cluster's function namespaces are: {', '.join(self.names)} "
@@ -158,12 +164,7 @@ class Namespaces:
         meta = self._labels(body)
         if isinstance(meta, web.Response):
             return meta
-        try:
-            async with self._changing():
-                self.refresh()
-                return self._create(name, meta)
-        except TimeoutError as exc:
-            return self._locked_out(exc)
+        return await self._change(lambda: self._create(name, meta))
 
     def _create(self, name: str, meta: dict) -> web.Response:
         if name in self.names:
@@ -188,24 +189,17 @@ class Namespaces:
         meta = self._labels(body)
         if isinstance(meta, web.Response):
             return meta
-        try:
-            async with self._changing():
-                self.refresh()
-                if name not in self.names:
-                    return self.unknown(name)
-                self.meta[name] = meta
-                self._save()
-        except TimeoutError as exc:
-            return self._locked_out(exc)
+        return await self._change(lambda: self._update(name, meta))
+
+    def _update(self, name: str, meta: dict) -> web.Response:
+        if name not in self.names:
+            return self.unknown(name)
+        self.meta[name] = meta
+        self._save()
         return web.json_response(self._shape(name))
 
     async def remove(self, request: web.Request) -> web.Response:
-        try:
-            async with self._changing():
-                self.refresh()
-                return self._remove(request.match_info["name"])
-        except TimeoutError as exc:
-            return self._locked_out(exc)
+        return await self._change(lambda: self._remove(request.match_info["name"]))
 
     def _remove(self, name: str) -> web.Response:
         if name not in self.names:
