@@ -264,7 +264,9 @@ async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.
     async def one(hint: Hint) -> None:
         async with gate:
             try:
-                if hint.object_key is None:
+                if hint.void:  # a failed write: put back what the key held before it, where it landed
+                    ok = await repairer.resolve_void(hint.bucket, hint.object_key, hint.version)
+                elif hint.object_key is None:
                     ok = await repairer.ensure_bucket(hint.node, hint.bucket, hint.options)
                 elif hint.upload is not None:
                     ok = await repairer.abort_upload(hint.node, hint.bucket, hint.object_key, hint.upload)
@@ -272,17 +274,8 @@ async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.
                     ok = await repairer.repair(hint.bucket, hint.object_key, via="hint", at_least=hint.version,
                                                targets=[hint.node])
             except Exception as exc:  # a node that fails mid-replay: try again next round
-                log.warning("hint replay of %s to %s failed: %r", (hint.bucket, hint.object_key), hint.node, exc)
-                return
-            if ok:
-                await hints.done(hint)
-
-    async def undo(hint: Hint) -> None:
-        async with gate:
-            try:
-                ok = await repairer.resolve_void(hint.bucket, hint.object_key, hint.version)
-            except Exception as exc:  # a node that fails mid-way: try again next round
-                log.warning("undoing the failed write %s of %s failed: %r", hint.version, (hint.bucket, hint.object_key), exc)
+                log.warning("hint replay of %s (%s) failed: %r", (hint.bucket, hint.object_key),
+                            f"void {hint.version}" if hint.void else f"to {hint.node}", exc)
                 return
             if ok:
                 await hints.done(hint)
@@ -290,7 +283,7 @@ async def replay_forever(hints: HintLog, nodes, repairer, interval_s: float = 0.
     while True:
         await asyncio.sleep(interval_s)
         if (voids := hints.voids()) and all(n.healthy for n in nodes.storage_nodes()):
-            await asyncio.gather(*(undo(h) for h in voids))
+            await asyncio.gather(*(one(h) for h in voids))
         for node in nodes.storage_nodes(healthy_only=True):
             owed = hints.for_node(node.name)
             # Buckets first: an object can only land in a bucket the node has.
