@@ -175,26 +175,11 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
     if not on_ray and spec.gateway.port and _port_in_use(host, gateway_port):
         raise ClusterError(f"port {gateway_port} on {host} is in use; set gateway.port in the cluster file or pass --port 0 for a free one")
     gateway_url = f"http://{host}:{gateway_port}"
-    # One gateway listens on gateway.port itself; many listen on ports of their own behind HAProxy
-    # on gateway.port (cluster/balancer.py, gateway/peers.py).
     many = spec.gateway.replicas > 1
     if many and on_ray:
         raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, but on Ray the cluster runs one gateway actor; "
                            "set gateway.replicas: 1 to start it on Ray")
-    gateways = [{"id": gid, "port": _free_port(host, taken) if many else gateway_port} for gid in gateway_ids(spec.gateway.replicas)]
-    for g in gateways:
-        g["url"] = f"http://{host}:{g['port']}"
-        # HAProxy reaches each gateway over a Unix socket in the state folder, so the gateway may
-        # believe the client address HAProxy tells it (gateway/client_identity.py); a path too
-        # long for a socket falls back to TCP, where every caller looks like the balancer.
-        socket_path = own_dir(state_dir, g["id"]) / "balancer.sock"
-        if many and len(str(socket_path)) <= balancer.MAX_SOCKET_PATH:
-            g["socket"] = str(socket_path)
-    balancer_binary = balancer.haproxy_binary() if many else None
-    if many and balancer_binary is None:
-        raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, which needs HAProxy in front of the gateways, and "
-                           "haproxy is not installed; run `make setup` (it installs it) or `apt-get install haproxy`, "
-                           "or set gateway.replicas: 1")
+    gateways, balancer_binary = _gateways(spec, host, gateway_port, state_dir, taken)
     # The fast-path executor answers one gateway (its misses, its control port): off with many.
     fastpath = None if on_ray or many else _fastpath_layout(spec, host, state_dir, taken)
     if many and spec.fastpath.enabled == "auto":
@@ -261,8 +246,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
                     raise ClusterError(f"cannot move the fast-path executor into its memory cgroup {group.folder}: {exc}") from None
         # The nodes answer before the gateway starts: its first health poll must find them up, or
         # it would count them down (and fail S3 calls fast) until its next poll.
-        layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
-        _write_layout(state_dir, layout)
+        _record_started(state_dir, layout, started)
         cpus = {n["name"]: n.get("cpus") for n in layout["nodes"]}
         for name, proc, url, log in started:
             _wait_ready(url, proc, name, log, cpus.get(name))
@@ -278,8 +262,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
             on_step(f"starting gateway {g['id']} on {g['url']}")
             started.append(_spawn(gateway_process_name(g["id"]), _gateway_command(state_dir, g["id"]), state_dir,
                                   {**env, "PYTHONMALLOC": "malloc"}, f"{g['url']}/healthz", umask=0o077))
-        layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
-        _write_layout(state_dir, layout)
+        _record_started(state_dir, layout, started)
         for name, proc, url, log in started[first:]:
             _wait_ready(url, proc, name, log)
             on_step(f"{name} is ready")
@@ -288,8 +271,7 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
             cfg = balancer.write_config(state_dir, host, gateway_port, gateways, spec.gateway.read_timeout)
             started.append(_spawn("balancer", balancer.command(balancer_binary, cfg), state_dir, env, f"{gateway_url}/healthz",
                                   umask=0o077))
-            layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
-            _write_layout(state_dir, layout)
+            _record_started(state_dir, layout, started)
             # HAProxy prints no ready line; its port was free (or checked) and it exits if it cannot bind it.
             _wait_ready(f"{gateway_url}/healthz", started[-1][1], "balancer", started[-1][3], said=lambda log, pid: True)
             on_step("balancer is ready")
@@ -300,6 +282,34 @@ def up(spec: ClusterSpec, state_dir: Path, on_step=lambda message: None, ray_add
         _write_layout(state_dir, layout)
         raise
     return layout
+
+
+def _gateways(spec: ClusterSpec, host: str, gateway_port: int, state_dir: Path, taken: set[int]) -> tuple[list[dict], str | None]:
+    """Each gateway's id, port, URL and (behind HAProxy) Unix socket, and the haproxy binary when
+    there are many. One gateway listens on gateway.port itself; many listen on ports of their own
+    behind HAProxy on gateway.port (cluster/balancer.py, gateway/peers.py)."""
+    many = spec.gateway.replicas > 1
+    gateways = [{"id": gid, "port": _free_port(host, taken) if many else gateway_port} for gid in gateway_ids(spec.gateway.replicas)]
+    for g in gateways:
+        g["url"] = f"http://{host}:{g['port']}"
+        # HAProxy reaches each gateway over a Unix socket in the state folder, so the gateway may
+        # believe the client address HAProxy tells it (gateway/client_identity.py); a path too
+        # long for a socket falls back to TCP, where every caller looks like the balancer.
+        socket_path = own_dir(state_dir, g["id"]) / "balancer.sock"
+        if many and len(str(socket_path)) <= balancer.MAX_SOCKET_PATH:
+            g["socket"] = str(socket_path)
+    binary = balancer.haproxy_binary() if many else None
+    if many and binary is None:
+        raise ClusterError(f"gateway.replicas is {spec.gateway.replicas}, which needs HAProxy in front of the gateways, and "
+                           "haproxy is not installed; run `make setup` (it installs it) or `apt-get install haproxy`, "
+                           "or set gateway.replicas: 1")
+    return gateways, binary
+
+
+def _record_started(state_dir: Path, layout: dict, started: list) -> None:
+    """cluster.json names every process started so far: `nearfaas down` stops them whatever fails next."""
+    layout["processes"] = [{"name": name, "pid": proc.pid} for name, proc, _, _ in started]
+    _write_layout(state_dir, layout)
 
 
 def _fastpath_group(layout: dict, state_dir: Path) -> MemoryGroup | None:
