@@ -125,7 +125,6 @@ class PeerWatch:
         self.new_queue = new_queue  # folder -> AsyncQueue running the calls journaled there
         self.stop_workers_of = stop_workers_of
         self.interval_s = interval_s
-        self.adopted = 0  # peers taken over since start-up
 
     async def run_forever(self) -> None:
         while True:
@@ -149,7 +148,6 @@ class PeerWatch:
         finally:
             lock.release()
         if moved or ran or stopped:
-            self.adopted += 1
             _log("peer-adopted", gateway=self.me, peer=peer, hints=moved, async_calls=ran, workers_stopped=stopped)
         return True
 
