@@ -109,6 +109,12 @@ def test_the_cluster_lists_its_gateways_and_their_health(two):
     assert [g["id"] for g in gateways] == ["gw", "gw1"] and all(g["healthy"] for g in gateways)
     assert info["gateway"]["balancer"]["healthy"] and info["gateway"]["balancer"]["url"] == two.url
     assert len({g["url"] for g in gateways} | {two.url}) == 3  # each on a port of its own
+    # Every way in asks for the cluster's credentials: each gateway's own port as the balancer's.
+    for url in [g["url"] for g in gateways] + [two.url]:
+        resp = requests.post(f"{url}/system/functions", json={"service": "intruder", "image": "x"}, timeout=10)
+        assert resp.status_code == 401, (url, resp.status_code, resp.text)
+        assert requests.get(f"{url}/system/secrets", timeout=10).status_code == 401
+        assert requests.put(f"{url}/intruder-bucket", timeout=10).status_code == 403
     # HAProxy reaches each over its Unix socket, where the client address it passes is believed
     config = (two.state_dir / "balancer" / "haproxy.cfg").read_text()
     for g in launcher.read_layout(two.state_dir)["gateways"]:
